@@ -1,0 +1,166 @@
+//! Bounds-checked access to segment memory.
+//!
+//! Owns every way of reading and writing the bytes of a [`SegmentMemory`] other than the raw
+//! [`SegmentMemory::as_ptr`]. Safe methods check the range first and then touch memory only
+//! through raw-pointer copies or atomics, as the aliasing model on [`SegmentMemory`] describes;
+//! none of them panics, whatever the offset and size.
+
+use std::mem::align_of;
+use std::ptr;
+use std::slice;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::Result;
+use crate::memory::SegmentMemory;
+use crate::range::{check_aligned, to_u64};
+
+/// Size of the words accessed by [`SegmentMemory::read_u64`] and [`SegmentMemory::write_u64`].
+const WORD: u64 = 8;
+
+impl SegmentMemory {
+    /// Checks that `offset..offset + size` lies within the segment.
+    ///
+    /// An empty range is in bounds at any offset up to and including [`len`](Self::len).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the range ends past the segment,
+    /// including when `offset + size` overflows.
+    pub fn check_range(&self, offset: u64, size: u64) -> Result<()> {
+        self.range_ptr(offset, size).map(drop)
+    }
+
+    /// Copies `buf.len()` bytes starting at `offset` into `buf`.
+    ///
+    /// Bytes that remote ranks write concurrently may come out as any mix of old and new values.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the range is not within the
+    /// segment; `buf` is then left unchanged.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (src, _) = self.range_ptr(offset, to_u64(buf.len()))?;
+        // SAFETY: `src` is valid for reads of `buf.len()` bytes (range checked by `range_ptr`),
+        // `buf` is valid for writes of as many, and both are byte-aligned. They cannot overlap:
+        // `buf` is an exclusive reference, and a reference into the segment can only come from
+        // `slice`/`slice_mut`, whose contracts forbid any other access to that range while the
+        // reference lives.
+        unsafe { ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` into the segment starting at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the range is not within the
+    /// segment; nothing is written then.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let (dst, _) = self.range_ptr(offset, to_u64(data.len()))?;
+        // SAFETY: `dst` is valid for writes of `data.len()` bytes (range checked by
+        // `range_ptr`), `data` is valid for reads of as many, and both are byte-aligned. They
+        // cannot overlap: a reference into the segment can only come from `slice`/`slice_mut`,
+        // whose contracts forbid writing that range while the reference lives.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    /// Sets the `size` bytes starting at `offset` to `byte`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the range is not within the
+    /// segment; nothing is written then.
+    pub fn fill(&self, offset: u64, size: u64, byte: u8) -> Result<()> {
+        let (dst, count) = self.range_ptr(offset, size)?;
+        // SAFETY: `dst` is valid for writes of `count` bytes (range checked by `range_ptr`) and
+        // byte-aligned; no reference into the range may be alive (see the contracts of `slice`
+        // and `slice_mut`).
+        unsafe { ptr::write_bytes(dst, byte, count) };
+        Ok(())
+    }
+
+    /// Atomically loads the native-endian `u64` at `offset`, with
+    /// [`Acquire`](Ordering::Acquire) ordering.
+    ///
+    /// The access is atomic so that words targeted by remote atomic operations (counters,
+    /// flags) are never observed torn.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Misaligned`](crate::Error::Misaligned) unless `offset` and the address it
+    /// designates are multiples of 8 (for allocated segments, which are page-aligned, the
+    /// second follows from the first); [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the
+    /// word is not within the segment.
+    pub fn read_u64(&self, offset: u64) -> Result<u64> {
+        Ok(self.atomic_word(offset)?.load(Ordering::Acquire))
+    }
+
+    /// Atomically stores `value` as a native-endian `u64` at `offset`, with
+    /// [`Release`](Ordering::Release) ordering.
+    ///
+    /// # Errors
+    ///
+    /// As for [`read_u64`](Self::read_u64); nothing is written then.
+    pub fn write_u64(&self, offset: u64, value: u64) -> Result<()> {
+        self.atomic_word(offset)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Borrows the `len` bytes starting at `offset` as a shared slice, without copying.
+    ///
+    /// # Safety
+    ///
+    /// While the returned slice lives, nothing may write any of its bytes: no remote rank
+    /// (RDMA write or atomic), no other process mapping the segment, and no local thread
+    /// (through [`write`](Self::write), [`fill`](Self::fill), [`write_u64`](Self::write_u64),
+    /// [`slice_mut`](Self::slice_mut) or [`as_ptr`](Self::as_ptr)). Typically this holds after
+    /// the notification for the range arrived and until the caller lets anyone write it again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the range is not within the segment.
+    pub unsafe fn slice(&self, offset: u64, len: u64) -> Result<&[u8]> {
+        let (start, len) = self.range_ptr(offset, len)?;
+        // SAFETY: `start` is non-null, valid for reads of `len` bytes within one allocation
+        // (range checked by `range_ptr`), and `u8` needs no alignment and has no invalid values.
+        // The memory stays valid for the borrow of `self`, and the caller guarantees that nobody
+        // writes it while the slice lives.
+        Ok(unsafe { slice::from_raw_parts(start, len) })
+    }
+
+    /// Borrows the `len` bytes starting at `offset` as an exclusive slice, without copying.
+    ///
+    /// # Safety
+    ///
+    /// While the returned slice lives, nothing else may read or write any of its bytes: no
+    /// remote rank, no other process mapping the segment, and no local thread (including
+    /// through other calls of this method or [`slice`](Self::slice) that overlap the range).
+    /// Typically this holds after the notification for the range arrived and until the caller
+    /// lets anyone access it again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if the range is not within the segment.
+    #[allow(clippy::mut_from_ref)] // Exclusivity is the caller's promise, as for `as_ptr`.
+    pub unsafe fn slice_mut(&self, offset: u64, len: u64) -> Result<&mut [u8]> {
+        let (start, len) = self.range_ptr(offset, len)?;
+        // SAFETY: `start` is non-null, valid for reads and writes of `len` bytes within one
+        // allocation (range checked by `range_ptr`), and `u8` needs no alignment and has no
+        // invalid values. The memory stays valid for the borrow of `self`, and the caller
+        // guarantees that nothing else accesses it while the slice lives.
+        Ok(unsafe { slice::from_raw_parts_mut(start, len) })
+    }
+
+    /// The word at `offset` as an atomic, after checking bounds and alignment.
+    fn atomic_word(&self, offset: u64) -> Result<&AtomicU64> {
+        let (word, _) = self.range_ptr(offset, WORD)?;
+        check_aligned(offset, word as usize, align_of::<AtomicU64>())?;
+        // SAFETY: `word` is aligned for `AtomicU64` (checked above), valid for reads and writes
+        // of 8 bytes (range checked by `range_ptr`) for the borrow of `self`, which bounds the
+        // returned reference. Atomic and non-atomic accesses of this word must not race; that is
+        // the caller's part, as stated in the aliasing model on `SegmentMemory`. Remote atomics
+        // are performed by the NIC, outside Rust's memory model.
+        Ok(unsafe { AtomicU64::from_ptr(word.cast::<u64>()) })
+    }
+}

@@ -1,0 +1,24 @@
+//! Segment memory for gaspi.
+//!
+//! A *segment* is a block of memory that the runtime registers with libfabric so that remote
+//! ranks can read and write it with RDMA while local threads access it too. This crate owns only
+//! the memory itself: getting it ([`SegmentMemory::allocate`] or [`SegmentMemory::bind`]),
+//! releasing it, and giving bounds-checked access to it. Registration with libfabric, segment
+//! ids and notifications belong to the runtime.
+//!
+//! Allocated segments live in a shared-memory file so that another process on the same host can
+//! map the same bytes (see [`SegmentMemory::shm_path`]) for a direct intra-node path.
+//!
+//! Read the aliasing model in the documentation of [`SegmentMemory`] before touching segment
+//! memory from more than one place at a time.
+
+#![warn(missing_docs)]
+
+mod access;
+mod error;
+mod memory;
+mod range;
+mod shm;
+
+pub use error::{Error, Result};
+pub use memory::SegmentMemory;

@@ -1,0 +1,224 @@
+//! The [`SegmentMemory`] type: where a segment's bytes come from, who releases them, and the
+//! invariant every access relies on (`ptr` is valid for reads and writes of `len` bytes for as
+//! long as the value exists).
+
+use std::fmt;
+use std::path::Path;
+use std::ptr::NonNull;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, Result};
+use crate::range::checked_range;
+use crate::shm::ShmFile;
+
+/// The memory of one segment: either allocated by this crate in a shared-memory file, or bound
+/// to memory the user provides.
+///
+/// # Aliasing model
+///
+/// Segment memory is written by parties Rust cannot see — the NIC on behalf of remote ranks
+/// (RDMA writes and atomics) and possibly other processes mapping the same shared-memory file —
+/// at the same time as local threads use it. This type therefore never hands out a Rust
+/// reference to segment memory from a safe method. Every safe access is a raw-pointer copy
+/// ([`read`](Self::read), [`write`](Self::write), [`fill`](Self::fill)) or an atomic operation
+/// ([`read_u64`](Self::read_u64), [`write_u64`](Self::write_u64)) that lasts only for the call.
+/// Consequently:
+///
+/// * No `&[u8]`/`&mut [u8]` is alive while a remote write lands, so the compiler's assumptions
+///   about references (immutability behind `&`, uniqueness of `&mut`) are never contradicted
+///   by a remote write.
+/// * A copy that overlaps a concurrent *remote* write sees an unspecified mix of old and new
+///   bytes, torn at any granularity. Because the copied type is `u8`, every mix is a valid
+///   value. Memory changed by a device or another process is outside Rust's memory model; this
+///   is the same footing every shared-memory and RDMA library in Rust or C stands on, not a
+///   guarantee the language spells out.
+/// * Overlapping *local* accesses from different threads, at least one of them a write
+///   (`write`/`fill`/`write_u64` racing with any other access to the same bytes), are a data
+///   race in Rust's memory model, and a data race is undefined behaviour even through raw
+///   pointers. The same holds for mixing [`read_u64`](Self::read_u64)/
+///   [`write_u64`](Self::write_u64) with unsynchronised byte copies of the same word. These
+///   methods are safe to call because in practice such a race only tears bytes on the targets
+///   gaspi runs on, but nothing in the language promises that, and this type does not prevent
+///   it: ordering local accesses to the same bytes is the caller's job, just as GASPI requires
+///   anyway (a rank reads a range after the notification for it arrived and before it allows
+///   anyone to write it again).
+/// * [`slice`](Self::slice) and [`slice_mut`](Self::slice_mut) do create references, and are
+///   `unsafe` because their callers must promise that nothing — local or remote — writes (or,
+///   for `slice_mut`, accesses) the range while the reference lives.
+pub struct SegmentMemory {
+    /// Start of the segment; valid for reads and writes of `len` bytes while `self` exists.
+    ptr: NonNull<u8>,
+    /// Length in bytes, never zero.
+    len: usize,
+    /// What keeps `ptr` valid.
+    backing: Backing,
+}
+
+/// Who owns the memory behind a [`SegmentMemory`].
+enum Backing {
+    /// Allocated by [`SegmentMemory::allocate`]. The mapping is declared first so that it is
+    /// unmapped before the file's name is removed.
+    Shm { _map: MmapRaw, file: ShmFile },
+    /// Provided by the user through [`SegmentMemory::bind`]; nothing to release.
+    Bound,
+}
+
+// SAFETY: `SegmentMemory` holds no thread-affine state. The pointer refers either to a mapping
+// the value owns (unmapped only when the value is dropped, wherever that happens) or to user
+// memory that the contract of `bind` requires to stay valid, for use from any thread, until the
+// value is dropped. Moving the value to another thread therefore moves nothing but the right to
+// use and release that memory.
+unsafe impl Send for SegmentMemory {}
+
+// SAFETY: Every `&self` method either reads immutable fields or accesses segment memory through
+// short-lived raw-pointer copies and atomics, never through a reference that another thread
+// could invalidate; the only methods creating references (`slice`, `slice_mut`) are `unsafe`
+// and make freedom from concurrent access part of their contract. The one gap is that
+// overlapping unsynchronised local copies from several threads are formally a data race; the
+// aliasing model above states this and leaves ordering them to the caller, as GASPI's
+// notification discipline already requires.
+unsafe impl Sync for SegmentMemory {}
+
+impl SegmentMemory {
+    /// Allocates a zero-filled, page-aligned segment of `len` bytes in a new shared-memory file.
+    ///
+    /// The file is created in `/dev/shm` (or, if that is unusable or too full, in
+    /// [`std::env::temp_dir`]) under the name `gaspi-<name>-<pid>-<n>`, where `name` is reduced
+    /// to characters that are safe in a file name. Its path is available through
+    /// [`shm_path`](Self::shm_path) so that other processes on the host can map the same memory.
+    /// The file's name is removed when the segment is dropped or when
+    /// [`unlink_shm`](Self::unlink_shm) is called; a process killed before that leaves the file
+    /// behind.
+    ///
+    /// Pages are not prefaulted: creating even a very large segment is cheap, each page is
+    /// supplied on first touch, and registering the memory with a NIC that pins pages faults
+    /// them in anyway.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroSize`] if `len` is 0; [`Error::Io`] if no file of `len` bytes can be
+    /// created (including when neither directory has `len` bytes free) or it cannot be mapped.
+    pub fn allocate(len: usize, name: &str) -> Result<SegmentMemory> {
+        if len == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let (file, open_file) = ShmFile::create(name, len)?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&open_file)
+            .map_err(|source| Error::Io {
+                context: format!(
+                    "cannot map shared-memory file {} ({len} bytes)",
+                    file.path().unwrap_or(Path::new("?")).display()
+                ),
+                source,
+            })?;
+        // A successful mmap never yields null on Linux (the kernel keeps page 0 unmappable for
+        // unprivileged processes); checked rather than assumed because it is free.
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or(Error::NullPointer)?;
+        Ok(SegmentMemory {
+            ptr,
+            len,
+            backing: Backing::Shm { _map: map, file },
+        })
+    }
+
+    /// Uses `len` bytes at `ptr`, owned by the caller, as segment memory.
+    ///
+    /// No ownership is taken: dropping the segment leaves the memory alone. There is no
+    /// shared-memory file, so [`shm_path`](Self::shm_path) is `None`.
+    ///
+    /// # Safety
+    ///
+    /// Until the returned value is dropped:
+    ///
+    /// * `ptr` must be valid for reads and writes of `len` bytes, all within one allocation;
+    /// * the memory must not be freed, moved or reallocated (for example by growing the `Vec`
+    ///   it belongs to), and must stay valid no matter which thread uses the segment (so no
+    ///   thread-local buffer that dies with its thread);
+    /// * the caller must not hold Rust references (`&`/`&mut`) into the memory across moments
+    ///   when remote ranks or other threads may write it, because once it is registered with
+    ///   libfabric, remote ranks can write it at any time; see the aliasing model above.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NullPointer`] if `ptr` is null; [`Error::ZeroSize`] if `len` is 0.
+    pub unsafe fn bind(ptr: *mut u8, len: usize) -> Result<SegmentMemory> {
+        let ptr = NonNull::new(ptr).ok_or(Error::NullPointer)?;
+        if len == 0 {
+            return Err(Error::ZeroSize);
+        }
+        Ok(SegmentMemory {
+            ptr,
+            len,
+            backing: Backing::Bound,
+        })
+    }
+
+    /// Length of the segment in bytes; never zero.
+    // A segment is never empty, so an `is_empty` would always return false.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Start of the segment, for registering `as_ptr()..as_ptr() + len()` with libfabric.
+    ///
+    /// The pointer is valid for reads and writes of [`len`](Self::len) bytes until `self` is
+    /// dropped. Accesses through it are subject to the aliasing model described on
+    /// [`SegmentMemory`].
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Whether the memory was provided by the user through [`bind`](Self::bind).
+    pub fn is_bound(&self) -> bool {
+        matches!(self.backing, Backing::Bound)
+    }
+
+    /// Path of the shared-memory file backing an allocated segment, for other processes on the
+    /// host to map; `None` for bound segments and after [`unlink_shm`](Self::unlink_shm).
+    pub fn shm_path(&self) -> Option<&Path> {
+        match &self.backing {
+            Backing::Shm { file, .. } => file.path(),
+            Backing::Bound => None,
+        }
+    }
+
+    /// Removes the name of the shared-memory file now instead of when the segment is dropped.
+    ///
+    /// Call this once every process that needs the memory has mapped it: existing mappings,
+    /// including this segment's, stay valid, and a crash afterwards can no longer leave the file
+    /// behind. Does nothing for bound segments or when already unlinked.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the name cannot be removed; it is then tried again on drop.
+    pub fn unlink_shm(&mut self) -> Result<()> {
+        match &mut self.backing {
+            Backing::Shm { file, .. } => file.unlink(),
+            Backing::Bound => Ok(()),
+        }
+    }
+
+    /// Pointer to byte `offset` and `size` as a `usize`, if `offset..offset + size` lies within
+    /// the segment; the pointer is then valid for reads and writes of `size` bytes.
+    pub(crate) fn range_ptr(&self, offset: u64, size: u64) -> Result<(*mut u8, usize)> {
+        let (start, count) = checked_range(offset, size, self.len)?;
+        // SAFETY: `start + count <= len` (checked above), and `ptr` is valid for `len` bytes of
+        // one allocation, so the result is in bounds or one past the end of that allocation.
+        Ok((unsafe { self.ptr.as_ptr().add(start) }, count))
+    }
+}
+
+impl fmt::Debug for SegmentMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SegmentMemory")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("bound", &self.is_bound())
+            .field("shm_path", &self.shm_path())
+            .finish()
+    }
+}

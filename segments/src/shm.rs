@@ -1,0 +1,260 @@
+//! Shared-memory files that back allocated segments.
+//!
+//! Owns where such a file is created, what it is called, and when its name disappears.
+//!
+//! # Where
+//!
+//! `/dev/shm` (tmpfs, so the pages never go to disk), falling back to [`std::env::temp_dir`]
+//! when `/dev/shm` does not exist, cannot be written, or reports less free space than the
+//! segment needs. The free-space check exists because tmpfs files are sparse: an oversized
+//! segment would otherwise be created successfully and then kill the process with `SIGBUS` on
+//! first touch of a page tmpfs cannot supply (a real risk in containers, whose `/dev/shm` is
+//! often only 64 MiB). The check is a snapshot, so a concurrent consumer of the same tmpfs can
+//! still cause `SIGBUS` later; reserving the space up front (`fallocate`) would close that gap
+//! but would also zero every page at creation, making large segments expensive to create.
+//! Note that a disk-backed temporary directory works but lets the kernel write dirty segment
+//! pages back to disk.
+//!
+//! # Name
+//!
+//! `gaspi-<name>-<pid>-<n>`, with `<name>` reduced to ASCII letters, digits, `_` and `.` (so the
+//! pid is always the second-to-last `-`-separated field) and `<n>` a process-wide counter. Files
+//! are created exclusively with mode `0600`: an existing file is never reused, and only
+//! processes of the same user (the other ranks on the host) can open it.
+//!
+//! # Lifetime and crashes
+//!
+//! The file must keep its name for as long as other processes may still need to open it, so it
+//! is *not* unlinked at creation. It is unlinked when the owning [`ShmFile`] is dropped, or
+//! earlier through [`ShmFile::unlink`] once every interested process has mapped it (an existing
+//! mapping stays valid after the unlink). A process that dies without running destructors
+//! leaves its files behind until the next reboot; the pid in the name is there so that a
+//! launcher or cleanup script can recognise files of dead processes and remove them. Calling
+//! `unlink` as early as possible keeps that window short.
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::range::to_u64;
+
+/// Directory tried first for segment files.
+const SHM_DIR: &str = "/dev/shm";
+
+/// Longest fragment of the caller's name kept in a file name; keeps names far below `NAME_MAX`.
+const MAX_NAME_FRAGMENT: usize = 64;
+
+/// How many names one creation tries before giving up on a directory.
+///
+/// A name can already be taken only by a file left behind by a dead process that had the same
+/// pid (pid reuse, or another pid namespace sharing `/dev/shm`), so a handful of tries suffices.
+const NAME_ATTEMPTS: usize = 16;
+
+/// Source of the `<n>` part of file names, unique within this process.
+static NEXT_FILE_NUMBER: AtomicU64 = AtomicU64::new(0);
+
+/// A shared-memory file created by this process, unlinked when dropped.
+#[derive(Debug)]
+pub(crate) struct ShmFile {
+    /// `None` once the name has been unlinked.
+    path: Option<PathBuf>,
+    /// Process that created the file.
+    owner_pid: u32,
+}
+
+impl ShmFile {
+    /// Creates a new, zero-filled file of `len` bytes for the segment called `name`.
+    ///
+    /// Returns the guard that owns the name and the open file, which the caller maps and may
+    /// then close.
+    pub(crate) fn create(name: &str, len: usize) -> Result<(ShmFile, File)> {
+        Self::create_in(&[PathBuf::from(SHM_DIR), std::env::temp_dir()], name, len)
+    }
+
+    /// Like [`ShmFile::create`], trying the directories `dirs` in order.
+    fn create_in(dirs: &[PathBuf], name: &str, len: usize) -> Result<(ShmFile, File)> {
+        let fragment = file_name_fragment(name);
+        let mut failures = Vec::new();
+        let mut last_error = io::Error::from_raw_os_error(libc::ENOENT);
+        for dir in dirs {
+            match Self::create_in_dir(dir, &fragment, len) {
+                Ok(created) => return Ok(created),
+                Err(err) => {
+                    failures.push(format!("{}: {err}", dir.display()));
+                    last_error = err;
+                }
+            }
+        }
+        Err(Error::Io {
+            context: format!(
+                "cannot create a shared-memory file of {len} bytes for segment {name:?} ({})",
+                failures.join("; ")
+            ),
+            source: last_error,
+        })
+    }
+
+    /// Creates the file in `dir` and sizes it to `len` bytes.
+    fn create_in_dir(dir: &Path, fragment: &str, len: usize) -> io::Result<(ShmFile, File)> {
+        if let Some(free) = free_bytes(dir) {
+            if free < to_u64(len) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+        }
+        let owner_pid = std::process::id();
+        let mut last_error = io::Error::from(io::ErrorKind::AlreadyExists);
+        for _ in 0..NAME_ATTEMPTS {
+            let number = NEXT_FILE_NUMBER.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("gaspi-{fragment}-{owner_pid}-{number}"));
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path);
+            match opened {
+                Ok(file) => {
+                    // The guard exists before `set_len` so that a failure unlinks the file.
+                    let guard = ShmFile {
+                        path: Some(path),
+                        owner_pid,
+                    };
+                    file.set_len(to_u64(len))?;
+                    return Ok((guard, file));
+                }
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last_error = err,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(last_error)
+    }
+
+    /// The file's path, or `None` once it has been unlinked.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Removes the file's name now instead of at drop. Mappings of the file stay valid.
+    ///
+    /// Succeeds if the name is already gone. On failure the name is kept, so that dropping the
+    /// guard tries again.
+    pub(crate) fn unlink(&mut self) -> Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(Error::Io {
+                    context: format!("cannot unlink shared-memory file {}", path.display()),
+                    source,
+                })
+            }
+        }
+        self.path = None;
+        Ok(())
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        // A forked child inherits the guard but not the ownership: only the creator may remove
+        // a name that its other processes may still be about to open.
+        if std::process::id() != self.owner_pid {
+            return;
+        }
+        if let Some(path) = &self.path {
+            // Nothing useful can be done about a failure here; the file is at worst left behind
+            // like after a crash (see the module documentation).
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Reduces a caller-chosen segment name to characters that are safe in a file name.
+fn file_name_fragment(name: &str) -> String {
+    name.chars()
+        .take(MAX_NAME_FRAGMENT)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Bytes an unprivileged process can still allocate in the file system holding `dir`, or
+/// `None` if that cannot be determined (creating the file will then tell).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let c_dir = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stats = MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_dir` is a NUL-terminated string that outlives the call, and `stats` is valid
+    // for writes of one `statvfs`, which is all the call writes.
+    let rc = unsafe { libc::statvfs(c_dir.as_ptr(), stats.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: `statvfs` returned 0, so it filled in `stats`.
+    let stats = unsafe { stats.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // The field types differ between targets.
+    let (blocks, block_size) = (stats.f_bavail as u64, stats.f_frsize as u64);
+    Some(blocks.saturating_mul(block_size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_reduced_to_safe_fragments() {
+        assert_eq!(file_name_fragment("halo/x y"), "halo_x_y");
+        assert_eq!(file_name_fragment("a.b_c-d"), "a.b_c_d");
+        assert_eq!(
+            file_name_fragment(&"n".repeat(300)).len(),
+            MAX_NAME_FRAGMENT
+        );
+    }
+
+    #[test]
+    fn unusable_directories_are_skipped() {
+        let missing = PathBuf::from("/nonexistent-gaspi-segments-test-dir");
+        let fallback = std::env::temp_dir();
+        let (guard, file) =
+            ShmFile::create_in(&[missing, fallback.clone()], "fallback", 4096).expect("fallback");
+        let path = guard.path().expect("not unlinked").to_path_buf();
+        assert_eq!(path.parent(), Some(fallback.as_path()));
+        assert_eq!(file.metadata().expect("metadata").len(), 4096);
+        drop(guard);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn too_little_free_space_is_an_error_not_a_sigbus() {
+        let dirs = [std::env::temp_dir()];
+        let err = ShmFile::create_in(&dirs, "huge", usize::MAX).expect_err("cannot fit");
+        assert!(
+            matches!(&err, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn unlink_removes_the_name_once() {
+        let (mut guard, _file) = ShmFile::create("unlink", 1).expect("create");
+        let path = guard.path().expect("not unlinked").to_path_buf();
+        assert!(path.exists());
+        guard.unlink().expect("unlink");
+        assert!(!path.exists());
+        assert_eq!(guard.path(), None);
+        guard.unlink().expect("second unlink is a no-op");
+    }
+}

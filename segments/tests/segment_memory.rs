@@ -1,0 +1,320 @@
+//! Behaviour of `SegmentMemory` as the runtime sees it: allocation, shared-memory files, bound
+//! memory and bounds-checked access.
+
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+
+use gaspi_segments::{Error, SegmentMemory};
+use memmap2::MmapMut;
+
+/// Deterministic bytes that differ between neighbouring offsets and between `seed`s.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn page_size() -> usize {
+    // SAFETY: `sysconf` only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).expect("page size is positive")
+}
+
+#[test]
+fn allocated_segments_round_trip_at_all_sizes() {
+    for len in [1, 4 << 10, 1 << 20, 64 << 20] {
+        let seg = SegmentMemory::allocate(len, "round-trip").expect("allocate");
+        assert_eq!(seg.len(), len);
+        assert!(!seg.is_bound());
+        assert_eq!(seg.as_ptr() as usize % page_size(), 0, "page-aligned");
+
+        let mut out = vec![0xAA; len];
+        seg.read(0, &mut out).expect("read");
+        assert!(
+            out.iter().all(|&b| b == 0),
+            "fresh segment of {len} is zeroed"
+        );
+
+        let data = pattern(len, 7);
+        seg.write(0, &data).expect("write");
+        seg.read(0, &mut out).expect("read back");
+        assert!(out == data, "round trip of {len} bytes");
+    }
+}
+
+#[test]
+fn partial_accesses_touch_only_their_range() {
+    let seg = SegmentMemory::allocate(4096, "partial").expect("allocate");
+    seg.write(100, &[1, 2, 3]).expect("write");
+    seg.fill(200, 4, 0xEE).expect("fill");
+    seg.fill(4096, 0, 0xFF).expect("empty fill at the end");
+
+    let mut all = vec![0; 4096];
+    seg.read(0, &mut all).expect("read");
+    let mut expected = vec![0; 4096];
+    expected[100..103].copy_from_slice(&[1, 2, 3]);
+    expected[200..204].fill(0xEE);
+    assert!(all == expected);
+}
+
+#[test]
+fn out_of_bounds_accesses_are_errors_and_change_nothing() {
+    let seg = SegmentMemory::allocate(64, "bounds").expect("allocate");
+    seg.fill(0, 64, 0x11).expect("fill");
+
+    assert!(seg.check_range(0, 64).is_ok());
+    assert!(seg.check_range(64, 0).is_ok());
+    assert!(matches!(
+        seg.check_range(64, 1),
+        Err(Error::OutOfBounds {
+            offset: 64,
+            size: 1,
+            len: 64
+        })
+    ));
+    assert!(matches!(
+        seg.check_range(u64::MAX, 2),
+        Err(Error::OutOfBounds {
+            offset: u64::MAX,
+            size: 2,
+            len: 64
+        })
+    ));
+    assert!(seg.check_range(1, u64::MAX).is_err());
+
+    let mut buf = [0u8; 8];
+    assert!(matches!(
+        seg.read(60, &mut buf),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert_eq!(buf, [0; 8], "failed read leaves the buffer alone");
+    assert!(seg.read(u64::MAX, &mut buf).is_err());
+    assert!(seg.write(57, &buf).is_err());
+    assert!(seg.write(u64::MAX - 3, &buf).is_err());
+    assert!(seg.fill(1, 64, 0).is_err());
+    assert!(seg.fill(u64::MAX, 2, 0).is_err());
+    assert!(seg.read_u64(64).is_err());
+    assert!(seg.write_u64(u64::MAX - 7, 0).is_err());
+    // SAFETY: no slice is created, as the ranges are out of bounds.
+    unsafe {
+        assert!(seg.slice(65, 0).is_err());
+        assert!(seg.slice_mut(0, 65).is_err());
+    }
+
+    let mut all = [0u8; 64];
+    seg.read(0, &mut all).expect("read");
+    assert_eq!(all, [0x11; 64], "failed writes wrote nothing");
+}
+
+#[test]
+fn zero_size_and_null_are_rejected() {
+    assert!(matches!(
+        SegmentMemory::allocate(0, "empty"),
+        Err(Error::ZeroSize)
+    ));
+    let mut buf = [0u8; 4];
+    // SAFETY: both calls fail their argument checks before using the pointer.
+    unsafe {
+        assert!(matches!(
+            SegmentMemory::bind(std::ptr::null_mut(), 4),
+            Err(Error::NullPointer)
+        ));
+        assert!(matches!(
+            SegmentMemory::bind(buf.as_mut_ptr(), 0),
+            Err(Error::ZeroSize)
+        ));
+    }
+}
+
+#[test]
+fn u64_words_are_atomic_and_must_be_aligned() {
+    let seg = SegmentMemory::allocate(64, "words").expect("allocate");
+    seg.write_u64(8, 0x0102_0304_0506_0708).expect("write_u64");
+    assert_eq!(seg.read_u64(8).expect("read_u64"), 0x0102_0304_0506_0708);
+    let mut bytes = [0u8; 8];
+    seg.read(8, &mut bytes).expect("read");
+    assert_eq!(u64::from_ne_bytes(bytes), 0x0102_0304_0506_0708);
+    assert_eq!(seg.read_u64(56).expect("last word"), 0);
+
+    for offset in [1, 4, 7, 52] {
+        let err = seg.read_u64(offset);
+        assert!(
+            matches!(err, Err(Error::Misaligned { offset: o, align: 8 }) if o == offset),
+            "read at {offset} gave {err:?}"
+        );
+        assert!(matches!(
+            seg.write_u64(offset, 1),
+            Err(Error::Misaligned { .. })
+        ));
+    }
+    assert_eq!(seg.read_u64(0).expect("untouched"), 0);
+}
+
+#[test]
+fn bound_u64_words_need_an_aligned_address() {
+    let mut words = vec![0u64; 4];
+    // SAFETY: `words` outlives `seg`, is not resized while `seg` exists, and is not otherwise
+    // accessed meanwhile; one byte is skipped so that the base address is misaligned.
+    let seg =
+        unsafe { SegmentMemory::bind(words.as_mut_ptr().cast::<u8>().add(1), 16) }.expect("bind");
+    assert!(matches!(
+        seg.read_u64(0),
+        Err(Error::Misaligned {
+            offset: 0,
+            align: 8
+        })
+    ));
+    drop(seg);
+    assert_eq!(words, [0; 4]);
+}
+
+#[test]
+fn the_shm_file_lives_exactly_as_long_as_the_segment() {
+    let seg = SegmentMemory::allocate(8192, "lifetime").expect("allocate");
+    let path = seg
+        .shm_path()
+        .expect("allocated segments have a file")
+        .to_path_buf();
+    let file_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("utf-8 name");
+    let expected_prefix = format!("gaspi-lifetime-{}-", std::process::id());
+    assert!(
+        file_name.starts_with(&expected_prefix),
+        "{file_name} starts with {expected_prefix}"
+    );
+    assert_eq!(std::fs::metadata(&path).expect("file exists").len(), 8192);
+
+    drop(seg);
+    assert!(!path.exists(), "{} is removed on drop", path.display());
+}
+
+#[test]
+fn segments_with_the_same_name_get_distinct_files() {
+    let a = SegmentMemory::allocate(1, "twin/../x").expect("allocate a");
+    let b = SegmentMemory::allocate(1, "twin/../x").expect("allocate b");
+    let (pa, pb) = (a.shm_path().expect("a"), b.shm_path().expect("b"));
+    assert_ne!(pa, pb);
+    for path in [pa, pb] {
+        assert!(path.exists());
+        let dir = path.parent().expect("in a directory");
+        assert!(
+            dir == std::path::Path::new("/dev/shm") || dir == std::env::temp_dir(),
+            "{} is in the shm or temp directory",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn a_second_mapping_shares_the_bytes_both_ways() {
+    let seg = SegmentMemory::allocate(1 << 16, "shared").expect("allocate");
+    let path: PathBuf = seg.shm_path().expect("file").to_path_buf();
+    seg.write(1000, b"from the owner").expect("write");
+
+    // Stands in for another process on the host opening the segment by name.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open by name");
+    // SAFETY: the file is not truncated while mapped, and this test accesses the mapping only
+    // while no write through `seg` is in flight.
+    let mut peer = unsafe { MmapMut::map_mut(&file) }.expect("map");
+    assert_eq!(peer.len(), 1 << 16);
+    assert_eq!(&peer[1000..1014], b"from the owner");
+
+    peer[5000..5008].copy_from_slice(b"the peer");
+    let mut buf = [0u8; 8];
+    seg.read(5000, &mut buf).expect("read");
+    assert_eq!(&buf, b"the peer");
+}
+
+#[test]
+fn unlinking_early_keeps_the_memory() {
+    let mut seg = SegmentMemory::allocate(4096, "early").expect("allocate");
+    let path = seg.shm_path().expect("file").to_path_buf();
+    seg.unlink_shm().expect("unlink");
+    assert!(!path.exists());
+    assert_eq!(seg.shm_path(), None);
+
+    seg.write(4088, &[9; 8]).expect("write after unlink");
+    assert_eq!(
+        seg.read_u64(4088).expect("read"),
+        u64::from_ne_bytes([9; 8])
+    );
+    seg.unlink_shm().expect("second unlink is a no-op");
+}
+
+#[test]
+fn binding_a_vec_reads_and_writes_the_vec() {
+    let mut backing: Vec<u8> = (0..=255).collect();
+    let ptr = backing.as_mut_ptr();
+    // SAFETY: `backing` outlives `seg`, is not resized while `seg` exists, and is only accessed
+    // through `seg` meanwhile.
+    let mut seg = unsafe { SegmentMemory::bind(ptr, backing.len()) }.expect("bind");
+    assert!(seg.is_bound());
+    assert_eq!(seg.as_ptr(), ptr);
+    assert_eq!(seg.len(), 256);
+    assert_eq!(seg.shm_path(), None);
+    seg.unlink_shm().expect("no-op for bound memory");
+
+    let mut buf = [0u8; 4];
+    seg.read(10, &mut buf).expect("read");
+    assert_eq!(buf, [10, 11, 12, 13]);
+    seg.write(250, b"abcdef").expect("write");
+    assert!(seg.write(251, b"abcdef").is_err());
+    drop(seg);
+
+    assert_eq!(&backing[250..], b"abcdef");
+    assert_eq!(backing[249], 249, "bytes before the write are untouched");
+}
+
+#[test]
+fn slices_see_the_segment_contents() {
+    let seg = SegmentMemory::allocate(256, "slices").expect("allocate");
+    // SAFETY: nothing else accesses the segment while each slice lives.
+    unsafe {
+        seg.slice_mut(16, 4)
+            .expect("slice_mut")
+            .copy_from_slice(b"ABCD");
+        assert_eq!(seg.slice(14, 8).expect("slice"), b"\0\0ABCD\0\0");
+        assert!(seg
+            .slice(256, 0)
+            .expect("empty slice at the end")
+            .is_empty());
+    }
+}
+
+#[test]
+fn threads_can_share_a_segment() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SegmentMemory>();
+
+    const THREADS: usize = 4;
+    const CHUNK: usize = 1 << 16;
+    let seg = SegmentMemory::allocate(THREADS * CHUNK, "threads").expect("allocate");
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let seg = &seg;
+            s.spawn(move || {
+                let offset = (t * CHUNK) as u64;
+                seg.write(offset, &pattern(CHUNK, t as u8)).expect("write");
+            });
+        }
+    });
+    for t in 0..THREADS {
+        let mut out = vec![0; CHUNK];
+        seg.read((t * CHUNK) as u64, &mut out).expect("read");
+        assert!(out == pattern(CHUNK, t as u8), "chunk {t}");
+    }
+
+    let moved = std::thread::spawn(move || seg.read_u64(0).expect("read"))
+        .join()
+        .expect("thread");
+    assert_eq!(
+        moved,
+        u64::from_ne_bytes(pattern(8, 0).try_into().expect("8 bytes"))
+    );
+}
