@@ -1,0 +1,106 @@
+//! Owns the chunk summary of a notification table: one bit per chunk of consecutive slots,
+//! meaning "a slot in this chunk may be non-zero", so that scans skip empty chunks.
+//!
+//! The bit is only a hint in one direction: a set bit may be stale (the slot was reset since),
+//! but a clear bit must not hide a non-zero slot from a scan that needs to see it. The table
+//! keeps that promise by marking after every store and by re-checking after every unmark
+//! (see `NotificationTable`'s scan).
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// log2 of the number of slots per chunk. 64 slots (256 bytes of slots) per bit keeps the
+/// summary of a 65536-slot table at 16 words. Under loom, chunks of 2 slots let a 4-slot
+/// model table span several chunks.
+const CHUNK_SHIFT: u32 = if cfg!(loom) { 1 } else { 6 };
+
+/// Number of slots per chunk.
+pub(crate) const CHUNK_LEN: u32 = 1 << CHUNK_SHIFT;
+
+/// The chunk that holds slot `id`.
+pub(crate) fn chunk_of(id: u32) -> usize {
+    (id >> CHUNK_SHIFT) as usize
+}
+
+/// The first slot of `chunk`.
+pub(crate) fn chunk_start(chunk: usize) -> u32 {
+    // Chunks are only ever derived from u32 ids by `chunk_of`, so this shifts back into range.
+    (chunk as u32) << CHUNK_SHIFT
+}
+
+/// One bit per chunk, 64 chunks per word.
+#[derive(Debug)]
+pub(crate) struct Summary {
+    words: Box<[AtomicU64]>,
+}
+
+impl Summary {
+    /// A summary of `slots` slots with every chunk unmarked.
+    pub(crate) fn new(slots: u32) -> Self {
+        let chunks = slots.div_ceil(CHUNK_LEN) as usize;
+        Self {
+            words: (0..chunks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    /// Marks `chunk` as possibly holding a non-zero slot.
+    pub(crate) fn mark(&self, chunk: usize) {
+        // Release: an unmark that reads this (Acquire) must also see the slot stored before it.
+        self.words[chunk / 64].fetch_or(bit(chunk), Ordering::Release);
+    }
+
+    /// Clears the mark of `chunk`; the caller must re-check the chunk's slots afterwards.
+    pub(crate) fn unmark(&self, chunk: usize) {
+        // Acquire: the re-check after this must see every slot whose mark this clears.
+        self.words[chunk / 64].fetch_and(!bit(chunk), Ordering::AcqRel);
+    }
+
+    /// The first marked chunk in `from..=last`, if any.
+    pub(crate) fn next_marked(&self, from: usize, last: usize) -> Option<usize> {
+        let mut chunk = from;
+        while chunk <= last {
+            let word = chunk / 64;
+            let bits = self.words[word].load(Ordering::Acquire) >> (chunk % 64);
+            if bits != 0 {
+                let found = chunk + bits.trailing_zeros() as usize;
+                return (found <= last).then_some(found);
+            }
+            chunk = (word + 1) * 64;
+        }
+        None
+    }
+}
+
+fn bit(chunk: usize) -> u64 {
+    1 << (chunk % 64)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_marked_chunks_within_bounds_only() {
+        let summary = Summary::new(65_536);
+        assert_eq!(summary.words.len(), 16);
+        assert_eq!(summary.next_marked(0, 1023), None);
+        summary.mark(3);
+        summary.mark(200);
+        assert_eq!(summary.next_marked(0, 1023), Some(3));
+        assert_eq!(summary.next_marked(4, 1023), Some(200));
+        assert_eq!(summary.next_marked(4, 199), None);
+        assert_eq!(summary.next_marked(201, 1023), None);
+        summary.unmark(3);
+        assert_eq!(summary.next_marked(0, 1023), Some(200));
+    }
+
+    #[test]
+    fn chunk_arithmetic_round_trips() {
+        assert_eq!(chunk_of(0), 0);
+        assert_eq!(chunk_of(CHUNK_LEN - 1), 0);
+        assert_eq!(chunk_of(CHUNK_LEN), 1);
+        assert_eq!(chunk_start(chunk_of(u32::MAX)), u32::MAX - (CHUNK_LEN - 1));
+        assert_eq!(Summary::new(CHUNK_LEN + 1).words.len(), 1);
+    }
+}

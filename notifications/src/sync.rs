@@ -1,0 +1,13 @@
+//! Owns the choice of synchronization primitives: the standard library's normally, loom's
+//! under `cfg(loom)` so that the model checker sees every atomic access, lock and wait.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{
+    atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    Condvar, Mutex,
+};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{
+    atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    Condvar, Mutex,
+};

@@ -1,0 +1,364 @@
+//! Owns [`NotificationTable`]: the per-segment array of notification slots, how they are set,
+//! consumed and scanned, and how a scan keeps the chunk summary honest.
+
+use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
+use crate::sync::{AtomicU32, Ordering};
+use crate::{wait_until, Error, EventCount, Progress, Result, Timeout};
+
+/// The notification slots of one segment.
+///
+/// Slot `id` holds `0` while unset and the value of the last [`set`](Self::set) otherwise.
+///
+/// # Memory ordering
+///
+/// The runtime calls [`set`](Self::set) only after the payload of the write that carries the
+/// notification has been placed in the segment. `set` stores the value with `Release`, and every
+/// read that can observe it ([`get`](Self::get), [`first_set`](Self::first_set),
+/// [`wait_some`](Self::wait_some), [`reset`](Self::reset)) uses `Acquire`, so a thread that sees
+/// a non-zero value also sees the payload.
+///
+/// # Concurrency
+///
+/// Any number of threads may set, reset and wait at once, on disjoint or overlapping ranges.
+/// [`reset`](Self::reset) is a single atomic swap, so of several threads resetting the same
+/// slot exactly one receives the value.
+#[derive(Debug)]
+pub struct NotificationTable {
+    slots: Box<[AtomicU32]>,
+    len: u32,
+    summary: Summary,
+    event: EventCount,
+}
+
+impl NotificationTable {
+    /// Creates a table of `len` unset notifications.
+    #[must_use]
+    pub fn new(len: u32) -> Self {
+        Self {
+            slots: (0..len).map(|_| AtomicU32::new(0)).collect(),
+            len,
+            summary: Summary::new(len),
+            event: EventCount::new(),
+        }
+    }
+
+    /// Number of notifications in the table.
+    #[must_use]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the table has no notifications at all.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sets notification `id` to `value` and wakes its waiters.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] if `id >= len()`, [`Error::ZeroValue`] if `value == 0`.
+    pub fn set(&self, id: u32, value: u32) -> Result<()> {
+        let slot = self.slot(id)?;
+        if value == 0 {
+            return Err(Error::ZeroValue { id });
+        }
+        slot.store(value, Ordering::Release);
+        self.summary.mark(chunk_of(id));
+        self.event.notify_all();
+        Ok(())
+    }
+
+    /// Consumes notification `id`: sets it to `0` and returns its previous value (`0` if it was
+    /// not set, or if another thread consumed it first).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] if `id >= len()`.
+    pub fn reset(&self, id: u32) -> Result<u32> {
+        // One swap rather than a load and a compare-exchange, so two consumers can never both
+        // take the same value. Release hands the consumer's accesses to the payload to whoever
+        // later sees the slot cleared (and may reuse it).
+        Ok(self.slot(id)?.swap(0, Ordering::AcqRel))
+    }
+
+    /// The current value of notification `id`, without consuming it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] if `id >= len()`.
+    pub fn get(&self, id: u32) -> Result<u32> {
+        Ok(self.slot(id)?.load(Ordering::Acquire))
+    }
+
+    /// The lowest id in `begin..begin + num` whose notification is set, if any, without
+    /// consuming it or waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyRange`] if `num == 0`, [`Error::OutOfRange`] (carrying `begin + num`) if
+    /// the range extends beyond the table.
+    pub fn first_set(&self, begin: u32, num: u32) -> Result<Option<u32>> {
+        let end = self.range_end(begin, num)?;
+        Ok(self.scan(begin, end))
+    }
+
+    /// Waits until some notification in `begin..begin + num` is set and returns its id (the
+    /// lowest set one when several are), without consuming it.
+    ///
+    /// `progress` is the runtime's non-blocking progress step (reading the completion queue);
+    /// it returns whether it did anything. See [`wait_until`] for how waiting spins, sleeps
+    /// and drives progress, and [`Timeout`] for the meaning of `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyRange`] and [`Error::OutOfRange`] as for [`first_set`](Self::first_set),
+    /// before any waiting; [`Error::Timeout`] if nothing in the range was set in time.
+    pub fn wait_some(
+        &self,
+        begin: u32,
+        num: u32,
+        timeout: Timeout,
+        progress: impl Progress,
+    ) -> Result<u32> {
+        let end = self.range_end(begin, num)?;
+        wait_until(
+            &self.event,
+            timeout.deadline(),
+            || self.scan(begin, end),
+            progress,
+        )
+    }
+
+    fn slot(&self, id: u32) -> Result<&AtomicU32> {
+        self.slots.get(id as usize).ok_or(Error::OutOfRange {
+            id: id.into(),
+            len: self.len,
+        })
+    }
+
+    /// Validates `begin..begin + num` and returns its exclusive end.
+    fn range_end(&self, begin: u32, num: u32) -> Result<u32> {
+        if num == 0 {
+            return Err(Error::EmptyRange { begin });
+        }
+        let end = u64::from(begin) + u64::from(num);
+        match u32::try_from(end) {
+            Ok(end) if end <= self.len => Ok(end),
+            _ => Err(Error::OutOfRange {
+                id: end,
+                len: self.len,
+            }),
+        }
+    }
+
+    /// The lowest set id in the non-empty, validated range `begin..end`, visiting only chunks
+    /// whose summary bit is set.
+    fn scan(&self, begin: u32, end: u32) -> Option<u32> {
+        let last = chunk_of(end - 1);
+        let mut next = chunk_of(begin);
+        while let Some(chunk) = self.summary.next_marked(next, last) {
+            let chunk_begin = chunk_start(chunk);
+            let chunk_end = chunk_begin.saturating_add(CHUNK_LEN).min(self.len);
+            let (lo, hi) = (chunk_begin.max(begin), chunk_end.min(end));
+            if let Some(id) = self.first_nonzero(lo, hi) {
+                return Some(id);
+            }
+            // Only a scan that looked at the whole chunk knows that its mark is stale.
+            if (lo, hi) == (chunk_begin, chunk_end) {
+                if let Some(id) = self.unmark_stale(chunk, lo, hi) {
+                    return Some(id);
+                }
+            }
+            next = chunk + 1;
+        }
+        None
+    }
+
+    /// Clears the mark of a chunk that looked empty, unless a `set` raced with the look.
+    fn unmark_stale(&self, chunk: usize, lo: u32, hi: u32) -> Option<u32> {
+        self.summary.unmark(chunk);
+        // A `set` may have stored into the chunk after our look but marked before our unmark;
+        // the unmark's Acquire makes its store visible to this second look.
+        let id = self.first_nonzero(lo, hi)?;
+        self.summary.mark(chunk);
+        // While the chunk was unmarked another scanner may have skipped it and gone to sleep
+        // after the setter's notification; it needs a notification after the re-mark.
+        self.event.notify_all();
+        Some(id)
+    }
+
+    fn first_nonzero(&self, lo: u32, hi: u32) -> Option<u32> {
+        (lo..hi).find(|&id| self.slots[id as usize].load(Ordering::Acquire) != 0)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const LEN: u32 = 65_536;
+
+    fn no_progress() -> bool {
+        false
+    }
+
+    #[test]
+    fn set_get_reset_round_trip() -> Result<()> {
+        let table = NotificationTable::new(LEN);
+        assert_eq!(table.len(), LEN);
+        assert!(!table.is_empty());
+        assert_eq!(table.get(17)?, 0);
+        table.set(17, 5)?;
+        assert_eq!(table.get(17)?, 5);
+        table.set(17, 9)?;
+        assert_eq!(table.reset(17)?, 9);
+        assert_eq!(table.reset(17)?, 0);
+        assert_eq!(table.get(17)?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_ids_values_and_ranges_are_rejected() {
+        let table = NotificationTable::new(100);
+        let out = |id| Error::OutOfRange { id, len: 100 };
+        assert_eq!(table.set(100, 1), Err(out(100)));
+        assert_eq!(table.set(3, 0), Err(Error::ZeroValue { id: 3 }));
+        assert_eq!(table.get(100), Err(out(100)));
+        assert_eq!(table.reset(u32::MAX), Err(out(u64::from(u32::MAX))));
+        assert_eq!(table.first_set(5, 0), Err(Error::EmptyRange { begin: 5 }));
+        assert_eq!(table.first_set(90, 11), Err(out(101)));
+        assert_eq!(table.first_set(100, 1), Err(out(101)));
+        assert_eq!(
+            table.first_set(u32::MAX, u32::MAX),
+            Err(out(2 * u64::from(u32::MAX)))
+        );
+        assert_eq!(
+            table.wait_some(0, 0, Timeout::Block, no_progress),
+            Err(Error::EmptyRange { begin: 0 })
+        );
+        assert_eq!(
+            table.wait_some(99, 2, Timeout::Block, no_progress),
+            Err(out(101))
+        );
+        assert_eq!(table.first_set(0, 100), Ok(None));
+        assert!(NotificationTable::new(0).is_empty());
+    }
+
+    #[test]
+    fn first_set_finds_the_lowest_set_id_in_range() -> Result<()> {
+        let table = NotificationTable::new(LEN);
+        assert_eq!(table.first_set(0, LEN)?, None);
+        table.set(40_000, 1)?;
+        table.set(70, 2)?;
+        table.set(65, 3)?;
+        assert_eq!(table.first_set(0, LEN)?, Some(65));
+        assert_eq!(table.first_set(66, 10)?, Some(70));
+        assert_eq!(table.first_set(71, LEN - 71)?, Some(40_000));
+        assert_eq!(table.first_set(40_001, LEN - 40_001)?, None);
+        assert_eq!(table.first_set(65, 1)?, Some(65));
+        Ok(())
+    }
+
+    #[test]
+    fn stale_marks_are_cleared_and_new_sets_still_found() -> Result<()> {
+        let table = NotificationTable::new(LEN);
+        table.set(130, 1)?;
+        table.reset(130)?;
+        // A partial look at the chunk must not clear its mark...
+        assert_eq!(table.first_set(131, 2)?, None);
+        assert_eq!(table.summary.next_marked(0, 1023), Some(chunk_of(130)));
+        // ...a whole one does.
+        assert_eq!(table.first_set(0, LEN)?, None);
+        assert_eq!(table.summary.next_marked(0, 1023), None);
+        table.set(131, 4)?;
+        assert_eq!(table.first_set(0, LEN)?, Some(131));
+        Ok(())
+    }
+
+    #[test]
+    fn last_partial_chunk_is_scanned() -> Result<()> {
+        let table = NotificationTable::new(100);
+        table.set(99, 1)?;
+        assert_eq!(table.first_set(0, 100)?, Some(99));
+        table.reset(99)?;
+        assert_eq!(table.first_set(64, 36)?, None);
+        assert_eq!(table.summary.next_marked(0, 1), None);
+        Ok(())
+    }
+
+    #[test]
+    fn wait_some_returns_a_set_id_without_consuming_it() -> Result<()> {
+        let table = NotificationTable::new(LEN);
+        table.set(300, 8)?;
+        assert_eq!(table.wait_some(0, LEN, Timeout::Block, no_progress)?, 300);
+        assert_eq!(table.wait_some(300, 1, Timeout::Test, no_progress)?, 300);
+        assert_eq!(table.get(300)?, 8);
+        Ok(())
+    }
+
+    #[test]
+    fn test_timeout_never_blocks() {
+        let table = NotificationTable::new(LEN);
+        let start = Instant::now();
+        let result = table.wait_some(0, LEN, Timeout::Test, no_progress);
+        let elapsed = start.elapsed();
+        assert_eq!(result, Err(Error::Timeout));
+        assert!(elapsed < Duration::from_millis(1), "took {elapsed:?}");
+    }
+
+    #[test]
+    fn test_timeout_sees_what_its_one_progress_call_delivers() {
+        let table = NotificationTable::new(LEN);
+        let progress = || table.set(5, 1).is_ok();
+        assert_eq!(table.wait_some(0, 10, Timeout::Test, progress), Ok(5));
+    }
+
+    #[test]
+    fn millis_times_out_on_time() {
+        let table = NotificationTable::new(LEN);
+        let start = Instant::now();
+        let result = table.wait_some(0, LEN, Timeout::Millis(50), no_progress);
+        let elapsed = start.elapsed();
+        assert_eq!(result, Err(Error::Timeout));
+        assert!(elapsed >= Duration::from_millis(50), "took {elapsed:?}");
+        assert!(elapsed < Duration::from_millis(150), "took {elapsed:?}");
+    }
+
+    #[test]
+    fn waiting_again_after_a_timeout_works() -> Result<()> {
+        let table = NotificationTable::new(LEN);
+        assert_eq!(
+            table.wait_some(10, 5, Timeout::Millis(10), no_progress),
+            Err(Error::Timeout)
+        );
+        table.set(12, 3)?;
+        assert_eq!(
+            table.wait_some(10, 5, Timeout::Millis(10), no_progress)?,
+            12
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_set_wakes_every_waiter_on_overlapping_ranges() -> Result<()> {
+        let table = Arc::new(NotificationTable::new(LEN));
+        let waiters: Vec<_> = [(0, LEN), (1000, 100), (1050, 1)]
+            .into_iter()
+            .map(|(begin, num)| {
+                let table = Arc::clone(&table);
+                std::thread::spawn(move || table.wait_some(begin, num, Timeout::Block, no_progress))
+            })
+            .collect();
+        // Long enough for the waiters to finish spinning and fall asleep.
+        std::thread::sleep(Duration::from_millis(30));
+        table.set(1050, 7)?;
+        for waiter in waiters {
+            assert_eq!(waiter.join().expect("waiters do not panic"), Ok(1050));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,176 @@
+//! Owns the timeout vocabulary of waiting calls: the user-facing [`Timeout`] and the absolute
+//! [`Deadline`] it resolves to when a call starts.
+
+use std::time::{Duration, Instant};
+
+/// How long a waiting call may wait for its condition.
+///
+/// Every waiting call returns [`Error::Timeout`](crate::Error::Timeout) when the timeout
+/// expires and leaves all state as it was, so the same call can simply be made again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Timeout {
+    /// Wait for as long as it takes.
+    Block,
+    /// Make one progress attempt, check the condition once, and return; never blocks.
+    Test,
+    /// Wait at most this many milliseconds.
+    ///
+    /// The call times out no earlier than the given time after it started, and shortly after
+    /// it: the delay is the operating system's timer granularity plus scheduling. `Millis(0)`
+    /// behaves exactly like [`Timeout::Test`].
+    Millis(u64),
+}
+
+impl Timeout {
+    /// Fixes this timeout to an absolute deadline, counted from now.
+    #[must_use]
+    pub fn deadline(self) -> Deadline {
+        let kind = match self {
+            Timeout::Block => Kind::Never,
+            Timeout::Test | Timeout::Millis(0) => Kind::Test,
+            // A deadline too far away to represent is as good as none.
+            Timeout::Millis(ms) => Instant::now()
+                .checked_add(Duration::from_millis(ms))
+                .map_or(Kind::Never, Kind::At),
+        };
+        Deadline { kind }
+    }
+}
+
+impl From<Duration> for Timeout {
+    /// Converts to [`Timeout::Millis`], rounding up to whole milliseconds so that the wait is
+    /// never shorter than asked for.
+    fn from(duration: Duration) -> Self {
+        let millis = duration.as_nanos().div_ceil(1_000_000);
+        Timeout::Millis(u64::try_from(millis).unwrap_or(u64::MAX))
+    }
+}
+
+/// The point in time at which a waiting call gives up, fixed when the call starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline {
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Never,
+    Test,
+    At(Instant),
+}
+
+impl Deadline {
+    /// Whether the deadline has passed. A [`Timeout::Test`] deadline has always passed; a
+    /// [`Timeout::Block`] deadline never does.
+    #[must_use]
+    pub fn expired(self) -> bool {
+        match self.kind {
+            Kind::Never => false,
+            Kind::Test => true,
+            Kind::At(at) => Instant::now() >= at,
+        }
+    }
+
+    /// Time left until the deadline, zero once it has passed; `None` means forever.
+    #[must_use]
+    pub fn remaining(self) -> Option<Duration> {
+        match self.kind {
+            Kind::Never => None,
+            Kind::Test => Some(Duration::ZERO),
+            Kind::At(at) => Some(at.saturating_duration_since(Instant::now())),
+        }
+    }
+
+    /// Whether this deadline comes from [`Timeout::Test`] (or `Millis(0)`): check once, never
+    /// block.
+    #[must_use]
+    pub fn is_test(self) -> bool {
+        self.kind == Kind::Test
+    }
+
+    /// The earlier of this deadline and `max` from now; `max` too long to represent leaves the
+    /// deadline as it is.
+    pub(crate) fn capped(self, max: Duration) -> Deadline {
+        let Some(cap) = Instant::now().checked_add(max) else {
+            return self;
+        };
+        let kind = match self.kind {
+            Kind::Never => Kind::At(cap),
+            Kind::Test => Kind::Test,
+            Kind::At(at) => Kind::At(at.min(cap)),
+        };
+        Deadline { kind }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_deadline_has_always_expired_and_never_blocks() {
+        let deadline = Timeout::Test.deadline();
+        assert!(deadline.is_test());
+        assert!(deadline.expired());
+        assert_eq!(deadline.remaining(), Some(Duration::ZERO));
+        assert!(Timeout::Millis(0).deadline().is_test());
+    }
+
+    #[test]
+    fn block_deadline_never_expires() {
+        let deadline = Timeout::Block.deadline();
+        assert!(!deadline.is_test());
+        assert!(!deadline.expired());
+        assert_eq!(deadline.remaining(), None);
+    }
+
+    #[test]
+    fn millis_deadline_counts_down() {
+        let deadline = Timeout::Millis(10_000).deadline();
+        assert!(!deadline.expired());
+        let left = deadline
+            .remaining()
+            .expect("a finite timeout has a finite remainder");
+        assert!(left <= Duration::from_secs(10) && left > Duration::from_secs(9));
+
+        let passed = Timeout::Millis(1).deadline();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(passed.expired());
+        assert_eq!(passed.remaining(), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn huge_millis_neither_overflows_nor_expires() {
+        let deadline = Timeout::Millis(u64::MAX).deadline();
+        assert!(!deadline.expired());
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert!(!matches!(deadline.remaining(), Some(left) if left <= year));
+        let capped = deadline.capped(Duration::MAX);
+        assert!(!matches!(capped.remaining(), Some(left) if left <= year));
+    }
+
+    #[test]
+    fn duration_rounds_up_to_whole_millis() {
+        assert_eq!(
+            Timeout::from(Duration::from_micros(1500)),
+            Timeout::Millis(2)
+        );
+        assert_eq!(Timeout::from(Duration::from_millis(7)), Timeout::Millis(7));
+        assert_eq!(Timeout::from(Duration::ZERO), Timeout::Millis(0));
+        assert_eq!(Timeout::from(Duration::MAX), Timeout::Millis(u64::MAX));
+    }
+
+    #[test]
+    fn capped_takes_the_earlier_deadline() {
+        let slice = Duration::from_millis(5);
+        let never = Timeout::Block.deadline().capped(slice);
+        assert!(never.remaining().is_some_and(|left| left <= slice));
+        let soon = Timeout::Millis(1)
+            .deadline()
+            .capped(Duration::from_secs(60));
+        assert!(soon
+            .remaining()
+            .is_some_and(|left| left <= Duration::from_millis(1)));
+        assert!(Timeout::Test.deadline().capped(slice).is_test());
+    }
+}
