@@ -1,0 +1,276 @@
+//! The command line of `gaspirun`: parsing, validation and the help text.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable giving the job time limit when `--timeout` is absent.
+pub(crate) const TIMEOUT_ENV: &str = "GASPIRUN_TIMEOUT";
+
+/// The text of `gaspirun --help`.
+pub(crate) const HELP: &str = "\
+gaspirun: run a GASPI job of N ranks on this host
+
+Usage: gaspirun -n N [options] [--] program [args...]
+
+Starts N processes of `program`, serves them the PMI-1 bootstrap protocol and
+forwards their output.
+
+Options:
+  -n, --np N                number of ranks to start (at least 1; required)
+      --provider P          set GASPI_PROVIDER=P (libfabric provider) for every rank
+      --timeout S           kill the job after S seconds (fractions allowed, 0 = no
+                            limit); default: $GASPIRUN_TIMEOUT, else no limit
+      --tag-output          prefix every line a rank prints with \"[rank] \" (default)
+      --no-prefix           forward output lines unchanged, e.g. for JSON lines; lines
+                            of different ranks still never mix
+      --separate-output DIR write the output of rank R to DIR/rank.R.out and
+                            DIR/rank.R.err instead of the terminal
+  -h, --help                print this help
+  -V, --version             print the version
+
+Each rank gets PMI_FD, PMI_RANK, PMI_SIZE, PMI_JOBID, MPI_LOCALNRANKS and
+MPI_LOCALRANKID; all other variables are inherited. Rank 0 reads gaspirun's
+stdin unless that is a terminal; the other ranks read /dev/null.
+
+When a rank exits with a non-zero status, is killed by a signal, calls PMI
+abort, or the time limit passes, gaspirun stops the whole job (SIGTERM, then
+SIGKILL) and says on stderr which rank failed and why.
+
+Exit status: 0 when every rank exits 0; otherwise the status of the first
+failure: the rank's exit status, 128+N for a rank killed by signal N, the PMI
+abort code, 124 when the time limit passed, 126/127 when the program cannot be
+started, 2 for usage errors.
+";
+
+/// Where the ranks' stdout and stderr go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// To gaspirun's stdout/stderr, each line prefixed with `[rank] `.
+    Tagged,
+    /// To gaspirun's stdout/stderr, whole lines, unchanged.
+    Raw,
+    /// To `DIR/rank.R.out` and `DIR/rank.R.err`.
+    Separate(PathBuf),
+}
+
+/// A validated `gaspirun` invocation.
+#[derive(Debug)]
+pub(crate) struct Options {
+    /// Number of ranks, at least 1.
+    pub(crate) ranks: u32,
+    /// Value for `GASPI_PROVIDER`, if given.
+    pub(crate) provider: Option<OsString>,
+    /// Job time limit.
+    pub(crate) timeout: Option<Duration>,
+    /// Output handling.
+    pub(crate) output: Output,
+    /// The program every rank runs.
+    pub(crate) program: OsString,
+    /// Its arguments.
+    pub(crate) args: Vec<OsString>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    /// Start a job.
+    Run(Options),
+    /// Print the help text.
+    Help,
+    /// Print the version.
+    Version,
+}
+
+/// Parses the arguments after the program name; `env_timeout` is the value of
+/// [`TIMEOUT_ENV`]. `Err` holds a one-line usage error.
+pub(crate) fn parse(
+    args: impl IntoIterator<Item = OsString>,
+    env_timeout: Option<OsString>,
+) -> Result<Parsed, String> {
+    let mut args = args.into_iter();
+    let mut ranks = None;
+    let mut provider = None;
+    let mut timeout = None;
+    let mut output = None;
+    let program = loop {
+        let Some(arg) = args.next() else {
+            return Err("no program to run".to_owned());
+        };
+        // A non-UTF-8 argument cannot be an option, so it is the program.
+        let Some(text) = arg.to_str() else { break arg };
+        if text == "--" {
+            break args.next().ok_or("no program to run after '--'")?;
+        }
+        if !text.starts_with('-') || text == "-" {
+            break arg;
+        }
+        let (name, mut inline) = match text.split_once('=') {
+            Some((name, value)) if text.starts_with("--") => (name, Some(OsString::from(value))),
+            _ if text.starts_with("-n") && text.len() > 2 && !text.starts_with("--") => {
+                ("-n", Some(OsString::from(&text[2..])))
+            }
+            _ => (text, None),
+        };
+        let name = name.to_owned();
+        let mut value = || {
+            inline
+                .take()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("option {name} needs a value"))
+        };
+        match name.as_str() {
+            "-n" | "--np" => ranks = Some(parse_ranks(&value()?)?),
+            "--provider" => provider = Some(value()?),
+            "--timeout" => timeout = Some(parse_timeout("--timeout", &value()?)?),
+            "--tag-output" => set_output(&mut output, Output::Tagged)?,
+            "--no-prefix" => set_output(&mut output, Output::Raw)?,
+            "--separate-output" => {
+                set_output(&mut output, Output::Separate(PathBuf::from(value()?)))?
+            }
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "-V" | "--version" => return Ok(Parsed::Version),
+            _ => return Err(format!("unknown option {name}")),
+        }
+        if inline.is_some() {
+            return Err(format!("option {name} takes no value"));
+        }
+    };
+    let ranks = ranks.ok_or("the number of ranks (-n N) is required")?;
+    let timeout = match (timeout, env_timeout) {
+        (Some(flag), _) => flag,
+        (None, Some(env)) => parse_timeout(TIMEOUT_ENV, &env)?,
+        (None, None) => None,
+    };
+    Ok(Parsed::Run(Options {
+        ranks,
+        provider,
+        timeout,
+        output: output.unwrap_or(Output::Tagged),
+        program,
+        args: args.collect(),
+    }))
+}
+
+fn parse_ranks(text: &OsString) -> Result<u32, String> {
+    match text.to_str().and_then(|t| t.parse::<u32>().ok()) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "the number of ranks must be a whole number of at least 1, not {text:?}"
+        )),
+    }
+}
+
+/// Seconds as a decimal number; 0 means no limit.
+fn parse_timeout(source: &str, text: &OsString) -> Result<Option<Duration>, String> {
+    let seconds = text
+        .to_str()
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s <= f64::from(u32::MAX))
+        .ok_or_else(|| format!("{source} must be a number of seconds, not {text:?}"))?;
+    Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
+}
+
+fn set_output(slot: &mut Option<Output>, choice: Output) -> Result<(), String> {
+    match slot {
+        Some(previous) if *previous != choice => {
+            Err("--tag-output, --no-prefix and --separate-output exclude each other".to_owned())
+        }
+        _ => {
+            *slot = Some(choice);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Options, String> {
+        match parse(args.iter().map(OsString::from), None)? {
+            Parsed::Run(options) => Ok(options),
+            other => panic!("expected a job, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_command_line() {
+        let o = run(&[
+            "-n",
+            "4",
+            "--provider=tcp",
+            "--timeout",
+            "1.5",
+            "--no-prefix",
+            "prog",
+            "-n",
+            "--x",
+        ])
+        .unwrap();
+        assert_eq!(o.ranks, 4);
+        assert_eq!(o.provider, Some("tcp".into()));
+        assert_eq!(o.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(o.output, Output::Raw);
+        assert_eq!(o.program, "prog");
+        // Everything after the program belongs to it, options included.
+        assert_eq!(o.args, vec![OsString::from("-n"), OsString::from("--x")]);
+    }
+
+    #[test]
+    fn short_forms_and_defaults() {
+        let o = run(&["-n3", "--", "-dash-prog"]).unwrap();
+        assert_eq!(o.ranks, 3);
+        assert_eq!(o.program, "-dash-prog");
+        assert_eq!(o.output, Output::Tagged);
+        assert_eq!(o.timeout, None);
+        let o = run(&["--np=2", "--separate-output", "out", "p"]).unwrap();
+        assert_eq!(o.output, Output::Separate(PathBuf::from("out")));
+    }
+
+    #[test]
+    fn usage_errors() {
+        for bad in [
+            &["prog"][..],
+            &["-n", "0", "prog"],
+            &["-n", "x", "prog"],
+            &["-n", "2"],
+            &["-n"],
+            &["-n", "2", "--bogus", "prog"],
+            &["-n", "2", "--timeout", "-1", "prog"],
+            &["-n", "2", "--no-prefix", "--separate-output", "d", "prog"],
+            &["-n", "2", "--no-prefix=yes", "prog"],
+            &["-n", "2", "--"],
+        ] {
+            assert!(
+                parse(bad.iter().map(OsString::from), None).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn timeout_from_environment_unless_overridden() {
+        let args = || ["-n", "1", "p"].iter().map(OsString::from);
+        let Ok(Parsed::Run(o)) = parse(args(), Some("7".into())) else {
+            panic!("expected a job")
+        };
+        assert_eq!(o.timeout, Some(Duration::from_secs(7)));
+        let with_flag = ["-n", "1", "--timeout", "0", "p"]
+            .iter()
+            .map(OsString::from);
+        let Ok(Parsed::Run(o)) = parse(with_flag, Some("7".into())) else {
+            panic!("expected a job")
+        };
+        assert_eq!(o.timeout, None);
+        assert!(parse(args(), Some("soon".into())).is_err());
+    }
+
+    #[test]
+    fn help_and_version_win() {
+        let help = parse(["-n", "1", "--help"].iter().map(OsString::from), None);
+        assert!(matches!(help, Ok(Parsed::Help)));
+        let version = parse(["-V"].iter().map(OsString::from), None);
+        assert!(matches!(version, Ok(Parsed::Version)));
+    }
+}

@@ -1,0 +1,112 @@
+//! Forwarding a rank's stdout or stderr to gaspirun's own, one whole line at a time, optionally
+//! prefixed with `[rank] `.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+
+/// A line longer than this is forwarded in pieces, so a rank printing without newlines cannot
+/// make the launcher buffer without bound.
+const MAX_PENDING: usize = 64 * 1024;
+
+/// Which of gaspirun's streams receives the lines.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// gaspirun's stdout.
+    Stdout,
+    /// gaspirun's stderr.
+    Stderr,
+}
+
+/// Copies `source` to `target` until end of file. With `prefix`, every line starts with it and
+/// ends with a newline; without, bytes pass unchanged. Write errors (gaspirun's stdout closed)
+/// are ignored and reading goes on, so the rank never blocks on a full pipe.
+pub(crate) fn forward(source: impl Read, target: Target, prefix: Option<String>) {
+    split_lines(source, prefix.as_deref(), |line| write_to(target, line));
+}
+
+/// Calls `sink` with every line of `source` (prefixed and newline-terminated when `prefix` is
+/// given), and with pieces of [`MAX_PENDING`] bytes of longer lines.
+fn split_lines(source: impl Read, prefix: Option<&str>, mut sink: impl FnMut(&[u8])) {
+    let mut reader = BufReader::with_capacity(MAX_PENDING, source);
+    let mut line = Vec::new();
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok([]) => break,
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let (taken, complete) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(end) => (end + 1, true),
+            None => (chunk.len(), false),
+        };
+        line.extend_from_slice(&chunk[..taken]);
+        reader.consume(taken);
+        if complete || line.len() >= MAX_PENDING {
+            sink(&framed(&line, prefix));
+            line.clear();
+        }
+    }
+    if !line.is_empty() {
+        sink(&framed(&line, prefix));
+    }
+}
+
+fn framed(line: &[u8], prefix: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + 16);
+    if let Some(prefix) = prefix {
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    } else {
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// Writes one line with a single locked write, so lines of different ranks never mix.
+fn write_to(target: Target, out: &[u8]) {
+    // Ignored: see `forward`.
+    let _ = match target {
+        Target::Stdout => {
+            let mut stdout = io::stdout().lock();
+            stdout.write_all(out).and_then(|()| stdout.flush())
+        }
+        Target::Stderr => io::stderr().lock().write_all(out),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], prefix: Option<&str>) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        split_lines(input, prefix, |line| out.push(line.to_vec()));
+        out
+    }
+
+    #[test]
+    fn prefixes_every_line_and_terminates_the_last() {
+        let out = lines(b"a\nbc\n\nlast", Some("[2] "));
+        let expected: Vec<&[u8]> = vec![b"[2] a\n", b"[2] bc\n", b"[2] \n", b"[2] last\n"];
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn without_prefix_bytes_pass_unchanged() {
+        let out = lines(b"{\"x\":1}\npartial", None);
+        let expected: Vec<&[u8]> = vec![b"{\"x\":1}\n", b"partial"];
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn endless_lines_are_cut_into_bounded_pieces() {
+        let input = vec![b'x'; 3 * MAX_PENDING];
+        let out = lines(&input, None);
+        assert!(out.len() >= 3);
+        assert!(out.iter().all(|piece| piece.len() <= MAX_PENDING));
+        assert_eq!(out.concat(), input);
+    }
+}
