@@ -1,0 +1,179 @@
+//! Runtime configuration: the GASPI-like knobs, with defaults, environment overrides and checks.
+//!
+//! Defaults follow GPI-2 where its users expect them (65,536 notifications per segment, 8 queues
+//! of depth 1,024, 255 list entries). Every field is validated by [`Config::validate`], which
+//! [`Context::init_with`](crate::Context::init_with) calls, so a bad value is an
+//! [`Error::Config`] naming the field rather than a failure deep inside the transport.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Largest number of notifications per segment: ids travel in 23 bits of the 64-bit remote
+/// completion data, next to the segment id, the value and a system flag.
+pub const MAX_NOTIFICATIONS: u32 = 1 << 23;
+
+/// Largest number of queues.
+pub const MAX_QUEUES: u8 = 16;
+
+/// Largest number of entries in one list operation.
+pub const MAX_LIST_ENTRIES: usize = 255;
+
+/// Configuration of a [`Context`](crate::Context).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// libfabric provider: `tcp` (default), `shm`, `verbs`, or any raw provider string
+    /// (`GASPI_PROVIDER`).
+    pub provider: String,
+    /// Notification slots per segment (`GASPI_NOTIFICATIONS`, default 65,536, at most
+    /// [`MAX_NOTIFICATIONS`]). Every rank must use the same value.
+    pub notifications: u32,
+    /// Queues created at init (`GASPI_QUEUES`, default 8, at most [`MAX_QUEUES`]).
+    pub queues: u8,
+    /// Operations a queue holds before it reports [`Error::QueueFull`] (`GASPI_QUEUE_DEPTH`,
+    /// default 1,024, at most 65,536).
+    pub queue_depth: u32,
+    /// How long posting an operation may keep retrying while the provider has no resources,
+    /// and how long internal one-off waits (a remote segment lookup) may take
+    /// (`GASPI_OP_TIMEOUT_MS`, default 30 s).
+    pub op_timeout: Duration,
+    /// Run a progress thread (`GASPI_PROGRESS_THREAD=0` disables it). Providers with manual
+    /// data progress need one for one-sided writes to land while the target computes.
+    pub progress_thread: bool,
+    /// Ignore the provider's write-after-write ordering even when granted and use the
+    /// ordering-free notification path everywhere (`GASPI_FORCE_UNORDERED=1`); for testing the
+    /// path that providers without ordering take.
+    pub force_unordered: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            provider: "tcp".into(),
+            notifications: 65_536,
+            queues: 8,
+            queue_depth: 1_024,
+            op_timeout: Duration::from_secs(30),
+            progress_thread: true,
+            force_unordered: false,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults, overridden by the `GASPI_*` environment variables listed on each field.
+    pub fn from_env() -> Result<Self> {
+        let mut cfg = Config::default();
+        if let Some(p) = var("GASPI_PROVIDER") {
+            cfg.provider = p;
+        }
+        if let Some(v) = var("GASPI_NOTIFICATIONS") {
+            cfg.notifications = parse("GASPI_NOTIFICATIONS", &v)?;
+        }
+        if let Some(v) = var("GASPI_QUEUES") {
+            cfg.queues = parse("GASPI_QUEUES", &v)?;
+        }
+        if let Some(v) = var("GASPI_QUEUE_DEPTH") {
+            cfg.queue_depth = parse("GASPI_QUEUE_DEPTH", &v)?;
+        }
+        if let Some(v) = var("GASPI_OP_TIMEOUT_MS") {
+            cfg.op_timeout = Duration::from_millis(parse("GASPI_OP_TIMEOUT_MS", &v)?);
+        }
+        if let Some(v) = var("GASPI_PROGRESS_THREAD") {
+            cfg.progress_thread = flag("GASPI_PROGRESS_THREAD", &v)?;
+        }
+        if let Some(v) = var("GASPI_FORCE_UNORDERED") {
+            cfg.force_unordered = flag("GASPI_FORCE_UNORDERED", &v)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks every field against its limits.
+    pub fn validate(&self) -> Result<()> {
+        if self.provider.is_empty() {
+            return Err(Error::Config("provider must not be empty".into()));
+        }
+        if self.notifications == 0 || self.notifications > MAX_NOTIFICATIONS {
+            return Err(Error::Config(format!(
+                "notifications = {} must be in 1..={MAX_NOTIFICATIONS}",
+                self.notifications
+            )));
+        }
+        if self.queues == 0 || self.queues > MAX_QUEUES {
+            return Err(Error::Config(format!(
+                "queues = {} must be in 1..={MAX_QUEUES}",
+                self.queues
+            )));
+        }
+        if self.queue_depth == 0 || self.queue_depth > 65_536 {
+            return Err(Error::Config(format!(
+                "queue_depth = {} must be in 1..=65536",
+                self.queue_depth
+            )));
+        }
+        if self.op_timeout.is_zero() {
+            return Err(Error::Config("op_timeout must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| Error::Config(format!("{name}={value:?} is not a valid number")))
+}
+
+fn flag(name: &str, value: &str) -> Result<bool> {
+    match value.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(Error::Config(format!("{name}={value:?} must be 0 or 1"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let bad = [
+            Config {
+                notifications: 0,
+                ..Config::default()
+            },
+            Config {
+                notifications: MAX_NOTIFICATIONS + 1,
+                ..Config::default()
+            },
+            Config {
+                queues: MAX_QUEUES + 1,
+                ..Config::default()
+            },
+            Config {
+                queue_depth: 0,
+                ..Config::default()
+            },
+            Config {
+                provider: String::new(),
+                ..Config::default()
+            },
+        ];
+        for cfg in bad {
+            assert!(matches!(cfg.validate(), Err(Error::Config(_))), "{cfg:?}");
+        }
+    }
+}

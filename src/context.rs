@@ -1,0 +1,315 @@
+//! The context: one rank's membership in the job, and everything it owns.
+//!
+//! [`Context::init`] bootstraps through PMI (exchanging endpoint names and system-region keys),
+//! opens the libfabric endpoint, starts the progress thread and synchronises all ranks once over
+//! the fabric. A `Context` is `Send + Sync`: share it by reference (scoped threads, rayon) or in
+//! an `Arc`, and call any operation from any thread. [`Context::finalize`] is collective and
+//! leaves no thread or registration behind; dropping a context without finalizing releases the
+//! same resources without synchronising with the other ranks.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use gaspi_notifications::{EventCount, NotificationTable, Timeout};
+use gaspi_segments::SegmentMemory;
+
+use crate::barrier::BarrierState;
+use crate::config::Config;
+use crate::error::{Error, Rank, Result};
+use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
+use crate::pmi::PmiClient;
+use crate::progress::ProgressThread;
+use crate::segment::{layout, Segments};
+
+/// Key requested for the system region where the provider lets us choose keys; user segments
+/// use `USER_KEY_BASE + id`.
+const SYSTEM_KEY: u64 = 1;
+pub(crate) const USER_KEY_BASE: u64 = 0x100;
+
+/// Number of runtime-internal notification slots (barrier rounds and spare).
+pub(crate) const SYSTEM_NOTIFICATIONS: u32 = 1024;
+
+/// Where a peer's system region is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SystemRegion {
+    pub(crate) base: u64,
+    pub(crate) key: u64,
+}
+
+/// State shared by all handles and the progress thread.
+pub(crate) struct Inner {
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    pub(crate) config: Config,
+    pub(crate) segments: Segments,
+    pub(crate) queues: crate::queue::Queues,
+    /// Bumped after every batch of completions; waiters sleep on it.
+    pub(crate) events: EventCount,
+    pub(crate) system_notifications: NotificationTable,
+    pub(crate) system_reads: AtomicU64,
+    pub(crate) system_failure: Mutex<Option<(Rank, String)>>,
+    pub(crate) system_lookup: Mutex<()>,
+    pub(crate) peers: Vec<SystemRegion>,
+    pub(crate) barrier: Mutex<BarrierState>,
+    /// User threads currently polling inside a waiting call (see `progress::Waiter`).
+    pub(crate) spinners: AtomicUsize,
+    /// Wakes the progress thread when the last polling waiter goes to sleep.
+    pub(crate) standby: EventCount,
+    pmi: Mutex<Option<PmiClient>>,
+    // Drop order: the endpoint goes after every registration that refers to its domain.
+    pub(crate) system_mr: MemoryRegion,
+    pub(crate) system_memory: SegmentMemory,
+    pub(crate) ep: Endpoint,
+}
+
+/// A rank's handle on the job: segments, notifications, queues and one-sided operations.
+///
+/// All methods take `&self` and may be called from many threads at once.
+pub struct Context {
+    // Declared before `inner` so the thread stops before the shared state can go away.
+    progress: Option<ProgressThread>,
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.size)
+            .field("provider", &self.inner.ep.caps().provider)
+            .finish()
+    }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// What each rank publishes at bootstrap: its endpoint name and its system region.
+fn encode_card(name: &[u8], region: SystemRegion) -> String {
+    let mut bytes = Vec::with_capacity(name.len() + 16);
+    bytes.extend_from_slice(&region.base.to_le_bytes());
+    bytes.extend_from_slice(&region.key.to_le_bytes());
+    bytes.extend_from_slice(name);
+    to_hex(&bytes)
+}
+
+fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemRegion)> {
+    let bytes = from_hex(card)
+        .filter(|b| b.len() > 16)
+        .ok_or_else(|| Error::bootstrap("get", format!("malformed address card of rank {rank}")))?;
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+        u64::from_le_bytes(w)
+    };
+    let region = SystemRegion {
+        base: word(0),
+        key: word(1),
+    };
+    Ok((bytes[16..].to_vec(), region))
+}
+
+impl Context {
+    /// Joins the job with the configuration from the environment ([`Config::from_env`]).
+    ///
+    /// Started by `gaspirun`, `mpiexec.hydra` or `srun --mpi=pmi2`, the process learns its rank
+    /// through PMI; started alone, it is rank 0 of a job of one.
+    pub fn init() -> Result<Context> {
+        Self::init_with(Config::from_env()?)
+    }
+
+    /// Joins the job with an explicit configuration. Every rank must pass an equal one.
+    pub fn init_with(config: Config) -> Result<Context> {
+        config.validate()?;
+        let mut pmi = PmiClient::from_env()?;
+        let (rank, size) = pmi.as_ref().map_or((0, 1), |p| (p.rank(), p.size()));
+        let cq_size = (config.queue_depth as usize * config.queues as usize).max(1024);
+        let ep = Endpoint::open(&config.provider, config.force_unordered, cq_size)?;
+
+        let system_memory =
+            SegmentMemory::allocate(layout::SIZE, "system").map_err(|source| Error::Segment {
+                rank,
+                segment: 0,
+                source,
+            })?;
+        // SAFETY: the system memory is owned by Inner and dropped after this registration
+        // (field order of Inner).
+        let system_mr = unsafe {
+            MemoryRegion::register(&ep, system_memory.as_ptr(), system_memory.len(), SYSTEM_KEY)?
+        };
+        let own_region = SystemRegion {
+            base: if ep.caps().virt_addr {
+                system_memory.as_ptr() as u64
+            } else {
+                0
+            },
+            key: system_mr.key(),
+        };
+
+        let mut names = Vec::with_capacity(size as usize);
+        let mut peers = Vec::with_capacity(size as usize);
+        match pmi.as_mut() {
+            Some(pmi) => {
+                let card = encode_card(&ep.name()?, own_region);
+                pmi.put(&format!("gaspi-card-{rank}"), &card)?;
+                pmi.barrier()?;
+                for r in 0..size {
+                    let (name, region) = decode_card(r, &pmi.get(r, &format!("gaspi-card-{r}"))?)?;
+                    names.push(name);
+                    peers.push(region);
+                }
+            }
+            None => {
+                names.push(ep.name()?);
+                peers.push(own_region);
+            }
+        }
+        ep.insert_peers(&names)?;
+
+        let inner = Arc::new(Inner {
+            rank,
+            size,
+            segments: Segments::new(),
+            queues: crate::queue::Queues::new(config.queues, config.queue_depth),
+            events: EventCount::new(),
+            system_notifications: NotificationTable::new(SYSTEM_NOTIFICATIONS),
+            system_reads: AtomicU64::new(0),
+            system_failure: Mutex::new(None),
+            system_lookup: Mutex::new(()),
+            peers,
+            barrier: Mutex::new(BarrierState::default()),
+            spinners: AtomicUsize::new(0),
+            standby: EventCount::new(),
+            pmi: Mutex::new(pmi),
+            system_mr,
+            system_memory,
+            ep,
+            config,
+        });
+        // Only providers that need the application to drive data progress get a thread.
+        let progress = if inner.config.progress_thread && inner.ep.caps().manual_progress {
+            Some(ProgressThread::start(Arc::clone(&inner))?)
+        } else {
+            None
+        };
+        let ctx = Context { progress, inner };
+        // The first fabric-level barrier proves every endpoint reachable before user code runs.
+        ctx.barrier(Timeout::from(ctx.inner.config.op_timeout))?;
+        Ok(ctx)
+    }
+
+    /// This rank, in `0..size()`.
+    pub fn rank(&self) -> Rank {
+        self.inner.rank
+    }
+
+    /// Number of ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    /// The configuration this context runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The libfabric provider in use, as libfabric names it (e.g. `tcp;ofi_rxm`, `shm`).
+    pub fn provider(&self) -> &str {
+        &self.inner.ep.caps().provider
+    }
+
+    /// Whether the provider granted write-after-write ordering, which `notify` and
+    /// `write_list_notify` use to order their notification after earlier writes (see the crate
+    /// documentation for the mechanism when it is not granted).
+    pub fn ordered_writes(&self) -> bool {
+        self.inner.ep.caps().ordered_writes
+    }
+
+    /// Ends this rank's participation: waits for all ranks (collective, bounded by `timeout`),
+    /// stops the progress thread and releases every registration and the endpoint.
+    ///
+    /// On timeout the context is still released locally and [`Error::Timeout`] is returned.
+    pub fn finalize(self, timeout: Timeout) -> Result<()> {
+        let barrier = self.barrier(timeout);
+        let pmi = self
+            .inner
+            .pmi
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(self);
+        let fin = pmi.map_or(Ok(()), PmiClient::finalize);
+        barrier.and(fin)
+    }
+
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<()> {
+        if rank >= self.inner.size {
+            return Err(Error::InvalidRank {
+                rank,
+                size: self.inner.size,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Where `offset` of `rank`'s system region is; `rank` must be valid.
+    pub(crate) fn system_target(&self, rank: Rank, offset: u64) -> RemoteTarget {
+        let region = self.peers[rank as usize];
+        RemoteTarget {
+            rank,
+            addr: region.base + offset,
+            key: region.key,
+        }
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Stop the progress thread before Inner (and the endpoint) can be dropped.
+        self.progress.take();
+        // Leaving deliberately, even without the collective finalize, is not a crash: tell the
+        // launcher, which otherwise treats this rank as dead once the process exits.
+        let pmi = self
+            .inner
+            .pmi
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(pmi) = pmi {
+            // Nothing useful can be done with a failure while dropping.
+            let _ = pmi.finalize();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cards_round_trip() {
+        let region = SystemRegion {
+            base: 0xdead_beef_0000,
+            key: 7,
+        };
+        let card = encode_card(b"\x01\x02name", region);
+        let (name, back) = decode_card(3, &card).expect("decodes");
+        assert_eq!(name, b"\x01\x02name");
+        assert_eq!((back.base, back.key), (region.base, region.key));
+        assert!(decode_card(3, "abc").is_err());
+        assert!(decode_card(3, "zz").is_err());
+    }
+}

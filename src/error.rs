@@ -1,0 +1,237 @@
+//! The crate's single error type.
+//!
+//! Every fallible call in `gaspi` returns [`Error`]. Variants carry the rank, segment, offset,
+//! size or notification id that failed, so a message printed by a rank far away in a job log is
+//! enough to find the bad call. Misuse (bad ids, out-of-range offsets, double resets) is a variant
+//! like any other: the runtime never panics on user input.
+
+use std::io;
+
+/// A rank of the job, as seen by the runtime (0-based, dense).
+pub type Rank = u32;
+
+/// Identifier of a segment (0..=255).
+pub type SegmentId = u8;
+
+/// Identifier of a communication queue.
+pub type QueueId = u8;
+
+/// Identifier of a notification slot in a segment.
+pub type NotificationId = u32;
+
+/// Everything that can go wrong in the `gaspi` runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operation did not finish before its [`Timeout`](crate::Timeout). Calling it again
+    /// continues where it stopped.
+    #[error("timed out")]
+    Timeout,
+
+    /// A libfabric call failed.
+    #[error("libfabric {call} failed: {message} (fi_errno {code})")]
+    Fabric {
+        /// The libfabric function that failed.
+        call: &'static str,
+        /// Positive libfabric error number.
+        code: i32,
+        /// `fi_strerror` of `code`.
+        message: String,
+    },
+
+    /// The requested provider does not exist or cannot give what the runtime needs.
+    #[error("libfabric provider {requested:?} is not usable here: {reason}; providers on this host: {available}")]
+    ProviderUnavailable {
+        /// What `GASPI_PROVIDER` (or the config) asked for.
+        requested: String,
+        /// Why it was rejected.
+        reason: String,
+        /// Comma-separated providers that `fi_getinfo` lists on this host.
+        available: String,
+    },
+
+    /// The PMI bootstrap (talking to `gaspirun`, `mpiexec.hydra` or `srun`) failed.
+    #[error("PMI bootstrap failed during {command}: {reason}")]
+    Bootstrap {
+        /// The PMI command in flight (`init`, `put`, `barrier_in`, ...).
+        command: String,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// An operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the runtime was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A configuration value is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// A rank outside `0..size`.
+    #[error("rank {rank} is out of range (job size {size})")]
+    InvalidRank {
+        /// The bad rank.
+        rank: Rank,
+        /// Number of ranks in the job.
+        size: u32,
+    },
+
+    /// No segment with this id exists at the given rank.
+    #[error("segment {segment} does not exist on rank {rank}")]
+    UnknownSegment {
+        /// The rank on which the segment was looked up.
+        rank: Rank,
+        /// The segment id.
+        segment: SegmentId,
+    },
+
+    /// A segment with this id already exists.
+    #[error("segment {segment} already exists on rank {rank}")]
+    SegmentExists {
+        /// This rank.
+        rank: Rank,
+        /// The segment id.
+        segment: SegmentId,
+    },
+
+    /// `offset..offset+size` does not fit into the segment.
+    #[error("range {offset}+{size} is outside segment {segment} of rank {rank} (segment size {segment_size})")]
+    OutOfBounds {
+        /// The rank owning the segment.
+        rank: Rank,
+        /// The segment id.
+        segment: SegmentId,
+        /// Start of the requested range.
+        offset: u64,
+        /// Length of the requested range.
+        size: u64,
+        /// Size of the segment.
+        segment_size: u64,
+    },
+
+    /// A notification id outside the segment's notification table.
+    #[error("notification {id} is out of range for segment {segment} on rank {rank} ({count} notifications)")]
+    InvalidNotification {
+        /// The rank owning the table.
+        rank: Rank,
+        /// The segment id.
+        segment: SegmentId,
+        /// The bad id (or the end of a bad range).
+        id: u64,
+        /// Number of notifications per segment.
+        count: u32,
+    },
+
+    /// Notification value 0 means "unset" and cannot be sent.
+    #[error("notification value 0 is reserved for 'unset' (notification {id} to rank {rank})")]
+    ZeroNotificationValue {
+        /// Target rank.
+        rank: Rank,
+        /// Notification id.
+        id: NotificationId,
+    },
+
+    /// A queue id that does not exist.
+    #[error("queue {queue} does not exist ({count} queues)")]
+    InvalidQueue {
+        /// The bad queue id.
+        queue: QueueId,
+        /// Number of queues currently created.
+        count: u32,
+    },
+
+    /// The queue holds `depth` operations not yet completed; call [`Context::wait`](crate::Context::wait).
+    #[error("queue {queue} is full ({depth} operations outstanding)")]
+    QueueFull {
+        /// The full queue.
+        queue: QueueId,
+        /// Its depth.
+        depth: u32,
+    },
+
+    /// A queue cannot be deleted while operations on it are outstanding.
+    #[error("queue {queue} still has {outstanding} operations outstanding")]
+    QueueBusy {
+        /// The queue.
+        queue: QueueId,
+        /// Operations posted and not completed.
+        outstanding: u32,
+    },
+
+    /// A segment cannot be deleted while local operations on it are in flight.
+    #[error("segment {segment} is in use by {in_flight} operations in flight")]
+    SegmentBusy {
+        /// The segment.
+        segment: SegmentId,
+        /// Operations posted and not completed.
+        in_flight: u32,
+    },
+
+    /// Segment memory could not be set up or accessed.
+    #[error("segment {segment} on rank {rank}: {source}")]
+    Segment {
+        /// This rank.
+        rank: Rank,
+        /// The segment.
+        segment: SegmentId,
+        /// What the segment memory layer reported.
+        #[source]
+        source: gaspi_segments::Error,
+    },
+
+    /// A list operation got lists of different lengths, or too many entries.
+    #[error("invalid list operation: {0}")]
+    InvalidList(String),
+
+    /// A resource limit was reached (segments, queues).
+    #[error("limit reached: {0}")]
+    Limit(String),
+
+    /// A peer rank is gone: its connection broke or an operation towards it failed.
+    #[error("rank {rank} failed: {reason}")]
+    RankFailed {
+        /// The rank that failed.
+        rank: Rank,
+        /// What the runtime observed.
+        reason: String,
+    },
+
+    /// A peer sent something the runtime's protocol does not allow (mismatched configuration
+    /// or versions between ranks).
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+
+    /// The context was already finalized.
+    #[error("the context has been finalized")]
+    Finalized,
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn bootstrap(command: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Bootstrap {
+            command: command.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// True for [`Error::Timeout`]: the call may be repeated.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout)
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,105 @@
+//! gaspi: one-sided, notification-driven communication between the ranks of an HPC job, in
+//! the style of the GASPI standard, over libfabric.
+//!
+//! # The model
+//! Every rank creates **segments** (registered memory that every rank can write into and read
+//! from) and communicates with one-sided operations posted on **queues**. The central operation
+//! is [`Context::write_notify`]: the data lands in the target's segment, then a **notification**
+//! (a non-zero `u32` in the segment's notification table) becomes visible there — never before
+//! the data. Targets wait with [`Context::notify_waitsome`] and consume with
+//! [`Context::notify_reset`].
+//!
+//! ```no_run
+//! use gaspi::{local, remote, Context, Notification, Timeout};
+//!
+//! let ctx = Context::init()?;
+//! let (me, n) = (ctx.rank(), ctx.size());
+//! ctx.segment_create(0, 1 << 20, Timeout::Block)?;
+//! ctx.segment_write(0, 0, b"hello")?;
+//! let right = (me + 1) % n;
+//! ctx.write_notify(local(0, 0), remote(right, 0, 4096), 5, Notification { id: 0, value: me + 1 }, 0)?;
+//! let id = ctx.notify_waitsome(0, 0, 1, Timeout::Millis(10_000))?;
+//! let from = ctx.notify_reset(0, id)? - 1;
+//! let mut got = [0u8; 5];
+//! ctx.segment_read(0, 4096, &mut got)?;
+//! assert_eq!(&got, b"hello");
+//! ctx.wait(0, Timeout::Block)?;
+//! ctx.finalize(Timeout::Block)?;
+//! # let _ = from;
+//! # Ok::<(), gaspi::Error>(())
+//! ```
+//!
+//! # Guarantees
+//! * **Notification after data.** `write_notify` is one `fi_writedata` whose remote completion
+//!   data is the notification; the target's provider reports it only after the payload is
+//!   placed, and the runtime publishes it with release ordering. See [`Context::write_notify`]
+//!   and the `rma` module for `notify` and list operations.
+//! * **Timeouts everywhere.** Every call that may wait takes a [`Timeout`] (`Block`, `Test`,
+//!   `Millis(n)`), returns [`Error::Timeout`] when it expires, and can simply be called again.
+//! * **No panics on bad input.** Out-of-range ranks, segments, offsets, sizes and notification
+//!   ids, zero notification values, full queues: each is an [`Error`] variant.
+//! * **No busy waiting while idle.** Waiters spin briefly while driving progress, then sleep.
+//!
+//! # Starting a job
+//! Ranks bootstrap through PMI-1: run programs with `gaspirun -n 4 prog`, `mpiexec.hydra -n 4
+//! prog` or `srun --mpi=pmi2 prog`; without a PMI environment a program is a job of one rank.
+//! The provider is chosen with `GASPI_PROVIDER` (`tcp` default, `shm`, `verbs`, or a raw
+//! libfabric provider name); see [`Config`] for every setting.
+
+#![warn(missing_docs)]
+
+mod barrier;
+#[doc(hidden)]
+pub mod bench;
+mod config;
+mod context;
+mod error;
+mod fabric;
+#[doc(hidden)]
+pub mod launcher;
+mod notify;
+pub mod pmi;
+mod progress;
+mod queue;
+mod rma;
+mod segment;
+mod wire;
+
+pub use config::{Config, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_QUEUES};
+pub use context::Context;
+pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
+pub use gaspi_notifications::Timeout;
+pub use rma::{local, remote, ListEntry, Local, Notification, Remote};
+
+/// Queue operations that do not move data.
+impl Context {
+    /// Creates a queue and returns its id.
+    pub fn queue_create(&self) -> Result<QueueId> {
+        self.inner.queues.create()
+    }
+
+    /// Deletes an idle queue.
+    pub fn queue_delete(&self, queue: QueueId) -> Result<()> {
+        self.inner.queues.delete(queue)
+    }
+
+    /// Number of queues that currently exist.
+    pub fn queue_num(&self) -> u32 {
+        self.inner.queues.count()
+    }
+
+    /// Operations posted on `queue` and not yet completed.
+    pub fn queue_size(&self, queue: QueueId) -> Result<u32> {
+        Ok(self.inner.queues.get(queue)?.outstanding())
+    }
+
+    /// Operations a queue holds before posting returns [`Error::QueueFull`].
+    pub fn queue_max(&self) -> u32 {
+        self.inner.queues.depth()
+    }
+}
+
+/// Providers usable for RDM endpoints with RMA on this host, as libfabric names them.
+pub fn available_providers() -> Vec<String> {
+    fabric::available_providers()
+}

@@ -1,0 +1,564 @@
+//! One-sided operations on queues: write, read, their notified and list forms, and notify.
+//!
+//! Each call validates everything it can before posting (queue, ranks, segment ids, ranges,
+//! notification ids and values), reserves room on its queue (a full queue is
+//! [`Error::QueueFull`], never a silent block), and posts to libfabric. Local completion is
+//! awaited with [`Context::wait`].
+//!
+//! # How a notification follows its data
+//! * `write_notify` is a single `fi_writedata`: the notification travels as its remote
+//!   completion data, which the target's provider reports only after the payload is placed. No
+//!   provider ordering is needed.
+//! * `notify` and `write_list_notify` must order a notification after *earlier* writes. Where the
+//!   provider grants write-after-write ordering (`FI_ORDER_RMA_WAW`, requested at startup; tcp
+//!   and shm grant it) the notification is posted right behind them. Where it does not, the
+//!   notification is deferred: it is sent by the progress engine once every write it follows
+//!   has completed at the origin with delivery-complete semantics.
+//! * `read_notify` sets the local notification when the read has completed locally.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_utils::Backoff;
+use gaspi_notifications::Timeout;
+
+use crate::config::MAX_LIST_ENTRIES;
+use crate::context::Context;
+use crate::error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
+use crate::fabric::{Posted, RemoteTarget};
+use crate::progress::{Deferred, OpContext, OpKind};
+use crate::segment::{layout, LocalSegment, RemoteSegment};
+use crate::wire::WireNotification;
+
+/// A place in one of this rank's segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Local {
+    /// Segment id.
+    pub segment: SegmentId,
+    /// Byte offset in the segment.
+    pub offset: u64,
+}
+
+/// A place in a segment of some rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Remote {
+    /// The rank owning the segment.
+    pub rank: Rank,
+    /// Segment id on that rank.
+    pub segment: SegmentId,
+    /// Byte offset in the segment.
+    pub offset: u64,
+}
+
+/// A notification to set: slot `id` of a segment gets `value` (non-zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Notification {
+    /// Notification id in the segment's table.
+    pub id: NotificationId,
+    /// Value to store; 0 is reserved for "unset".
+    pub value: u32,
+}
+
+/// Shorthand for [`Local`].
+pub fn local(segment: SegmentId, offset: u64) -> Local {
+    Local { segment, offset }
+}
+
+/// Shorthand for [`Remote`].
+pub fn remote(rank: Rank, segment: SegmentId, offset: u64) -> Remote {
+    Remote {
+        rank,
+        segment,
+        offset,
+    }
+}
+
+/// One entry of a list operation: `size` bytes between `local` and (`rank` given by the call)
+/// `remote_segment` at `remote_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListEntry {
+    /// The local side.
+    pub local: Local,
+    /// Segment on the remote rank.
+    pub remote_segment: SegmentId,
+    /// Offset in that segment.
+    pub remote_offset: u64,
+    /// Bytes to transfer.
+    pub size: u64,
+}
+
+/// A validated transfer, ready to post.
+struct Transfer {
+    local: Arc<LocalSegment>,
+    local_offset: u64,
+    target: RemoteTarget,
+    size: usize,
+}
+
+impl Context {
+    /// Writes `size` bytes from `local` to `remote`.
+    pub fn write(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
+        let t = self.transfer(local, remote, size)?;
+        self.post_transfers(queue, vec![t], None)
+    }
+
+    /// Writes `size` bytes from `local` to `remote`, then sets `notification` in the remote
+    /// segment's table. The notification never becomes visible before the data.
+    pub fn write_notify(
+        &self,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        notification: Notification,
+        queue: QueueId,
+    ) -> Result<()> {
+        let wire = self.wire_notification(remote.rank, remote.segment, notification)?;
+        if size == 0 {
+            return self.post_notify(queue, remote.rank, wire);
+        }
+        let t = self.transfer(local, remote, size)?;
+        self.post_transfers(queue, vec![t], Some(wire))
+    }
+
+    /// Sets `notification` in segment `segment` of `rank`, after every write posted earlier on
+    /// `queue` to that rank has landed.
+    pub fn notify(
+        &self,
+        rank: Rank,
+        segment: SegmentId,
+        notification: Notification,
+        queue: QueueId,
+    ) -> Result<()> {
+        let wire = self.wire_notification(rank, segment, notification)?;
+        self.remote_segment(rank, segment)?;
+        self.post_notify(queue, rank, wire)
+    }
+
+    /// Reads `size` bytes from `remote` into `local`.
+    pub fn read(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
+        let t = self.transfer(local, remote, size)?;
+        self.post_reads(queue, vec![t], None)
+    }
+
+    /// Reads `size` bytes from `remote` into `local`; once they have arrived, sets
+    /// `notification` in the *local* segment `local.segment` (GASPI `read_notify`).
+    pub fn read_notify(
+        &self,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        notification: Notification,
+        queue: QueueId,
+    ) -> Result<()> {
+        let me = self.rank();
+        self.wire_notification(me, local.segment, notification)?;
+        let t = self.transfer(local, remote, size)?;
+        self.post_reads(queue, vec![t], Some((local.segment, notification)))
+    }
+
+    /// Writes every entry of `entries` to `rank` (at most 255 entries).
+    pub fn write_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
+        let transfers = self.list_transfers(entries, rank)?;
+        self.post_transfers(queue, transfers, None)
+    }
+
+    /// Writes every entry of `entries` to `rank`, then sets `notification` in segment
+    /// `notify_segment` of `rank`, visible only after all entries' data.
+    pub fn write_list_notify(
+        &self,
+        entries: &[ListEntry],
+        rank: Rank,
+        notify_segment: SegmentId,
+        notification: Notification,
+        queue: QueueId,
+    ) -> Result<()> {
+        let wire = self.wire_notification(rank, notify_segment, notification)?;
+        self.remote_segment(rank, notify_segment)?;
+        let transfers = self.list_transfers(entries, rank)?;
+        self.post_transfers(queue, transfers, None)?;
+        self.post_notify(queue, rank, wire)
+    }
+
+    /// Reads every entry of `entries` from `rank` (at most 255 entries).
+    pub fn read_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
+        let transfers = self.list_transfers(entries, rank)?;
+        self.post_reads(queue, transfers, None)
+    }
+
+    /// Waits until every operation posted on `queue` has completed locally (its buffers may be
+    /// reused). Reports the first failed operation of the queue, naming the rank.
+    pub fn wait(&self, queue: QueueId, timeout: Timeout) -> Result<()> {
+        let q = self.queues_get(queue)?;
+        let result = gaspi_notifications::wait_until(
+            &self.inner.events,
+            timeout.deadline(),
+            || q.is_drained().then_some(()),
+            self.inner.waiter(),
+        );
+        if let Some((rank, reason)) = q.take_failure() {
+            return Err(Error::RankFailed { rank, reason });
+        }
+        result.map_err(|_| Error::Timeout)
+    }
+
+    fn queues_get(&self, queue: QueueId) -> Result<&crate::queue::Queue> {
+        self.inner.queues.get(queue)
+    }
+
+    fn wire_notification(
+        &self,
+        rank: Rank,
+        segment: SegmentId,
+        n: Notification,
+    ) -> Result<WireNotification> {
+        self.check_rank(rank)?;
+        let count = self.inner.config.notifications;
+        if n.id >= count {
+            return Err(Error::InvalidNotification {
+                rank,
+                segment,
+                id: n.id.into(),
+                count,
+            });
+        }
+        if n.value == 0 {
+            return Err(Error::ZeroNotificationValue { rank, id: n.id });
+        }
+        Ok(WireNotification::user(segment, n.id, n.value))
+    }
+
+    fn list_transfers(&self, entries: &[ListEntry], rank: Rank) -> Result<Vec<Transfer>> {
+        if entries.is_empty() || entries.len() > MAX_LIST_ENTRIES {
+            return Err(Error::InvalidList(format!(
+                "{} entries; a list holds 1..={MAX_LIST_ENTRIES}",
+                entries.len()
+            )));
+        }
+        entries
+            .iter()
+            .filter(|e| e.size > 0)
+            .map(|e| {
+                self.transfer(
+                    e.local,
+                    remote(rank, e.remote_segment, e.remote_offset),
+                    e.size,
+                )
+            })
+            .collect()
+    }
+
+    fn transfer(&self, local: Local, remote: Remote, size: u64) -> Result<Transfer> {
+        self.check_rank(remote.rank)?;
+        let me = self.rank();
+        let seg = self.inner.segments.local(me, local.segment)?;
+        check_range(&seg, me, local.segment, local.offset, size)?;
+        let rseg = self.remote_segment(remote.rank, remote.segment)?;
+        if remote
+            .offset
+            .checked_add(size)
+            .is_none_or(|end| end > rseg.size)
+        {
+            return Err(Error::OutOfBounds {
+                rank: remote.rank,
+                segment: remote.segment,
+                offset: remote.offset,
+                size,
+                segment_size: rseg.size,
+            });
+        }
+        let max = self.inner.ep.caps().max_msg_size;
+        if size > max {
+            return Err(Error::OutOfBounds {
+                rank: remote.rank,
+                segment: remote.segment,
+                offset: remote.offset,
+                size,
+                segment_size: max,
+            });
+        }
+        Ok(Transfer {
+            local: seg,
+            local_offset: local.offset,
+            target: RemoteTarget {
+                rank: remote.rank,
+                addr: rseg.base + remote.offset,
+                key: rseg.key,
+            },
+            size: size as usize,
+        })
+    }
+
+    fn post_transfers(
+        &self,
+        queue: QueueId,
+        transfers: Vec<Transfer>,
+        notification: Option<WireNotification>,
+    ) -> Result<()> {
+        if transfers.is_empty() {
+            return Ok(());
+        }
+        let q = self.inner.queues.reserve(queue, transfers.len() as u32)?;
+        // Without provider ordering every write reports completion only once delivered, so a
+        // drained queue proves its writes landed (see `post_notify`).
+        let ordered = self.inner.ep.caps().ordered_writes;
+        let last = transfers.len() - 1;
+        for (i, t) in transfers.iter().enumerate() {
+            let data = if i == last {
+                notification.map(WireNotification::encode)
+            } else {
+                None
+            };
+            let ctx = OpContext {
+                kind: OpKind::User,
+                queue,
+                segment: t.local.id,
+                rank: t.target.rank,
+            }
+            .encode();
+            t.local.in_flight.fetch_add(1, Ordering::AcqRel);
+            let local = t
+                .local
+                .memory
+                .as_ptr()
+                .wrapping_add(t.local_offset as usize);
+            let desc = t.local.mr.desc();
+            let posted = self.post(t.target.rank, || {
+                // SAFETY: the range was bounds-checked against the segment, whose memory stays
+                // mapped while in_flight > 0 (delete refuses busy segments) and whose
+                // registration supplies `desc`.
+                unsafe {
+                    self.inner
+                        .ep
+                        .write(local, t.size, desc, t.target, data, ctx, !ordered)
+                }
+            });
+            if let Err(e) = posted {
+                t.local.in_flight.fetch_sub(1, Ordering::AcqRel);
+                q.release((transfers.len() - i) as u32);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn post_reads(
+        &self,
+        queue: QueueId,
+        transfers: Vec<Transfer>,
+        notification: Option<(SegmentId, Notification)>,
+    ) -> Result<()> {
+        if transfers.is_empty() {
+            return Ok(());
+        }
+        let q = self.inner.queues.reserve(queue, transfers.len() as u32)?;
+        let last = transfers.len() - 1;
+        for (i, t) in transfers.iter().enumerate() {
+            let op = OpContext {
+                kind: OpKind::User,
+                queue,
+                segment: t.local.id,
+                rank: t.target.rank,
+            };
+            let ctx = match notification {
+                Some((segment, n)) if i == last => Box::new(Deferred {
+                    op,
+                    notify_segment: segment,
+                    notify_id: n.id,
+                    notify_value: n.value,
+                })
+                .into_context(),
+                _ => op.encode(),
+            };
+            t.local.in_flight.fetch_add(1, Ordering::AcqRel);
+            let local = t
+                .local
+                .memory
+                .as_ptr()
+                .wrapping_add(t.local_offset as usize);
+            let desc = t.local.mr.desc();
+            let posted = self.post(t.target.rank, || {
+                // SAFETY: as in post_transfers; the segment memory outlives the read because
+                // delete refuses segments with reads in flight.
+                unsafe { self.inner.ep.read(local, t.size, desc, t.target, ctx) }
+            });
+            if let Err(e) = posted {
+                if ctx & 1 == 0 {
+                    // SAFETY: ctx came from into_context just above and was never posted.
+                    drop(unsafe { Deferred::reclaim(ctx) });
+                }
+                t.local.in_flight.fetch_sub(1, Ordering::AcqRel);
+                q.release((transfers.len() - i) as u32);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a notification that must not overtake the writes posted before it on `queue`.
+    ///
+    /// With provider ordering it is posted at once behind them. Without, it waits in the queue's
+    /// outbox until the queue drains (all earlier writes delivered); the progress engine sends it.
+    fn post_notify(&self, queue: QueueId, rank: Rank, wire: WireNotification) -> Result<()> {
+        let q = self.queues_get(queue)?;
+        if self.inner.ep.caps().ordered_writes || q.defer_notification(rank, wire) {
+            self.system_notify(rank, wire)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends a notification-only write: 8 bytes into the target's system scratch area, carrying
+    /// the notification as remote completion data.
+    pub(crate) fn system_notify(&self, rank: Rank, wire: WireNotification) -> Result<()> {
+        self.post(rank, || self.inner.try_notify(rank, wire))
+    }
+
+    /// Posts with `attempt`, driving progress while the provider says "again", for at most the
+    /// configured operation timeout.
+    fn post(&self, rank: Rank, mut attempt: impl FnMut() -> Result<Posted>) -> Result<()> {
+        let start = Instant::now();
+        let backoff = Backoff::new();
+        loop {
+            match attempt()? {
+                Posted::Yes => return Ok(()),
+                Posted::Again => {
+                    if !self.inner.progress() {
+                        backoff.snooze();
+                    }
+                    if start.elapsed() > self.inner.config.op_timeout {
+                        return Err(Error::RankFailed {
+                            rank,
+                            reason: format!(
+                                "the provider accepted no operation towards it for {:?}",
+                                self.inner.config.op_timeout
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The descriptor of `segment` on `rank`, from the cache or read from the peer.
+    pub(crate) fn remote_segment(&self, rank: Rank, segment: SegmentId) -> Result<RemoteSegment> {
+        self.check_rank(rank)?;
+        if let Some(r) = self.inner.segments.cached_remote(rank, segment) {
+            return Ok(r);
+        }
+        let words = if rank == self.rank() {
+            self.read_own_descriptor(segment)?
+        } else {
+            self.fetch_descriptor(rank, segment)?
+        };
+        let r = RemoteSegment::from_words(words).ok_or(Error::UnknownSegment { rank, segment })?;
+        self.inner.segments.cache_remote(rank, segment, r);
+        Ok(r)
+    }
+
+    fn read_own_descriptor(&self, segment: SegmentId) -> Result<[u64; 4]> {
+        let base = layout::DESCRIPTORS + layout::DESCRIPTOR_LEN * u64::from(segment);
+        let mem = &self.inner.system_memory;
+        let mut words = [0u64; 4];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = mem
+                .read_u64(base + 8 * i as u64)
+                .map_err(|source| self.system_error(source))?;
+        }
+        Ok(words)
+    }
+
+    fn fetch_descriptor(&self, rank: Rank, segment: SegmentId) -> Result<[u64; 4]> {
+        let _one_at_a_time = self
+            .inner
+            .system_lookup
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let target = self.inner.system_target(
+            rank,
+            layout::DESCRIPTORS + layout::DESCRIPTOR_LEN * u64::from(segment),
+        );
+        let before = self.inner.system_reads.load(Ordering::Acquire);
+        let ctx = OpContext {
+            kind: OpKind::System,
+            queue: 0,
+            segment: 0,
+            rank,
+        }
+        .encode();
+        let landing = self
+            .inner
+            .system_memory
+            .as_ptr()
+            .wrapping_add(layout::LANDING as usize);
+        let desc: *mut c_void = self.inner.system_mr.desc();
+        self.post(rank, || {
+            // SAFETY: the landing area lies inside the registered system region (layout
+            // constants), which lives as long as the context; the lookup lock makes this the
+            // only read using it.
+            unsafe {
+                self.inner
+                    .ep
+                    .read(landing, layout::DESCRIPTOR_LEN as usize, desc, target, ctx)
+            }
+        })?;
+        let waited = gaspi_notifications::wait_until(
+            &self.inner.events,
+            Timeout::from(self.inner.config.op_timeout).deadline(),
+            || (self.inner.system_reads.load(Ordering::Acquire) != before).then_some(()),
+            self.inner.waiter(),
+        );
+        if let Some((rank, reason)) = self
+            .inner
+            .system_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            return Err(Error::RankFailed { rank, reason });
+        }
+        waited.map_err(|_| Error::RankFailed {
+            rank,
+            reason: format!(
+                "no answer to a segment lookup within {:?}",
+                self.inner.config.op_timeout
+            ),
+        })?;
+        let mut words = [0u64; 4];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = self
+                .inner
+                .system_memory
+                .read_u64(layout::LANDING + 8 * i as u64)
+                .map_err(|source| self.system_error(source))?;
+        }
+        Ok(words)
+    }
+
+    fn system_error(&self, source: gaspi_segments::Error) -> Error {
+        Error::Segment {
+            rank: self.rank(),
+            segment: 0,
+            source,
+        }
+    }
+}
+
+fn check_range(
+    seg: &LocalSegment,
+    rank: Rank,
+    segment: SegmentId,
+    offset: u64,
+    size: u64,
+) -> Result<()> {
+    seg.memory
+        .check_range(offset, size)
+        .map_err(|_| Error::OutOfBounds {
+            rank,
+            segment,
+            offset,
+            size,
+            segment_size: seg.memory.len() as u64,
+        })
+}
