@@ -1,0 +1,135 @@
+//! The benchmark behind `gaspi-bench`: gaspi and raw libfabric, side by side, in one run.
+//!
+//! Each figure is printed as one JSON line,
+//! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..}`,
+//! so scripts can compare `lib: "gaspi"` with `lib: "raw-libfabric"` for the same bench,
+//! transport and size. The raw lines come from the same pattern written directly against
+//! libfabric (see [`raw`]); they are the yardstick for the runtime's overhead.
+//!
+//! This module is part of the library only so that the raw side can use the same fabric layer
+//! (and thus the same provider setup) as the runtime; it is not API.
+
+mod api;
+mod raw;
+
+use std::time::Duration;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+
+/// Ping-pong sizes (bytes).
+pub(crate) const PINGPONG_SIZES: [usize; 5] = [8, 64, 512, 4096, 65536];
+/// Streaming sizes (bytes).
+pub(crate) const BANDWIDTH_SIZES: [usize; 4] = [65536, 262_144, 1 << 20, 4 << 20];
+/// Segment size used by both sides: the largest message plus room for flags and cards.
+pub(crate) const BUFFER: usize = (8 << 20) + 4096;
+
+/// One measured figure.
+#[derive(Debug, Clone)]
+pub(crate) struct Figure {
+    pub bench: &'static str,
+    pub lib: &'static str,
+    pub transport: String,
+    pub ranks: u32,
+    pub bytes: usize,
+    pub median: Duration,
+    /// Which raw pattern produced a raw-libfabric figure.
+    pub variant: Option<&'static str>,
+}
+
+impl Figure {
+    fn json(&self) -> String {
+        let us = self.median.as_secs_f64() * 1e6;
+        let mib_s = if us > 0.0 {
+            self.bytes as f64 / (1 << 20) as f64 / (us / 1e6)
+        } else {
+            0.0
+        };
+        let variant = self
+            .variant
+            .map(|v| format!(",\"variant\":\"{v}\""))
+            .unwrap_or_default();
+        format!(
+            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1}{variant}}}",
+            self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s
+        )
+    }
+}
+
+/// Median of a non-empty sample (the caller measures at least one iteration).
+pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// The transport name used in the JSON lines: the user-facing provider name.
+fn transport(ctx: &Context) -> String {
+    ctx.config().provider.clone()
+}
+
+/// Runs the benchmark named by `args[0]` (`pingpong`, `bandwidth` or `all`) and prints its
+/// figures on rank 0. `--only gaspi` or `--only raw` measures one side. Ranks beyond the first
+/// two take part only in synchronisation.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut which = "all";
+    let (mut gaspi_side, mut raw_side) = (true, true);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--only" => match rest.next().map(String::as_str) {
+                Some("gaspi") => raw_side = false,
+                Some("raw") => gaspi_side = false,
+                other => {
+                    return Err(Error::Config(format!(
+                        "--only takes gaspi or raw, not {other:?}"
+                    )))
+                }
+            },
+            name => which = name,
+        }
+    }
+    let (pingpong, bandwidth) = match which {
+        "pingpong" => (true, false),
+        "bandwidth" => (false, true),
+        "all" => (true, true),
+        other => {
+            return Err(Error::Config(format!(
+                "unknown benchmark {other:?}: use pingpong, bandwidth or all"
+            )))
+        }
+    };
+    let ctx = Context::init()?;
+    if ctx.size() < 2 {
+        return Err(Error::Config(
+            "gaspi-bench needs at least 2 ranks: gaspirun -n 2 gaspi-bench".into(),
+        ));
+    }
+    ctx.segment_create(api::SEGMENT, BUFFER as u64, crate::Timeout::Millis(60_000))?;
+    let raw = raw::RawPair::connect(&ctx)?;
+    let mut figures = Vec::new();
+    if pingpong {
+        for &bytes in &PINGPONG_SIZES {
+            if gaspi_side {
+                figures.extend(api::pingpong(&ctx, bytes)?);
+            }
+            if raw_side {
+                figures.extend(raw.pingpong(&ctx, bytes)?);
+            }
+        }
+    }
+    if bandwidth {
+        for &bytes in &BANDWIDTH_SIZES {
+            if gaspi_side {
+                figures.extend(api::bandwidth(&ctx, bytes)?);
+            }
+            if raw_side {
+                figures.extend(raw.bandwidth(&ctx, bytes)?);
+            }
+        }
+    }
+    for f in &figures {
+        println!("{}", f.json());
+    }
+    drop(raw);
+    ctx.finalize(crate::Timeout::Millis(60_000))
+}

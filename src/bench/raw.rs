@@ -1,0 +1,342 @@
+//! The yardstick: the benchmark's patterns written directly against libfabric.
+//!
+//! Two ranks open their own endpoint (same provider, same hints as the runtime), register one
+//! buffer and busy-poll their completion queue — no queues, tables, checks or progress thread.
+//! Ping-pong is measured in both ways a notification can be carried, and the faster per size is
+//! what the runtime is compared against:
+//! * `writedata`: one `fi_writedata`, the notification as remote CQ data;
+//! * `write+flag`: `fi_write` of the payload, then a 4-byte flag write (ordered by
+//!   `FI_ORDER_RMA_WAW`), the target polling the flag in memory while driving progress.
+//!
+//! Streaming uses `write+flag`: a burst of plain writes, then one flag.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use gaspi_segments::SegmentMemory;
+
+use super::api::SEGMENT;
+use super::{median, transport, Figure, BUFFER};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::fabric::{CqEvent, Endpoint, MemoryRegion, Posted, RemoteTarget};
+use crate::rma::{local, remote, Notification};
+use crate::Timeout;
+
+/// Where each side's flag word sits in its raw buffer.
+const FLAG: u64 = (BUFFER - 64) as u64;
+/// Where the raw address cards are exchanged in the gaspi segment.
+const CARD: u64 = (BUFFER - 4096) as u64;
+const CARD_NOTIFICATION: u32 = 2;
+/// Writes in flight while streaming: the runtime's default queue depth, for a like comparison.
+const WINDOW: usize = 1024;
+
+/// One side of the raw pair (ranks 0 and 1; other ranks hold none).
+pub(crate) struct RawPair {
+    side: Option<Side>,
+}
+
+struct Side {
+    // Field order is drop order: registration before memory before endpoint.
+    mr: MemoryRegion,
+    memory: SegmentMemory,
+    ep: Endpoint,
+    peer: RemoteTarget,
+    /// Writes posted and not yet completed locally; every completion read, wherever, counts.
+    in_flight: Cell<usize>,
+}
+
+impl RawPair {
+    /// Opens the raw endpoints of ranks 0 and 1 and exchanges their addresses through the
+    /// gaspi context (a bootstrap convenience; all measured traffic is raw).
+    pub(crate) fn connect(ctx: &Context) -> Result<RawPair> {
+        let me = ctx.rank();
+        if me > 1 {
+            ctx.barrier(Timeout::Millis(60_000))?;
+            return Ok(RawPair { side: None });
+        }
+        let ep = Endpoint::open(&ctx.config().provider, false, 4096)?;
+        let memory =
+            SegmentMemory::allocate(BUFFER, "raw-bench").map_err(|source| Error::Segment {
+                rank: me,
+                segment: 0,
+                source,
+            })?;
+        // SAFETY: `memory` is stored in the same Side and dropped after the registration.
+        let mr = unsafe { MemoryRegion::register(&ep, memory.as_ptr(), memory.len(), 1)? };
+        let base = if ep.caps().virt_addr {
+            memory.as_ptr() as u64
+        } else {
+            0
+        };
+        let mut card = Vec::new();
+        card.extend_from_slice(&base.to_le_bytes());
+        card.extend_from_slice(&mr.key().to_le_bytes());
+        card.extend_from_slice(&ep.name()?);
+        let peer_rank = 1 - me;
+        ctx.segment_write(SEGMENT, CARD, &card)?;
+        ctx.write_notify(
+            local(SEGMENT, CARD),
+            remote(peer_rank, SEGMENT, CARD + 2048),
+            card.len() as u64,
+            Notification {
+                id: CARD_NOTIFICATION,
+                value: card.len() as u32,
+            },
+            0,
+        )?;
+        let timeout = Timeout::Millis(60_000);
+        let id = ctx.notify_waitsome(SEGMENT, CARD_NOTIFICATION, 1, timeout)?;
+        let len = ctx.notify_reset(SEGMENT, id)? as usize;
+        let mut peer_card = vec![0u8; len];
+        ctx.segment_read(SEGMENT, CARD + 2048, &mut peer_card)?;
+        ctx.wait(0, timeout)?;
+        ctx.barrier(timeout)?;
+        if len <= 16 {
+            return Err(Error::Protocol("raw bench: short address card".into()));
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&peer_card[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        ep.insert_peers(&[peer_card[16..].to_vec()])?;
+        let peer = RemoteTarget {
+            rank: 0,
+            addr: word(0),
+            key: word(1),
+        };
+        Ok(RawPair {
+            side: Some(Side {
+                mr,
+                memory,
+                ep,
+                peer,
+                in_flight: Cell::new(0),
+            }),
+        })
+    }
+
+    /// Raw ping-pong in both notification styles.
+    pub(crate) fn pingpong(&self, ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
+        let (warmup, iters) = if bytes <= 4096 {
+            (200, 3000)
+        } else {
+            (50, 500)
+        };
+        let mut figures = Vec::new();
+        for variant in ["writedata", "write+flag"] {
+            let mut samples = Vec::with_capacity(iters);
+            if let Some(side) = &self.side {
+                let first = ctx.rank() == 0;
+                for i in 0..(warmup + iters) as u64 {
+                    let seq = i + 1;
+                    let start = Instant::now();
+                    if first {
+                        side.send(bytes, seq, variant)?;
+                        side.receive(seq, variant)?;
+                    } else {
+                        side.receive(seq, variant)?;
+                        side.send(bytes, seq, variant)?;
+                    }
+                    if i as usize >= warmup {
+                        samples.push(start.elapsed() / 2);
+                    }
+                }
+                side.drain()?;
+                // Clear the flag so the next run's sequence numbers start from a known state.
+                side.memory
+                    .write_u64(FLAG, 0)
+                    .map_err(|source| segment_error(ctx, source))?;
+            }
+            ctx.barrier(Timeout::Millis(60_000))?;
+            figures.extend(figure(ctx, "pingpong", bytes, samples, variant));
+        }
+        Ok(figures)
+    }
+
+    /// Raw streaming bandwidth: a burst of writes, then a flag write behind them (ordered by
+    /// the provider), acknowledged by a flag write back.
+    pub(crate) fn bandwidth(&self, ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
+        let count = ((128usize << 20) / bytes).clamp(8, 2048);
+        let mut samples = Vec::new();
+        if let Some(side) = &self.side {
+            for rep in 0..7u64 {
+                let seq = rep + 1;
+                if ctx.rank() == 0 {
+                    let start = Instant::now();
+                    for _ in 0..count {
+                        while side.in_flight.get() >= WINDOW {
+                            side.poll_local()?;
+                        }
+                        side.post(|| {
+                            // SAFETY: the source range lies inside the registered buffer, which
+                            // lives as long as `side`; the payload is never modified meanwhile.
+                            unsafe {
+                                side.ep.write(
+                                    side.memory.as_ptr(),
+                                    bytes,
+                                    side.mr.desc(),
+                                    side.peer,
+                                    None,
+                                    1,
+                                    false,
+                                )
+                            }
+                        })?;
+                        side.in_flight.set(side.in_flight.get() + 1);
+                    }
+                    side.flag(seq)?;
+                    side.receive(seq, "write+flag")?;
+                    samples.push(start.elapsed() / count as u32);
+                    while side.in_flight.get() > 0 {
+                        side.poll_local()?;
+                    }
+                } else {
+                    side.receive(seq, "write+flag")?;
+                    side.flag(seq)?;
+                }
+            }
+            side.drain()?;
+            side.memory
+                .write_u64(FLAG, 0)
+                .map_err(|source| segment_error(ctx, source))?;
+        }
+        ctx.barrier(Timeout::Millis(60_000))?;
+        Ok(figure(ctx, "bandwidth", bytes, samples, "write+flag"))
+    }
+}
+
+impl Side {
+    fn target(&self, offset: u64) -> RemoteTarget {
+        RemoteTarget {
+            addr: self.peer.addr + offset,
+            ..self.peer
+        }
+    }
+
+    fn post(&self, mut attempt: impl FnMut() -> Result<Posted>) -> Result<()> {
+        while attempt()? == Posted::Again {
+            self.poll_local()?;
+        }
+        Ok(())
+    }
+
+    /// Reads completions, retires the local ones from `in_flight`, and returns whether a
+    /// remote event carrying `data` was among them.
+    fn poll_for(&self, data: Option<u64>) -> Result<bool> {
+        let mut events = [CqEvent {
+            context: 0,
+            data: 0,
+            remote: false,
+        }; 16];
+        match self.ep.poll(&mut events)? {
+            Ok(n) => {
+                let local = events[..n].iter().filter(|e| !e.remote).count();
+                self.in_flight
+                    .set(self.in_flight.get().saturating_sub(local));
+                Ok(events[..n].iter().any(|e| e.remote && Some(e.data) == data))
+            }
+            Err(failure) => Err(Error::Protocol(format!(
+                "raw bench operation failed: {}",
+                failure.message
+            ))),
+        }
+    }
+
+    fn poll_local(&self) -> Result<()> {
+        self.poll_for(None).map(drop)
+    }
+
+    fn send(&self, bytes: usize, seq: u64, variant: &str) -> Result<()> {
+        let payload = |data| {
+            // SAFETY: the payload range lies inside the registered buffer owned by self.
+            unsafe {
+                self.ep.write(
+                    self.memory.as_ptr(),
+                    bytes,
+                    self.mr.desc(),
+                    self.peer,
+                    data,
+                    1,
+                    false,
+                )
+            }
+        };
+        if variant == "writedata" {
+            self.post(|| payload(Some(seq)))
+        } else {
+            self.post(|| payload(None))?;
+            self.flag(seq)
+        }
+    }
+
+    /// Writes `seq` into the peer's flag word, behind every write posted before it.
+    fn flag(&self, seq: u64) -> Result<()> {
+        let flag = (seq as u32).to_le_bytes();
+        self.post(|| self.ep.inject_write(&flag, self.target(FLAG), None))
+    }
+
+    fn receive(&self, seq: u64, variant: &str) -> Result<()> {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(60);
+        loop {
+            let remote = self.poll_for(Some(seq))?;
+            let arrived = if variant == "writedata" {
+                remote
+            } else {
+                self.memory.read_u64(FLAG).unwrap_or(0) as u32 == seq as u32
+            };
+            if arrived {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            // On a machine with as many busy ranks as cores, a long pure spin starves the
+            // kernel's softirq thread that moves loopback TCP data (4 ms stalls, measured);
+            // yielding after a short burst keeps the yardstick at its best.
+            if start.elapsed() > Duration::from_micros(20) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Waits briefly for stray local completions so the next bench starts from an empty queue.
+    fn drain(&self) -> Result<()> {
+        let until = Instant::now() + Duration::from_millis(5);
+        while Instant::now() < until {
+            self.poll_local()?;
+        }
+        Ok(())
+    }
+}
+
+fn segment_error(ctx: &Context, source: gaspi_segments::Error) -> Error {
+    Error::Segment {
+        rank: ctx.rank(),
+        segment: 0,
+        source,
+    }
+}
+
+fn figure(
+    ctx: &Context,
+    bench: &'static str,
+    bytes: usize,
+    samples: Vec<Duration>,
+    variant: &'static str,
+) -> Vec<Figure> {
+    if ctx.rank() != 0 || samples.is_empty() {
+        return Vec::new();
+    }
+    vec![Figure {
+        bench,
+        lib: "raw-libfabric",
+        transport: transport(ctx),
+        ranks: ctx.size(),
+        bytes,
+        median: median(samples),
+        variant: Some(variant),
+    }]
+}
