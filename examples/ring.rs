@@ -17,7 +17,14 @@ fn message(from: u32, lap: u32) -> Vec<u8> {
         .collect()
 }
 
-fn main() -> Result<(), gaspi::Error> {
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("ring: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), gaspi::Error> {
     let ctx = Context::init()?;
     let (me, n) = (ctx.rank(), ctx.size());
     let right = (me + 1) % n;

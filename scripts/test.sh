@@ -9,4 +9,6 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --release
-RUSTFLAGS="--cfg loom" cargo test -p gaspi-notifications --release --lib loom
+# Own target directory: the changed RUSTFLAGS would otherwise rebuild the main one each run.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p gaspi-notifications --release --lib loom

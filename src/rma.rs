@@ -101,7 +101,7 @@ impl Context {
     /// Writes `size` bytes from `local` to `remote`.
     pub fn write(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
         let t = self.transfer(local, remote, size)?;
-        self.post_transfers(queue, vec![t], None)
+        self.post_transfers(queue, std::slice::from_ref(&t), None)
     }
 
     /// Writes `size` bytes from `local` to `remote`, then sets `notification` in the remote
@@ -119,7 +119,7 @@ impl Context {
             return self.post_notify(queue, remote.rank, wire);
         }
         let t = self.transfer(local, remote, size)?;
-        self.post_transfers(queue, vec![t], Some(wire))
+        self.post_transfers(queue, std::slice::from_ref(&t), Some(wire))
     }
 
     /// Sets `notification` in segment `segment` of `rank`, after every write posted earlier on
@@ -139,7 +139,7 @@ impl Context {
     /// Reads `size` bytes from `remote` into `local`.
     pub fn read(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
         let t = self.transfer(local, remote, size)?;
-        self.post_reads(queue, vec![t], None)
+        self.post_reads(queue, std::slice::from_ref(&t), None)
     }
 
     /// Reads `size` bytes from `remote` into `local`; once they have arrived, sets
@@ -155,13 +155,17 @@ impl Context {
         let me = self.rank();
         self.wire_notification(me, local.segment, notification)?;
         let t = self.transfer(local, remote, size)?;
-        self.post_reads(queue, vec![t], Some((local.segment, notification)))
+        self.post_reads(
+            queue,
+            std::slice::from_ref(&t),
+            Some((local.segment, notification)),
+        )
     }
 
     /// Writes every entry of `entries` to `rank` (at most 255 entries).
     pub fn write_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let transfers = self.list_transfers(entries, rank)?;
-        self.post_transfers(queue, transfers, None)
+        self.post_transfers(queue, &transfers, None)
     }
 
     /// Writes every entry of `entries` to `rank`, then sets `notification` in segment
@@ -177,14 +181,14 @@ impl Context {
         let wire = self.wire_notification(rank, notify_segment, notification)?;
         self.remote_segment(rank, notify_segment)?;
         let transfers = self.list_transfers(entries, rank)?;
-        self.post_transfers(queue, transfers, None)?;
+        self.post_transfers(queue, &transfers, None)?;
         self.post_notify(queue, rank, wire)
     }
 
     /// Reads every entry of `entries` from `rank` (at most 255 entries).
     pub fn read_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let transfers = self.list_transfers(entries, rank)?;
-        self.post_reads(queue, transfers, None)
+        self.post_reads(queue, &transfers, None)
     }
 
     /// Waits until every operation posted on `queue` has completed locally (its buffers may be
@@ -293,7 +297,7 @@ impl Context {
     fn post_transfers(
         &self,
         queue: QueueId,
-        transfers: Vec<Transfer>,
+        transfers: &[Transfer],
         notification: Option<WireNotification>,
     ) -> Result<()> {
         if transfers.is_empty() {
@@ -346,7 +350,7 @@ impl Context {
     fn post_reads(
         &self,
         queue: QueueId,
-        transfers: Vec<Transfer>,
+        transfers: &[Transfer],
         notification: Option<(SegmentId, Notification)>,
     ) -> Result<()> {
         if transfers.is_empty() {
