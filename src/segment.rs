@@ -391,5 +391,4 @@ mod tests {
         assert_eq!(RemoteSegment::from_words(d.to_words()), Some(d));
         assert_eq!(RemoteSegment::from_words([1, 2, 3, 0]), None);
     }
-
 }
