@@ -1,0 +1,138 @@
+//! Verification helpers shared by the scenarios: the failure type, test patterns and byte
+//! comparison that says where and how data differed.
+
+use std::fmt::Display;
+
+/// A failed check, with a message precise enough to debug from a job log.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+/// Result of a scenario step.
+pub type Outcome<T = ()> = Result<T, Failure>;
+
+/// Returns a [`Failure`] with the formatted message unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($message:tt)+) => {
+        if !$cond {
+            return Err($crate::check::Failure(format!($($message)+)));
+        }
+    };
+}
+pub(crate) use ensure;
+
+/// Attaches what the rank was doing to a runtime error.
+pub trait Doing<T> {
+    /// Maps an error to a [`Failure`] naming the step, which is only formatted on error.
+    fn doing<D: Display>(self, step: impl FnOnce() -> D) -> Outcome<T>;
+}
+
+impl<T> Doing<T> for gaspi::Result<T> {
+    fn doing<D: Display>(self, step: impl FnOnce() -> D) -> Outcome<T> {
+        self.map_err(|e| Failure(format!("{}: {e}", step())))
+    }
+}
+
+/// A 64-bit mixer (splitmix64): neighbouring inputs give unrelated outputs, so patterns of
+/// different seeds, and different words of one pattern, never resemble each other.
+pub fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A seed made from the identifying parts of a message (sender, case, size, sequence...).
+pub fn seed(parts: &[u64]) -> u64 {
+    parts.iter().fold(0x5eed, |acc, &p| mix(acc ^ p))
+}
+
+/// Fills `buf` with the pattern of `seed`: byte `i` depends on the seed and on `i / 8`.
+pub fn fill_pattern(seed: u64, buf: &mut [u8]) {
+    for (i, chunk) in buf.chunks_mut(8).enumerate() {
+        let word = mix(seed ^ (i as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+/// Inverts every bit, turning a pattern into a poison that differs from it in every byte.
+pub fn invert(buf: &mut [u8]) {
+    buf.iter_mut().for_each(|b| *b = !*b);
+}
+
+/// Compares `got` with `want`; on a difference, names the first differing offset, the bytes
+/// there and how many bytes differ in total.
+pub fn compare(what: impl Display, got: &[u8], want: &[u8]) -> Outcome {
+    if got == want {
+        return Ok(());
+    }
+    if got.len() != want.len() {
+        return Err(Failure(format!(
+            "{what}: got {} bytes, expected {}",
+            got.len(),
+            want.len()
+        )));
+    }
+    let mut diffs = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .filter(|(_, (g, w))| g != w);
+    let first = diffs.next();
+    let more = diffs.count();
+    match first {
+        Some((at, (g, w))) => Err(Failure(format!(
+            "{what}: {} of {} bytes differ; first at offset {at}: got {g:#04x}, expected {w:#04x}",
+            more + 1,
+            want.len()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `n` bytes in a human unit, for summaries.
+pub fn human(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / f64::from(1 << 10)),
+        n => format!("{n} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_depend_on_seed_and_position() {
+        let mut a = vec![0u8; 4096];
+        let mut b = vec![0u8; 4096];
+        fill_pattern(seed(&[1, 2]), &mut a);
+        fill_pattern(seed(&[2, 1]), &mut b);
+        assert_ne!(a, b);
+        assert_ne!(a[..8], a[8..16]);
+        let mut short = vec![0u8; 13];
+        fill_pattern(seed(&[1, 2]), &mut short);
+        assert_eq!(short, a[..13]);
+    }
+
+    #[test]
+    fn poison_differs_in_every_byte() {
+        let mut a = vec![0u8; 100];
+        fill_pattern(7, &mut a);
+        let mut p = a.clone();
+        invert(&mut p);
+        assert!(a.iter().zip(&p).all(|(x, y)| x != y));
+    }
+
+    #[test]
+    fn compare_locates_the_first_difference() {
+        let want = [1u8, 2, 3, 4];
+        assert!(compare("same", &want, &want).is_ok());
+        let Err(Failure(msg)) = compare("case", &[1, 9, 3, 8], &want) else {
+            panic!("a difference must be reported");
+        };
+        assert!(msg.contains("2 of 4 bytes differ"), "{msg}");
+        assert!(msg.contains("offset 1"), "{msg}");
+        assert!(compare("len", &[1], &want).is_err());
+    }
+}

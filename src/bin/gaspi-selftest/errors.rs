@@ -1,0 +1,634 @@
+//! `errors`: every kind of bad input is refused with its own `Error` variant, carrying the
+//! rank, segment, offset, size or id that was wrong, without panicking, without posting
+//! anything, and without breaking the context for the calls that follow.
+
+use gaspi::{
+    local, remote, Context, Error, ListEntry, Notification, QueueId, Rank, SegmentId, Timeout,
+};
+
+use crate::check::{compare, ensure, fill_pattern, seed, Doing, Failure, Outcome};
+
+/// Depth of every queue in this scenario (set by `main` before init): a few writes fill it.
+///
+/// `main` also turns the progress thread off for this scenario: completions are then reaped
+/// only inside calls that wait, so posted operations stay in flight, and a queue stays full,
+/// until the scenario itself waits. That makes `QueueFull`, `QueueBusy` and `SegmentBusy`
+/// deterministic.
+pub const QUEUE_DEPTH: u32 = 8;
+
+/// The segment most checks aim at, on every rank.
+const SEG: SegmentId = 0;
+const SEG_LEN: u64 = 4096;
+/// Source of writes; deleted while they are in flight.
+const BUSY: SegmentId = 6;
+/// Target of those writes; lives to the end.
+const SINK: SegmentId = 7;
+/// Created and deleted again by every rank.
+const GONE: SegmentId = 5;
+/// Never created.
+const NEVER: SegmentId = 9;
+/// Size of the writes that fill queues and keep segments busy.
+const CHUNK: u64 = 8;
+const QUEUE: QueueId = 0;
+const TIMEOUT: Timeout = Timeout::Millis(30_000);
+
+/// Checks that `$call` returns `Err` matching `$pattern` (and the guard), and counts it;
+/// `$what` names the call in the failure message.
+macro_rules! expect_err {
+    ($checks:expr, $what:expr, $call:expr, $pattern:pat $(if $guard:expr)?) => {
+        match $call {
+            Err($pattern) $(if $guard)? => *$checks += 1,
+            other => {
+                return Err(Failure(format!(
+                    "{}: expected Err({}), got {:?}",
+                    $what,
+                    stringify!($pattern $(if $guard)?),
+                    other
+                )))
+            }
+        }
+    };
+}
+
+/// The ids and sizes every check refers to.
+struct Setup {
+    me: Rank,
+    peer: Rank,
+    size: u32,
+    count: u32,
+}
+
+pub fn run(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let s = Setup {
+        me,
+        peer: (me + 1) % n,
+        size: n,
+        count: ctx.config().notifications,
+    };
+    ensure!(
+        ctx.queue_max() == QUEUE_DEPTH,
+        "queue depth is {}, the scenario configured {QUEUE_DEPTH}",
+        ctx.queue_max()
+    );
+    for (id, len) in [(SEG, SEG_LEN), (BUSY, 64), (SINK, 64), (GONE, 64)] {
+        ctx.segment_create(id, len, TIMEOUT)
+            .doing(|| format!("creating segment {id}"))?;
+    }
+    let mut checks = 0;
+    bounds(ctx, &s, &mut checks)?;
+    segments_and_ranks(ctx, &s, &mut checks)?;
+    notifications(ctx, &s, &mut checks)?;
+    queues_and_lists(ctx, &s, &mut checks)?;
+    local_access(ctx, &s, &mut checks)?;
+    ensure!(
+        ctx.queue_size(QUEUE).doing(|| "queue_size")? == 0,
+        "refused calls left operations on queue {QUEUE}"
+    );
+    let note = full_queue(ctx, &s, &mut checks)?;
+    busy_and_deleted(ctx, &s, &mut checks)?;
+    still_works(ctx, &s)?;
+    Ok(format!(
+        "{} bad calls each returned the expected variant with the right fields, none posted \
+         anything or panicked, and a write_notify exchange afterwards delivered intact data{}",
+        checks,
+        note.unwrap_or_default()
+    ))
+}
+
+fn bounds(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let (me, peer) = (s.me, s.peer);
+    let to_peer = remote(peer, SEG, 0);
+    expect_err!(
+        checks,
+        "write from local offset 4096 of a 4096 B segment",
+        ctx.write(local(SEG, 4096), to_peer, 1, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: 4096, size: 1, segment_size: SEG_LEN }
+            if rank == me
+    );
+    expect_err!(
+        checks,
+        "write of 4097 B from a 4096 B segment",
+        ctx.write(local(SEG, 0), to_peer, 4097, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: 0, size: 4097, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "write from local offset u64::MAX (end overflows)",
+        ctx.write(local(SEG, u64::MAX), to_peer, 2, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: u64::MAX, size: 2, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "read of u64::MAX bytes",
+        ctx.read(local(SEG, 1), to_peer, u64::MAX, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: 1, size: u64::MAX, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "write to remote offset 4096 of a 4096 B segment",
+        ctx.write(local(SEG, 0), remote(peer, SEG, 4096), 1, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: 4096, size: 1, segment_size: SEG_LEN }
+            if rank == peer
+    );
+    expect_err!(
+        checks,
+        "read of a remote range running past the segment end",
+        ctx.read(local(SEG, 0), remote(peer, SEG, 4000), 200, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: 4000, size: 200, segment_size: SEG_LEN }
+            if rank == peer
+    );
+    expect_err!(
+        checks,
+        "write_notify to remote offset u64::MAX - 1 (end overflows)",
+        ctx.write_notify(
+            local(SEG, 0),
+            remote(peer, SEG, u64::MAX - 1),
+            4,
+            Notification { id: 0, value: 1 },
+            QUEUE
+        ),
+        Error::OutOfBounds { rank, segment: SEG, offset, size: 4, .. }
+            if rank == peer && offset == u64::MAX - 1
+    );
+    let entry = |offset: u64, size: u64| ListEntry {
+        local: local(SEG, 0),
+        remote_segment: SEG,
+        remote_offset: offset,
+        size,
+    };
+    expect_err!(
+        checks,
+        "write_list whose middle entry runs past the remote segment",
+        ctx.write_list(&[entry(0, 8), entry(4090, 10), entry(100, 8)], peer, QUEUE),
+        Error::OutOfBounds { rank, segment: SEG, offset: 4090, size: 10, .. } if rank == peer
+    );
+    Ok(())
+}
+
+fn segments_and_ranks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let (me, peer, n) = (s.me, s.peer, s.size);
+    let note = Notification { id: 0, value: 1 };
+    expect_err!(
+        checks,
+        "write from an unknown local segment",
+        ctx.write(local(NEVER, 0), remote(peer, SEG, 0), 1, QUEUE),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == me
+    );
+    expect_err!(
+        checks,
+        "write to an unknown remote segment",
+        ctx.write(local(SEG, 0), remote(peer, NEVER, 0), 1, QUEUE),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "notify into an unknown remote segment",
+        ctx.notify(peer, NEVER, note, QUEUE),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "segment_size_of an unknown remote segment",
+        ctx.segment_size_of(peer, NEVER),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "write to rank == size",
+        ctx.write(local(SEG, 0), remote(n, SEG, 0), 1, QUEUE),
+        Error::InvalidRank { rank, size } if rank == n && size == n
+    );
+    expect_err!(
+        checks,
+        "notify to rank == size",
+        ctx.notify(n, SEG, note, QUEUE),
+        Error::InvalidRank { rank, size } if rank == n && size == n
+    );
+    let entries = [ListEntry {
+        local: local(SEG, 0),
+        remote_segment: SEG,
+        remote_offset: 0,
+        size: 8,
+    }];
+    expect_err!(
+        checks,
+        "read_list from rank u32::MAX",
+        ctx.read_list(&entries, u32::MAX, QUEUE),
+        Error::InvalidRank { rank: u32::MAX, size } if size == n
+    );
+    expect_err!(
+        checks,
+        "segment_size_of rank == size",
+        ctx.segment_size_of(n, SEG),
+        Error::InvalidRank { rank, .. } if rank == n
+    );
+    Ok(())
+}
+
+fn notifications(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let (me, peer, count) = (s.me, s.peer, s.count);
+    let count64 = u64::from(count);
+    expect_err!(
+        checks,
+        "write_notify with id == notification count",
+        ctx.write_notify(
+            local(SEG, 0),
+            remote(peer, SEG, 0),
+            8,
+            Notification { id: count, value: 1 },
+            QUEUE
+        ),
+        Error::InvalidNotification { rank, segment: SEG, id, count: c }
+            if rank == peer && id == count64 && c == count
+    );
+    expect_err!(
+        checks,
+        "notify with id u32::MAX",
+        ctx.notify(peer, SEG, Notification { id: u32::MAX, value: 1 }, QUEUE),
+        Error::InvalidNotification { rank, segment: SEG, id, .. }
+            if rank == peer && id == u64::from(u32::MAX)
+    );
+    expect_err!(
+        checks,
+        "read_notify with id == notification count",
+        ctx.read_notify(
+            local(SEG, 0),
+            remote(peer, SEG, 0),
+            8,
+            Notification { id: count, value: 1 },
+            QUEUE
+        ),
+        Error::InvalidNotification { rank, segment: SEG, id, .. } if rank == me && id == count64
+    );
+    expect_err!(
+        checks,
+        "notify_waitsome on a range running past the table",
+        ctx.notify_waitsome(SEG, count - 1, 2, Timeout::Test),
+        Error::InvalidNotification { rank, segment: SEG, id, .. }
+            if rank == me && id == count64 + 1
+    );
+    expect_err!(
+        checks,
+        "notify_waitsome on an empty range",
+        ctx.notify_waitsome(SEG, 0, 0, Timeout::Test),
+        Error::InvalidNotification { rank, segment: SEG, id: 0, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "notify_reset of id == notification count",
+        ctx.notify_reset(SEG, count),
+        Error::InvalidNotification { rank, segment: SEG, id, .. } if rank == me && id == count64
+    );
+    expect_err!(
+        checks,
+        "notify_peek of id == notification count",
+        ctx.notify_peek(SEG, count),
+        Error::InvalidNotification { rank, segment: SEG, id, .. } if rank == me && id == count64
+    );
+    expect_err!(
+        checks,
+        "notify_waitsome on an unknown segment",
+        ctx.notify_waitsome(NEVER, 0, 1, Timeout::Test),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == me
+    );
+    expect_err!(
+        checks,
+        "notify with value 0",
+        ctx.notify(peer, SEG, Notification { id: 3, value: 0 }, QUEUE),
+        Error::ZeroNotificationValue { rank, id: 3 } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "write_notify with value 0",
+        ctx.write_notify(
+            local(SEG, 0),
+            remote(peer, SEG, 0),
+            8,
+            Notification { id: 4, value: 0 },
+            QUEUE
+        ),
+        Error::ZeroNotificationValue { rank, id: 4 } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "read_notify with value 0",
+        ctx.read_notify(
+            local(SEG, 0),
+            remote(peer, SEG, 0),
+            8,
+            Notification { id: 5, value: 0 },
+            QUEUE
+        ),
+        Error::ZeroNotificationValue { rank, id: 5 } if rank == me
+    );
+    Ok(())
+}
+
+fn queues_and_lists(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let peer = s.peer;
+    let queues = ctx.queue_num();
+    let to_peer = remote(peer, SEG, 0);
+    expect_err!(
+        checks,
+        "write on queue 200",
+        ctx.write(local(SEG, 0), to_peer, 1, 200),
+        Error::InvalidQueue { queue: 200, count } if count == queues
+    );
+    expect_err!(
+        checks,
+        "notify on queue 200",
+        ctx.notify(peer, SEG, Notification { id: 0, value: 1 }, 200),
+        Error::InvalidQueue { queue: 200, .. }
+    );
+    expect_err!(
+        checks,
+        "wait on queue 200",
+        ctx.wait(200, Timeout::Test),
+        Error::InvalidQueue { queue: 200, .. }
+    );
+    expect_err!(
+        checks,
+        "queue_size of queue 200",
+        ctx.queue_size(200),
+        Error::InvalidQueue { queue: 200, .. }
+    );
+    expect_err!(
+        checks,
+        "queue_delete of queue 200",
+        ctx.queue_delete(200),
+        Error::InvalidQueue { queue: 200, .. }
+    );
+    let q = ctx.queue_create().doing(|| "queue_create")?;
+    ctx.queue_delete(q)
+        .doing(|| "queue_delete of an idle queue")?;
+    expect_err!(
+        checks,
+        "write on a deleted queue",
+        ctx.write(local(SEG, 0), to_peer, 1, q),
+        Error::InvalidQueue { queue, count } if queue == q && count == queues
+    );
+    let one = ListEntry {
+        local: local(SEG, 0),
+        remote_segment: SEG,
+        remote_offset: 0,
+        size: 1,
+    };
+    let too_long = vec![one; gaspi::MAX_LIST_ENTRIES + 1];
+    expect_err!(
+        checks,
+        "write_list with no entries",
+        ctx.write_list(&[], peer, QUEUE),
+        Error::InvalidList(_)
+    );
+    expect_err!(
+        checks,
+        "write_list with MAX_LIST_ENTRIES + 1 entries",
+        ctx.write_list(&too_long, peer, QUEUE),
+        Error::InvalidList(_)
+    );
+    expect_err!(
+        checks,
+        "read_list with no entries",
+        ctx.read_list(&[], peer, QUEUE),
+        Error::InvalidList(_)
+    );
+    expect_err!(
+        checks,
+        "write_list_notify with MAX_LIST_ENTRIES + 1 entries",
+        ctx.write_list_notify(
+            &too_long,
+            peer,
+            SEG,
+            Notification { id: 0, value: 1 },
+            QUEUE
+        ),
+        Error::InvalidList(_)
+    );
+    Ok(())
+}
+
+fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let me = s.me;
+    // SAFETY (all slice calls below): each range is refused before any memory is touched, so
+    // no reference into the segment is ever created.
+    expect_err!(
+        checks,
+        "segment_slice running past the segment end",
+        unsafe { ctx.segment_slice(SEG, 4000, 200) },
+        Error::OutOfBounds { rank, segment: SEG, offset: 4000, size: 200, segment_size: SEG_LEN }
+            if rank == me
+    );
+    expect_err!(
+        checks,
+        "segment_slice at offset u64::MAX",
+        unsafe { ctx.segment_slice(SEG, u64::MAX, 1) },
+        Error::OutOfBounds { rank, segment: SEG, offset: u64::MAX, size: 1, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "segment_slice_mut at the segment end",
+        unsafe { ctx.segment_slice_mut(SEG, SEG_LEN, 1) },
+        Error::OutOfBounds { rank, segment: SEG, offset: SEG_LEN, size: 1, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "segment_slice of an unknown segment",
+        unsafe { ctx.segment_slice(NEVER, 0, 1) },
+        Error::UnknownSegment { rank, segment: NEVER } if rank == me
+    );
+    let mut buf = [0u8; 10];
+    expect_err!(
+        checks,
+        "segment_read running past the segment end",
+        ctx.segment_read(SEG, 4090, &mut buf),
+        Error::OutOfBounds { rank, segment: SEG, offset: 4090, size: 10, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "segment_write at the segment end",
+        ctx.segment_write(SEG, SEG_LEN, &[1]),
+        Error::OutOfBounds { rank, segment: SEG, offset: SEG_LEN, size: 1, .. } if rank == me
+    );
+    expect_err!(
+        checks,
+        "segment_size of an unknown segment",
+        ctx.segment_size(NEVER),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == me
+    );
+    Ok(())
+}
+
+/// A list with more entries than the queue is deep never fits. Single writes fill the queue
+/// (unless the provider makes each post wait for earlier completions), the queue never holds
+/// more than its depth, and once it holds that many the next post is refused. Returns a note
+/// when the provider kept the queue from filling.
+fn full_queue(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome<Option<String>> {
+    let entry = ListEntry {
+        local: local(BUSY, 0),
+        remote_segment: SINK,
+        remote_offset: 0,
+        size: CHUNK,
+    };
+    expect_err!(
+        checks,
+        "write_list of depth + 1 entries",
+        ctx.write_list(&vec![entry; QUEUE_DEPTH as usize + 1], s.peer, QUEUE),
+        Error::QueueFull {
+            queue: QUEUE,
+            depth: QUEUE_DEPTH
+        }
+    );
+    ensure!(
+        ctx.queue_size(QUEUE).doing(|| "queue_size")? == 0,
+        "the refused list left operations on queue {QUEUE}"
+    );
+    let mut filled = false;
+    for _ in 0..8 * QUEUE_DEPTH {
+        // Without a progress thread nothing completes between this look and the post (a post
+        // only reaps completions when the provider makes it wait, after reserving its slot).
+        let before = ctx.queue_size(QUEUE).doing(|| "queue_size")?;
+        ensure!(
+            before <= QUEUE_DEPTH,
+            "queue {QUEUE} holds {before} operations, more than its depth {QUEUE_DEPTH}"
+        );
+        let posted = ctx.write(local(BUSY, 0), remote(s.peer, SINK, 0), CHUNK, QUEUE);
+        if before == QUEUE_DEPTH {
+            expect_err!(
+                checks,
+                "write onto a queue holding depth operations",
+                posted,
+                Error::QueueFull {
+                    queue: QUEUE,
+                    depth: QUEUE_DEPTH
+                }
+            );
+            filled = true;
+            break;
+        }
+        posted.doing(|| format!("write onto a queue holding {before} operations"))?;
+    }
+    ctx.wait(QUEUE, TIMEOUT)
+        .doing(|| "waiting for the queue to drain")?;
+    ensure!(
+        ctx.queue_size(QUEUE).doing(|| "queue_size")? == 0,
+        "queue {QUEUE} not empty after wait"
+    );
+    Ok((!filled).then(|| {
+        format!(
+            " (the provider never let {} single writes fill queue {QUEUE}; only the list \
+             filled it)",
+            8 * QUEUE_DEPTH
+        )
+    }))
+}
+
+/// A segment and a queue with a write in flight refuse deletion; once drained they can be
+/// deleted, and a deleted segment is unknown locally and remotely.
+fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let (me, peer) = (s.me, s.peer);
+    let q = ctx.queue_create().doing(|| "queue_create")?;
+    ctx.write(local(BUSY, 0), remote(peer, SINK, 0), CHUNK, q)
+        .doing(|| "posting a write from the segment to delete")?;
+    expect_err!(
+        checks,
+        "segment_delete with a write in flight",
+        ctx.segment_delete(BUSY),
+        Error::SegmentBusy {
+            segment: BUSY,
+            in_flight: 1
+        }
+    );
+    expect_err!(
+        checks,
+        "queue_delete with a write in flight",
+        ctx.queue_delete(q),
+        Error::QueueBusy { queue, outstanding: 1 } if queue == q
+    );
+    ctx.wait(q, TIMEOUT)
+        .doing(|| "waiting for the large writes")?;
+    ctx.queue_delete(q).doing(|| "deleting the drained queue")?;
+    ctx.segment_delete(BUSY)
+        .doing(|| "deleting the idle segment")?;
+    expect_err!(
+        checks,
+        "write from a deleted segment",
+        ctx.write(local(BUSY, 0), remote(peer, SINK, 0), 1, QUEUE),
+        Error::UnknownSegment { rank, segment: BUSY } if rank == me
+    );
+    expect_err!(
+        checks,
+        "segment_delete of a deleted segment",
+        ctx.segment_delete(BUSY),
+        Error::UnknownSegment { rank, segment: BUSY } if rank == me
+    );
+    // GONE was never touched remotely, so no rank has its descriptor cached.
+    ctx.segment_delete(GONE).doing(|| "deleting segment GONE")?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after everyone deleted GONE")?;
+    expect_err!(
+        checks,
+        "write into a segment the peer deleted",
+        ctx.write(local(SEG, 0), remote(peer, GONE, 0), 1, QUEUE),
+        Error::UnknownSegment { rank, segment: GONE } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "notify_waitsome on a deleted segment",
+        ctx.notify_waitsome(GONE, 0, 1, Timeout::Test),
+        Error::UnknownSegment { rank, segment: GONE } if rank == me
+    );
+    Ok(())
+}
+
+/// After all of the above, no notification was set by a refused call, and real traffic works.
+fn still_works(ctx: &Context, s: &Setup) -> Outcome {
+    let (me, peer) = (s.me, s.peer);
+    let left = (me + s.size - 1) % s.size;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before the final exchange")?;
+    match ctx.notify_waitsome(SEG, 0, s.count, Timeout::Test) {
+        Err(Error::Timeout) => {}
+        other => {
+            return Err(Failure(format!(
+                "a refused call left a notification set: {other:?}"
+            )))
+        }
+    }
+    // Nobody may send the final notification while another rank still checks for strays.
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the check for strays")?;
+    let half = SEG_LEN / 2;
+    let pattern = |rank: Rank| {
+        let mut p = vec![0u8; half as usize];
+        fill_pattern(seed(&[u64::from(rank), 0xe77]), &mut p);
+        p
+    };
+    ctx.segment_write(SEG, 0, &pattern(me))
+        .doing(|| "writing the final pattern")?;
+    ctx.write_notify(
+        local(SEG, 0),
+        remote(peer, SEG, half),
+        half,
+        Notification {
+            id: 7,
+            value: me + 1,
+        },
+        QUEUE,
+    )
+    .doing(|| "final write_notify")?;
+    let id = ctx
+        .notify_waitsome(SEG, 0, s.count, TIMEOUT)
+        .doing(|| "waiting for the final notification")?;
+    let value = ctx.notify_reset(SEG, id).doing(|| "resetting")?;
+    ensure!(
+        id == 7 && value == left + 1,
+        "final exchange: notification {id} = {value}, expected 7 = {}",
+        left + 1
+    );
+    let mut got = vec![0u8; half as usize];
+    ctx.segment_read(SEG, half, &mut got)
+        .doing(|| "reading the final data")?;
+    compare("final exchange data", &got, &pattern(left))?;
+    ctx.wait(QUEUE, TIMEOUT).doing(|| "final wait")
+}

@@ -1,0 +1,95 @@
+//! `gaspi-selftest`: checks a `gaspi` installation with real multi-rank jobs.
+//!
+//! ```text
+//! gaspirun -n 4 gaspi-selftest integrity
+//! gaspirun -n 4 --provider shm gaspi-selftest stress
+//! ```
+//!
+//! Each subcommand is one scenario. Every rank runs it, checks what it received (every byte,
+//! every notification value, every error variant) and prints exactly one line
+//! `ok <scenario> rank R: <what was checked>`; on any mismatch it prints
+//! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
+//! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
+//! check that the launcher and the survivors notice a rank that vanished.
+//!
+//! The integration tests in `tests/multiprocess*.rs` run every scenario under `gaspirun` over
+//! the `tcp` and `shm` providers.
+
+mod check;
+mod early_exit;
+mod errors;
+mod integrity;
+mod options;
+mod stress;
+mod threads;
+mod timeouts;
+
+use std::process::ExitCode;
+
+use gaspi::{Config, Context, Timeout};
+
+use check::Failure;
+use options::{Command, Options, Scenario};
+
+/// Bound for collective steps outside the scenarios (the final barrier): generous, because
+/// ranks of a job on an oversubscribed CI machine may arrive seconds apart.
+const FINALIZE_TIMEOUT: Timeout = Timeout::Millis(60_000);
+
+fn main() -> ExitCode {
+    match options::parse(std::env::args().skip(1)) {
+        Ok(Command::Help) => {
+            print!("{}", options::HELP);
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Run(scenario, opts)) => run(scenario, &opts),
+        Err(message) => {
+            eprintln!("gaspi-selftest: {message}\nTry 'gaspi-selftest --help'.");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(scenario: Scenario, opts: &Options) -> ExitCode {
+    let name = scenario.name();
+    let ctx = match init(scenario) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("FAIL {name}: joining the job failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let me = ctx.rank();
+    let outcome = match scenario {
+        Scenario::Integrity => integrity::run(&ctx, opts),
+        Scenario::Stress => stress::run(&ctx, opts),
+        Scenario::Threads => threads::run(&ctx, opts),
+        Scenario::Timeouts => timeouts::run(&ctx),
+        Scenario::Errors => errors::run(&ctx),
+        Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
+    };
+    let outcome = outcome.and_then(|summary| {
+        ctx.finalize(FINALIZE_TIMEOUT)
+            .map_err(|e| Failure(format!("finalize failed after the checks passed: {e}")))?;
+        Ok(summary)
+    });
+    match outcome {
+        Ok(summary) => {
+            println!("ok {name} rank {me}: {summary}");
+            ExitCode::SUCCESS
+        }
+        Err(Failure(message)) => {
+            eprintln!("FAIL {name} rank {me}: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init(scenario: Scenario) -> gaspi::Result<Context> {
+    let mut config = Config::from_env()?;
+    if scenario == Scenario::Errors {
+        // See `errors::QUEUE_DEPTH`: makes full queues and busy segments deterministic.
+        config.queue_depth = errors::QUEUE_DEPTH;
+        config.progress_thread = false;
+    }
+    Context::init_with(config)
+}

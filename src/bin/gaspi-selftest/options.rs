@@ -1,0 +1,230 @@
+//! The command line of `gaspi-selftest`: scenario names, their options and the help text.
+
+/// The text of `gaspi-selftest --help`.
+pub const HELP: &str = "\
+gaspi-selftest: check a gaspi installation with a real multi-rank job
+
+Usage: gaspirun -n N [--provider P] gaspi-selftest <scenario> [options]
+       gaspi-selftest --help
+
+Every rank runs the scenario, verifies what it received and prints one line
+`ok <scenario> rank R: <what was checked>`. On any mismatch it prints
+`FAIL <scenario> rank R: ...` on stderr and exits with status 1.
+
+Scenarios:
+  integrity    every operation (write, write_notify, read, read_notify,
+               write_list, write_list_notify, read_list, notify) at 1 B, 4 KiB
+               and 1 MiB, plus write/write_notify/read at 64 MiB, between
+               neighbours; checks every byte, the guard bytes around the
+               target range, and every notification id and value
+      --max-size BYTES   skip sizes above BYTES (default 67108864)
+  stress       each even rank streams write_notify into a ring of slots of
+               rank+1, which checks every byte the moment the notification
+               appears and hands the slot back (64 KiB blocks, then 8..256 B
+               messages)
+      --blocks N         number of 64 KiB blocks (default 1000)
+      --small N          number of small messages (default 20000)
+  threads      4 threads per rank wait on and reset the same notification
+               range while every rank sends to every rank; each value must be
+               consumed exactly once
+      --messages N       notifications from each rank to each rank (default 2000)
+  timeouts     Test/Millis timeouts of notify_waitsome, wait and barrier, and
+               that a call repeated after a timeout completes
+  errors       every kind of bad input returns its Error variant (with the
+               right fields) and the context keeps working afterwards
+  early-exit   the last rank leaves right after init without finalize while
+               the others wait in a barrier: the JOB IS EXPECTED TO FAIL, and
+               a working launcher ends it promptly
+      --leave exit|abort  how the last rank leaves: exit(0) (default) or abort()
+
+The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
+";
+
+/// A scenario of the self-test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Integrity,
+    Stress,
+    Threads,
+    Timeouts,
+    Errors,
+    EarlyExit,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 6] = [
+        Scenario::Integrity,
+        Scenario::Stress,
+        Scenario::Threads,
+        Scenario::Timeouts,
+        Scenario::Errors,
+        Scenario::EarlyExit,
+    ];
+
+    /// The subcommand naming this scenario.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Integrity => "integrity",
+            Scenario::Stress => "stress",
+            Scenario::Threads => "threads",
+            Scenario::Timeouts => "timeouts",
+            Scenario::Errors => "errors",
+            Scenario::EarlyExit => "early-exit",
+        }
+    }
+
+    /// The options this scenario accepts.
+    fn accepts(self, option: &str) -> bool {
+        matches!(
+            (self, option),
+            (Scenario::Integrity, "--max-size")
+                | (Scenario::Stress, "--blocks" | "--small")
+                | (Scenario::Threads, "--messages")
+                | (Scenario::EarlyExit, "--leave")
+        )
+    }
+}
+
+/// Tunables of the scenarios; each scenario reads only its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `integrity`: largest transfer size tried.
+    pub max_size: u64,
+    /// `stress`: number of 64 KiB blocks.
+    pub blocks: u64,
+    /// `stress`: number of small messages.
+    pub small: u64,
+    /// `threads`: notifications from each rank to each rank.
+    pub messages: u32,
+    /// `early-exit`: how the last rank leaves.
+    pub leave: Leave,
+}
+
+/// How the leaving rank of `early-exit` ends its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// `exit(0)`: looks like success to anyone who only checks exit statuses.
+    Exit,
+    /// `abort()`: killed by SIGABRT.
+    Abort,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_size: 64 << 20,
+            blocks: 1_000,
+            small: 20_000,
+            messages: 2_000,
+            leave: Leave::Exit,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Run(Scenario, Options),
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut args = args.into_iter();
+    let first = args.next().ok_or("missing scenario")?;
+    if first == "-h" || first == "--help" {
+        return Ok(Command::Help);
+    }
+    let scenario = Scenario::ALL
+        .into_iter()
+        .find(|s| s.name() == first)
+        .ok_or_else(|| format!("unknown scenario {first:?}"))?;
+    let mut opts = Options::default();
+    while let Some(option) = args.next() {
+        if option == "-h" || option == "--help" {
+            return Ok(Command::Help);
+        }
+        if !scenario.accepts(&option) {
+            return Err(format!("{} does not take {option:?}", scenario.name()));
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{option} needs a value"))?;
+        let bad = |_| format!("{option} {value:?} is not a number");
+        match option.as_str() {
+            "--max-size" => opts.max_size = value.parse().map_err(bad)?,
+            "--blocks" => opts.blocks = value.parse().map_err(bad)?,
+            "--small" => opts.small = value.parse().map_err(bad)?,
+            "--messages" => opts.messages = value.parse().map_err(bad)?,
+            "--leave" => {
+                opts.leave = match value.as_str() {
+                    "exit" => Leave::Exit,
+                    "abort" => Leave::Abort,
+                    _ => return Err(format!("--leave {value:?} must be exit or abort")),
+                }
+            }
+            _ => return Err(format!("{} does not take {option:?}", scenario.name())),
+        }
+    }
+    Ok(Command::Run(scenario, opts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(line: &str) -> Result<Command, String> {
+        parse(line.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn scenarios_and_their_options_parse() {
+        assert_eq!(
+            parse_str("stress --blocks 5 --small 7"),
+            Ok(Command::Run(
+                Scenario::Stress,
+                Options {
+                    blocks: 5,
+                    small: 7,
+                    ..Options::default()
+                }
+            ))
+        );
+        assert_eq!(
+            parse_str("early-exit"),
+            Ok(Command::Run(Scenario::EarlyExit, Options::default()))
+        );
+        assert_eq!(
+            parse_str("early-exit --leave abort"),
+            Ok(Command::Run(
+                Scenario::EarlyExit,
+                Options {
+                    leave: Leave::Abort,
+                    ..Options::default()
+                }
+            ))
+        );
+        assert_eq!(parse_str("--help"), Ok(Command::Help));
+        assert_eq!(parse_str("errors -h"), Ok(Command::Help));
+    }
+
+    #[test]
+    fn mistakes_are_reported() {
+        assert!(parse_str("").is_err());
+        assert!(parse_str("bogus").is_err());
+        assert!(parse_str("errors --blocks 3").is_err());
+        assert!(parse_str("stress --blocks").is_err());
+        assert!(parse_str("stress --blocks many").is_err());
+        assert!(parse_str("early-exit --leave later").is_err());
+    }
+
+    #[test]
+    fn help_names_every_scenario() {
+        for scenario in Scenario::ALL {
+            assert!(
+                HELP.contains(&format!("  {}  ", scenario.name())),
+                "{scenario:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! `timeouts`: waiting calls honour `Timeout::Test` and `Timeout::Millis`, report
+//! `Error::Timeout`, and complete when called again once the awaited event happens.
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use gaspi::{Context, Error, Notification, SegmentId, Timeout};
+
+use crate::check::{ensure, Doing, Failure, Outcome};
+
+const SEG: SegmentId = 0;
+/// Never sent by anyone: waits on it must time out.
+const SILENT: u32 = 0;
+/// Sent by the left neighbour, late.
+const LATE: u32 = 1;
+const TIMEOUT: Timeout = Timeout::Millis(30_000);
+/// How late the late notification and the late rank are.
+const DELAY: Duration = Duration::from_millis(300);
+/// `Test` must not wait; a scheduler hiccup on a loaded machine can still cost a few ms.
+const TEST_MEDIAN_LIMIT: Duration = Duration::from_millis(5);
+const TEST_MAX_LIMIT: Duration = Duration::from_millis(100);
+/// `Millis(200)` must wait at least 200 ms and not much longer.
+const MILLIS: u64 = 200;
+const MILLIS_LIMIT: Duration = Duration::from_millis(700);
+
+pub fn run(ctx: &Context) -> Outcome<String> {
+    ctx.segment_create(SEG, 64, TIMEOUT)
+        .doing(|| "creating the segment")?;
+    let mut checked = vec![test_never_waits(ctx)?];
+    checked.push(millis_waits_that_long(ctx)?);
+    checked.push(empty_queue_waits_are_immediate(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    checked.push(repeat_after_timeout_completes(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    checked.push(barrier_resumes_after_timeout(ctx)?);
+    Ok(checked.join("; "))
+}
+
+fn expect_timeout<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>) -> Outcome {
+    match got {
+        Err(Error::Timeout) => Ok(()),
+        other => Err(Failure(format!(
+            "{what}: expected Err(Timeout), got {other:?}"
+        ))),
+    }
+}
+
+fn test_never_waits(ctx: &Context) -> Outcome<String> {
+    let mut took: Vec<Duration> = (0..21)
+        .map(|_| {
+            let start = Instant::now();
+            let got = ctx.notify_waitsome(SEG, SILENT, 1, Timeout::Test);
+            expect_timeout("notify_waitsome(Test)", got).map(|()| start.elapsed())
+        })
+        .collect::<Outcome<_>>()?;
+    took.sort_unstable();
+    let (median, max) = (took[took.len() / 2], took[took.len() - 1]);
+    ensure!(
+        median < TEST_MEDIAN_LIMIT && max < TEST_MAX_LIMIT,
+        "notify_waitsome(Test) took {median:?} (median), {max:?} (max)"
+    );
+    Ok(format!(
+        "notify_waitsome(Test) -> Timeout in {median:?} (median of {})",
+        took.len()
+    ))
+}
+
+fn millis_waits_that_long(ctx: &Context) -> Outcome<String> {
+    let start = Instant::now();
+    let got = ctx.notify_waitsome(SEG, SILENT, 1, Timeout::Millis(MILLIS));
+    let took = start.elapsed();
+    expect_timeout("notify_waitsome(Millis(200))", got)?;
+    ensure!(
+        took >= Duration::from_millis(MILLIS) && took < MILLIS_LIMIT,
+        "notify_waitsome(Millis({MILLIS})) returned after {took:?}"
+    );
+    Ok(format!("Millis({MILLIS}) -> Timeout after {took:?}"))
+}
+
+fn empty_queue_waits_are_immediate(ctx: &Context) -> Outcome<String> {
+    ensure!(
+        ctx.queue_size(0).doing(|| "queue_size")? == 0,
+        "queue 0 is not empty at the start"
+    );
+    let start = Instant::now();
+    ctx.wait(0, Timeout::Test)
+        .doing(|| "wait(Test) on an empty queue")?;
+    let took = start.elapsed();
+    ensure!(
+        took < TEST_MAX_LIMIT,
+        "wait(Test) on an empty queue took {took:?}"
+    );
+    Ok("wait(empty queue, Test) -> Ok".into())
+}
+
+/// Every rank waits for a notification its left neighbour sends only after [`DELAY`]: the
+/// first wait times out, and waiting again (in short slices) then receives it.
+fn repeat_after_timeout_completes(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let start = Instant::now();
+    expect_timeout(
+        "notify_waitsome(Millis(100)) before the late notification",
+        ctx.notify_waitsome(SEG, LATE, 1, Timeout::Millis(100)),
+    )?;
+    sleep(DELAY.saturating_sub(start.elapsed()));
+    ctx.notify(
+        right,
+        SEG,
+        Notification {
+            id: LATE,
+            value: me + 1,
+        },
+        0,
+    )
+    .doing(|| "sending the late notification")?;
+    let mut timeouts = 1;
+    let id = loop {
+        match ctx.notify_waitsome(SEG, LATE, 1, Timeout::Millis(20)) {
+            Ok(id) => break id,
+            Err(Error::Timeout) if start.elapsed() < Duration::from_secs(30) => timeouts += 1,
+            Err(e) => return Err(Failure(format!("waiting again for the late one: {e}"))),
+        }
+    };
+    let value = ctx.notify_reset(SEG, id).doing(|| "resetting")?;
+    ensure!(
+        id == LATE && value == left + 1,
+        "after {timeouts} timeouts got notification {id} = {value}, expected {LATE} = {}",
+        left + 1
+    );
+    ctx.wait(0, TIMEOUT).doing(|| "wait after notify")?;
+    Ok(format!(
+        "notification from rank {left} arrived on the call after {timeouts} timeouts"
+    ))
+}
+
+/// The last rank enters the barrier [`DELAY`] late; the others see `Test` and `Millis` time out,
+/// then complete the same barrier by calling again.
+fn barrier_resumes_after_timeout(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n == 1 {
+        return Ok("barrier timeouts need 2 ranks, skipped".into());
+    }
+    if me == n - 1 {
+        sleep(DELAY);
+        ctx.barrier(TIMEOUT).doing(|| "late barrier")?;
+    } else {
+        expect_timeout(
+            "barrier(Test) before the last rank arrived",
+            ctx.barrier(Timeout::Test),
+        )?;
+        let start = Instant::now();
+        let got = ctx.barrier(Timeout::Millis(100));
+        let took = start.elapsed();
+        expect_timeout("barrier(Millis(100)) before the last rank arrived", got)?;
+        ensure!(
+            took >= Duration::from_millis(100),
+            "barrier(Millis(100)) timed out after only {took:?}"
+        );
+        ctx.barrier(TIMEOUT)
+            .doing(|| "calling the barrier again after its timeouts")?;
+    }
+    // The resumed barrier must leave every rank in step: one more full barrier and a
+    // notification round prove it.
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the resumed one")?;
+    let right = (me + 1) % n;
+    ctx.notify(
+        right,
+        SEG,
+        Notification {
+            id: LATE,
+            value: 1000 + me,
+        },
+        0,
+    )
+    .doing(|| "notifying after the barriers")?;
+    let id = ctx
+        .notify_waitsome(SEG, LATE, 1, TIMEOUT)
+        .doing(|| "waiting after the barriers")?;
+    let value = ctx.notify_reset(SEG, id).doing(|| "resetting")?;
+    let left = (me + n - 1) % n;
+    ensure!(
+        value == 1000 + left,
+        "after the barriers got value {value}, expected {}",
+        1000 + left
+    );
+    Ok(if me == n - 1 {
+        "entered the barrier late; it completed for everyone".into()
+    } else {
+        "barrier(Test) and barrier(Millis(100)) -> Timeout while the last rank was late, the \
+         repeated call completed it"
+            .into()
+    })
+}

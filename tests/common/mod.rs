@@ -1,0 +1,189 @@
+//! The runner of the multi-process tests: starts a job of separate rank processes under
+//! `gaspirun` (or `mpiexec.hydra`), one job at a time, never lets it hang the test binary, and
+//! checks what the ranks reported.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const GASPIRUN: &str = env!("CARGO_BIN_EXE_gaspirun");
+pub const SELFTEST: &str = env!("CARGO_BIN_EXE_gaspi-selftest");
+
+/// The providers every scenario runs over.
+pub const PROVIDERS: [&str; 2] = ["tcp", "shm"];
+
+/// `gaspirun --timeout` of the scenario jobs, in seconds.
+pub const JOB_TIMEOUT_S: u64 = 120;
+
+/// How long the runner waits beyond a job's own limit before it kills the launcher itself.
+const WATCHDOG_MARGIN: Duration = Duration::from_secs(30);
+
+/// Multi-rank jobs run one at a time: several of them on a 2-core CI machine starve each other
+/// into timeouts, and a timing check of one would measure the load of another.
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A job that has ended (or was killed by the watchdog).
+pub struct Finished {
+    pub command: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Finished {
+    /// Everything about the job, for assertion messages.
+    pub fn report(&self) -> String {
+        format!(
+            "command: {}\nstatus: {} after {:.1} s\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.command,
+            self.status,
+            self.elapsed.as_secs_f64(),
+            self.stdout,
+            self.stderr
+        )
+    }
+
+    /// The job succeeded and each of its `ranks` ranks printed exactly one line containing
+    /// `marker(rank)`.
+    pub fn assert_every_rank(&self, ranks: u32, marker: impl Fn(u32) -> String) {
+        assert!(self.status.success(), "the job failed\n{}", self.report());
+        for rank in 0..ranks {
+            let marker = marker(rank);
+            let lines = self.stdout.lines().filter(|l| l.contains(&marker)).count();
+            assert_eq!(
+                lines,
+                1,
+                "expected exactly one line with {marker:?}\n{}",
+                self.report()
+            );
+        }
+    }
+}
+
+/// Runs `command` to its end with a watchdog of `limit`, holding the one-job-at-a-time lock.
+pub fn run(mut command: Command, limit: Duration) -> Finished {
+    let _one = ONE_JOB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let described = format!("{command:?}");
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+    let stdout = drain(child.stdout.take().expect("stdout was piped"));
+    let stderr = drain(child.stderr.take().expect("stderr was piped"));
+    let status = wait_with_watchdog(&mut child, limit, &described);
+    let elapsed = start.elapsed();
+    Finished {
+        command: described,
+        status,
+        stdout: collect(&stdout),
+        stderr: collect(&stderr),
+        elapsed,
+    }
+}
+
+/// Reads a pipe to its end on a thread; the text arrives on the returned channel.
+fn drain(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let text = match pipe.read_to_end(&mut bytes) {
+            Ok(_) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => format!("<reading the output failed: {e}>"),
+        };
+        // The receiver is gone only if the test already panicked.
+        let _ = tx.send(text);
+    });
+    rx
+}
+
+/// The drained text; a pipe still open after the launcher ended means some rank outlived it.
+fn collect(rx: &mpsc::Receiver<String>) -> String {
+    rx.recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| {
+            "<output still open 10 s after the launcher ended: a rank outlived it>\n".into()
+        })
+}
+
+fn wait_with_watchdog(child: &mut Child, limit: Duration, described: &str) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status,
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                // Only the launcher is ours to kill; the test fails below with its output.
+                let _ = child.kill();
+                let status = child.wait().expect("waiting for the killed launcher");
+                panic!("{described} was still running after {limit:?}; killed it ({status})");
+            }
+            Err(e) => panic!("waiting for {described}: {e}"),
+        }
+    }
+}
+
+/// Runs `program args` as `ranks` ranks under `gaspirun` over `provider`.
+pub fn gaspirun(
+    ranks: u32,
+    provider: &str,
+    timeout_s: u64,
+    program: &Path,
+    args: &[&str],
+) -> Finished {
+    let mut command = Command::new(GASPIRUN);
+    command
+        .args(["-n", &ranks.to_string(), "--provider", provider])
+        .args(["--timeout", &timeout_s.to_string()])
+        .arg(program)
+        .args(args);
+    run(command, Duration::from_secs(timeout_s) + WATCHDOG_MARGIN)
+}
+
+/// Runs `gaspi-selftest <scenario>` and checks that every rank reported `ok`.
+pub fn selftest(scenario: &str, ranks: u32, provider: &str) -> Finished {
+    let job = gaspirun(
+        ranks,
+        provider,
+        JOB_TIMEOUT_S,
+        Path::new(SELFTEST),
+        &[scenario],
+    );
+    job.assert_every_rank(ranks, |r| format!("ok {scenario} rank {r}: "));
+    job
+}
+
+/// An example program, which `cargo test` builds next to the test binaries' directory.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary knows its path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in <target>/<profile>/deps")
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} does not exist: examples are built by a plain `cargo test`, or by \
+         `cargo build --examples` (with the same profile)",
+        path.display()
+    );
+    path
+}
+
+/// `program` if it is an executable file in a directory of `PATH`.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}

@@ -1,0 +1,268 @@
+//! Multi-process tests: every `gaspi-selftest` scenario, and the `ring` demo, run as real jobs
+//! of separate OS processes under `gaspirun`, over the `tcp` and the `shm` provider.
+//!
+//! Each rank verifies what it received itself (see `src/bin/gaspi-selftest`); these tests
+//! check that the job succeeded and that every rank printed its `ok` line. Jobs run one at a
+//! time (see `common`), so the suite fits a 2-core CI machine.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{gaspirun, selftest, PROVIDERS};
+
+/// One test per scenario, rank count and provider.
+macro_rules! scenario_tests {
+    ($($test:ident: $scenario:literal, $ranks:literal, $provider:literal;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                assert!(PROVIDERS.contains(&$provider));
+                selftest($scenario, $ranks, $provider);
+            }
+        )*
+    };
+}
+
+scenario_tests! {
+    integrity_2_tcp: "integrity", 2, "tcp";
+    integrity_2_shm: "integrity", 2, "shm";
+    integrity_3_tcp: "integrity", 3, "tcp";
+    integrity_3_shm: "integrity", 3, "shm";
+    integrity_4_tcp: "integrity", 4, "tcp";
+    integrity_4_shm: "integrity", 4, "shm";
+    threads_2_tcp: "threads", 2, "tcp";
+    threads_2_shm: "threads", 2, "shm";
+    threads_4_tcp: "threads", 4, "tcp";
+    threads_4_shm: "threads", 4, "shm";
+    timeouts_2_tcp: "timeouts", 2, "tcp";
+    timeouts_2_shm: "timeouts", 2, "shm";
+    timeouts_4_tcp: "timeouts", 4, "tcp";
+    timeouts_4_shm: "timeouts", 4, "shm";
+}
+
+/// `errors`; over these providers, with the progress thread off, single writes must have
+/// filled the queue (the scenario notes when a provider prevented that).
+fn errors(ranks: u32, provider: &str) {
+    let job = selftest("errors", ranks, provider);
+    assert!(
+        !job.stdout.contains("never let"),
+        "QueueFull was only reached with a list\n{}",
+        job.report()
+    );
+}
+
+#[test]
+fn errors_2_tcp() {
+    errors(2, "tcp");
+}
+
+#[test]
+fn errors_2_shm() {
+    errors(2, "shm");
+}
+
+#[test]
+fn errors_4_tcp() {
+    errors(4, "tcp");
+}
+
+#[test]
+fn errors_4_shm() {
+    errors(4, "shm");
+}
+
+/// `stress`, and every receiving (odd) rank verified megabytes, not a token amount.
+fn stress(ranks: u32, provider: &str) {
+    let job = selftest("stress", ranks, provider);
+    for receiver in (1..ranks).step_by(2) {
+        let marker = format!("ok stress rank {receiver}: ");
+        let line = job
+            .stdout
+            .lines()
+            .find(|l| l.contains(&marker))
+            .expect("selftest checked that every rank reported");
+        let bytes: u64 = line
+            .split(['(', ')'])
+            .find_map(|part| part.strip_suffix(" bytes")?.parse().ok())
+            .unwrap_or_else(|| panic!("no byte count in {line:?}"));
+        assert!(bytes >= 50_000_000, "only {bytes} bytes verified: {line}");
+    }
+}
+
+#[test]
+fn stress_2_tcp() {
+    stress(2, "tcp");
+}
+
+#[test]
+fn stress_2_shm() {
+    stress(2, "shm");
+}
+
+#[test]
+fn stress_4_tcp() {
+    stress(4, "tcp");
+}
+
+#[test]
+fn stress_4_shm() {
+    stress(4, "shm");
+}
+
+/// The bound within which a job with a vanished rank must end.
+const EARLY_EXIT_BOUND: Duration = Duration::from_secs(30);
+/// gaspirun's own time limit for it: beyond the bound, so that a job only ended by the time
+/// limit fails the test.
+const EARLY_EXIT_LIMIT_S: u64 = 60;
+
+/// The last rank leaves (`exit(0)` without finalize, or `abort()`), the others wait in a
+/// barrier: gaspirun must end the job with a failure status, well before its time limit, and
+/// no rank process may survive.
+fn early_exit(ranks: u32, provider: &str, leave: &str) {
+    let job = gaspirun(
+        ranks,
+        provider,
+        EARLY_EXIT_LIMIT_S,
+        Path::new(common::SELFTEST),
+        &["early-exit", "--leave", leave],
+    );
+    let pids: Vec<u32> = job
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(" pid ")?;
+            rest.split(':').next()?.parse().ok()
+        })
+        .collect();
+    let survivors = reap_survivors(&pids);
+    assert_eq!(
+        pids.len(),
+        ranks as usize,
+        "every rank reports its pid\n{}",
+        job.report()
+    );
+    assert!(
+        survivors.is_empty(),
+        "ranks {survivors:?} were still running after gaspirun returned (killed them now)\n{}",
+        job.report()
+    );
+    assert!(
+        !job.status.success(),
+        "a job that lost a rank must fail\n{}",
+        job.report()
+    );
+    assert_ne!(
+        job.status.code(),
+        Some(124),
+        "the job ended only at gaspirun's time limit\n{}",
+        job.report()
+    );
+    assert!(
+        job.elapsed < EARLY_EXIT_BOUND,
+        "the job took {:?} to end (bound {EARLY_EXIT_BOUND:?})\n{}",
+        job.elapsed,
+        job.report()
+    );
+}
+
+/// Pids of `pids` still running after a short grace period; those are killed, so a failing
+/// test leaves nothing behind.
+fn reap_survivors(pids: &[u32]) -> Vec<u32> {
+    let grace = Instant::now() + Duration::from_secs(5);
+    let mut alive: Vec<u32> = pids.to_vec();
+    while !alive.is_empty() && Instant::now() < grace {
+        alive.retain(|&pid| running(pid));
+        thread::sleep(Duration::from_millis(50));
+    }
+    for &pid in &alive {
+        // SAFETY: plain kill(2) of a rank process this test started through gaspirun.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    alive
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the parenthesised command name, which may itself contain spaces.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+#[test]
+fn early_exit_2_tcp() {
+    early_exit(2, "tcp", "exit");
+}
+
+#[test]
+fn early_exit_2_shm() {
+    early_exit(2, "shm", "exit");
+}
+
+#[test]
+fn early_exit_4_tcp() {
+    early_exit(4, "tcp", "exit");
+}
+
+#[test]
+fn early_exit_4_shm() {
+    early_exit(4, "shm", "exit");
+}
+
+#[test]
+fn early_abort_4_tcp() {
+    early_exit(4, "tcp", "abort");
+}
+
+#[test]
+fn early_abort_4_shm() {
+    early_exit(4, "shm", "abort");
+}
+
+/// The demo's own check line, for rank `r` of 4.
+fn ring_ok(rank: u32) -> String {
+    format!("ring ok: rank {rank} of 4 ")
+}
+
+#[test]
+fn ring_demo_under_gaspirun() {
+    let ring = common::example("ring");
+    for provider in PROVIDERS {
+        let job = gaspirun(4, provider, common::JOB_TIMEOUT_S, &ring, &[]);
+        job.assert_every_rank(4, ring_ok);
+        // The demo names the provider it ran over; shm must not silently fall back to tcp.
+        let provider_seen = job
+            .stdout
+            .lines()
+            .filter(|l| l.contains("ring ok") && l.contains(&format!(" over {provider}")))
+            .count();
+        assert_eq!(provider_seen, 4, "{}", job.report());
+    }
+}
+
+#[test]
+fn ring_demo_under_mpiexec_hydra() {
+    let Some(hydra) = common::on_path("mpiexec.hydra") else {
+        eprintln!("skipped: mpiexec.hydra is not on PATH (CI installs mpich)");
+        return;
+    };
+    let ring = common::example("ring");
+    for provider in PROVIDERS {
+        let mut command = Command::new(&hydra);
+        command
+            .args(["-n", "4"])
+            .arg(&ring)
+            .env("GASPI_PROVIDER", provider)
+            // Hydra's own time limit, in seconds.
+            .env("MPIEXEC_TIMEOUT", common::JOB_TIMEOUT_S.to_string());
+        let job = common::run(command, Duration::from_secs(common::JOB_TIMEOUT_S + 30));
+        job.assert_every_rank(4, ring_ok);
+    }
+}
