@@ -206,7 +206,9 @@ impl Inner {
     }
 
     fn deliver(&self, n: WireNotification) {
-        if n.system {
+        if let Some((rank, segment)) = n.gone() {
+            self.segments.forget_remote_of(rank, segment);
+        } else if n.system {
             // Ids and values come from our own runtime on the peer, so they are in range.
             let _ = self.system_notifications.set(n.id, n.value);
         } else if let Some(seg) = self.segments.try_local(n.segment) {

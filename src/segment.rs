@@ -16,6 +16,7 @@ use gaspi_notifications::NotificationTable;
 use gaspi_segments::SegmentMemory;
 
 use crate::error::{Error, Rank, Result, SegmentId};
+use crate::wire::WireNotification;
 
 /// Number of segment ids.
 pub(crate) const SEGMENT_IDS: usize = 256;
@@ -142,6 +143,12 @@ impl Segments {
     pub(crate) fn cache_remote(&self, rank: Rank, id: SegmentId, seg: RemoteSegment) {
         let mut cache = self.remote.write().unwrap_or_else(|e| e.into_inner());
         cache.insert((rank, id), seg);
+    }
+
+    /// Forgets the cached descriptor of `rank`'s segment `id` (it was deleted).
+    pub(crate) fn forget_remote_of(&self, rank: Rank, id: SegmentId) {
+        let mut cache = self.remote.write().unwrap_or_else(|e| e.into_inner());
+        cache.remove(&(rank, id));
     }
 
     /// Forgets every cached descriptor of segment `id` (it is being created anew).
@@ -271,11 +278,23 @@ impl crate::Context {
 
     /// Deletes this rank's segment `id` (local). Fails with [`Error::SegmentBusy`] while
     /// operations from or into it are in flight on this rank.
+    ///
+    /// Every other rank is told, so that its next operation on the segment returns
+    /// [`Error::UnknownSegment`] instead of reaching a closed registration (which some providers
+    /// handle badly: libfabric 1.17's tcp crashes the writer). An operation a peer posts before
+    /// the news arrives is still the application's error: synchronise deletes with the peers
+    /// that write into the segment.
     pub fn segment_delete(&self, id: SegmentId) -> Result<()> {
-        let seg = self.inner.segments.remove(self.rank(), id)?;
+        let me = self.rank();
+        let seg = self.inner.segments.remove(me, id)?;
         self.publish(id, None)?;
-        self.inner.segments.forget_remote(id);
+        self.inner.segments.forget_remote_of(me, id);
         drop(seg);
+        for rank in (0..self.size()).filter(|&r| r != me) {
+            // The deletion is done; telling peers is a courtesy that makes their later misuse
+            // a clean error. A peer that cannot be reached has no cached descriptor to fix.
+            let _ = self.system_notify(rank, WireNotification::segment_gone(me, id));
+        }
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 //! bit routes runtime-internal notifications (barrier, bootstrap) to their own table, so no user
 //! segment id is reserved.
 
-use crate::error::{NotificationId, SegmentId};
+use crate::error::{NotificationId, Rank, SegmentId};
 
 /// A notification as decoded from remote completion data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +20,10 @@ pub(crate) struct WireNotification {
     pub id: NotificationId,
     pub value: u32,
 }
+
+/// System notification id announcing that the sender deleted one of its segments; it is acted
+/// on by the progress engine, never stored in the system table.
+pub(crate) const SEGMENT_GONE: NotificationId = (1 << ID_BITS) - 1;
 
 const ID_BITS: u32 = 23;
 const ID_MASK: u64 = (1 << ID_BITS) - 1;
@@ -41,6 +45,22 @@ impl WireNotification {
             id,
             value,
         }
+    }
+
+    /// "Rank `rank` deleted its segment `segment`": peers drop their cached descriptor, so a
+    /// later access fails cleanly with `UnknownSegment` instead of hitting a closed registration.
+    pub(crate) fn segment_gone(rank: Rank, segment: SegmentId) -> Self {
+        // Ranks are below 2^24 (the job size travels in the same 32-bit value), so the sum is
+        // non-zero and does not overflow.
+        Self::system(SEGMENT_GONE, ((rank << 8) | u32::from(segment)) + 1)
+    }
+
+    /// The (rank, segment) of a [`segment_gone`](Self::segment_gone) notification.
+    pub(crate) fn gone(self) -> Option<(Rank, SegmentId)> {
+        (self.system && self.id == SEGMENT_GONE && self.value != 0).then(|| {
+            let v = self.value - 1;
+            (v >> 8, v as u8)
+        })
     }
 
     /// Packs into CQ data. `id` must be below 2^23 (checked by the callers against the config,
@@ -77,5 +97,12 @@ mod tests {
         ] {
             assert_eq!(WireNotification::decode(n.encode()), n);
         }
+    }
+
+    #[test]
+    fn segment_gone_names_rank_and_segment() {
+        let n = WireNotification::decode(WireNotification::segment_gone(70_000, 200).encode());
+        assert_eq!(n.gone(), Some((70_000, 200)));
+        assert_eq!(WireNotification::system(3, 9).gone(), None);
     }
 }

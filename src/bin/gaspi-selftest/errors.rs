@@ -2,6 +2,8 @@
 //! rank, segment, offset, size or id that was wrong, without panicking, without posting
 //! anything, and without breaking the context for the calls that follow.
 
+use std::time::{Duration, Instant};
+
 use gaspi::{
     local, remote, Context, Error, ListEntry, Notification, QueueId, Rank, SegmentId, Timeout,
 };
@@ -562,10 +564,44 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
         ctx.segment_delete(BUSY),
         Error::UnknownSegment { rank, segment: BUSY } if rank == me
     );
-    // GONE was never touched remotely, so no rank has its descriptor cached.
+    // Every rank looks up its peer's GONE first, so the descriptor is cached when the peer
+    // deletes it: the deletion must reach the cache (a write through a stale descriptor would
+    // hit a closed registration, which crashes libfabric 1.17's tcp provider).
+    let gone_size = ctx
+        .segment_size_of(peer, GONE)
+        .doing(|| "looking up the peer's segment GONE")?;
+    if gone_size != 64 {
+        return Err(Failure(format!(
+            "segment_size_of(peer, GONE) = {gone_size}, want 64"
+        )));
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before everyone deletes GONE")?;
     ctx.segment_delete(GONE).doing(|| "deleting segment GONE")?;
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after everyone deleted GONE")?;
+    // The news travels as a notification of its own; it arrives soon, not necessarily before
+    // the barrier completes (it takes another path). Drive progress until it has.
+    let start = Instant::now();
+    loop {
+        match ctx.segment_size_of(peer, GONE) {
+            Err(Error::UnknownSegment {
+                rank,
+                segment: GONE,
+            }) if rank == peer => break,
+            Ok(_) if start.elapsed() < Duration::from_secs(10) => {
+                ctx.wait(QUEUE, Timeout::Test)
+                    .doing(|| "driving progress while the deletion news travels")?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => {
+                return Err(Failure(format!(
+                    "the peer's deletion of GONE never reached this rank's cache: {other:?}"
+                )))
+            }
+        }
+    }
+    *checks += 1;
     expect_err!(
         checks,
         "write into a segment the peer deleted",
