@@ -239,9 +239,14 @@ impl Context {
     /// Ends this rank's participation: waits for all ranks (collective, bounded by `timeout`),
     /// stops the progress thread and releases every registration and the endpoint.
     ///
-    /// On timeout the context is still released locally and [`Error::Timeout`] is returned.
+    /// On timeout nothing is released: [`Error::FinalizeTimeout`] hands the context back, and
+    /// calling `finalize` on it again continues the same synchronisation.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
-        let barrier = self.barrier(timeout);
+        match self.barrier(timeout) {
+            Ok(()) => {}
+            Err(Error::Timeout) => return Err(Error::FinalizeTimeout(Box::new(self))),
+            Err(e) => return Err(e),
+        }
         let pmi = self
             .inner
             .pmi
@@ -249,8 +254,7 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         drop(self);
-        let fin = pmi.map_or(Ok(()), PmiClient::finalize);
-        barrier.and(fin)
+        pmi.map_or(Ok(()), PmiClient::finalize)
     }
 
     pub(crate) fn check_rank(&self, rank: Rank) -> Result<()> {

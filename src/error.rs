@@ -207,6 +207,11 @@ pub enum Error {
     #[error("protocol violation: {0}")]
     Protocol(String),
 
+    /// [`Context::finalize`](crate::Context::finalize) timed out before every rank arrived. The
+    /// context is handed back unchanged: call `finalize` on it again to continue.
+    #[error("finalize timed out before every rank arrived; the context is returned for a retry")]
+    FinalizeTimeout(Box<crate::Context>),
+
     /// The context was already finalized.
     #[error("the context has been finalized")]
     Finalized,
@@ -227,9 +232,9 @@ impl Error {
         }
     }
 
-    /// True for [`Error::Timeout`]: the call may be repeated.
+    /// True for [`Error::Timeout`] and [`Error::FinalizeTimeout`]: the call may be repeated.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout)
+        matches!(self, Error::Timeout | Error::FinalizeTimeout(_))
     }
 }
 

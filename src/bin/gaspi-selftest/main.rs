@@ -68,6 +68,10 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
     };
     let outcome = outcome.and_then(|summary| {
+        if scenario == Scenario::Timeouts {
+            let resumed = timeouts::finalize_resumes_after_timeout(ctx)?;
+            return Ok(format!("{summary}; {resumed}"));
+        }
         ctx.finalize(FINALIZE_TIMEOUT)
             .map_err(|e| Failure(format!("finalize failed after the checks passed: {e}")))?;
         Ok(summary)

@@ -36,6 +36,27 @@ pub fn run(ctx: &Context) -> Outcome<String> {
     Ok(checked.join("; "))
 }
 
+/// The last rank finalizes 300 ms late; the others' `finalize(Millis(50))` must time out and
+/// hand the context back, and finalizing that context again must complete.
+pub fn finalize_resumes_after_timeout(ctx: Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    if me + 1 == n {
+        std::thread::sleep(Duration::from_millis(300));
+        ctx.finalize(TIMEOUT)
+            .doing(|| "finalize of the late rank")?;
+        return Ok("finalized late on purpose".into());
+    }
+    let ctx = match ctx.finalize(Timeout::Millis(50)) {
+        Err(Error::FinalizeTimeout(ctx)) => ctx,
+        other => return Err(Failure(format!(
+            "finalize(Millis(50)) with a rank 300 ms late: expected FinalizeTimeout, got {other:?}"
+        ))),
+    };
+    ctx.finalize(TIMEOUT)
+        .doing(|| "finalize again after its timeout")?;
+    Ok("finalize timed out, handed the context back, and completed when called again".into())
+}
+
 fn expect_timeout<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>) -> Outcome {
     match got {
         Err(Error::Timeout) => Ok(()),
