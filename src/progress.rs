@@ -361,7 +361,15 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             );
             continue;
         }
-        if inner.ep.cq_waitable() {
+        if inner.queues.any_outstanding() {
+            // Our own transfers are in flight, and with manual progress they move only while
+            // somebody drives the provider: sleeping in the wait object between socket events
+            // cost 30% of streaming bandwidth (measured, tcp and shm). Poll, yielding the core,
+            // until they complete.
+            if !inner.progress() {
+                std::thread::yield_now();
+            }
+        } else if inner.ep.cq_waitable() {
             // A bounded sleep rather than an infinite one: a stop request is also signalled,
             // but the bound keeps shutdown prompt even if a provider misses the signal.
             inner.progress_blocking(100);

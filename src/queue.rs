@@ -117,6 +117,11 @@ impl Queues {
         Ok(())
     }
 
+    /// Whether any queue has operations posted and not completed.
+    pub(crate) fn any_outstanding(&self) -> bool {
+        self.queues.iter().any(|q| q.outstanding() > 0)
+    }
+
     pub(crate) fn count(&self) -> u32 {
         self.active_count()
     }

@@ -48,9 +48,11 @@ pub fn finalize_resumes_after_timeout(ctx: Context) -> Outcome<String> {
     }
     let ctx = match ctx.finalize(Timeout::Millis(50)) {
         Err(Error::FinalizeTimeout(ctx)) => ctx,
-        other => return Err(Failure(format!(
+        other => {
+            return Err(Failure(format!(
             "finalize(Millis(50)) with a rank 300 ms late: expected FinalizeTimeout, got {other:?}"
-        ))),
+        )))
+        }
     };
     ctx.finalize(TIMEOUT)
         .doing(|| "finalize again after its timeout")?;
