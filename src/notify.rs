@@ -32,18 +32,26 @@ impl Context {
     ///
     /// Two threads resetting the same id never both see the value: one gets it, the other 0.
     pub fn notify_reset(&self, segment: SegmentId, id: NotificationId) -> Result<u32> {
-        let seg = self.inner.segments.local(self.rank(), segment)?;
-        seg.notifications
-            .reset(id)
+        self.inner
+            .segments
+            .with_local(segment, |seg| seg.notifications.reset(id))
+            .ok_or(Error::UnknownSegment {
+                rank: self.rank(),
+                segment,
+            })?
             .map_err(|e| self.notification_error(segment, e))
     }
 
     /// The current value of notification `id` of segment `segment` (0 = unset), without waiting
     /// or consuming it.
     pub fn notify_peek(&self, segment: SegmentId, id: NotificationId) -> Result<u32> {
-        let seg = self.inner.segments.local(self.rank(), segment)?;
-        seg.notifications
-            .get(id)
+        self.inner
+            .segments
+            .with_local(segment, |seg| seg.notifications.get(id))
+            .ok_or(Error::UnknownSegment {
+                rank: self.rank(),
+                segment,
+            })?
             .map_err(|e| self.notification_error(segment, e))
     }
 

@@ -155,14 +155,19 @@ impl Inner {
         match read {
             Ok(Ok(0)) => false,
             Ok(Ok(n)) => {
+                let mut completed = false;
                 for ev in &events[..n] {
                     if ev.remote {
+                        // Notification tables wake their own waiters.
                         self.deliver(WireNotification::decode(ev.data));
                     } else {
                         self.complete(ev.context, None);
+                        completed = true;
                     }
                 }
-                self.events.notify_all();
+                if completed {
+                    self.events.notify_all();
+                }
                 true
             }
             Ok(Err(failure)) => {
@@ -211,10 +216,12 @@ impl Inner {
         } else if n.system {
             // Ids and values come from our own runtime on the peer, so they are in range.
             let _ = self.system_notifications.set(n.id, n.value);
-        } else if let Some(seg) = self.segments.try_local(n.segment) {
+        } else {
             // A notification for an id beyond this rank's table can only come from a peer with
             // a different configuration; the origin validated against its own, equal, table.
-            let _ = seg.notifications.set(n.id, n.value);
+            self.segments.with_local(n.segment, |seg| {
+                let _ = seg.notifications.set(n.id, n.value);
+            });
         }
         // A notification-only write to a segment this rank has deleted has nowhere to go: the
         // sender violated the segment's lifetime, and the data part (if any) was refused by the
@@ -244,14 +251,14 @@ impl Inner {
                 self.system_reads.fetch_add(1, Ordering::AcqRel);
             }
             OpKind::User => {
-                if let Some(seg) = self.segments.try_local(op.segment) {
+                self.segments.with_local(op.segment, |seg| {
                     seg.in_flight.fetch_sub(1, Ordering::AcqRel);
-                }
+                });
                 if let Some(d) = deferred {
                     if failure.is_none() {
-                        if let Some(seg) = self.segments.try_local(d.notify_segment) {
+                        self.segments.with_local(d.notify_segment, |seg| {
                             let _ = seg.notifications.set(d.notify_id, d.notify_value);
-                        }
+                        });
                     }
                 }
                 if let Some(q) = self.queues.by_index(op.queue) {

@@ -92,6 +92,18 @@ impl Segments {
             .ok_or(Error::UnknownSegment { rank, segment: id })
     }
 
+    /// Runs `f` on segment `id` under the table's read lock, without touching the segment's
+    /// reference count: the hot paths (delivering a notification, retiring a completion) use it.
+    /// `f` must not block.
+    pub(crate) fn with_local<R>(
+        &self,
+        id: SegmentId,
+        f: impl FnOnce(&LocalSegment) -> R,
+    ) -> Option<R> {
+        let table = self.local.read().unwrap_or_else(|e| e.into_inner());
+        table[usize::from(id)].as_deref().map(f)
+    }
+
     pub(crate) fn try_local(&self, id: SegmentId) -> Option<Arc<LocalSegment>> {
         let table = self.local.read().unwrap_or_else(|e| e.into_inner());
         table[usize::from(id)].clone()

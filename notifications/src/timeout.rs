@@ -71,6 +71,15 @@ impl Deadline {
         }
     }
 
+    /// Like [`expired`](Self::expired), against a clock reading the caller already has.
+    pub(crate) fn expired_at(self, now: Instant) -> bool {
+        match self.kind {
+            Kind::Never => false,
+            Kind::Test => true,
+            Kind::At(at) => now >= at,
+        }
+    }
+
     /// Time left until the deadline, zero once it has passed; `None` means forever.
     #[must_use]
     pub fn remaining(self) -> Option<Duration> {
