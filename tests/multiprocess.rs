@@ -247,6 +247,26 @@ fn ring_demo_under_gaspirun() {
     }
 }
 
+/// Eight ranks on this two-core machine: waits must back off and sleep instead of spinning,
+/// or the job crawls from one scheduler tick to the next (GPI-2: milliseconds per message).
+#[test]
+fn ring_demo_oversubscribed_8_ranks() {
+    let ring = common::example("ring");
+    for provider in PROVIDERS {
+        let started = std::time::Instant::now();
+        let job = gaspirun(8, provider, common::JOB_TIMEOUT_S, &ring, &[]);
+        job.assert_every_rank(8, |r| format!("ring ok: rank {r} of 8 "));
+        // 100 laps with a barrier each; a spinning runtime needs minutes here, ours about a
+        // second. The bound is generous so a loaded CI machine does not fail it.
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "8 ranks over {provider} took {:?}\n{}",
+            started.elapsed(),
+            job.report()
+        );
+    }
+}
+
 #[test]
 fn ring_demo_under_mpiexec_hydra() {
     let Some(hydra) = common::on_path("mpiexec.hydra") else {
