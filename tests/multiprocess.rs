@@ -46,6 +46,41 @@ scenario_tests! {
 
 /// `errors`; over these providers, with the progress thread off, single writes must have
 /// filled the queue (the scenario notes when a provider prevented that).
+/// The notification path for providers without write-after-write ordering (delivery-complete
+/// writes, notifications parked until the queue drains), forced on tcp and shm, which do order.
+fn integrity_unordered(provider: &str) {
+    let selftest = common::SELFTEST;
+    let job = gaspirun(
+        2,
+        provider,
+        common::JOB_TIMEOUT_S,
+        Path::new("env"),
+        &["GASPI_FORCE_UNORDERED=1", selftest, "integrity"],
+    );
+    job.assert_every_rank(2, |r| format!("ok integrity rank {r}: "));
+    let unordered = job
+        .stdout
+        .lines()
+        .filter(|l| l.contains("provider write ordering used: false"))
+        .count();
+    assert_eq!(
+        unordered,
+        2,
+        "the forced path was not taken\n{}",
+        job.report()
+    );
+}
+
+#[test]
+fn integrity_unordered_2_tcp() {
+    integrity_unordered("tcp");
+}
+
+#[test]
+fn integrity_unordered_2_shm() {
+    integrity_unordered("shm");
+}
+
 fn errors(ranks: u32, provider: &str) {
     let job = selftest("errors", ranks, provider);
     assert!(

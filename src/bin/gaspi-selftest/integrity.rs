@@ -185,11 +185,12 @@ pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
     Ok(format!(
         "{} cases ({} operations, sizes 1 B..{}; writes from rank {left}, reads from rank \
          {right}): {} verified byte by byte, guard bytes intact, every notification id and \
-         value as sent",
+         value as sent; provider write ordering used: {}",
         cases.len(),
         Op::ALL.len(),
         human(largest),
-        human(verified)
+        human(verified),
+        ctx.ordered_writes()
     ))
 }
 
