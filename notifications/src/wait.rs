@@ -113,10 +113,9 @@ pub fn wait_until<T>(
             return Err(Error::Timeout);
         }
         if progressed {
-            if deadline.expired() {
-                return Err(Error::Timeout);
-            }
-            spin = Spin::start();
+            // More events are likely to follow: spin afresh. The deadline is looked at on the
+            // spin's next look at the clock, a few polls from now.
+            spin.restart();
             continue;
         }
         match spin.snooze(deadline) {
@@ -160,7 +159,9 @@ const CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 8 };
 /// The bounded spinning phase of a wait.
 struct Spin {
     backoff: Backoff,
-    started: Instant,
+    /// When the spin began; `None` until the first look at the clock (which sets it), so that
+    /// starting or restarting a spin costs no clock reading.
+    started: Option<Instant>,
     polls: u32,
     hot: bool,
 }
@@ -169,10 +170,18 @@ impl Spin {
     fn start() -> Self {
         Self {
             backoff: Backoff::new(),
-            started: Instant::now(),
+            started: None,
             polls: 0,
             hot: true,
         }
+    }
+
+    /// Begins the spin again, hot, as of the next look at the clock.
+    fn restart(&mut self) {
+        self.backoff.reset();
+        self.started = None;
+        self.polls = 0;
+        self.hot = true;
     }
 
     /// Makes the next [`snooze`](Self::snooze) look at the clock.
@@ -191,7 +200,7 @@ impl Spin {
             if deadline.expired_at(now) {
                 return Step::Expired;
             }
-            let spun = now.saturating_duration_since(self.started);
+            let spun = now.saturating_duration_since(*self.started.get_or_insert(now));
             if spun >= SPIN_TIME {
                 return Step::Sleep;
             }
