@@ -23,6 +23,11 @@ const SURVIVOR_TIMEOUT: Duration = Duration::from_secs(45);
 pub fn run(ctx: &Context, leave: Leave) -> Failure {
     let (me, n) = (ctx.rank(), ctx.size());
     println!("early-exit rank {me} pid {}: started", std::process::id());
+    // Everyone has reported its pid before anyone leaves: on a loaded machine a rank could
+    // otherwise be killed between init and its report.
+    if let Err(e) = ctx.barrier(Timeout::from(SURVIVOR_TIMEOUT)) {
+        return Failure(format!("the barrier before leaving failed: {e}"));
+    }
     if me == n - 1 {
         // Neither runs destructors: the context is neither finalized nor dropped, which is
         // exactly the situation the other ranks must survive.
