@@ -75,48 +75,56 @@ pub(crate) fn pingpong(ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
     Ok(figure(ctx, "pingpong", bytes, samples))
 }
 
-/// Streaming write bandwidth from rank 0 to rank 1: a burst of writes, the last one notified,
-/// acknowledged by the target.
-pub(crate) fn bandwidth(ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
+/// One burst of streaming writes from rank 0 to rank 1, the last one notified and
+/// acknowledged by the target: rank 0 gets the time per message.
+pub(crate) fn bandwidth_burst(ctx: &Context, bytes: usize, rep: u32) -> Result<Option<Duration>> {
     let me = ctx.rank();
-    let count = ((128usize << 20) / bytes).clamp(8, 2048);
-    let reps = 7;
-    let mut samples = Vec::with_capacity(reps);
-    for rep in 0..reps as u32 {
-        let n = Notification {
-            id: DATA,
+    let count = burst_len(bytes);
+    let n = Notification {
+        id: DATA,
+        value: rep + 1,
+    };
+    let mut sample = None;
+    if me == 0 {
+        let start = Instant::now();
+        for i in 0..count {
+            posting(ctx, || {
+                let (l, r) = (local(SEGMENT, 0), remote(1, SEGMENT, 0));
+                if i + 1 == count {
+                    ctx.write_notify(l, r, bytes as u64, n, QUEUE)
+                } else {
+                    ctx.write(l, r, bytes as u64, QUEUE)
+                }
+            })?;
+        }
+        take(ctx, ACK)?;
+        sample = Some(start.elapsed() / count as u32);
+        ctx.wait(QUEUE, TIMEOUT)?;
+    } else if me == 1 {
+        take(ctx, DATA)?;
+        let ack = Notification {
+            id: ACK,
             value: rep + 1,
         };
-        if me == 0 {
-            let start = Instant::now();
-            for i in 0..count {
-                posting(ctx, || {
-                    let (l, r) = (local(SEGMENT, 0), remote(1, SEGMENT, 0));
-                    if i + 1 == count {
-                        ctx.write_notify(l, r, bytes as u64, n, QUEUE)
-                    } else {
-                        ctx.write(l, r, bytes as u64, QUEUE)
-                    }
-                })?;
-            }
-            take(ctx, ACK)?;
-            samples.push(start.elapsed() / count as u32);
-            ctx.wait(QUEUE, TIMEOUT)?;
-        } else if me == 1 {
-            take(ctx, DATA)?;
-            let ack = Notification {
-                id: ACK,
-                value: rep + 1,
-            };
-            posting(ctx, || ctx.notify(0, SEGMENT, ack, QUEUE))?;
-        }
+        posting(ctx, || ctx.notify(0, SEGMENT, ack, QUEUE))?;
+        ctx.wait(QUEUE, TIMEOUT)?;
     }
-    ctx.wait(QUEUE, TIMEOUT)?;
     ctx.barrier(TIMEOUT)?;
-    Ok(figure(ctx, "bandwidth", bytes, samples))
+    Ok(sample)
 }
 
-fn figure(ctx: &Context, bench: &'static str, bytes: usize, samples: Vec<Duration>) -> Vec<Figure> {
+/// Messages per streaming burst: about 128 MiB, at least 8.
+pub(crate) fn burst_len(bytes: usize) -> usize {
+    ((128usize << 20) / bytes).clamp(8, 2048)
+}
+
+/// The gaspi figure for `samples` (rank 0 only).
+pub(crate) fn figure(
+    ctx: &Context,
+    bench: &'static str,
+    bytes: usize,
+    samples: Vec<Duration>,
+) -> Vec<Figure> {
     if ctx.rank() != 0 {
         return Vec::new();
     }

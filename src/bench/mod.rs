@@ -21,6 +21,8 @@ use crate::error::{Error, Result};
 pub(crate) const PINGPONG_SIZES: [usize; 5] = [8, 64, 512, 4096, 65536];
 /// Streaming sizes (bytes).
 pub(crate) const BANDWIDTH_SIZES: [usize; 4] = [65536, 262_144, 1 << 20, 4 << 20];
+/// Bursts per streaming size and side.
+const BANDWIDTH_REPS: u32 = 9;
 /// Segment size used by both sides: the largest message plus room for flags and cards.
 pub(crate) const BUFFER: usize = (8 << 20) + 4096;
 
@@ -119,11 +121,22 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if bandwidth {
         for &bytes in &BANDWIDTH_SIZES {
+            // Bursts alternate between the two sides, so that a machine whose speed drifts
+            // (a shared VM does) affects both alike.
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            for rep in 0..BANDWIDTH_REPS {
+                if gaspi_side {
+                    ours.extend(api::bandwidth_burst(&ctx, bytes, rep)?);
+                }
+                if raw_side {
+                    theirs.extend(raw.bandwidth_burst(&ctx, bytes, rep)?);
+                }
+            }
             if gaspi_side {
-                figures.extend(api::bandwidth(&ctx, bytes)?);
+                figures.extend(api::figure(&ctx, "bandwidth", bytes, ours));
             }
             if raw_side {
-                figures.extend(raw.bandwidth(&ctx, bytes)?);
+                figures.extend(raw::figure(&ctx, "bandwidth", bytes, theirs, "write+flag"));
             }
         }
     }

@@ -155,55 +155,57 @@ impl RawPair {
         Ok(figures)
     }
 
-    /// Raw streaming bandwidth: a burst of writes, then a flag write behind them (ordered by
-    /// the provider), acknowledged by a flag write back.
-    pub(crate) fn bandwidth(&self, ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
-        let count = ((128usize << 20) / bytes).clamp(8, 2048);
-        let mut samples = Vec::new();
+    /// One raw burst: plain writes, then a flag write behind them (ordered by the provider),
+    /// acknowledged by a flag write back. Rank 0 gets the time per message.
+    pub(crate) fn bandwidth_burst(
+        &self,
+        ctx: &Context,
+        bytes: usize,
+        rep: u32,
+    ) -> Result<Option<Duration>> {
+        let count = super::api::burst_len(bytes);
+        // Flag values of bursts never repeat within a run and never meet ping-pong's (below
+        // 4,000): they are compared as 32-bit words.
+        let seq = 1_000_000 + u64::from(rep) + 100 * (bytes as u64 >> 16);
+        let mut sample = None;
         if let Some(side) = &self.side {
-            for rep in 0..7u64 {
-                let seq = rep + 1;
-                if ctx.rank() == 0 {
-                    let start = Instant::now();
-                    for _ in 0..count {
-                        while side.in_flight.get() >= WINDOW {
-                            side.poll_local()?;
-                        }
-                        side.post(|| {
-                            // SAFETY: the source range lies inside the registered buffer, which
-                            // lives as long as `side`; the payload is never modified meanwhile.
-                            unsafe {
-                                side.ep.write(
-                                    side.memory.as_ptr(),
-                                    bytes,
-                                    side.mr.desc(),
-                                    side.peer,
-                                    None,
-                                    1,
-                                    false,
-                                )
-                            }
-                        })?;
-                        side.in_flight.set(side.in_flight.get() + 1);
-                    }
-                    side.flag(seq)?;
-                    side.receive(seq, "write+flag")?;
-                    samples.push(start.elapsed() / count as u32);
-                    while side.in_flight.get() > 0 {
+            if ctx.rank() == 0 {
+                let start = Instant::now();
+                for _ in 0..count {
+                    while side.in_flight.get() >= WINDOW {
                         side.poll_local()?;
                     }
-                } else {
-                    side.receive(seq, "write+flag")?;
-                    side.flag(seq)?;
+                    side.post(|| {
+                        // SAFETY: the source range lies inside the registered buffer, which
+                        // lives as long as `side`; the payload is never modified meanwhile.
+                        unsafe {
+                            side.ep.write(
+                                side.memory.as_ptr(),
+                                bytes,
+                                side.mr.desc(),
+                                side.peer,
+                                None,
+                                1,
+                                false,
+                            )
+                        }
+                    })?;
+                    side.in_flight.set(side.in_flight.get() + 1);
                 }
+                side.flag(seq)?;
+                side.receive(seq, "write+flag")?;
+                sample = Some(start.elapsed() / count as u32);
+                while side.in_flight.get() > 0 {
+                    side.poll_local()?;
+                }
+            } else {
+                side.receive(seq, "write+flag")?;
+                side.flag(seq)?;
             }
             side.drain()?;
-            side.memory
-                .write_u64(FLAG, 0)
-                .map_err(|source| segment_error(ctx, source))?;
         }
         ctx.barrier(Timeout::Millis(60_000))?;
-        Ok(figure(ctx, "bandwidth", bytes, samples, "write+flag"))
+        Ok(sample)
     }
 }
 
@@ -320,7 +322,7 @@ fn segment_error(ctx: &Context, source: gaspi_segments::Error) -> Error {
     }
 }
 
-fn figure(
+pub(crate) fn figure(
     ctx: &Context,
     bench: &'static str,
     bytes: usize,
