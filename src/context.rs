@@ -138,11 +138,7 @@ impl Context {
         let ep = Endpoint::open(&config.provider, config.force_unordered, cq_size)?;
 
         let system_memory =
-            SegmentMemory::allocate(layout::SIZE, "system").map_err(|source| Error::Segment {
-                rank,
-                segment: 0,
-                source,
-            })?;
+            SegmentMemory::allocate(layout::SIZE, "system").map_err(Error::segment(rank, 0))?;
         // SAFETY: the system memory is owned by Inner and dropped after this registration
         // (field order of Inner).
         let system_mr = unsafe {
@@ -247,12 +243,7 @@ impl Context {
             Err(Error::Timeout) => return Err(Error::FinalizeTimeout(Box::new(self))),
             Err(e) => return Err(e),
         }
-        let pmi = self
-            .inner
-            .pmi
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let pmi = self.inner.take_pmi();
         drop(self);
         pmi.map_or(Ok(()), PmiClient::finalize)
     }
@@ -269,6 +260,11 @@ impl Context {
 }
 
 impl Inner {
+    /// The PMI connection, once: whoever takes it (finalize or drop) finalizes it.
+    fn take_pmi(&self) -> Option<PmiClient> {
+        self.pmi.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     /// Where `offset` of `rank`'s system region is; `rank` must be valid.
     pub(crate) fn system_target(&self, rank: Rank, offset: u64) -> RemoteTarget {
         let region = self.peers[rank as usize];
@@ -286,13 +282,7 @@ impl Drop for Context {
         self.progress.take();
         // Leaving deliberately, even without the collective finalize, is not a crash: tell the
         // launcher, which otherwise treats this rank as dead once the process exits.
-        let pmi = self
-            .inner
-            .pmi
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(pmi) = pmi {
+        if let Some(pmi) = self.inner.take_pmi() {
             // Nothing useful can be done with a failure while dropping.
             let _ = pmi.finalize();
         }

@@ -232,6 +232,18 @@ impl Error {
         }
     }
 
+    /// Wraps a failure of segment memory on `rank`'s segment `segment`.
+    pub(crate) fn segment(
+        rank: Rank,
+        segment: SegmentId,
+    ) -> impl FnOnce(gaspi_segments::Error) -> Error {
+        move |source| Error::Segment {
+            rank,
+            segment,
+            source,
+        }
+    }
+
     /// True for [`Error::Timeout`] and [`Error::FinalizeTimeout`]: the call may be repeated.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout | Error::FinalizeTimeout(_))

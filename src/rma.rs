@@ -468,7 +468,7 @@ impl Context {
         for (i, w) in words.iter_mut().enumerate() {
             *w = mem
                 .read_u64(base + 8 * i as u64)
-                .map_err(|source| self.system_error(source))?;
+                .map_err(Error::segment(self.rank(), 0))?;
         }
         Ok(words)
     }
@@ -535,17 +535,9 @@ impl Context {
                 .inner
                 .system_memory
                 .read_u64(layout::LANDING + 8 * i as u64)
-                .map_err(|source| self.system_error(source))?;
+                .map_err(Error::segment(self.rank(), 0))?;
         }
         Ok(words)
-    }
-
-    fn system_error(&self, source: gaspi_segments::Error) -> Error {
-        Error::Segment {
-            rank: self.rank(),
-            segment: 0,
-            source,
-        }
     }
 }
 

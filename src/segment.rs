@@ -8,7 +8,7 @@
 //! the peers a rank actually talks to, never O(ranks × segments) up front.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::fabric::MemoryRegion;
@@ -47,6 +47,8 @@ pub(crate) struct LocalSegment {
     pub(crate) notifications: NotificationTable,
     /// Local operations posted from or into this segment and not yet completed.
     pub(crate) in_flight: AtomicU32,
+    /// The collective creation finished (every rank has the segment).
+    pub(crate) synced: AtomicBool,
 }
 
 /// What a rank needs to access a remote segment.
@@ -176,8 +178,9 @@ impl crate::Context {
     /// or [`Error::Timeout`].
     ///
     /// The memory is a shared-memory file, so other ranks on this host could map it directly.
-    /// Each rank may pass its own `size`. After a timeout the segment exists locally; calling
-    /// again finishes the synchronisation.
+    /// Each rank may pass its own `size`. After a timeout the segment exists locally and calling
+    /// again (with the same id) finishes the synchronisation; creating a segment that already
+    /// exists is [`Error::SegmentExists`].
     pub fn segment_create(
         &self,
         id: SegmentId,
@@ -185,7 +188,7 @@ impl crate::Context {
         timeout: gaspi_notifications::Timeout,
     ) -> Result<()> {
         let me = self.rank();
-        if self.inner.segments.try_local(id).is_none() {
+        self.create_with(id, timeout, || {
             let len = usize::try_from(size).map_err(|_| Error::OutOfBounds {
                 rank: me,
                 segment: id,
@@ -193,20 +196,12 @@ impl crate::Context {
                 size,
                 segment_size: usize::MAX as u64,
             })?;
-            let memory = SegmentMemory::allocate(len, &format!("seg{id}")).map_err(|source| {
-                Error::Segment {
-                    rank: me,
-                    segment: id,
-                    source,
-                }
-            })?;
-            self.install(id, memory)?;
-        }
-        self.barrier(timeout)
+            SegmentMemory::allocate(len, &format!("seg{id}")).map_err(Error::segment(me, id))
+        })
     }
 
     /// Makes `len` bytes of user memory at `ptr` segment `id` on every rank (collective, like
-    /// [`segment_create`](Self::segment_create)).
+    /// [`segment_create`](Self::segment_create), with the same timeout semantics).
     ///
     /// # Safety
     /// `ptr..ptr + len` must be valid for reads and writes and stay allocated, unmoved, until
@@ -221,17 +216,37 @@ impl crate::Context {
         timeout: gaspi_notifications::Timeout,
     ) -> Result<()> {
         let me = self.rank();
-        if self.inner.segments.try_local(id).is_none() {
+        self.create_with(id, timeout, || {
             // SAFETY: the caller's contract is exactly bind's.
-            let memory =
-                unsafe { SegmentMemory::bind(ptr, len) }.map_err(|source| Error::Segment {
+            unsafe { SegmentMemory::bind(ptr, len) }.map_err(Error::segment(me, id))
+        })
+    }
+
+    /// Installs the memory `make` returns as segment `id` and synchronises with all ranks,
+    /// or continues the synchronisation of an earlier call that timed out.
+    fn create_with(
+        &self,
+        id: SegmentId,
+        timeout: gaspi_notifications::Timeout,
+        make: impl FnOnce() -> Result<SegmentMemory>,
+    ) -> Result<()> {
+        let me = self.rank();
+        match self.inner.segments.try_local(id) {
+            None => self.install(id, make()?)?,
+            Some(seg) if seg.synced.load(Ordering::Acquire) => {
+                return Err(Error::SegmentExists {
                     rank: me,
                     segment: id,
-                    source,
-                })?;
-            self.install(id, memory)?;
+                })
+            }
+            // An earlier call timed out in the synchronisation: continue it.
+            Some(_) => {}
         }
-        self.barrier(timeout)
+        self.barrier(timeout)?;
+        if let Some(seg) = self.inner.segments.try_local(id) {
+            seg.synced.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     fn install(&self, id: SegmentId, memory: SegmentMemory) -> Result<()> {
@@ -265,6 +280,7 @@ impl crate::Context {
                 memory,
                 notifications: NotificationTable::new(inner.config.notifications),
                 in_flight: AtomicU32::new(0),
+                synced: AtomicBool::new(false),
             },
         )?;
         // Peers may have cached an earlier segment with this id.
@@ -279,11 +295,7 @@ impl crate::Context {
             self.inner
                 .system_memory
                 .write_u64(base + 8 * i as u64, *w)
-                .map_err(|source| Error::Segment {
-                    rank: self.rank(),
-                    segment: id,
-                    source,
-                })?;
+                .map_err(Error::segment(self.rank(), id))?;
         }
         Ok(())
     }

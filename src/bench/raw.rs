@@ -56,12 +56,7 @@ impl RawPair {
             return Ok(RawPair { side: None });
         }
         let ep = Endpoint::open(&ctx.config().provider, false, 4096)?;
-        let memory =
-            SegmentMemory::allocate(BUFFER, "raw-bench").map_err(|source| Error::Segment {
-                rank: me,
-                segment: 0,
-                source,
-            })?;
+        let memory = SegmentMemory::allocate(BUFFER, "raw-bench").map_err(Error::segment(me, 0))?;
         // SAFETY: `memory` is stored in the same Side and dropped after the registration.
         let mr = unsafe { MemoryRegion::register(&ep, memory.as_ptr(), memory.len(), 1)? };
         let base = if ep.caps().virt_addr {
@@ -147,7 +142,7 @@ impl RawPair {
                 // Clear the flag so the next run's sequence numbers start from a known state.
                 side.memory
                     .write_u64(FLAG, 0)
-                    .map_err(|source| segment_error(ctx, source))?;
+                    .map_err(Error::segment(ctx.rank(), 0))?;
             }
             ctx.barrier(Timeout::Millis(60_000))?;
             figures.extend(figure(ctx, "pingpong", bytes, samples, variant));
@@ -311,14 +306,6 @@ impl Side {
             self.poll_local()?;
         }
         Ok(())
-    }
-}
-
-fn segment_error(ctx: &Context, source: gaspi_segments::Error) -> Error {
-    Error::Segment {
-        rank: ctx.rank(),
-        segment: 0,
-        source,
     }
 }
 
