@@ -27,8 +27,6 @@ const QUEUE: QueueId = 0;
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
 
 const SIZES: [u64; 4] = [1, 4 << 10, 1 << 20, 64 << 20];
-/// Only the basic operations run at sizes beyond this, to bound the run time.
-const ALL_OPS_UP_TO: u64 = 1 << 20;
 /// Entries of each list operation (fewer when the size is smaller).
 const LIST_PIECES: u64 = 5;
 
@@ -79,10 +77,6 @@ impl Op {
     fn notifies(self) -> bool {
         !matches!(self, Op::Read | Op::ReadList)
     }
-
-    fn runs_at(self, size: u64) -> bool {
-        size <= ALL_OPS_UP_TO || matches!(self, Op::Write | Op::WriteNotify | Op::Read)
-    }
 }
 
 /// One operation at one size; `index` doubles as its notification id.
@@ -103,7 +97,7 @@ fn cases(max_size: u64) -> Vec<Case> {
     let mut cases = Vec::new();
     for op in Op::ALL {
         for size in SIZES {
-            if op.runs_at(size) && size <= max_size {
+            if size <= max_size {
                 let index = cases.len() as u32;
                 cases.push(Case { index, op, size });
             }

@@ -13,8 +13,8 @@ Every rank runs the scenario, verifies what it received and prints one line
 
 Scenarios:
   integrity    every operation (write, write_notify, read, read_notify,
-               write_list, write_list_notify, read_list, notify) at 1 B, 4 KiB
-               and 1 MiB, plus write/write_notify/read at 64 MiB, between
+               write_list, write_list_notify, read_list, notify) at 1 B, 4 KiB,
+               1 MiB and 64 MiB, between
                neighbours; checks every byte, the guard bytes around the
                target range, and every notification id and value
       --max-size BYTES   skip sizes above BYTES (default 67108864)
