@@ -13,6 +13,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
 use super::options::{Options, Output};
 use super::output::{self, Target};
 use super::rank::{self, Exit, Started};
@@ -47,7 +50,7 @@ enum Event {
     /// One forwarded output stream reached end of file.
     OutputClosed,
     /// gaspirun received a terminating signal.
-    Signal(i32),
+    Signal(Signal),
 }
 
 /// The launcher's view of one started rank.
@@ -226,7 +229,7 @@ impl Job {
             }
         }
         // Nothing of the job may outlive gaspirun, not even what a successful rank left running.
-        self.signal_all(libc::SIGKILL);
+        self.signal_all(Signal::SIGKILL);
         for rank in &mut self.ranks {
             // The exit is known already; this only reaps the zombie.
             let _ = rank.child.wait();
@@ -274,14 +277,14 @@ impl Job {
             }
             Event::OutputClosed => self.open_outputs -= 1,
             Event::Signal(signal) => {
-                let name = rank::signal_name(signal).unwrap_or("a signal");
+                let name = signal.as_str();
                 if self.failure.is_some() {
                     // Asked twice: no more grace.
-                    self.signal_all(libc::SIGKILL);
+                    self.signal_all(Signal::SIGKILL);
                     self.kill_at = None;
                 } else {
                     self.fail(
-                        (128 + signal).clamp(0, 255) as u8,
+                        (128 + signal as i32).clamp(0, 255) as u8,
                         format!("received {name}"),
                     );
                 }
@@ -374,18 +377,16 @@ impl Job {
         }
         report(&format!("{message}; terminating the job"));
         self.failure = Some(status);
-        self.signal_all(libc::SIGTERM);
+        self.signal_all(Signal::SIGTERM);
         self.kill_at = Some(Instant::now() + KILL_GRACE);
     }
 
     /// Sends `signal` to the process group of every rank, including ranks that already exited:
     /// their unreaped zombies keep the group ids valid, and group members may still run.
-    fn signal_all(&self, signal: libc::c_int) {
+    fn signal_all(&self, signal: Signal) {
         for rank in &self.ranks {
-            // SAFETY: plain kill(2). ESRCH (the group is empty) is expected and harmless.
-            unsafe {
-                libc::kill(-(rank.child.id() as libc::pid_t), signal);
-            }
+            // ESRCH (the group is empty) is expected and harmless.
+            let _ = killpg(Pid::from_raw(rank.child.id() as i32), signal);
         }
     }
 
@@ -414,7 +415,7 @@ impl Job {
             }
         }
         if self.kill_at.is_some_and(|at| now >= at) {
-            self.signal_all(libc::SIGKILL);
+            self.signal_all(Signal::SIGKILL);
             self.kill_at = None;
         }
         if self.drain_until.is_some_and(|at| now >= at) {
@@ -423,7 +424,7 @@ impl Job {
                 self.drain_until = None;
             } else {
                 report("all ranks exited; killing processes they left behind");
-                self.signal_all(libc::SIGKILL);
+                self.signal_all(Signal::SIGKILL);
                 self.leftovers_killed = true;
                 self.drain_until = Some(now + DRAIN_GRACE);
             }

@@ -3,10 +3,17 @@
 
 use std::fs::File;
 use std::io::{self, IsTerminal};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+use nix::sys::prctl;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::{getpid, getppid, Pid};
 
 use super::options::{Options, Output};
 
@@ -66,48 +73,34 @@ pub(crate) fn spawn(options: &Options, rank: u32, jobid: &str) -> io::Result<Sta
             command.stdout(out).stderr(err);
         }
     }
-    let parent = std::process::id() as libc::pid_t;
+    let parent = getpid();
     // SAFETY: the hook only makes async-signal-safe calls (fcntl, prctl, getppid,
-    // sigemptyset, pthread_sigmask) and allocates nothing.
+    // sigemptyset, pthread_sigmask, through nix's thin wrappers) and allocates nothing.
     unsafe {
-        command.pre_exec(move || prepare_child(child_fd, parent));
+        command.pre_exec(move || prepare_child(&child_end, parent));
     }
     let child = command.spawn()?;
-    // The child has its copy; keeping ours would hide the rank's exit from the PMI reader.
-    drop(child_end);
+    // The child has its copy; keeping ours (in the hook) would hide the rank's exit from the
+    // PMI reader.
+    drop(command);
     Ok(Started { child, pmi })
 }
 
 /// Runs in the forked child just before exec.
-fn prepare_child(pmi_fd: i32, parent: libc::pid_t) -> io::Result<()> {
-    let check = |ret: libc::c_int| {
-        if ret == -1 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
-    // SAFETY (all calls): plain system calls on this process's own state.
-    unsafe {
-        // The socketpair is close-on-exec so that other ranks never inherit it; this rank's
-        // end must survive exec.
-        check(libc::fcntl(pmi_fd, libc::F_SETFD, 0))?;
-        // If gaspirun dies, its ranks die too. The signal fires when the forking *thread*
-        // exits, which is why the launcher spawns only from its main thread.
-        check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
-        if libc::getppid() != parent {
-            // gaspirun died before the death signal was armed.
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        // gaspirun blocks termination signals to receive them with sigwait; the program must
-        // start with none blocked.
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        check(libc::sigemptyset(&mut set))?;
-        let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        if ret != 0 {
-            return Err(io::Error::from_raw_os_error(ret));
-        }
+fn prepare_child(pmi: &impl AsFd, parent: Pid) -> io::Result<()> {
+    // The socketpair is close-on-exec so that other ranks never inherit it; this rank's end
+    // must survive exec.
+    fcntl(pmi, FcntlArg::F_SETFD(FdFlag::empty()))?;
+    // If gaspirun dies, its ranks die too. The signal fires when the forking *thread* exits,
+    // which is why the launcher spawns only from its main thread.
+    prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if getppid() != parent {
+        // gaspirun died before the death signal was armed.
+        return Err(Errno::ESRCH.into());
     }
+    // gaspirun blocks termination signals to receive them with sigwait; the program must start
+    // with none blocked.
+    SigSet::empty().thread_set_mask()?;
     Ok(())
 }
 
@@ -123,66 +116,79 @@ pub(crate) struct Exit {
 /// Blocks until process `pid` has ended, without reaping it: the zombie keeps the pid, and so
 /// the rank's process-group id, from being reused until the launcher is done signalling it.
 pub(crate) fn wait_for_exit(pid: u32) -> Exit {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
     loop {
-        // SAFETY: siginfo_t is plain data; all-zero is a valid value.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is valid for writes for the duration of the call.
-        let ret = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
+        let err = match waitid(Id::Pid(Pid::from_raw(pid as i32)), flags) {
+            Ok(WaitStatus::Exited(_, code)) => return exited(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return killed(signal as i32),
+            // nix names the signal that ended the process and fails with EINVAL for one it has
+            // no name for (a real-time signal); the zombie's status is in /proc too.
+            Err(Errno::EINVAL) => match killed_by_from_proc(pid) {
+                Some(signal) => return killed(signal),
+                None => io::Error::from(Errno::EINVAL),
+            },
+            Err(Errno::EINTR) => continue,
+            Err(errno) => io::Error::from(errno),
+            // WEXITED reports nothing but exits and deaths by signal.
+            Ok(other) => io::Error::other(format!("unexpected status {other:?}")),
         };
-        if ret == 0 {
-            // SAFETY: waitid succeeded for a child, so the SIGCHLD fields are initialised.
-            let value = unsafe { info.si_status() };
-            return describe(info.si_code, value);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Exit {
-                status: 1,
-                description: format!("could not be waited for: {err}"),
-            };
-        }
+        return Exit {
+            status: 1,
+            description: format!("could not be waited for: {err}"),
+        };
     }
 }
 
-/// Turns a `waitid` result (`si_code`, `si_status`) into an [`Exit`].
-fn describe(code: i32, value: i32) -> Exit {
-    if code == libc::CLD_EXITED {
-        return Exit {
-            status: (value & 0xff) as u8,
-            description: format!("exited with status {value}"),
-        };
+/// The signal that killed the zombie `pid`, from the wait status that /proc/<pid>/stat shows
+/// as its 52nd field (Linux 3.5 and later).
+fn killed_by_from_proc(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 2, the command name in parentheses, may contain anything; fields 3.. follow it.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let status: i32 = after_name
+        .split_ascii_whitespace()
+        .nth(52 - 3)?
+        .parse()
+        .ok()?;
+    libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status))
+}
+
+/// The [`Exit`] of a process that exited with `code`.
+fn exited(code: i32) -> Exit {
+    Exit {
+        status: (code & 0xff) as u8,
+        description: format!("exited with status {code}"),
     }
-    let name = signal_name(value)
+}
+
+/// The [`Exit`] of a process killed by signal number `signal`.
+fn killed(signal: i32) -> Exit {
+    let name = signal_name(signal)
         .map(|n| format!(" ({n})"))
         .unwrap_or_default();
     Exit {
-        status: (128 + value).clamp(0, 255) as u8,
-        description: format!("was killed by signal {value}{name}"),
+        status: (128 + signal).clamp(0, 255) as u8,
+        description: format!("was killed by signal {signal}{name}"),
     }
 }
 
 /// Names of the signals that commonly end ranks.
-pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
-    Some(match signal {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => return None,
-    })
+fn signal_name(signal: i32) -> Option<&'static str> {
+    let signal = Signal::try_from(signal).ok()?;
+    match signal {
+        Signal::SIGHUP
+        | Signal::SIGINT
+        | Signal::SIGQUIT
+        | Signal::SIGILL
+        | Signal::SIGABRT
+        | Signal::SIGBUS
+        | Signal::SIGFPE
+        | Signal::SIGKILL
+        | Signal::SIGSEGV
+        | Signal::SIGPIPE
+        | Signal::SIGTERM => Some(signal.as_str()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -191,13 +197,14 @@ mod tests {
 
     #[test]
     fn exit_descriptions() {
-        let exited = describe(libc::CLD_EXITED, 3);
-        assert_eq!(exited.status, 3);
-        assert_eq!(exited.description, "exited with status 3");
-        let killed = describe(libc::CLD_KILLED, libc::SIGKILL);
-        assert_eq!(killed.status, 137);
-        assert_eq!(killed.description, "was killed by signal 9 (SIGKILL)");
-        assert_eq!(describe(libc::CLD_DUMPED, libc::SIGSEGV).status, 139);
+        let exit = exited(3);
+        assert_eq!(exit.status, 3);
+        assert_eq!(exit.description, "exited with status 3");
+        let exit = killed(Signal::SIGKILL as i32);
+        assert_eq!(exit.status, 137);
+        assert_eq!(exit.description, "was killed by signal 9 (SIGKILL)");
+        assert_eq!(killed(Signal::SIGSEGV as i32).status, 139);
+        assert_eq!(killed(10).description, "was killed by signal 10");
     }
 
     #[test]
@@ -207,5 +214,32 @@ mod tests {
         assert_eq!(exit.status, 5);
         // Still a zombie: the real wait reports the same status.
         assert_eq!(child.wait().unwrap().code(), Some(5));
+    }
+
+    #[test]
+    fn waits_for_deaths_by_signal() {
+        let mut child = Command::new("sh")
+            .args(["-c", "kill -s TERM $$"])
+            .spawn()
+            .unwrap();
+        let exit = wait_for_exit(child.id());
+        assert_eq!(exit.status, 143);
+        assert_eq!(exit.description, "was killed by signal 15 (SIGTERM)");
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn waits_for_deaths_by_real_time_signals() {
+        let signal = libc::SIGRTMIN() + 4;
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("kill -{signal} $$")])
+            .spawn()
+            .unwrap();
+        let exit = wait_for_exit(child.id());
+        assert_eq!(exit.status, (128 + signal) as u8);
+        assert_eq!(exit.description, format!("was killed by signal {signal}"));
+        // Still a zombie: the real wait reports the same signal.
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(signal));
     }
 }

@@ -5,44 +5,34 @@
 use std::io;
 use std::thread;
 
+use nix::sys::signal::{SigSet, Signal};
+
 /// The signals that end a job.
-const TERMINATING: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+const TERMINATING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
 /// Proof that [`TERMINATING`] is blocked, with the set to wait on.
-pub(crate) struct Blocked(libc::sigset_t);
+pub(crate) struct Blocked(SigSet);
 
 /// Blocks the terminating signals in the calling thread and every thread created after it.
 /// Must run before any other thread exists: a thread with them unblocked would take them with
 /// the default action, which kills gaspirun at once.
 pub(crate) fn block() -> io::Result<Blocked> {
-    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t for all calls.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for signal in TERMINATING {
-            libc::sigaddset(&mut set, signal);
-        }
-        let ret = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if ret != 0 {
-            return Err(io::Error::from_raw_os_error(ret));
-        }
-    }
+    let set: SigSet = TERMINATING.into_iter().collect();
+    set.thread_block()?;
     Ok(Blocked(set))
 }
 
 impl Blocked {
     /// Calls `on_signal` with every terminating signal gaspirun receives, on a thread of its
     /// own, until it returns false.
-    pub(crate) fn deliver(self, mut on_signal: impl FnMut(libc::c_int) -> bool + Send + 'static) {
+    pub(crate) fn deliver(self, mut on_signal: impl FnMut(Signal) -> bool + Send + 'static) {
         let set = self.0;
-        thread::spawn(move || loop {
-            let mut signal = 0;
-            // SAFETY: `set` and `signal` are valid for the duration of the call.
-            let ret = unsafe { libc::sigwait(&set, &mut signal) };
+        thread::spawn(move || {
             // sigwait fails only for an invalid set; stop rather than spin.
-            if ret != 0 || !on_signal(signal) {
-                break;
+            while let Ok(signal) = set.wait() {
+                if !on_signal(signal) {
+                    break;
+                }
             }
         });
     }

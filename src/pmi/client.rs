@@ -5,9 +5,14 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+use nix::sys::socket::{send, MsgFlags};
+use nix::sys::stat::{fstat, SFlag};
 
 use super::split::{self, Stored};
 use super::wire::{LineReader, Message, ReadError, MAX_LINE};
@@ -458,26 +463,28 @@ fn claim_connection() -> Result<()> {
 
 /// Takes ownership of the inherited socket named by `PMI_FD`.
 fn adopt_fd(text: &str) -> Result<File> {
-    let fd: i32 = text
+    let fd: RawFd = text
         .trim()
         .parse()
         .ok()
         .filter(|fd| *fd >= 0)
         .ok_or_else(|| Error::bootstrap("init", format!("PMI_FD={text:?} is not a descriptor")))?;
-    // SAFETY: fstat only writes into `st`, which lives for the call.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(Error::bootstrap(
+    // SAFETY: `fd` is not -1 (checked above), and the borrow serves only the fstat and fcntl
+    // below, while nothing in this process closes descriptors it does not own. A number that is
+    // not open merely makes fstat fail with EBADF.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let st = fstat(borrowed).map_err(|errno| {
+        Error::bootstrap(
             "init",
             format!(
                 "PMI_FD={fd} is not an open descriptor: {}",
-                io::Error::last_os_error()
+                io::Error::from(errno)
             ),
-        ));
-    }
+        )
+    })?;
     // Every process manager hands out a socket; anything else means a stale PMI_FD whose number
     // now belongs to some unrelated file we must not take over.
-    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFSOCK {
         return Err(Error::bootstrap(
             "init",
             format!("PMI_FD={fd} is not a socket"),
@@ -485,13 +492,12 @@ fn adopt_fd(text: &str) -> Result<File> {
     }
     // Programs the rank starts must not inherit the connection: it would keep the launcher
     // from seeing this rank's end of the connection when the rank exits.
-    // SAFETY: plain fcntl on a descriptor checked to be open.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
-        return Err(Error::io(
+    fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(|errno| {
+        Error::io(
             format!("setting close-on-exec on PMI_FD={fd}"),
-            io::Error::last_os_error(),
-        ));
-    }
+            io::Error::from(errno),
+        )
+    })?;
     // SAFETY: the descriptor is open, is the PMI socket the launcher gave this process, and
     // `claim_connection` guarantees no other owner is created in this process.
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
@@ -521,19 +527,14 @@ fn connect_tcp(port: &str, timeout: Duration) -> Result<File> {
 }
 
 /// Writes all of `buf` to the socket `fd`.
-fn send_all(fd: i32, mut buf: &[u8]) -> io::Result<()> {
+fn send_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         // MSG_NOSIGNAL: a vanished launcher must surface as an error, not kill the rank with
         // SIGPIPE (the host program may not ignore it).
-        // SAFETY: `buf` is valid for `buf.len()` bytes for the duration of the call.
-        let sent = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-        if sent < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        } else {
-            buf = &buf[sent as usize..];
+        match send(fd, buf, MsgFlags::MSG_NOSIGNAL) {
+            Ok(sent) => buf = &buf[sent..],
+            Err(Errno::EINTR) => {}
+            Err(errno) => return Err(errno.into()),
         }
     }
     Ok(())

@@ -4,8 +4,11 @@
 //! Shared by the client ([`super::PmiClient`]) and the server side in `gaspirun`.
 
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// Longest line (newline included) a PMI-1 peer has to accept; MPICH's `PMIU_MAXLINE`.
 pub(crate) const MAX_LINE: usize = 1024;
@@ -151,7 +154,7 @@ impl<S: Read + AsFd> LineReader<S> {
                     self.limit
                 )));
             }
-            wait_readable(self.stream.as_fd().as_raw_fd(), deadline)?;
+            wait_readable(self.stream.as_fd(), deadline)?;
             let mut chunk = [0u8; 4096];
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err(ReadError::Closed),
@@ -167,36 +170,25 @@ impl<S: Read + AsFd> LineReader<S> {
 }
 
 /// Blocks until `fd` is readable (or hung up), or `deadline` passes.
-fn wait_readable(fd: i32, deadline: Option<Instant>) -> Result<(), ReadError> {
+fn wait_readable(fd: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<(), ReadError> {
     loop {
-        let timeout_ms = match deadline {
-            None => -1,
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
             Some(deadline) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(ReadError::Timeout);
                 }
                 // Round up so a sub-millisecond remainder still waits instead of spinning.
-                i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+                PollTimeout::try_from(left.as_micros().div_ceil(1000)).unwrap_or(PollTimeout::MAX)
             }
         };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is a valid pollfd array of length 1 for the duration of the call.
-        let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        match ready {
+        match poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], timeout) {
             // Timed out; the loop re-checks the deadline so rounding never ends a wait early.
-            0 => {}
-            n if n > 0 => return Ok(()),
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(ReadError::Io(err));
-                }
-            }
+            Ok(0) => {}
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => {}
+            Err(errno) => return Err(ReadError::Io(errno.into())),
         }
     }
 }
