@@ -1,67 +1,125 @@
-//! The all-ranks barrier: a dissemination barrier over notification-only writes.
+//! Dissemination: the engine behind barriers and group commits.
 //!
-//! Round `k` of a barrier notifies rank `(me + 2^k) mod n` and waits for rank
-//! `(me - 2^k) mod n`, so it finishes in `ceil(log2 n)` rounds for any `n`. Each round uses its
-//! own system notification slot, and consecutive barriers alternate between two banks of slots:
-//! a peer can be at most one barrier ahead (it cannot leave barrier `e + 1` before we entered
+//! Round `k` notifies member `(me + 2^k) mod n` and waits for member `(me - 2^k) mod n`, so a
+//! run finishes in `ceil(log2 n)` rounds for any `n`, with notification-only writes. Each round
+//! uses its own system notification slots, and consecutive runs alternate between two banks of
+//! slots: a peer can be at most one run ahead (it cannot leave run `e + 1` before we entered
 //! it), so the bank it writes for `e + 1` is never the one we are still reading for `e`.
 //!
-//! The state (epoch and round) lives in the context, so a barrier that timed out is continued,
-//! not restarted, by the next call — GASPI's semantics for collectives with timeouts.
+//! A run either synchronises (each notification carries the run's epoch tag, checked on
+//! arrival) or also combines a `(min, max)` pair of 32-bit values across all members: every
+//! round forwards what the sender has folded so far, and because min and max are idempotent
+//! every member holds the global pair after the last round. Group commits use the latter to
+//! compare membership fingerprints.
+//!
+//! The state (epoch, round, what was sent, the pair) lives with the group, so a run that timed
+//! out is continued, not restarted, by the next call — GASPI's semantics for collectives with
+//! timeouts.
 
 use gaspi_notifications::{Deadline, Timeout};
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Rank, Result};
 use crate::wire::WireNotification;
 
-/// Slots per bank; enough rounds for 2^32 ranks.
-const ROUNDS_PER_BANK: u32 = 32;
+/// Rounds a run may have: enough for 2^32 members.
+const ROUNDS: u32 = 32;
+/// Slots per round: two values (the `(min, max)` pair; synchronising runs use the first).
+const SLOTS_PER_ROUND: u32 = 2;
+/// Slots per bank.
+const BANK: u32 = ROUNDS * SLOTS_PER_ROUND;
+/// System notification slots each group owns: two banks.
+pub(crate) const SLOTS_PER_GROUP: u32 = 2 * BANK;
 
-/// Progress of the barrier in flight.
+/// Progress of the run in flight of one group.
 #[derive(Debug, Default)]
-pub(crate) struct BarrierState {
+pub(crate) struct CollState {
     epoch: u64,
     round: u32,
-    /// Whether this round's notification was already sent (a timeout may come after sending).
+    /// Whether this round's notifications were already sent (a timeout may come after sending).
     sent: bool,
+    /// The `(min, max)` pair a combining run has folded so far.
+    pair: Option<(u32, u32)>,
+}
+
+impl CollState {
+    /// Whether no run is in flight.
+    pub(crate) fn idle(&self) -> bool {
+        self.round == 0 && !self.sent && self.pair.is_none()
+    }
+
+    /// Starts a combining run with this member's value, unless one is already in flight (a
+    /// call after a timeout continues it).
+    pub(crate) fn start_pair(&mut self, value: u32) {
+        if self.idle() {
+            self.pair = Some((value, value));
+        }
+    }
+
+    /// Takes the combined pair after a combining run completed.
+    pub(crate) fn take_pair(&mut self) -> Option<(u32, u32)> {
+        self.pair.take()
+    }
+}
+
+/// Who takes part in a run: `n` members, this one at index `me`, and their slot range.
+pub(crate) struct Spread<'a> {
+    pub n: u32,
+    pub me: u32,
+    pub rank_of: &'a dyn Fn(u32) -> Rank,
+    /// First system notification slot of the group.
+    pub slots: u32,
 }
 
 impl Context {
-    /// Blocks until every rank has entered the barrier, or until `timeout`.
-    ///
-    /// After [`Error::Timeout`] call it again to continue the same barrier. Calls from several
-    /// threads of one rank are serialised; each completed call is one barrier of the job.
-    pub fn barrier(&self, timeout: Timeout) -> Result<()> {
-        let n = self.inner.size;
-        if n == 1 {
-            return Ok(());
-        }
-        let deadline = timeout.deadline();
-        let mut state = self.inner.barrier.lock().unwrap_or_else(|e| e.into_inner());
-        let me = self.inner.rank;
-        let value = (state.epoch as u32).wrapping_add(1).max(1);
-        let bank = (state.epoch % 2) as u32 * ROUNDS_PER_BANK;
-        while (1u64 << state.round) < u64::from(n) {
-            let dist = 1u32 << state.round;
-            let slot = bank + state.round;
+    /// Runs (or continues) one dissemination over `spread`, bounded by `deadline`.
+    pub(crate) fn disseminate(
+        &self,
+        spread: &Spread<'_>,
+        state: &mut CollState,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let n = u64::from(spread.n);
+        let tag = (state.epoch as u32).wrapping_add(1).max(1);
+        let bank = spread.slots + (state.epoch % 2) as u32 * BANK;
+        while (1u64 << state.round) < n {
+            let slot = bank + state.round * SLOTS_PER_ROUND;
             if !state.sent {
-                let to = ((u64::from(me) + u64::from(dist)) % u64::from(n)) as u32;
-                self.system_notify(to, WireNotification::system(slot, value))?;
+                let dist = 1u64 << state.round;
+                let to = (spread.rank_of)(((u64::from(spread.me) + dist) % n) as u32);
+                match state.pair {
+                    None => self.system_notify(to, WireNotification::system(slot, tag))?,
+                    Some((lo, hi)) => {
+                        self.system_notify(to, WireNotification::system(slot, lo))?;
+                        self.system_notify(to, WireNotification::system(slot + 1, hi))?;
+                    }
+                }
                 state.sent = true;
             }
             let table = &self.inner.system_notifications;
-            table
-                .wait_some(slot, 1, remaining(deadline), self.inner.waiter())
-                .map_err(|_| Error::Timeout)?;
-            // The slot belongs to this round only; consuming it cannot race with a peer's next
-            // write to it (see the module doc on banks).
-            let got = table.reset(slot).unwrap_or(0);
-            if got != value {
-                return Err(Error::Protocol(format!(
-                    "barrier round {} expected epoch tag {value}, got {got}",
-                    state.round
-                )));
+            let wanted = if state.pair.is_some() { 2 } else { 1 };
+            for s in slot..slot + wanted {
+                // Leaves a slot that already arrived in place: a call after a timeout finds it.
+                table
+                    .wait_some(s, 1, remaining(deadline), self.inner.waiter())
+                    .map_err(|_| Error::Timeout)?;
+            }
+            // The slots belong to this round only; consuming them cannot race with a peer's
+            // next write to them (see the module doc on banks).
+            let first = table.reset(slot).unwrap_or(0);
+            match &mut state.pair {
+                None if first != tag => {
+                    return Err(Error::Protocol(format!(
+                        "dissemination round {} expected epoch tag {tag}, got {first}",
+                        state.round
+                    )))
+                }
+                None => {}
+                Some((lo, hi)) => {
+                    let second = table.reset(slot + 1).unwrap_or(0);
+                    *lo = (*lo).min(first);
+                    *hi = (*hi).max(second);
+                }
             }
             state.round += 1;
             state.sent = false;

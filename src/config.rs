@@ -16,6 +16,9 @@ pub const MAX_NOTIFICATIONS: u32 = 1 << 23;
 /// Largest number of queues.
 pub const MAX_QUEUES: u8 = 16;
 
+/// Largest number of groups.
+pub const MAX_GROUPS: u8 = 64;
+
 /// Largest number of entries in one list operation.
 pub const MAX_LIST_ENTRIES: usize = 255;
 
@@ -38,6 +41,9 @@ pub struct Config {
     /// and how long internal one-off waits (a remote segment lookup) may take
     /// (`GASPI_OP_TIMEOUT_MS`, default 30 s).
     pub op_timeout: Duration,
+    /// Largest number of groups, the all-ranks group included (`GASPI_MAX_GROUPS`, default 32,
+    /// at most [`MAX_GROUPS`]).
+    pub max_groups: u8,
     /// Run a progress thread (`GASPI_PROGRESS_THREAD=0` disables it). Providers with manual
     /// data progress need one for one-sided writes to land while the target computes.
     pub progress_thread: bool,
@@ -55,6 +61,7 @@ impl Default for Config {
             queues: 8,
             queue_depth: 1_024,
             op_timeout: Duration::from_secs(30),
+            max_groups: 32,
             progress_thread: true,
             force_unordered: false,
         }
@@ -79,6 +86,9 @@ impl Config {
         }
         if let Some(v) = var("GASPI_OP_TIMEOUT_MS") {
             cfg.op_timeout = Duration::from_millis(parse("GASPI_OP_TIMEOUT_MS", &v)?);
+        }
+        if let Some(v) = var("GASPI_MAX_GROUPS") {
+            cfg.max_groups = parse("GASPI_MAX_GROUPS", &v)?;
         }
         if let Some(v) = var("GASPI_PROGRESS_THREAD") {
             cfg.progress_thread = flag("GASPI_PROGRESS_THREAD", &v)?;
@@ -111,6 +121,12 @@ impl Config {
             return Err(Error::Config(format!(
                 "queue_depth = {} must be in 1..=65536",
                 self.queue_depth
+            )));
+        }
+        if self.max_groups == 0 || self.max_groups > MAX_GROUPS {
+            return Err(Error::Config(format!(
+                "max_groups = {} must be in 1..={MAX_GROUPS}",
+                self.max_groups
             )));
         }
         if self.op_timeout.is_zero() {
@@ -165,6 +181,10 @@ mod tests {
             },
             Config {
                 queue_depth: 0,
+                ..Config::default()
+            },
+            Config {
+                max_groups: MAX_GROUPS + 1,
                 ..Config::default()
             },
             Config {

@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use gaspi_notifications::{EventCount, NotificationTable, Timeout};
 use gaspi_segments::SegmentMemory;
 
-use crate::barrier::BarrierState;
 use crate::config::Config;
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
+use crate::group::Groups;
 use crate::pmi::PmiClient;
 use crate::progress::ProgressThread;
 use crate::segment::{layout, Segments};
@@ -25,9 +25,6 @@ use crate::segment::{layout, Segments};
 /// use `USER_KEY_BASE + id`.
 const SYSTEM_KEY: u64 = 1;
 pub(crate) const USER_KEY_BASE: u64 = 0x100;
-
-/// Number of runtime-internal notification slots (barrier rounds and spare).
-pub(crate) const SYSTEM_NOTIFICATIONS: u32 = 1024;
 
 /// Where a peer's system region is.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +47,7 @@ pub(crate) struct Inner {
     pub(crate) system_failure: Mutex<Option<(Rank, String)>>,
     pub(crate) system_lookup: Mutex<()>,
     pub(crate) peers: Vec<SystemRegion>,
-    pub(crate) barrier: Mutex<BarrierState>,
+    pub(crate) groups: Groups,
     /// User threads currently polling inside a waiting call (see `progress::Waiter`).
     pub(crate) spinners: AtomicUsize,
     /// Wakes the progress thread when the last polling waiter goes to sleep.
@@ -179,12 +176,14 @@ impl Context {
             segments: Segments::new(),
             queues: crate::queue::Queues::new(config.queues, config.queue_depth),
             events: EventCount::new(),
-            system_notifications: NotificationTable::new(SYSTEM_NOTIFICATIONS),
+            system_notifications: NotificationTable::new(
+                u32::from(config.max_groups) * crate::barrier::SLOTS_PER_GROUP,
+            ),
             system_reads: AtomicU64::new(0),
             system_failure: Mutex::new(None),
             system_lookup: Mutex::new(()),
             peers,
-            barrier: Mutex::new(BarrierState::default()),
+            groups: Groups::new(config.max_groups, size),
             spinners: AtomicUsize::new(0),
             standby: EventCount::new(),
             pmi: Mutex::new(pmi),

@@ -185,6 +185,52 @@ pub enum Error {
         source: gaspi_segments::Error,
     },
 
+    /// No group with this id exists.
+    #[error("group {group} does not exist")]
+    UnknownGroup {
+        /// The group id.
+        group: crate::GroupId,
+    },
+
+    /// The group is committed (or committing): its membership can no longer change.
+    #[error("group {group} is committed; its membership cannot change")]
+    GroupCommitted {
+        /// The group id.
+        group: crate::GroupId,
+    },
+
+    /// A collective or query on a group that has not been committed.
+    #[error("group {group} has not been committed")]
+    GroupNotCommitted {
+        /// The group id.
+        group: crate::GroupId,
+    },
+
+    /// A rank was added to a group twice.
+    #[error("rank {rank} is already a member of group {group}")]
+    DuplicateMember {
+        /// The group id.
+        group: crate::GroupId,
+        /// The rank added twice.
+        rank: Rank,
+    },
+
+    /// This rank takes part in a collective of a group it is not a member of.
+    #[error("rank {rank} is not a member of group {group}")]
+    NotInGroup {
+        /// The group id.
+        group: crate::GroupId,
+        /// This rank.
+        rank: Rank,
+    },
+
+    /// The members of a group disagree on its membership (or on its id).
+    #[error("the members of group {group} disagree on its membership")]
+    GroupMismatch {
+        /// The group id.
+        group: crate::GroupId,
+    },
+
     /// A list operation got lists of different lengths, or too many entries.
     #[error("invalid list operation: {0}")]
     InvalidList(String),

@@ -55,6 +55,7 @@ mod config;
 mod context;
 mod error;
 mod fabric;
+mod group;
 #[doc(hidden)]
 pub mod launcher;
 mod notify;
@@ -65,10 +66,11 @@ mod rma;
 mod segment;
 mod wire;
 
-pub use config::{Config, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_QUEUES};
+pub use config::{Config, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_QUEUES};
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 pub use gaspi_notifications::Timeout;
+pub use group::{GroupId, GROUP_ALL};
 pub use rma::{local, remote, ListEntry, Local, Notification, Remote};
 
 /// Queue operations that do not move data.

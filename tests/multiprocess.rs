@@ -42,6 +42,10 @@ scenario_tests! {
     timeouts_2_shm: "timeouts", 2, "shm";
     timeouts_4_tcp: "timeouts", 4, "tcp";
     timeouts_4_shm: "timeouts", 4, "shm";
+    groups_2_tcp: "groups", 2, "tcp";
+    groups_3_shm: "groups", 3, "shm";
+    groups_4_tcp: "groups", 4, "tcp";
+    groups_4_shm: "groups", 4, "shm";
 }
 
 /// `errors`; over these providers, with the progress thread off, single writes must have

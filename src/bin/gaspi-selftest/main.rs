@@ -18,6 +18,7 @@
 mod check;
 mod early_exit;
 mod errors;
+mod groups;
 mod integrity;
 mod options;
 mod stress;
@@ -64,6 +65,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Stress => stress::run(&ctx, opts),
         Scenario::Threads => threads::run(&ctx, opts),
         Scenario::Timeouts => timeouts::run(&ctx),
+        Scenario::Groups => groups::run(&ctx),
         Scenario::Errors => errors::run(&ctx),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
     };

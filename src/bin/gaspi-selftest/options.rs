@@ -30,6 +30,10 @@ Scenarios:
       --messages N       notifications from each rank to each rank (default 2000)
   timeouts     Test/Millis timeouts of notify_waitsome, wait and barrier, and
                that a call repeated after a timeout completes
+  groups       GROUP_ALL's membership; a group of the even ranks committed by
+               its members and refused to the others; repeated group barriers
+               with a timeout in between; misuse errors; a commit whose
+               members disagree fails with GroupMismatch (needs 3+ ranks)
   errors       every kind of bad input returns its Error variant (with the
                right fields) and the context keeps working afterwards
   early-exit   the last rank leaves right after init without finalize while
@@ -47,16 +51,18 @@ pub enum Scenario {
     Stress,
     Threads,
     Timeouts,
+    Groups,
     Errors,
     EarlyExit,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 6] = [
+    const ALL: [Scenario; 7] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
+        Scenario::Groups,
         Scenario::Errors,
         Scenario::EarlyExit,
     ];
@@ -68,6 +74,7 @@ impl Scenario {
             Scenario::Stress => "stress",
             Scenario::Threads => "threads",
             Scenario::Timeouts => "timeouts",
+            Scenario::Groups => "groups",
             Scenario::Errors => "errors",
             Scenario::EarlyExit => "early-exit",
         }

@@ -1,0 +1,161 @@
+//! `groups`: group membership, commit, barriers and their misuse errors.
+//!
+//! Every rank checks [`GROUP_ALL`]; the even ranks commit a group of the even ranks and run
+//! barriers on it (one of them late, so the others time out and then continue), while the odd
+//! ranks build the same group and are refused its commit. With three or more ranks, ranks 0, 1
+//! and 2 then commit a group whose views differ (rank 0 leaves out rank 2): each must fail, with
+//! `GroupMismatch` where the disagreement reached it and at worst a timeout, never a hang or a
+//! success.
+
+use std::time::Duration;
+
+use gaspi::{Context, Error, GroupId, Timeout, GROUP_ALL};
+
+use crate::check::{Doing, Failure, Outcome};
+
+const TIMEOUT: Timeout = Timeout::Millis(30_000);
+/// How long a member of the disagreeing group waits for partners that may never come.
+const MISMATCH_TIMEOUT: Timeout = Timeout::Millis(3_000);
+
+pub fn run(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let mut checked = vec![all_ranks(ctx)?];
+    checked.push(evens(ctx)?);
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the even group")?;
+    if n >= 3 {
+        if me <= 2 {
+            checked.push(mismatch(ctx)?);
+        }
+        ctx.barrier(TIMEOUT)
+            .doing(|| "barrier after the disagreeing commit")?;
+    }
+    Ok(checked.join("; "))
+}
+
+fn fail(what: impl std::fmt::Display) -> Failure {
+    Failure(what.to_string())
+}
+
+fn all_ranks(ctx: &Context) -> Outcome<String> {
+    let n = ctx.size();
+    let size = ctx
+        .group_size(GROUP_ALL)
+        .doing(|| "group_size(GROUP_ALL)")?;
+    let ranks = ctx
+        .group_ranks(GROUP_ALL)
+        .doing(|| "group_ranks(GROUP_ALL)")?;
+    if size != n || ranks != (0..n).collect::<Vec<_>>() {
+        return Err(fail(format!("GROUP_ALL has {size} members {ranks:?}")));
+    }
+    for r in 0..n {
+        if ctx.group_index(GROUP_ALL, r).doing(|| "group_index")? != Some(r) {
+            return Err(fail(format!("GROUP_ALL index of rank {r} is wrong")));
+        }
+    }
+    match ctx.group_delete(GROUP_ALL) {
+        Err(Error::GroupCommitted { group: GROUP_ALL }) => {}
+        other => return Err(fail(format!("deleting GROUP_ALL: {other:?}"))),
+    }
+    Ok(format!(
+        "GROUP_ALL holds ranks 0..{n} and cannot be deleted"
+    ))
+}
+
+/// The group of the even ranks, built the same way everywhere.
+fn build_evens(ctx: &Context) -> Outcome<GroupId> {
+    let g = ctx.group_create().doing(|| "group_create")?;
+    for r in (0..ctx.size()).step_by(2) {
+        ctx.group_add(g, r)
+            .doing(|| format!("group_add({g}, {r})"))?;
+    }
+    match ctx.group_add(g, 0) {
+        Err(Error::DuplicateMember { group, rank: 0 }) if group == g => {}
+        other => return Err(fail(format!("adding rank 0 twice: {other:?}"))),
+    }
+    match ctx.group_barrier(g, Timeout::Test) {
+        Err(Error::GroupNotCommitted { group }) if group == g => {}
+        other => return Err(fail(format!("barrier before commit: {other:?}"))),
+    }
+    Ok(g)
+}
+
+fn evens(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let g = build_evens(ctx)?;
+    let members = n.div_ceil(2);
+    if me % 2 == 1 {
+        match ctx.group_commit(g, TIMEOUT) {
+            Err(Error::NotInGroup { group, rank }) if group == g && rank == me => {}
+            other => return Err(fail(format!("an odd rank committing the evens: {other:?}"))),
+        }
+        ctx.group_delete(g).doing(|| "deleting the evens")?;
+        return Ok("refused the even ranks' group commit".into());
+    }
+    ctx.group_commit(g, TIMEOUT)
+        .doing(|| "committing the evens")?;
+    match ctx.group_add(g, 1) {
+        Err(Error::GroupCommitted { group }) if group == g => {}
+        other => return Err(fail(format!("adding after commit: {other:?}"))),
+    }
+    let size = ctx.group_size(g).doing(|| "group_size")?;
+    let index = ctx.group_index(g, me).doing(|| "group_index")?;
+    let back = ctx.group_rank(g, me / 2).doing(|| "group_rank")?;
+    if size != members || index != Some(me / 2) || back != me {
+        return Err(fail(format!(
+            "evens: size {size}, index {index:?}, rank at {} = {back}",
+            me / 2
+        )));
+    }
+    if ctx
+        .group_index(g, 1)
+        .doing(|| "group_index of an odd rank")?
+        .is_some()
+    {
+        return Err(fail("rank 1 is indexed in the even group"));
+    }
+    // The last even rank is late; the others' short barrier times out and is then continued.
+    let last = (n - 1) / 2 * 2;
+    let mut timed_out = false;
+    if me == last && members > 1 {
+        std::thread::sleep(Duration::from_millis(300));
+    } else if members > 1 {
+        match ctx.group_barrier(g, Timeout::Millis(50)) {
+            Err(Error::Timeout) => timed_out = true,
+            other => return Err(fail(format!("barrier with a late member: {other:?}"))),
+        }
+    }
+    ctx.group_barrier(g, TIMEOUT)
+        .doing(|| "continuing the even barrier")?;
+    for _ in 0..20 {
+        ctx.group_barrier(g, TIMEOUT).doing(|| "even barrier")?;
+    }
+    ctx.group_delete(g).doing(|| "deleting the evens")?;
+    Ok(format!(
+        "committed the {members}-member even group, index {} (timed out and continued: \
+         {timed_out}), 22 barriers",
+        me / 2
+    ))
+}
+
+fn mismatch(ctx: &Context) -> Outcome<String> {
+    let me = ctx.rank();
+    let g = ctx.group_create().doing(|| "group_create")?;
+    let view: &[u32] = if me == 0 { &[0, 1] } else { &[0, 1, 2] };
+    for &r in view {
+        ctx.group_add(g, r).doing(|| "group_add")?;
+    }
+    let outcome = ctx.group_commit(g, MISMATCH_TIMEOUT);
+    ctx.group_delete(g)
+        .doing(|| "deleting the disagreeing group")?;
+    match outcome {
+        Err(Error::GroupMismatch { group }) if group == g => {
+            Ok("a commit with disagreeing views failed with GroupMismatch".into())
+        }
+        // Rank 2 may wait for rank 0, which counts only two members, in vain.
+        Err(Error::Timeout) if me == 2 => {
+            Ok("a commit with disagreeing views timed out waiting for a partner".into())
+        }
+        other => Err(fail(format!("commit with disagreeing views: {other:?}"))),
+    }
+}

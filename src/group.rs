@@ -1,0 +1,374 @@
+//! Groups: ordered subsets of the job's ranks that synchronise (and, later, reduce) together.
+//!
+//! A group is built locally ([`Context::group_create`], [`Context::group_add`]) and then
+//! committed collectively by its members ([`Context::group_commit`]). The commit runs a
+//! dissemination over the members that combines a fingerprint of each member's view (group id
+//! and member list) into a global `(min, max)`; if any two members disagree, every member that
+//! takes part sees `min != max` and reports [`Error::GroupMismatch`]. Members must create their
+//! groups in the same order, so that ids agree (as in GPI-2): the id selects the system
+//! notification slots the group's collectives use. A rank whose expected partners never commit
+//! the same group waits until its timeout — pass a finite one when views may differ.
+//!
+//! [`GROUP_ALL`] (id 0) holds every rank and is committed from the start; [`Context::barrier`]
+//! is its barrier. Rank ↔ member-index lookups are O(1).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use gaspi_notifications::Timeout;
+
+use crate::barrier::{CollState, Spread, SLOTS_PER_GROUP};
+use crate::context::Context;
+use crate::error::{Error, Rank, Result};
+
+/// Identifier of a group.
+pub type GroupId = u8;
+
+/// The group of all ranks, committed at init.
+pub const GROUP_ALL: GroupId = 0;
+
+/// The members of a committed (or committing) group.
+#[derive(Debug)]
+enum Members {
+    /// Ranks `0..n`: index and rank coincide.
+    All(u32),
+    /// An ascending list, with the reverse map.
+    Some {
+        ranks: Vec<Rank>,
+        index: HashMap<Rank, u32>,
+    },
+}
+
+impl Members {
+    fn from_set(set: &BTreeSet<Rank>) -> Self {
+        let ranks: Vec<Rank> = set.iter().copied().collect();
+        let index = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| (r, i as u32))
+            .collect();
+        Members::Some { ranks, index }
+    }
+
+    fn len(&self) -> u32 {
+        match self {
+            Members::All(n) => *n,
+            Members::Some { ranks, .. } => ranks.len() as u32,
+        }
+    }
+
+    fn index_of(&self, rank: Rank) -> Option<u32> {
+        match self {
+            Members::All(n) => (rank < *n).then_some(rank),
+            Members::Some { index, .. } => index.get(&rank).copied(),
+        }
+    }
+
+    fn rank_at(&self, index: u32) -> Option<Rank> {
+        match self {
+            Members::All(n) => (index < *n).then_some(index),
+            Members::Some { ranks, .. } => ranks.get(index as usize).copied(),
+        }
+    }
+
+    fn ranks(&self) -> Vec<Rank> {
+        match self {
+            Members::All(n) => (0..*n).collect(),
+            Members::Some { ranks, .. } => ranks.clone(),
+        }
+    }
+}
+
+/// A group whose membership is fixed.
+#[derive(Debug)]
+pub(crate) struct Group {
+    id: GroupId,
+    members: Members,
+    state: Mutex<CollState>,
+}
+
+/// Where a group id stands.
+#[derive(Debug)]
+enum Slot {
+    Free,
+    /// Created, members being added.
+    Building(BTreeSet<Rank>),
+    /// Membership fixed, commit started but not finished (it timed out, or is running).
+    Committing(Arc<Group>),
+    Committed(Arc<Group>),
+}
+
+/// All groups of a context.
+#[derive(Debug)]
+pub(crate) struct Groups {
+    slots: RwLock<Vec<Slot>>,
+}
+
+impl Groups {
+    pub(crate) fn new(max: u8, size: u32) -> Self {
+        let mut slots: Vec<Slot> = (0..max).map(|_| Slot::Free).collect();
+        slots[usize::from(GROUP_ALL)] = Slot::Committed(Arc::new(Group {
+            id: GROUP_ALL,
+            members: Members::All(size),
+            state: Mutex::new(CollState::default()),
+        }));
+        Groups {
+            slots: RwLock::new(slots),
+        }
+    }
+
+    /// The committed group `id`.
+    fn committed(&self, id: GroupId) -> Result<Arc<Group>> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        match slots.get(usize::from(id)) {
+            Some(Slot::Committed(g)) => Ok(Arc::clone(g)),
+            Some(Slot::Building(_) | Slot::Committing(_)) => {
+                Err(Error::GroupNotCommitted { group: id })
+            }
+            _ => Err(Error::UnknownGroup { group: id }),
+        }
+    }
+}
+
+/// A 32-bit fingerprint of a group's id and members (FNV-1a), never 0.
+fn fingerprint(id: GroupId, members: &Members) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    eat(&[id]);
+    eat(&members.len().to_le_bytes());
+    for r in members.ranks() {
+        eat(&r.to_le_bytes());
+    }
+    h | 1
+}
+
+impl Context {
+    /// Creates an empty group and returns its id. Members create their groups in the same
+    /// order, so that the ids agree.
+    pub fn group_create(&self) -> Result<GroupId> {
+        let mut slots = self
+            .inner
+            .groups
+            .slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let (id, slot) = slots
+            .iter_mut()
+            .enumerate()
+            .find(|(_, s)| matches!(s, Slot::Free))
+            .ok_or_else(|| {
+                Error::Limit(format!(
+                    "all {} groups exist (GASPI_MAX_GROUPS)",
+                    self.inner.config.max_groups
+                ))
+            })?;
+        *slot = Slot::Building(BTreeSet::new());
+        Ok(id as GroupId)
+    }
+
+    /// Adds `rank` to group `group`, which must not be committed yet.
+    pub fn group_add(&self, group: GroupId, rank: Rank) -> Result<()> {
+        self.check_rank(rank)?;
+        let mut slots = self
+            .inner
+            .groups
+            .slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        match slots.get_mut(usize::from(group)) {
+            Some(Slot::Building(set)) => {
+                if set.insert(rank) {
+                    Ok(())
+                } else {
+                    Err(Error::DuplicateMember { group, rank })
+                }
+            }
+            Some(Slot::Committing(_) | Slot::Committed(_)) => Err(Error::GroupCommitted { group }),
+            _ => Err(Error::UnknownGroup { group }),
+        }
+    }
+
+    /// Commits group `group` together with its other members (collective among them). Fails
+    /// with [`Error::GroupMismatch`] when members disagree on the membership, and with
+    /// [`Error::NotInGroup`] when this rank is not a member. After [`Error::Timeout`] call it
+    /// again to continue.
+    pub fn group_commit(&self, group: GroupId, timeout: Timeout) -> Result<()> {
+        let me = self.rank();
+        let g = {
+            let mut slots = self
+                .inner
+                .groups
+                .slots
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            let slot = slots
+                .get_mut(usize::from(group))
+                .ok_or(Error::UnknownGroup { group })?;
+            match slot {
+                Slot::Building(set) => {
+                    if !set.contains(&me) {
+                        return Err(Error::NotInGroup { group, rank: me });
+                    }
+                    let g = Arc::new(Group {
+                        id: group,
+                        members: Members::from_set(set),
+                        state: Mutex::new(CollState::default()),
+                    });
+                    *slot = Slot::Committing(Arc::clone(&g));
+                    g
+                }
+                Slot::Committing(g) => Arc::clone(g),
+                Slot::Committed(_) => return Err(Error::GroupCommitted { group }),
+                Slot::Free => return Err(Error::UnknownGroup { group }),
+            }
+        };
+        let (lo, hi) = {
+            let mut state = g.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.start_pair(fingerprint(g.id, &g.members));
+            self.run(&g, &mut state, timeout)?;
+            state
+                .take_pair()
+                .ok_or_else(|| Error::Protocol("group commit finished without a result".into()))?
+        };
+        let mut slots = self
+            .inner
+            .groups
+            .slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if lo != hi {
+            // Back to building, so the application can fix the membership or delete it.
+            slots[usize::from(group)] = Slot::Building(g.members.ranks().into_iter().collect());
+            return Err(Error::GroupMismatch { group });
+        }
+        slots[usize::from(group)] = Slot::Committed(g);
+        Ok(())
+    }
+
+    /// Deletes group `group` (local). [`GROUP_ALL`] cannot be deleted.
+    ///
+    /// Notifications that partners of an unfinished commit or barrier already sent are
+    /// discarded, so the id starts clean when it is reused; one still in flight when the group
+    /// is deleted can reach its successor, so delete a group only once its partners are done
+    /// with it (or have given up).
+    pub fn group_delete(&self, group: GroupId) -> Result<()> {
+        if group == GROUP_ALL {
+            return Err(Error::GroupCommitted { group });
+        }
+        let mut slots = self
+            .inner
+            .groups
+            .slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        match slots.get_mut(usize::from(group)) {
+            Some(slot) if !matches!(slot, Slot::Free) => {
+                *slot = Slot::Free;
+                let first = u32::from(group) * SLOTS_PER_GROUP;
+                for id in first..first + SLOTS_PER_GROUP {
+                    // In range: the table holds SLOTS_PER_GROUP slots for every group id.
+                    let _ = self.inner.system_notifications.reset(id);
+                }
+                Ok(())
+            }
+            _ => Err(Error::UnknownGroup { group }),
+        }
+    }
+
+    /// Number of members of committed group `group`.
+    pub fn group_size(&self, group: GroupId) -> Result<u32> {
+        Ok(self.inner.groups.committed(group)?.members.len())
+    }
+
+    /// The members of committed group `group`, ascending.
+    pub fn group_ranks(&self, group: GroupId) -> Result<Vec<Rank>> {
+        Ok(self.inner.groups.committed(group)?.members.ranks())
+    }
+
+    /// The member index of `rank` in committed group `group` (`None` if it is not a member).
+    pub fn group_index(&self, group: GroupId, rank: Rank) -> Result<Option<u32>> {
+        Ok(self.inner.groups.committed(group)?.members.index_of(rank))
+    }
+
+    /// The rank at member index `index` of committed group `group`.
+    pub fn group_rank(&self, group: GroupId, index: u32) -> Result<Rank> {
+        let g = self.inner.groups.committed(group)?;
+        g.members.rank_at(index).ok_or(Error::InvalidRank {
+            rank: index,
+            size: g.members.len(),
+        })
+    }
+
+    /// Largest number of groups, [`GROUP_ALL`] included (`GASPI_MAX_GROUPS`).
+    pub fn group_max(&self) -> u8 {
+        self.inner.config.max_groups
+    }
+
+    /// Blocks until every member of committed group `group` has entered the barrier, or until
+    /// `timeout`. After [`Error::Timeout`] call it again to continue the same barrier. Calls
+    /// from several threads of one rank are serialised.
+    pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
+        let g = self.inner.groups.committed(group)?;
+        let mut state = g.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.run(&g, &mut state, timeout)
+    }
+
+    /// Blocks until every rank has entered the barrier, or until `timeout`: the barrier of
+    /// [`GROUP_ALL`], with the same semantics as [`group_barrier`](Self::group_barrier).
+    pub fn barrier(&self, timeout: Timeout) -> Result<()> {
+        self.group_barrier(GROUP_ALL, timeout)
+    }
+
+    fn run(&self, g: &Group, state: &mut CollState, timeout: Timeout) -> Result<()> {
+        let me = self.rank();
+        let index = g.members.index_of(me).ok_or(Error::NotInGroup {
+            group: g.id,
+            rank: me,
+        })?;
+        let rank_of = |i: u32| g.members.rank_at(i).unwrap_or(me);
+        let spread = Spread {
+            n: g.members.len(),
+            me: index,
+            rank_of: &rank_of,
+            slots: u32::from(g.id) * SLOTS_PER_GROUP,
+        };
+        self.disseminate(&spread, state, timeout.deadline())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_map_both_ways() {
+        let set: BTreeSet<Rank> = [7, 2, 40].into_iter().collect();
+        let m = Members::from_set(&set);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.ranks(), vec![2, 7, 40]);
+        assert_eq!(m.index_of(40), Some(2));
+        assert_eq!(m.index_of(3), None);
+        assert_eq!(m.rank_at(1), Some(7));
+        assert_eq!(m.rank_at(3), None);
+        let all = Members::All(4);
+        assert_eq!(
+            (all.index_of(3), all.index_of(4), all.rank_at(2)),
+            (Some(3), None, Some(2))
+        );
+    }
+
+    #[test]
+    fn fingerprints_tell_views_apart() {
+        let view = |ranks: &[Rank]| Members::from_set(&ranks.iter().copied().collect());
+        let a = fingerprint(1, &view(&[0, 1, 2]));
+        assert_eq!(a, fingerprint(1, &view(&[2, 1, 0])));
+        assert_ne!(a, fingerprint(1, &view(&[0, 1, 3])));
+        assert_ne!(a, fingerprint(2, &view(&[0, 1, 2])));
+        assert_ne!(a, 0);
+    }
+}
