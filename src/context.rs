@@ -177,7 +177,7 @@ impl Context {
             queues: crate::queue::Queues::new(config.queues, config.queue_depth),
             events: EventCount::new(),
             system_notifications: NotificationTable::new(
-                u32::from(config.max_groups) * crate::barrier::SLOTS_PER_GROUP,
+                u32::from(config.max_groups) * crate::dissemination::SLOTS_PER_GROUP,
             ),
             system_reads: AtomicU64::new(0),
             system_failure: Mutex::new(None),

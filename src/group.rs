@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use gaspi_notifications::Timeout;
 
-use crate::barrier::{CollState, Spread, SLOTS_PER_GROUP};
 use crate::context::Context;
+use crate::dissemination::{CollState, Spread, SLOTS_PER_GROUP};
 use crate::error::{Error, Rank, Result};
 
 /// Identifier of a group.

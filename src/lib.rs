@@ -48,11 +48,11 @@
 
 #![warn(missing_docs)]
 
-mod barrier;
 #[doc(hidden)]
 pub mod bench;
 mod config;
 mod context;
+mod dissemination;
 mod error;
 mod fabric;
 mod group;
