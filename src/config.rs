@@ -19,6 +19,9 @@ pub const MAX_QUEUES: u8 = 16;
 /// Largest number of groups.
 pub const MAX_GROUPS: u8 = 64;
 
+/// Largest passive message payload.
+pub const MAX_PASSIVE_BYTES: u32 = 1 << 20;
+
 /// Largest number of entries in one list operation.
 pub const MAX_LIST_ENTRIES: usize = 255;
 
@@ -44,6 +47,9 @@ pub struct Config {
     /// Largest number of groups, the all-ranks group included (`GASPI_MAX_GROUPS`, default 32,
     /// at most [`MAX_GROUPS`]).
     pub max_groups: u8,
+    /// Largest passive message payload in bytes (`GASPI_PASSIVE_MAX_BYTES`, default 65,536, at
+    /// most [`MAX_PASSIVE_BYTES`]). Every rank must use the same value.
+    pub passive_max_bytes: u32,
     /// Run a progress thread (`GASPI_PROGRESS_THREAD=0` disables it). Providers with manual
     /// data progress need one for one-sided writes to land while the target computes.
     pub progress_thread: bool,
@@ -62,6 +68,7 @@ impl Default for Config {
             queue_depth: 1_024,
             op_timeout: Duration::from_secs(30),
             max_groups: 32,
+            passive_max_bytes: 65_536,
             progress_thread: true,
             force_unordered: false,
         }
@@ -89,6 +96,9 @@ impl Config {
         }
         if let Some(v) = var("GASPI_MAX_GROUPS") {
             cfg.max_groups = parse("GASPI_MAX_GROUPS", &v)?;
+        }
+        if let Some(v) = var("GASPI_PASSIVE_MAX_BYTES") {
+            cfg.passive_max_bytes = parse("GASPI_PASSIVE_MAX_BYTES", &v)?;
         }
         if let Some(v) = var("GASPI_PROGRESS_THREAD") {
             cfg.progress_thread = flag("GASPI_PROGRESS_THREAD", &v)?;
@@ -127,6 +137,12 @@ impl Config {
             return Err(Error::Config(format!(
                 "max_groups = {} must be in 1..={MAX_GROUPS}",
                 self.max_groups
+            )));
+        }
+        if self.passive_max_bytes > MAX_PASSIVE_BYTES {
+            return Err(Error::Config(format!(
+                "passive_max_bytes = {} must be at most {MAX_PASSIVE_BYTES}",
+                self.passive_max_bytes
             )));
         }
         if self.op_timeout.is_zero() {

@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
 use crate::group::Groups;
+use crate::passive::Passive;
 use crate::pmi::PmiClient;
 use crate::progress::ProgressThread;
 use crate::segment::{layout, Segments};
@@ -24,6 +25,7 @@ use crate::segment::{layout, Segments};
 /// Key requested for the system region where the provider lets us choose keys; user segments
 /// use `USER_KEY_BASE + id`.
 const SYSTEM_KEY: u64 = 1;
+const PASSIVE_KEY: u64 = 2;
 pub(crate) const USER_KEY_BASE: u64 = 0x100;
 
 /// Where a peer's system region is.
@@ -48,6 +50,7 @@ pub(crate) struct Inner {
     pub(crate) system_lookup: Mutex<()>,
     pub(crate) peers: Vec<SystemRegion>,
     pub(crate) groups: Groups,
+    pub(crate) passive: Passive,
     /// User threads currently polling inside a waiting call (see `progress::Waiter`).
     pub(crate) spinners: AtomicUsize,
     /// Wakes the progress thread when the last polling waiter goes to sleep.
@@ -141,6 +144,7 @@ impl Context {
         let system_mr = unsafe {
             MemoryRegion::register(&ep, system_memory.as_ptr(), system_memory.len(), SYSTEM_KEY)?
         };
+        let passive = Passive::new(&ep, rank, config.passive_max_bytes as usize, PASSIVE_KEY)?;
         let own_region = SystemRegion {
             base: if ep.caps().virt_addr {
                 system_memory.as_ptr() as u64
@@ -184,6 +188,7 @@ impl Context {
             system_lookup: Mutex::new(()),
             peers,
             groups: Groups::new(config.max_groups, size),
+            passive,
             spinners: AtomicUsize::new(0),
             standby: EventCount::new(),
             pmi: Mutex::new(pmi),
@@ -199,6 +204,7 @@ impl Context {
             None
         };
         let ctx = Context { progress, inner };
+        ctx.inner.passive.post_all(&ctx.inner.ep)?;
         // The first fabric-level barrier proves every endpoint reachable before user code runs.
         ctx.barrier(Timeout::from(ctx.inner.config.op_timeout))?;
         Ok(ctx)
@@ -279,6 +285,8 @@ impl Drop for Context {
     fn drop(&mut self) {
         // Stop the progress thread before Inner (and the endpoint) can be dropped.
         self.progress.take();
+        // The passive receive buffers are freed before the endpoint is closed.
+        self.inner.passive.withdraw(&self.inner);
         // Leaving deliberately, even without the collective finalize, is not a crash: tell the
         // launcher, which otherwise treats this rank as dead once the process exits.
         if let Some(pmi) = self.inner.take_pmi() {

@@ -231,6 +231,17 @@ pub enum Error {
         group: crate::GroupId,
     },
 
+    /// A passive message larger than the configured maximum.
+    #[error(
+        "passive message of {size} bytes exceeds the maximum of {max} (GASPI_PASSIVE_MAX_BYTES)"
+    )]
+    PassiveTooLarge {
+        /// The message size.
+        size: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+
     /// A list operation got lists of different lengths, or too many entries.
     #[error("invalid list operation: {0}")]
     InvalidList(String),

@@ -59,6 +59,7 @@ mod group;
 #[doc(hidden)]
 pub mod launcher;
 mod notify;
+mod passive;
 pub mod pmi;
 mod progress;
 mod queue;
@@ -66,7 +67,9 @@ mod rma;
 mod segment;
 mod wire;
 
-pub use config::{Config, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_QUEUES};
+pub use config::{
+    Config, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_PASSIVE_BYTES, MAX_QUEUES,
+};
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 pub use gaspi_notifications::Timeout;

@@ -37,6 +37,10 @@ pub(crate) enum OpKind {
     User,
     /// A runtime-internal read (remote segment descriptor lookup).
     System,
+    /// A posted passive-message receive buffer; `segment` is the buffer's index.
+    PassiveRecv,
+    /// A passive-message send.
+    PassiveSend,
 }
 
 /// Inline context of an operation.
@@ -53,6 +57,8 @@ impl OpContext {
         let kind = match self.kind {
             OpKind::User => 0u64,
             OpKind::System => 1,
+            OpKind::PassiveRecv => 2,
+            OpKind::PassiveSend => 3,
         };
         (1 | (kind << 1)
             | (u64::from(self.queue) << 8)
@@ -66,16 +72,24 @@ impl OpContext {
             return None;
         }
         Some(OpContext {
-            kind: if (word >> 1) & 1 == 0 {
-                OpKind::User
-            } else {
-                OpKind::System
+            kind: match (word >> 1) & 3 {
+                0 => OpKind::User,
+                1 => OpKind::System,
+                2 => OpKind::PassiveRecv,
+                _ => OpKind::PassiveSend,
             },
             queue: (word >> 8) as u8,
             segment: (word >> 16) as u8,
             rank: (word >> 24) as u32,
         })
     }
+}
+
+/// The receive-buffer index of a passive receive's context, if it is one.
+pub(crate) fn decode_passive_recv(word: usize) -> Option<u8> {
+    OpContext::decode(word)
+        .filter(|op| op.kind == OpKind::PassiveRecv)
+        .map(|op| op.segment)
 }
 
 /// An operation whose completion must also set a local notification.
@@ -119,31 +133,25 @@ impl Inner {
     /// Drives the provider once and handles what it completed. Returns whether anything
     /// happened. Never blocks.
     pub(crate) fn progress(&self) -> bool {
-        let mut events = [CqEvent {
-            context: 0,
-            data: 0,
-            remote: false,
-        }; BATCH];
+        let mut events = [CqEvent::default(); BATCH];
         let read = self.ep.poll(&mut events);
         let progressed = self.handle(read, &events);
         if !self.ep.caps().ordered_writes {
             self.flush_outboxes();
         }
+        self.passive.repost_pending(self);
         progressed
     }
 
     /// Like [`progress`](Self::progress) but sleeps in the provider up to `timeout_ms`.
     fn progress_blocking(&self, timeout_ms: i32) -> bool {
-        let mut events = [CqEvent {
-            context: 0,
-            data: 0,
-            remote: false,
-        }; BATCH];
+        let mut events = [CqEvent::default(); BATCH];
         let read = self.ep.wait(&mut events, timeout_ms);
         let progressed = self.handle(read, &events);
         if !self.ep.caps().ordered_writes {
             self.flush_outboxes();
         }
+        self.passive.repost_pending(self);
         progressed
     }
 
@@ -160,6 +168,8 @@ impl Inner {
                     if ev.remote {
                         // Notification tables wake their own waiters.
                         self.deliver(WireNotification::decode(ev.data));
+                    } else if ev.received > 0 {
+                        self.passive.received(self, ev.context, ev.received);
                     } else {
                         self.complete(ev.context, None);
                         completed = true;
@@ -241,6 +251,8 @@ impl Inner {
             }
         };
         match op.kind {
+            OpKind::PassiveRecv => self.passive.receive_failed(self, op, failure),
+            OpKind::PassiveSend => self.passive.sent(op.rank, failure),
             OpKind::System => {
                 if let Some(reason) = failure {
                     *self
@@ -419,6 +431,18 @@ mod tests {
                 queue: 0,
                 segment: 0,
                 rank: 0,
+            },
+            OpContext {
+                kind: OpKind::PassiveRecv,
+                queue: 0,
+                segment: 15,
+                rank: 3,
+            },
+            OpContext {
+                kind: OpKind::PassiveSend,
+                queue: 0,
+                segment: 0,
+                rank: 9,
             },
         ] {
             let word = op.encode();

@@ -421,7 +421,11 @@ impl Context {
 
     /// Posts with `attempt`, driving progress while the provider says "again", for at most the
     /// configured operation timeout.
-    fn post(&self, rank: Rank, mut attempt: impl FnMut() -> Result<Posted>) -> Result<()> {
+    pub(crate) fn post(
+        &self,
+        rank: Rank,
+        mut attempt: impl FnMut() -> Result<Posted>,
+    ) -> Result<()> {
         let start = Instant::now();
         let backoff = Backoff::new();
         loop {

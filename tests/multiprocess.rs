@@ -46,6 +46,10 @@ scenario_tests! {
     groups_3_shm: "groups", 3, "shm";
     groups_4_tcp: "groups", 4, "tcp";
     groups_4_shm: "groups", 4, "shm";
+    passive_2_tcp: "passive", 2, "tcp";
+    passive_3_shm: "passive", 3, "shm";
+    passive_4_tcp: "passive", 4, "tcp";
+    passive_4_shm: "passive", 4, "shm";
 }
 
 /// `errors`; over these providers, with the progress thread off, single writes must have

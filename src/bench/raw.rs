@@ -222,11 +222,7 @@ impl Side {
     /// Reads completions, retires the local ones from `in_flight`, and returns whether a
     /// remote event carrying `data` was among them.
     fn poll_for(&self, data: Option<u64>) -> Result<bool> {
-        let mut events = [CqEvent {
-            context: 0,
-            data: 0,
-            remote: false,
-        }; 16];
+        let mut events = [CqEvent::default(); 16];
         match self.ep.poll(&mut events)? {
             Ok(n) => {
                 let local = events[..n].iter().filter(|e| !e.remote).count();

@@ -54,7 +54,7 @@ pub(crate) struct RemoteTarget {
 }
 
 /// A completion read from the queue.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CqEvent {
     /// The context posted with the operation (0 for remote events).
     pub context: usize,
@@ -62,6 +62,8 @@ pub(crate) struct CqEvent {
     pub data: u64,
     /// The event reports a remote write carrying CQ data.
     pub remote: bool,
+    /// Bytes received, for the completion of a posted receive (0 otherwise).
+    pub received: usize,
 }
 
 /// A failed operation, from `fi_cq_readerr`.
@@ -328,6 +330,65 @@ impl Endpoint {
         posted("fi_inject_write", ret)
     }
 
+    /// Posts a receive buffer for one incoming message.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and otherwise unaccessed until the receive completes (or
+    /// the endpoint is closed), and `desc` must be its registration descriptor.
+    pub(crate) unsafe fn post_recv(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        desc: *mut c_void,
+        context: usize,
+    ) -> Result<Posted> {
+        // SAFETY: the caller guarantees the buffer; FI_ADDR_UNSPEC accepts any sender.
+        let ret = unsafe {
+            sys::fi_recv(
+                self.ep,
+                buf as *mut c_void,
+                len,
+                desc,
+                u64::MAX,
+                context as *mut c_void,
+            )
+        };
+        posted("fi_recv", ret)
+    }
+
+    /// Withdraws a posted receive. Returns whether the provider found it still pending.
+    pub(crate) fn cancel(&self, context: usize) -> bool {
+        // SAFETY: the endpoint is open; cancelling an unknown context is answered with an error.
+        unsafe { sys::fi_cancel(self.endpoint_fid(), context as *mut c_void) == 0 }
+    }
+
+    /// Sends `len` bytes from `buf` as one message to `rank`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and unmodified until the send completes, and `desc` must
+    /// be its registration descriptor.
+    pub(crate) unsafe fn send(
+        &self,
+        buf: *const u8,
+        len: usize,
+        desc: *mut c_void,
+        rank: u32,
+        context: usize,
+    ) -> Result<Posted> {
+        // SAFETY: the caller guarantees the buffer; the endpoint is open.
+        let ret = unsafe {
+            sys::fi_send(
+                self.ep,
+                buf as *const c_void,
+                len,
+                desc,
+                u64::from(rank),
+                context as *mut c_void,
+            )
+        };
+        posted("fi_send", ret)
+    }
+
     /// Posts an RMA read of `len` bytes into `local`.
     ///
     /// # Safety
@@ -411,6 +472,11 @@ impl Endpoint {
                     context: src.op_context as usize,
                     data: src.data,
                     remote: src.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0,
+                    received: if src.flags & sys::FI_RECV as u64 != 0 {
+                        src.len
+                    } else {
+                        0
+                    },
                 };
             }
             return Ok(Ok(n));

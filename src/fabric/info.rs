@@ -48,6 +48,8 @@ pub(crate) struct Capabilities {
     pub mr_endpoint: bool,
     /// Writes are placed in order at the target (`FI_ORDER_RMA_WAW`/`FI_ORDER_WAW` granted).
     pub ordered_writes: bool,
+    /// Messages of one sender arrive in order (`FI_ORDER_SAS` granted).
+    pub ordered_sends: bool,
     /// Largest message `fi_inject*` accepts.
     pub inject_size: usize,
     /// Largest single message.
@@ -56,9 +58,14 @@ pub(crate) struct Capabilities {
     pub manual_progress: bool,
 }
 
-const CAPS: u64 =
-    (sys::FI_RMA | sys::FI_READ | sys::FI_WRITE | sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE)
-        as u64;
+const CAPS: u64 = (sys::FI_RMA
+    | sys::FI_READ
+    | sys::FI_WRITE
+    | sys::FI_REMOTE_READ
+    | sys::FI_REMOTE_WRITE
+    | sys::FI_MSG
+    | sys::FI_SEND
+    | sys::FI_RECV) as u64;
 
 const MR_MODES: u32 = sys::FI_MR_LOCAL
     | sys::FI_MR_VIRT_ADDR
@@ -67,6 +74,9 @@ const MR_MODES: u32 = sys::FI_MR_LOCAL
     | sys::FI_MR_ENDPOINT;
 
 const ORDER: u64 = sys::FI_ORDER_RMA_WAW | sys::FI_ORDER_WAW as u64;
+
+/// Send-after-send ordering: passive messages of one sender arrive in order.
+const SEND_ORDER: u64 = sys::FI_ORDER_SAS as u64;
 
 /// Maps the user-facing provider names to libfabric's.
 fn libfabric_name(requested: &str) -> &str {
@@ -78,7 +88,7 @@ fn libfabric_name(requested: &str) -> &str {
     }
 }
 
-fn getinfo(prov_name: Option<&str>, ordered: bool) -> Result<Option<Info>> {
+fn getinfo(prov_name: Option<&str>, order: u64) -> Result<Option<Info>> {
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs allocated, or null.
     let hints = unsafe { sys::fi_allocinfo() };
     if hints.is_null() {
@@ -98,10 +108,8 @@ fn getinfo(prov_name: Option<&str>, ordered: bool) -> Result<Option<Info>> {
         (*h.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
         (*h.domain_attr).mr_mode = MR_MODES as i32;
         (*h.domain_attr).threading = sys::fi_threading_FI_THREAD_SAFE;
-        if ordered {
-            (*h.tx_attr).msg_order = ORDER;
-            (*h.rx_attr).msg_order = ORDER;
-        }
+        (*h.tx_attr).msg_order = order;
+        (*h.rx_attr).msg_order = order;
         if let Some(name) = &name {
             (*h.fabric_attr).prov_name = libc::strdup(name.as_ptr());
         }
@@ -130,23 +138,26 @@ fn getinfo(prov_name: Option<&str>, ordered: bool) -> Result<Option<Info>> {
 /// Finds the provider for `requested` and returns its `fi_info` and what it grants.
 pub(super) fn select(requested: &str, require_unordered: bool) -> Result<(Info, Capabilities)> {
     let name = libfabric_name(requested);
-    let info = if require_unordered {
-        None
+    // Most wanted first: write ordering (for notify) and send ordering (for passive
+    // messages), then send ordering alone, then nothing.
+    let wishes: &[u64] = if require_unordered {
+        &[SEND_ORDER, 0]
     } else {
-        getinfo(Some(name), true)?
+        &[ORDER | SEND_ORDER, SEND_ORDER, 0]
     };
-    let (info, ordered) = match info {
-        Some(info) => (info, !require_unordered),
-        None => match getinfo(Some(name), false)? {
-            Some(info) => (info, false),
-            None => {
-                return Err(Error::ProviderUnavailable {
-                    requested: requested.to_owned(),
-                    reason: "fi_getinfo found no RDM endpoint with RMA for it".into(),
-                    available: available_providers().join(", "),
-                })
-            }
-        },
+    let mut found = None;
+    for &order in wishes {
+        if let Some(info) = getinfo(Some(name), order)? {
+            found = Some((info, order));
+            break;
+        }
+    }
+    let Some((info, ordered)) = found else {
+        return Err(Error::ProviderUnavailable {
+            requested: requested.to_owned(),
+            reason: "fi_getinfo found no RDM endpoint with RMA and messages for it".into(),
+            available: available_providers().join(", "),
+        });
     };
     let caps = capabilities(info.first(), ordered);
     // SAFETY: domain_attr of a returned fi_info is valid.
@@ -174,7 +185,7 @@ pub(super) fn select(requested: &str, require_unordered: bool) -> Result<(Info, 
     Ok((info, caps))
 }
 
-fn capabilities(info: &sys::fi_info, ordered: bool) -> Capabilities {
+fn capabilities(info: &sys::fi_info, requested_order: u64) -> Capabilities {
     // SAFETY: the attribute pointers of a returned fi_info are valid and prov_name is a C string.
     unsafe {
         let fabric = &*info.fabric_attr;
@@ -193,7 +204,8 @@ fn capabilities(info: &sys::fi_info, ordered: bool) -> Capabilities {
             provider,
             virt_addr: mr_mode & sys::FI_MR_VIRT_ADDR != 0,
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
-            ordered_writes: ordered && tx.msg_order & ORDER == ORDER,
+            ordered_writes: requested_order & ORDER == ORDER && tx.msg_order & ORDER == ORDER,
+            ordered_sends: requested_order & SEND_ORDER != 0 && tx.msg_order & SEND_ORDER != 0,
             inject_size: tx.inject_size,
             max_msg_size: ep.max_msg_size as u64,
             manual_progress: domain.data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
@@ -203,7 +215,7 @@ fn capabilities(info: &sys::fi_info, ordered: bool) -> Capabilities {
 
 /// The RDM providers with RMA that exist on this host (libfabric names, deduplicated).
 pub(crate) fn available_providers() -> Vec<String> {
-    let Ok(Some(info)) = getinfo(None, false) else {
+    let Ok(Some(info)) = getinfo(None, 0) else {
         return Vec::new();
     };
     let mut names = Vec::new();
@@ -211,7 +223,7 @@ pub(crate) fn available_providers() -> Vec<String> {
     while !cur.is_null() {
         // SAFETY: cur walks the list returned by fi_getinfo, which stays alive with `info`.
         let entry = unsafe { &*cur };
-        let name = capabilities(entry, false).provider;
+        let name = capabilities(entry, 0).provider;
         if !names.contains(&name) {
             names.push(name);
         }

@@ -21,6 +21,7 @@ mod errors;
 mod groups;
 mod integrity;
 mod options;
+mod passive;
 mod stress;
 mod threads;
 mod timeouts;
@@ -66,6 +67,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Threads => threads::run(&ctx, opts),
         Scenario::Timeouts => timeouts::run(&ctx),
         Scenario::Groups => groups::run(&ctx),
+        Scenario::Passive => passive::run(&ctx),
         Scenario::Errors => errors::run(&ctx),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
     };

@@ -34,6 +34,10 @@ Scenarios:
                its members and refused to the others; repeated group barriers
                with a timeout in between; misuse errors; a commit whose
                members disagree fails with GroupMismatch (needs 3+ ranks)
+  passive      every rank sends passive messages of changing sizes (0 B up
+               to the maximum) to every rank; each receiver checks every
+               payload and that each sender's messages arrive in order; an
+               oversized message is refused
   errors       every kind of bad input returns its Error variant (with the
                right fields) and the context keeps working afterwards
   early-exit   the last rank leaves right after init without finalize while
@@ -52,17 +56,19 @@ pub enum Scenario {
     Threads,
     Timeouts,
     Groups,
+    Passive,
     Errors,
     EarlyExit,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 7] = [
+    const ALL: [Scenario; 8] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
         Scenario::Groups,
+        Scenario::Passive,
         Scenario::Errors,
         Scenario::EarlyExit,
     ];
@@ -75,6 +81,7 @@ impl Scenario {
             Scenario::Threads => "threads",
             Scenario::Timeouts => "timeouts",
             Scenario::Groups => "groups",
+            Scenario::Passive => "passive",
             Scenario::Errors => "errors",
             Scenario::EarlyExit => "early-exit",
         }
