@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use gaspi_notifications::{EventCount, NotificationTable, Timeout};
 use gaspi_segments::SegmentMemory;
 
+use crate::atomic::Atomics;
 use crate::config::Config;
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
@@ -51,6 +52,7 @@ pub(crate) struct Inner {
     pub(crate) peers: Vec<SystemRegion>,
     pub(crate) groups: Groups,
     pub(crate) passive: Passive,
+    pub(crate) atomics: Atomics,
     /// User threads currently polling inside a waiting call (see `progress::Waiter`).
     pub(crate) spinners: AtomicUsize,
     /// Wakes the progress thread when the last polling waiter goes to sleep.
@@ -189,6 +191,7 @@ impl Context {
             peers,
             groups: Groups::new(config.max_groups, size),
             passive,
+            atomics: Atomics::default(),
             spinners: AtomicUsize::new(0),
             standby: EventCount::new(),
             pmi: Mutex::new(pmi),

@@ -242,6 +242,21 @@ pub enum Error {
         max: usize,
     },
 
+    /// An offset that must be 8-byte aligned (an atomic's target) is not.
+    #[error("offset {offset} in segment {segment} of rank {rank} is not 8-byte aligned")]
+    Misaligned {
+        /// The rank owning the segment.
+        rank: Rank,
+        /// The segment.
+        segment: SegmentId,
+        /// The misaligned offset.
+        offset: u64,
+    },
+
+    /// The provider cannot do what was asked.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
     /// A list operation got lists of different lengths, or too many entries.
     #[error("invalid list operation: {0}")]
     InvalidList(String),

@@ -48,6 +48,7 @@
 
 #![warn(missing_docs)]
 
+mod atomic;
 #[doc(hidden)]
 pub mod bench;
 mod config;

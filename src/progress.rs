@@ -41,6 +41,8 @@ pub(crate) enum OpKind {
     PassiveRecv,
     /// A passive-message send.
     PassiveSend,
+    /// A remote atomic.
+    Atomic,
 }
 
 /// Inline context of an operation.
@@ -59,6 +61,7 @@ impl OpContext {
             OpKind::System => 1,
             OpKind::PassiveRecv => 2,
             OpKind::PassiveSend => 3,
+            OpKind::Atomic => 4,
         };
         (1 | (kind << 1)
             | (u64::from(self.queue) << 8)
@@ -72,11 +75,12 @@ impl OpContext {
             return None;
         }
         Some(OpContext {
-            kind: match (word >> 1) & 3 {
+            kind: match (word >> 1) & 7 {
                 0 => OpKind::User,
                 1 => OpKind::System,
                 2 => OpKind::PassiveRecv,
-                _ => OpKind::PassiveSend,
+                3 => OpKind::PassiveSend,
+                _ => OpKind::Atomic,
             },
             queue: (word >> 8) as u8,
             segment: (word >> 16) as u8,
@@ -253,6 +257,7 @@ impl Inner {
         match op.kind {
             OpKind::PassiveRecv => self.passive.receive_failed(self, op, failure),
             OpKind::PassiveSend => self.passive.sent(op.rank, failure),
+            OpKind::Atomic => self.atomics.done(op.rank, failure),
             OpKind::System => {
                 if let Some(reason) = failure {
                     *self
@@ -443,6 +448,12 @@ mod tests {
                 queue: 0,
                 segment: 0,
                 rank: 9,
+            },
+            OpContext {
+                kind: OpKind::Atomic,
+                queue: 0,
+                segment: 0,
+                rank: u32::MAX,
             },
         ] {
             let word = op.encode();

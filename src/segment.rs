@@ -30,7 +30,9 @@ pub(crate) mod layout {
     pub(crate) const DESCRIPTORS: u64 = 64;
     pub(crate) const DESCRIPTOR_LEN: u64 = 32;
     pub(crate) const LANDING: u64 = DESCRIPTORS + DESCRIPTOR_LEN * super::SEGMENT_IDS as u64;
-    pub(crate) const SIZE: usize = (LANDING + DESCRIPTOR_LEN) as usize;
+    /// Operand, compare and result words of the remote atomic in flight.
+    pub(crate) const ATOMIC: u64 = LANDING + DESCRIPTOR_LEN;
+    pub(crate) const SIZE: usize = (ATOMIC + 24) as usize;
 
     // The scratch area must not overlap the descriptors.
     const _: () = assert!(SCRATCH + SCRATCH_LEN <= DESCRIPTORS);

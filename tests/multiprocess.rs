@@ -50,6 +50,10 @@ scenario_tests! {
     passive_3_shm: "passive", 3, "shm";
     passive_4_tcp: "passive", 4, "tcp";
     passive_4_shm: "passive", 4, "shm";
+    atomics_2_tcp: "atomics", 2, "tcp";
+    atomics_3_shm: "atomics", 3, "shm";
+    atomics_4_tcp: "atomics", 4, "tcp";
+    atomics_4_shm: "atomics", 4, "shm";
 }
 
 /// `errors`; over these providers, with the progress thread off, single writes must have

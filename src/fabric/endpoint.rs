@@ -356,6 +356,60 @@ impl Endpoint {
         posted("fi_recv", ret)
     }
 
+    /// Posts a remote atomic on one u64 at `target`: fetch-and-add of `*operand`, or, with a
+    /// `compare` word, compare-and-swap (`*operand` replaces the target if it equals
+    /// `*compare`). The old value lands in `*result`.
+    ///
+    /// # Safety
+    /// `operand`, `compare` and `result` must point to registered memory (described by `desc`)
+    /// that stays valid, and is not otherwise accessed, until the operation completes.
+    pub(crate) unsafe fn atomic_u64(
+        &self,
+        operand: *const u64,
+        compare: Option<*const u64>,
+        result: *mut u64,
+        desc: *mut c_void,
+        target: RemoteTarget,
+        context: usize,
+    ) -> Result<Posted> {
+        // SAFETY: the caller guarantees the buffers; the endpoint is open.
+        let ret = unsafe {
+            match compare {
+                None => sys::fi_fetch_atomic(
+                    self.ep,
+                    operand as *const c_void,
+                    1,
+                    desc,
+                    result as *mut c_void,
+                    desc,
+                    u64::from(target.rank),
+                    target.addr,
+                    target.key,
+                    sys::fi_datatype_FI_UINT64,
+                    sys::fi_op_FI_SUM,
+                    context as *mut c_void,
+                ),
+                Some(compare) => sys::fi_compare_atomic(
+                    self.ep,
+                    operand as *const c_void,
+                    1,
+                    desc,
+                    compare as *const c_void,
+                    desc,
+                    result as *mut c_void,
+                    desc,
+                    u64::from(target.rank),
+                    target.addr,
+                    target.key,
+                    sys::fi_datatype_FI_UINT64,
+                    sys::fi_op_FI_CSWAP,
+                    context as *mut c_void,
+                ),
+            }
+        };
+        posted("fi_atomic", ret)
+    }
+
     /// Withdraws a posted receive. Returns whether the provider found it still pending.
     pub(crate) fn cancel(&self, context: usize) -> bool {
         // SAFETY: the endpoint is open; cancelling an unknown context is answered with an error.

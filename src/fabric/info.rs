@@ -48,6 +48,8 @@ pub(crate) struct Capabilities {
     pub mr_endpoint: bool,
     /// Writes are placed in order at the target (`FI_ORDER_RMA_WAW`/`FI_ORDER_WAW` granted).
     pub ordered_writes: bool,
+    /// The provider executes remote atomics (`FI_ATOMIC`).
+    pub atomics: bool,
     /// Messages of one sender arrive in order (`FI_ORDER_SAS` granted).
     pub ordered_sends: bool,
     /// Largest message `fi_inject*` accepts.
@@ -88,7 +90,7 @@ fn libfabric_name(requested: &str) -> &str {
     }
 }
 
-fn getinfo(prov_name: Option<&str>, order: u64) -> Result<Option<Info>> {
+fn getinfo(prov_name: Option<&str>, order: u64, atomics: bool) -> Result<Option<Info>> {
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs allocated, or null.
     let hints = unsafe { sys::fi_allocinfo() };
     if hints.is_null() {
@@ -103,7 +105,11 @@ fn getinfo(prov_name: Option<&str>, order: u64) -> Result<Option<Info>> {
     // malloc'ed because fi_freeinfo frees it, hence strdup.
     unsafe {
         let h = &mut *hints.as_ptr();
-        h.caps = CAPS;
+        h.caps = if atomics {
+            CAPS | sys::FI_ATOMIC as u64
+        } else {
+            CAPS
+        };
         h.mode = 0;
         (*h.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
         (*h.domain_attr).mr_mode = MR_MODES as i32;
@@ -145,11 +151,15 @@ pub(super) fn select(requested: &str, require_unordered: bool) -> Result<(Info, 
     } else {
         &[ORDER | SEND_ORDER, SEND_ORDER, 0]
     };
+    // Native atomics are wanted too, but a provider without them is still usable: the runtime
+    // then reports atomics as unsupported.
     let mut found = None;
-    for &order in wishes {
-        if let Some(info) = getinfo(Some(name), order)? {
-            found = Some((info, order));
-            break;
+    'search: for atomics in [true, false] {
+        for &order in wishes {
+            if let Some(info) = getinfo(Some(name), order, atomics)? {
+                found = Some((info, order));
+                break 'search;
+            }
         }
     }
     let Some((info, ordered)) = found else {
@@ -205,6 +215,7 @@ fn capabilities(info: &sys::fi_info, requested_order: u64) -> Capabilities {
             virt_addr: mr_mode & sys::FI_MR_VIRT_ADDR != 0,
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
             ordered_writes: requested_order & ORDER == ORDER && tx.msg_order & ORDER == ORDER,
+            atomics: info.caps & sys::FI_ATOMIC as u64 != 0,
             ordered_sends: requested_order & SEND_ORDER != 0 && tx.msg_order & SEND_ORDER != 0,
             inject_size: tx.inject_size,
             max_msg_size: ep.max_msg_size as u64,
@@ -215,7 +226,7 @@ fn capabilities(info: &sys::fi_info, requested_order: u64) -> Capabilities {
 
 /// The RDM providers with RMA that exist on this host (libfabric names, deduplicated).
 pub(crate) fn available_providers() -> Vec<String> {
-    let Ok(Some(info)) = getinfo(None, 0) else {
+    let Ok(Some(info)) = getinfo(None, 0, false) else {
         return Vec::new();
     };
     let mut names = Vec::new();

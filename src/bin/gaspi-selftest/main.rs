@@ -15,6 +15,7 @@
 //! The integration tests in `tests/multiprocess*.rs` run every scenario under `gaspirun` over
 //! the `tcp` and `shm` providers.
 
+mod atomics;
 mod check;
 mod early_exit;
 mod errors;
@@ -68,6 +69,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Timeouts => timeouts::run(&ctx),
         Scenario::Groups => groups::run(&ctx),
         Scenario::Passive => passive::run(&ctx),
+        Scenario::Atomics => atomics::run(&ctx),
         Scenario::Errors => errors::run(&ctx),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
     };

@@ -38,6 +38,11 @@ Scenarios:
                to the maximum) to every rank; each receiver checks every
                payload and that each sender's messages arrive in order; an
                oversized message is refused
+  atomics      every rank adds to one counter on rank 0 with fetch_add (the
+               total is exact, each rank's fetched values rise) and guards a
+               plain read-modify-write counter with a compare_swap lock (no
+               two holders: no lost update); misaligned and out-of-range
+               targets are refused
   errors       every kind of bad input returns its Error variant (with the
                right fields) and the context keeps working afterwards
   early-exit   the last rank leaves right after init without finalize while
@@ -57,18 +62,20 @@ pub enum Scenario {
     Timeouts,
     Groups,
     Passive,
+    Atomics,
     Errors,
     EarlyExit,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 8] = [
+    const ALL: [Scenario; 9] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
         Scenario::Groups,
         Scenario::Passive,
+        Scenario::Atomics,
         Scenario::Errors,
         Scenario::EarlyExit,
     ];
@@ -82,6 +89,7 @@ impl Scenario {
             Scenario::Timeouts => "timeouts",
             Scenario::Groups => "groups",
             Scenario::Passive => "passive",
+            Scenario::Atomics => "atomics",
             Scenario::Errors => "errors",
             Scenario::EarlyExit => "early-exit",
         }

@@ -1,0 +1,162 @@
+//! Remote atomics on u64 words of segments: fetch-and-add and compare-and-swap.
+//!
+//! They run as libfabric atomics (`fi_fetch_atomic`, `fi_compare_atomic`), executed by the
+//! target's provider, so they are atomic with respect to each other from every rank, this one
+//! included (an atomic on this rank's own segment also goes through the provider: mixing CPU
+//! and provider atomics on one word is not atomic on every fabric). Plain reads and writes of
+//! the word are not atomic with respect to them.
+//!
+//! The operand and result words live in the registered system region; atomics of one rank
+//! take turns on them, each waiting for its completion. A provider without `FI_ATOMIC` makes
+//! both calls return [`Error::Unsupported`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use gaspi_notifications::{wait_until, Timeout};
+
+use crate::context::{Context, Inner};
+use crate::error::{Error, Rank, Result};
+use crate::fabric::RemoteTarget;
+use crate::progress::{OpContext, OpKind};
+use crate::rma::Remote;
+use crate::segment::layout;
+
+/// Atomics in flight on this rank.
+#[derive(Default)]
+pub(crate) struct Atomics {
+    /// Serialises atomics; holds how many were posted.
+    posted: Mutex<u64>,
+    done: AtomicU64,
+    failure: Mutex<Option<(Rank, String)>>,
+}
+
+impl Atomics {
+    /// Progress engine: the atomic in flight completed (with `failure`, if it failed).
+    pub(crate) fn done(&self, rank: Rank, failure: Option<String>) {
+        if let Some(reason) = failure {
+            *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
+        }
+        self.done.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl Context {
+    /// Atomically adds `value` to the u64 at `remote` (8-byte aligned) and returns the value it
+    /// had before.
+    pub fn atomic_fetch_add(&self, remote: Remote, value: u64, timeout: Timeout) -> Result<u64> {
+        self.atomic(remote, value, None, timeout)
+    }
+
+    /// Atomically replaces the u64 at `remote` (8-byte aligned) with `new` if it equals
+    /// `compare`, and returns the value it had before (equal to `compare` exactly when the swap
+    /// happened).
+    pub fn atomic_compare_swap(
+        &self,
+        remote: Remote,
+        compare: u64,
+        new: u64,
+        timeout: Timeout,
+    ) -> Result<u64> {
+        self.atomic(remote, new, Some(compare), timeout)
+    }
+
+    fn atomic(
+        &self,
+        remote: Remote,
+        operand: u64,
+        compare: Option<u64>,
+        timeout: Timeout,
+    ) -> Result<u64> {
+        let inner: &Inner = &self.inner;
+        if !inner.ep.caps().atomics {
+            return Err(Error::Unsupported(format!(
+                "provider {} has no remote atomics",
+                inner.ep.caps().provider
+            )));
+        }
+        let seg = self.remote_segment(remote.rank, remote.segment)?;
+        if remote.offset % 8 != 0 {
+            return Err(Error::Misaligned {
+                rank: remote.rank,
+                segment: remote.segment,
+                offset: remote.offset,
+            });
+        }
+        if remote
+            .offset
+            .checked_add(8)
+            .is_none_or(|end| end > seg.size)
+        {
+            return Err(Error::OutOfBounds {
+                rank: remote.rank,
+                segment: remote.segment,
+                offset: remote.offset,
+                size: 8,
+                segment_size: seg.size,
+            });
+        }
+        let deadline = timeout.deadline();
+        let atomics = &inner.atomics;
+        let mut posted = atomics.posted.lock().unwrap_or_else(|e| e.into_inner());
+        let completed = |target: u64| {
+            wait_until(
+                &inner.events,
+                deadline,
+                || (atomics.done.load(Ordering::Acquire) >= target).then_some(()),
+                inner.waiter(),
+            )
+            .map_err(|_| Error::Timeout)
+        };
+        // The words are free once the previous atomic (which may have timed out) completed.
+        completed(*posted)?;
+        let memory = &inner.system_memory;
+        let (op, cmp, res) = (layout::ATOMIC, layout::ATOMIC + 8, layout::ATOMIC + 16);
+        let words = memory
+            .write_u64(op, operand)
+            .and_then(|()| memory.write_u64(cmp, compare.unwrap_or(0)))
+            .and_then(|()| memory.write_u64(res, 0));
+        words.map_err(Error::segment(self.rank(), 0))?;
+        let base = memory.as_ptr();
+        let word = |offset: u64| base.wrapping_add(offset as usize) as *mut u64;
+        let target = RemoteTarget {
+            rank: remote.rank,
+            addr: seg.base + remote.offset,
+            key: seg.key,
+        };
+        let context = OpContext {
+            kind: OpKind::Atomic,
+            queue: 0,
+            segment: remote.segment,
+            rank: remote.rank,
+        }
+        .encode();
+        self.post(remote.rank, || {
+            // SAFETY: the three words lie in the registered system region (layout constants),
+            // which lives as long as the context, and are not touched until this atomic
+            // completed (the lock and the completion count above).
+            unsafe {
+                inner.ep.atomic_u64(
+                    word(op),
+                    compare.map(|_| word(cmp) as *const u64),
+                    word(res),
+                    inner.system_mr.desc(),
+                    target,
+                    context,
+                )
+            }
+        })?;
+        *posted += 1;
+        let waited = completed(*posted);
+        if let Some((rank, reason)) = atomics
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            return Err(Error::RankFailed { rank, reason });
+        }
+        waited?;
+        memory.read_u64(res).map_err(Error::segment(self.rank(), 0))
+    }
+}
