@@ -117,6 +117,11 @@ impl Groups {
         }
     }
 
+    /// The slots, for a change of some group's state.
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Slot>> {
+        self.slots.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The committed group `id`.
     fn committed(&self, id: GroupId) -> Result<Arc<Group>> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
@@ -151,12 +156,7 @@ impl Context {
     /// Creates an empty group and returns its id. Members create their groups in the same
     /// order, so that the ids agree.
     pub fn group_create(&self) -> Result<GroupId> {
-        let mut slots = self
-            .inner
-            .groups
-            .slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.inner.groups.write();
         let (id, slot) = slots
             .iter_mut()
             .enumerate()
@@ -174,12 +174,7 @@ impl Context {
     /// Adds `rank` to group `group`, which must not be committed yet.
     pub fn group_add(&self, group: GroupId, rank: Rank) -> Result<()> {
         self.check_rank(rank)?;
-        let mut slots = self
-            .inner
-            .groups
-            .slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.inner.groups.write();
         match slots.get_mut(usize::from(group)) {
             Some(Slot::Building(set)) => {
                 if set.insert(rank) {
@@ -200,12 +195,7 @@ impl Context {
     pub fn group_commit(&self, group: GroupId, timeout: Timeout) -> Result<()> {
         let me = self.rank();
         let g = {
-            let mut slots = self
-                .inner
-                .groups
-                .slots
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut slots = self.inner.groups.write();
             let slot = slots
                 .get_mut(usize::from(group))
                 .ok_or(Error::UnknownGroup { group })?;
@@ -235,12 +225,7 @@ impl Context {
                 .take_pair()
                 .ok_or_else(|| Error::Protocol("group commit finished without a result".into()))?
         };
-        let mut slots = self
-            .inner
-            .groups
-            .slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.inner.groups.write();
         if lo != hi {
             // Back to building, so the application can fix the membership or delete it.
             slots[usize::from(group)] = Slot::Building(g.members.ranks().into_iter().collect());
@@ -260,12 +245,7 @@ impl Context {
         if group == GROUP_ALL {
             return Err(Error::GroupCommitted { group });
         }
-        let mut slots = self
-            .inner
-            .groups
-            .slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.inner.groups.write();
         match slots.get_mut(usize::from(group)) {
             Some(slot) if !matches!(slot, Slot::Free) => {
                 *slot = Slot::Free;
