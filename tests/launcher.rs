@@ -249,7 +249,14 @@ fn a_rank_leaving_without_finalize_does_not_hang_a_barrier() {
     let run = gaspirun(&["-n", "3", PMI_CHECK, "leave-early"]);
     assert_eq!(run.status, Some(1), "{}", run.stderr);
     assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
-    assert!(run.stderr.contains("can no longer enter"), "{}", run.stderr);
+    // Whichever the launcher notices first: the barrier that cannot complete, or the rank that
+    // left without finalizing while the others still run.
+    assert!(
+        run.stderr.contains("can no longer enter")
+            || run.stderr.contains("exited without calling PMI finalize"),
+        "{}",
+        run.stderr
+    );
 
     // Also when the missing rank never spoke PMI at all.
     let script = format!(r#"if [ "$PMI_RANK" = 2 ]; then exit 0; fi; exec "{PMI_CHECK}""#);

@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use super::options::{Options, Output};
 use super::output::{self, Target};
 use super::rank::{self, Exit, Started};
-use super::{report, signals};
+use super::{leftovers, report, signals};
 use crate::pmi::server::{Action, KvsServer};
 use crate::pmi::wire::{LineReader, Message, ReadError, MAX_LINE};
 
@@ -254,6 +254,7 @@ impl Job {
                 );
             }
             Event::Exited(rank, exit) => {
+                leftovers::remove(self.ranks[rank as usize].child.id());
                 if exit.status != 0 {
                     self.fail(exit.status, format!("rank {rank} {}", exit.description));
                 } else if self.kvs.is_initialized(rank)

@@ -5,6 +5,7 @@
 //! be unit-tested.
 
 mod job;
+mod leftovers;
 mod options;
 mod output;
 mod rank;
