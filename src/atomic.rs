@@ -7,8 +7,10 @@
 //! the word are not atomic with respect to them.
 //!
 //! The operand and result words live in the registered system region; atomics of one rank
-//! take turns on them, each waiting for its completion. A provider without `FI_ATOMIC` makes
-//! both calls return [`Error::Unsupported`].
+//! take turns on them, each waiting for its completion. Atomics are asked of the provider only
+//! when [`Config::atomics`](crate::Config) is on (`GASPI_ATOMICS=1`), because `FI_ATOMIC` costs
+//! small-message latency on tcp; when off, or on a provider without `FI_ATOMIC`, both calls
+//! return [`Error::Unsupported`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -69,6 +71,11 @@ impl Context {
         timeout: Timeout,
     ) -> Result<u64> {
         let inner: &Inner = &self.inner;
+        if !inner.config.atomics {
+            return Err(Error::Unsupported(
+                "remote atomics are off; enable them with GASPI_ATOMICS=1 (Config::atomics)".into(),
+            ));
+        }
         if !inner.ep.caps().atomics {
             return Err(Error::Unsupported(format!(
                 "provider {} has no remote atomics",

@@ -137,7 +137,12 @@ impl Context {
         let mut pmi = PmiClient::from_env()?;
         let (rank, size) = pmi.as_ref().map_or((0, 1), |p| (p.rank(), p.size()));
         let cq_size = (config.queue_depth as usize * config.queues as usize).max(1024);
-        let ep = Endpoint::open(&config.provider, config.force_unordered, cq_size)?;
+        let ep = Endpoint::open(
+            &config.provider,
+            config.force_unordered,
+            config.atomics,
+            cq_size,
+        )?;
 
         let system_memory =
             SegmentMemory::allocate(layout::SIZE, "system").map_err(Error::segment(rank, 0))?;

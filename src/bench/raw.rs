@@ -55,7 +55,7 @@ impl RawPair {
             ctx.barrier(Timeout::Millis(60_000))?;
             return Ok(RawPair { side: None });
         }
-        let ep = Endpoint::open(&ctx.config().provider, false, 4096)?;
+        let ep = Endpoint::open(&ctx.config().provider, false, ctx.config().atomics, 4096)?;
         let memory = SegmentMemory::allocate(BUFFER, "raw-bench").map_err(Error::segment(me, 0))?;
         // SAFETY: `memory` is stored in the same Side and dropped after the registration.
         let mr = unsafe { MemoryRegion::register(&ep, memory.as_ptr(), memory.len(), 1)? };

@@ -77,8 +77,13 @@ pub(crate) struct CqFailure {
 
 impl Endpoint {
     /// Opens the provider's fabric, domain, completion queue, address vector and endpoint.
-    pub(crate) fn open(provider: &str, require_unordered: bool, cq_size: usize) -> Result<Self> {
-        let (info, caps) = info::select(provider, require_unordered)?;
+    pub(crate) fn open(
+        provider: &str,
+        require_unordered: bool,
+        atomics: bool,
+        cq_size: usize,
+    ) -> Result<Self> {
+        let (info, caps) = info::select(provider, require_unordered, atomics)?;
         let mut ep = Endpoint {
             info,
             caps,

@@ -142,7 +142,11 @@ fn getinfo(prov_name: Option<&str>, order: u64, atomics: bool) -> Result<Option<
 }
 
 /// Finds the provider for `requested` and returns its `fi_info` and what it grants.
-pub(super) fn select(requested: &str, require_unordered: bool) -> Result<(Info, Capabilities)> {
+pub(super) fn select(
+    requested: &str,
+    require_unordered: bool,
+    atomics: bool,
+) -> Result<(Info, Capabilities)> {
     let name = libfabric_name(requested);
     // Most wanted first: write ordering (for notify) and send ordering (for passive
     // messages), then send ordering alone, then nothing.
@@ -151,10 +155,11 @@ pub(super) fn select(requested: &str, require_unordered: bool) -> Result<(Info, 
     } else {
         &[ORDER | SEND_ORDER, SEND_ORDER, 0]
     };
-    // Native atomics are wanted too, but a provider without them is still usable: the runtime
-    // then reports atomics as unsupported.
+    // Native atomics, when wanted, are asked for first, but a provider without them is still
+    // usable: the runtime then reports atomics as unsupported.
+    let atomic_wishes: &[bool] = if atomics { &[true, false] } else { &[false] };
     let mut found = None;
-    'search: for atomics in [true, false] {
+    'search: for &atomics in atomic_wishes {
         for &order in wishes {
             if let Some(info) = getinfo(Some(name), order, atomics)? {
                 found = Some((info, order));

@@ -173,6 +173,12 @@ fn segments_and_ranks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     let note = Notification { id: 0, value: 1 };
     expect_err!(
         checks,
+        "an atomic while atomics are off (the default)",
+        ctx.atomic_fetch_add(remote(peer, SEG, 0), 1, TIMEOUT),
+        Error::Unsupported(_)
+    );
+    expect_err!(
+        checks,
         "segment_create of a segment that exists",
         ctx.segment_create(SEG, SEG_LEN, TIMEOUT),
         Error::SegmentExists { rank, segment: SEG } if rank == me
