@@ -137,20 +137,20 @@ impl Inner {
     /// Drives the provider once and handles what it completed. Returns whether anything
     /// happened. Never blocks.
     pub(crate) fn progress(&self) -> bool {
-        let mut events = [CqEvent::default(); BATCH];
-        let read = self.ep.poll(&mut events);
-        let progressed = self.handle(read, &events);
-        if !self.ep.caps().ordered_writes {
-            self.flush_outboxes();
-        }
-        self.passive.repost_pending(self);
-        progressed
+        self.progress_with(None)
     }
 
     /// Like [`progress`](Self::progress) but sleeps in the provider up to `timeout_ms`.
     fn progress_blocking(&self, timeout_ms: i32) -> bool {
+        self.progress_with(Some(timeout_ms))
+    }
+
+    fn progress_with(&self, sleep_ms: Option<i32>) -> bool {
         let mut events = [CqEvent::default(); BATCH];
-        let read = self.ep.wait(&mut events, timeout_ms);
+        let read = match sleep_ms {
+            None => self.ep.poll(&mut events),
+            Some(ms) => self.ep.wait(&mut events, ms),
+        };
         let progressed = self.handle(read, &events);
         if !self.ep.caps().ordered_writes {
             self.flush_outboxes();

@@ -170,21 +170,7 @@ impl RawPair {
                     while side.in_flight.get() >= WINDOW {
                         side.poll_local()?;
                     }
-                    side.post(|| {
-                        // SAFETY: the source range lies inside the registered buffer, which
-                        // lives as long as `side`; the payload is never modified meanwhile.
-                        unsafe {
-                            side.ep.write(
-                                side.memory.as_ptr(),
-                                bytes,
-                                side.mr.desc(),
-                                side.peer,
-                                None,
-                                1,
-                                false,
-                            )
-                        }
-                    })?;
+                    side.post(|| side.write_payload(bytes, None))?;
                     side.in_flight.set(side.in_flight.get() + 1);
                 }
                 side.flag(seq)?;
@@ -241,25 +227,28 @@ impl Side {
         self.poll_for(None).map(drop)
     }
 
+    /// Posts a write of the first `bytes` of the buffer to the peer, with `data` as CQ data.
+    fn write_payload(&self, bytes: usize, data: Option<u64>) -> Result<Posted> {
+        // SAFETY: the payload range lies inside the registered buffer owned by self, which is
+        // never modified while the benchmark runs.
+        unsafe {
+            self.ep.write(
+                self.memory.as_ptr(),
+                bytes,
+                self.mr.desc(),
+                self.peer,
+                data,
+                1,
+                false,
+            )
+        }
+    }
+
     fn send(&self, bytes: usize, seq: u64, variant: &str) -> Result<()> {
-        let payload = |data| {
-            // SAFETY: the payload range lies inside the registered buffer owned by self.
-            unsafe {
-                self.ep.write(
-                    self.memory.as_ptr(),
-                    bytes,
-                    self.mr.desc(),
-                    self.peer,
-                    data,
-                    1,
-                    false,
-                )
-            }
-        };
         if variant == "writedata" {
-            self.post(|| payload(Some(seq)))
+            self.post(|| self.write_payload(bytes, Some(seq)))
         } else {
-            self.post(|| payload(None))?;
+            self.post(|| self.write_payload(bytes, None))?;
             self.flag(seq)
         }
     }
