@@ -22,6 +22,9 @@ pub const MAX_GROUPS: u8 = 64;
 /// Largest passive message payload.
 pub const MAX_PASSIVE_BYTES: u32 = 1 << 20;
 
+/// Largest allreduce chunk ([`Config::reduce_chunk`]).
+pub const MAX_REDUCE_CHUNK: usize = 1 << 24;
+
 /// Largest number of entries in one list operation.
 pub const MAX_LIST_ENTRIES: usize = 255;
 
@@ -50,6 +53,11 @@ pub struct Config {
     /// Largest passive message payload in bytes (`GASPI_PASSIVE_MAX_BYTES`, default 65,536, at
     /// most [`MAX_PASSIVE_BYTES`]). Every rank must use the same value.
     pub passive_max_bytes: u32,
+    /// Bytes an allreduce moves per step and message at most (`GASPI_REDUCE_CHUNK`, default
+    /// 65,536, a multiple of 8 in 64..=[`MAX_REDUCE_CHUNK`]); longer vectors are reduced in
+    /// several runs. Every committed group of `n > 1` members registers `4 · c · (2·⌊log2 n⌋ +
+    /// 2)` bytes for its allreduce (2 MiB for 8 members at the default).
+    pub reduce_chunk: usize,
     /// Ask the provider for remote atomics (`GASPI_ATOMICS=1`; default off). Off by default
     /// because, measured with libfabric 1.17, enabling `FI_ATOMIC` on `tcp;ofi_rxm` doubles
     /// small write_notify latency (11 µs to 22 µs); without it the atomic calls return
@@ -74,6 +82,7 @@ impl Default for Config {
             op_timeout: Duration::from_secs(30),
             max_groups: 32,
             atomics: false,
+            reduce_chunk: 65_536,
             passive_max_bytes: 65_536,
             progress_thread: true,
             force_unordered: false,
@@ -105,6 +114,9 @@ impl Config {
         }
         if let Some(v) = var("GASPI_PASSIVE_MAX_BYTES") {
             cfg.passive_max_bytes = parse("GASPI_PASSIVE_MAX_BYTES", &v)?;
+        }
+        if let Some(v) = var("GASPI_REDUCE_CHUNK") {
+            cfg.reduce_chunk = parse("GASPI_REDUCE_CHUNK", &v)?;
         }
         if let Some(v) = var("GASPI_ATOMICS") {
             cfg.atomics = flag("GASPI_ATOMICS", &v)?;
@@ -152,6 +164,12 @@ impl Config {
             return Err(Error::Config(format!(
                 "passive_max_bytes = {} must be at most {MAX_PASSIVE_BYTES}",
                 self.passive_max_bytes
+            )));
+        }
+        if !(64..=MAX_REDUCE_CHUNK).contains(&self.reduce_chunk) || self.reduce_chunk % 8 != 0 {
+            return Err(Error::Config(format!(
+                "reduce_chunk = {} must be a multiple of 8 in 64..={MAX_REDUCE_CHUNK}",
+                self.reduce_chunk
             )));
         }
         if self.op_timeout.is_zero() {

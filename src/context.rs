@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 use gaspi_notifications::{EventCount, NotificationTable, Timeout};
 use gaspi_segments::SegmentMemory;
 
+use crate::allreduce::{ReduceArea, Writes};
 use crate::atomic::Atomics;
 use crate::config::Config;
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
-use crate::group::Groups;
+use crate::group::{Groups, GROUP_ALL};
 use crate::passive::Passive;
 use crate::pmi::PmiClient;
 use crate::progress::ProgressThread;
@@ -51,6 +52,7 @@ pub(crate) struct Inner {
     pub(crate) system_lookup: Mutex<()>,
     pub(crate) peers: Vec<SystemRegion>,
     pub(crate) groups: Groups,
+    pub(crate) reduce_writes: Writes,
     pub(crate) passive: Passive,
     pub(crate) atomics: Atomics,
     /// User threads currently polling inside a waiting call (see `progress::Waiter`).
@@ -152,12 +154,9 @@ impl Context {
             MemoryRegion::register(&ep, system_memory.as_ptr(), system_memory.len(), SYSTEM_KEY)?
         };
         let passive = Passive::new(&ep, rank, config.passive_max_bytes as usize, PASSIVE_KEY)?;
+        let all_area = ReduceArea::new(&ep, rank, GROUP_ALL, size, config.reduce_chunk)?;
         let own_region = SystemRegion {
-            base: if ep.caps().virt_addr {
-                system_memory.as_ptr() as u64
-            } else {
-                0
-            },
+            base: ep.caps().rma_base(system_memory.as_ptr()),
             key: system_mr.key(),
         };
 
@@ -194,7 +193,8 @@ impl Context {
             system_failure: Mutex::new(None),
             system_lookup: Mutex::new(()),
             peers,
-            groups: Groups::new(config.max_groups, size),
+            groups: Groups::new(config.max_groups, size, all_area),
+            reduce_writes: Writes::default(),
             passive,
             atomics: Atomics::default(),
             spinners: AtomicUsize::new(0),
@@ -213,6 +213,7 @@ impl Context {
         };
         let ctx = Context { progress, inner };
         ctx.inner.passive.post_all(&ctx.inner.ep)?;
+        ctx.publish_area(&*ctx.inner.groups.committed(GROUP_ALL)?)?;
         // The first fabric-level barrier proves every endpoint reachable before user code runs.
         ctx.barrier(Timeout::from(ctx.inner.config.op_timeout))?;
         Ok(ctx)
@@ -276,6 +277,22 @@ impl Inner {
     /// The PMI connection, once: whoever takes it (finalize or drop) finalizes it.
     fn take_pmi(&self) -> Option<PmiClient> {
         self.pmi.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Publishes `descriptor` (or its absence) at `offset` of the system region, for peers to
+    /// read.
+    pub(crate) fn publish(
+        &self,
+        offset: u64,
+        descriptor: Option<crate::segment::RemoteSegment>,
+    ) -> Result<()> {
+        let words = descriptor.map_or([0; 4], crate::segment::RemoteSegment::to_words);
+        for (i, w) in words.iter().enumerate() {
+            self.system_memory
+                .write_u64(offset + 8 * i as u64, *w)
+                .map_err(Error::segment(self.rank, 0))?;
+        }
+        Ok(())
     }
 
     /// Where `offset` of `rank`'s system region is; `rank` must be valid.

@@ -26,26 +26,45 @@ use crate::wire::WireNotification;
 const ROUNDS: u32 = 32;
 /// Slots per round: two values (the `(min, max)` pair; synchronising runs use the first).
 const SLOTS_PER_ROUND: u32 = 2;
-/// Slots per bank.
-const BANK: u32 = ROUNDS * SLOTS_PER_ROUND;
+/// Slots per bank (an allreduce schedule uses at most this many).
+pub(crate) const BANK: u32 = ROUNDS * SLOTS_PER_ROUND;
 /// System notification slots each group owns: two banks.
 pub(crate) const SLOTS_PER_GROUP: u32 = 2 * BANK;
 
 /// Progress of the run in flight of one group.
 #[derive(Debug, Default)]
 pub(crate) struct CollState {
-    epoch: u64,
+    /// Runs completed so far; selects the bank of the next.
+    pub(crate) epoch: u64,
     round: u32,
     /// Whether this round's notifications were already sent (a timeout may come after sending).
     sent: bool,
     /// The `(min, max)` pair a combining run has folded so far.
     pair: Option<(u32, u32)>,
+    /// The allreduce in flight, if any (it runs on the same epochs and banks).
+    pub(crate) reduce: Option<Box<crate::allreduce::Run>>,
+}
+
+/// First system notification slot of the bank that run `epoch` of a group uses, given the
+/// group's first slot.
+pub(crate) fn bank_start(first: u32, epoch: u64) -> u32 {
+    first + (epoch % 2) as u32 * BANK
 }
 
 impl CollState {
     /// Whether no run is in flight.
     pub(crate) fn idle(&self) -> bool {
-        self.round == 0 && !self.sent && self.pair.is_none()
+        self.round == 0 && !self.sent && self.pair.is_none() && self.reduce.is_none()
+    }
+
+    /// Gives up the run in flight after an error that is not a timeout. Members no longer
+    /// agree on where the group's collectives stand, so they must re-agree (delete and
+    /// re-create the group) before its next collective.
+    pub(crate) fn abandon(&mut self) {
+        *self = CollState {
+            epoch: self.epoch + 1,
+            ..CollState::default()
+        };
     }
 
     /// Starts a combining run with this member's value, unless one is already in flight (a
@@ -81,7 +100,7 @@ impl Context {
     ) -> Result<()> {
         let n = u64::from(spread.n);
         let tag = (state.epoch as u32).wrapping_add(1).max(1);
-        let bank = spread.slots + (state.epoch % 2) as u32 * BANK;
+        let bank = bank_start(spread.slots, state.epoch);
         while (1u64 << state.round) < n {
             let slot = bank + state.round * SLOTS_PER_ROUND;
             if !state.sent {

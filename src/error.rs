@@ -231,6 +231,33 @@ pub enum Error {
         group: crate::GroupId,
     },
 
+    /// A collective call on a group whose previous collective (one that timed out) is still in
+    /// flight with different arguments or of a different kind: call that one again to finish
+    /// it first.
+    #[error("group {group} still has a timed-out {pending} in flight; call it again to finish it")]
+    CollectiveInProgress {
+        /// The group id.
+        group: crate::GroupId,
+        /// The collective in flight.
+        pending: &'static str,
+    },
+
+    /// Members called a collective with arguments that do not match (length, element type,
+    /// operator), detected when a partner's contribution arrived. The group's collective state
+    /// is reset; members must agree before its next collective.
+    #[error("collective on group {group}: rank {rank} called it with different arguments")]
+    CollectiveMismatch {
+        /// The group id.
+        group: crate::GroupId,
+        /// The partner whose call differs from this rank's.
+        rank: Rank,
+    },
+
+    /// Input and output buffers of a collective differ in length, or the length is not a whole
+    /// number of the operator's blocks.
+    #[error("collective buffers: {0}")]
+    Buffers(String),
+
     /// A passive message larger than the configured maximum.
     #[error(
         "passive message of {size} bytes exceeds the maximum of {max} (GASPI_PASSIVE_MAX_BYTES)"

@@ -17,9 +17,11 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use gaspi_notifications::Timeout;
 
+use crate::allreduce::ReduceArea;
 use crate::context::Context;
 use crate::dissemination::{CollState, Spread, SLOTS_PER_GROUP};
 use crate::error::{Error, Rank, Result};
+use crate::segment::{layout, RemoteSegment};
 
 /// Identifier of a group.
 pub type GroupId = u8;
@@ -29,7 +31,7 @@ pub const GROUP_ALL: GroupId = 0;
 
 /// The members of a committed (or committing) group.
 #[derive(Debug)]
-enum Members {
+pub(crate) enum Members {
     /// Ranks `0..n`: index and rank coincide.
     All(u32),
     /// An ascending list, with the reverse map.
@@ -50,21 +52,21 @@ impl Members {
         Members::Some { ranks, index }
     }
 
-    fn len(&self) -> u32 {
+    pub(crate) fn len(&self) -> u32 {
         match self {
             Members::All(n) => *n,
             Members::Some { ranks, .. } => ranks.len() as u32,
         }
     }
 
-    fn index_of(&self, rank: Rank) -> Option<u32> {
+    pub(crate) fn index_of(&self, rank: Rank) -> Option<u32> {
         match self {
             Members::All(n) => (rank < *n).then_some(rank),
             Members::Some { index, .. } => index.get(&rank).copied(),
         }
     }
 
-    fn rank_at(&self, index: u32) -> Option<Rank> {
+    pub(crate) fn rank_at(&self, index: u32) -> Option<Rank> {
         match self {
             Members::All(n) => (index < *n).then_some(index),
             Members::Some { ranks, .. } => ranks.get(index as usize).copied(),
@@ -82,9 +84,30 @@ impl Members {
 /// A group whose membership is fixed.
 #[derive(Debug)]
 pub(crate) struct Group {
-    id: GroupId,
-    members: Members,
+    pub(crate) id: GroupId,
+    pub(crate) members: Members,
     state: Mutex<CollState>,
+    /// Where partners write this member's allreduce data (none for a group of one).
+    pub(crate) area: Option<ReduceArea>,
+    /// The partners' areas, looked up on first use.
+    pub(crate) peer_areas: Mutex<HashMap<Rank, RemoteSegment>>,
+}
+
+impl Group {
+    fn new(id: GroupId, members: Members, area: Option<ReduceArea>) -> Self {
+        Group {
+            id,
+            members,
+            state: Mutex::new(CollState::default()),
+            area,
+            peer_areas: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The collective state, for one collective call at a time.
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, CollState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Where a group id stands.
@@ -105,13 +128,11 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
-    pub(crate) fn new(max: u8, size: u32) -> Self {
+    /// The groups of a job of `size` ranks; `GROUP_ALL` gets `area`.
+    pub(crate) fn new(max: u8, size: u32, area: Option<ReduceArea>) -> Self {
         let mut slots: Vec<Slot> = (0..max).map(|_| Slot::Free).collect();
-        slots[usize::from(GROUP_ALL)] = Slot::Committed(Arc::new(Group {
-            id: GROUP_ALL,
-            members: Members::All(size),
-            state: Mutex::new(CollState::default()),
-        }));
+        slots[usize::from(GROUP_ALL)] =
+            Slot::Committed(Arc::new(Group::new(GROUP_ALL, Members::All(size), area)));
         Groups {
             slots: RwLock::new(slots),
         }
@@ -123,7 +144,7 @@ impl Groups {
     }
 
     /// The committed group `id`.
-    fn committed(&self, id: GroupId) -> Result<Arc<Group>> {
+    pub(crate) fn committed(&self, id: GroupId) -> Result<Arc<Group>> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         match slots.get(usize::from(id)) {
             Some(Slot::Committed(g)) => Ok(Arc::clone(g)),
@@ -204,11 +225,18 @@ impl Context {
                     if !set.contains(&me) {
                         return Err(Error::NotInGroup { group, rank: me });
                     }
-                    let g = Arc::new(Group {
-                        id: group,
-                        members: Members::from_set(set),
-                        state: Mutex::new(CollState::default()),
-                    });
+                    let members = Members::from_set(set);
+                    let area = ReduceArea::new(
+                        &self.inner.ep,
+                        me,
+                        group,
+                        members.len(),
+                        self.inner.config.reduce_chunk,
+                    )?;
+                    let g = Arc::new(Group::new(group, members, area));
+                    // Published before the commit's first message: partners that finish the
+                    // commit may write into the area at once.
+                    self.publish_area(&g)?;
                     *slot = Slot::Committing(Arc::clone(&g));
                     g
                 }
@@ -218,7 +246,7 @@ impl Context {
             }
         };
         let (lo, hi) = {
-            let mut state = g.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = g.state();
             state.start_pair(fingerprint(g.id, &g.members));
             self.run(&g, &mut state, timeout)?;
             state
@@ -229,6 +257,7 @@ impl Context {
         if lo != hi {
             // Back to building, so the application can fix the membership or delete it.
             slots[usize::from(group)] = Slot::Building(g.members.ranks().into_iter().collect());
+            self.inner.publish(layout::area_descriptor(group), None)?;
             return Err(Error::GroupMismatch { group });
         }
         slots[usize::from(group)] = Slot::Committed(g);
@@ -249,6 +278,7 @@ impl Context {
         match slots.get_mut(usize::from(group)) {
             Some(slot) if !matches!(slot, Slot::Free) => {
                 *slot = Slot::Free;
+                self.inner.publish(layout::area_descriptor(group), None)?;
                 let first = u32::from(group) * SLOTS_PER_GROUP;
                 for id in first..first + SLOTS_PER_GROUP {
                     // In range: the table holds SLOTS_PER_GROUP slots for every group id.
@@ -294,8 +324,21 @@ impl Context {
     /// from several threads of one rank are serialised.
     pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
-        let mut state = g.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = g.state();
+        if state.reduce.is_some() {
+            return Err(Error::CollectiveInProgress {
+                group,
+                pending: "allreduce",
+            });
+        }
         self.run(&g, &mut state, timeout)
+    }
+
+    /// Publishes where partners write `g`'s allreduce data (see `allreduce::area`).
+    pub(crate) fn publish_area(&self, g: &Group) -> Result<()> {
+        let descriptor = g.area.as_ref().map(|a| a.descriptor(&self.inner.ep));
+        self.inner
+            .publish(layout::area_descriptor(g.id), descriptor)
     }
 
     /// Blocks until every rank has entered the barrier, or until `timeout`: the barrier of

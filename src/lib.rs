@@ -48,6 +48,7 @@
 
 #![warn(missing_docs)]
 
+mod allreduce;
 mod atomic;
 #[doc(hidden)]
 pub mod bench;
@@ -68,8 +69,10 @@ mod rma;
 mod segment;
 mod wire;
 
+pub use allreduce::{Element, ReduceOp, UserOp};
 pub use config::{
     Config, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_PASSIVE_BYTES, MAX_QUEUES,
+    MAX_REDUCE_CHUNK,
 };
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};

@@ -43,6 +43,8 @@ pub(crate) enum OpKind {
     PassiveSend,
     /// A remote atomic.
     Atomic,
+    /// A write of an allreduce step; `segment` is the group id.
+    Collective,
 }
 
 /// Inline context of an operation.
@@ -62,6 +64,7 @@ impl OpContext {
             OpKind::PassiveRecv => 2,
             OpKind::PassiveSend => 3,
             OpKind::Atomic => 4,
+            OpKind::Collective => 5,
         };
         (1 | (kind << 1)
             | (u64::from(self.queue) << 8)
@@ -80,7 +83,8 @@ impl OpContext {
                 1 => OpKind::System,
                 2 => OpKind::PassiveRecv,
                 3 => OpKind::PassiveSend,
-                _ => OpKind::Atomic,
+                4 => OpKind::Atomic,
+                _ => OpKind::Collective,
             },
             queue: (word >> 8) as u8,
             segment: (word >> 16) as u8,
@@ -258,6 +262,7 @@ impl Inner {
             OpKind::PassiveRecv => self.passive.receive_failed(self, op, failure),
             OpKind::PassiveSend => self.passive.sent(op.rank, failure),
             OpKind::Atomic => self.atomics.done(op.rank, failure),
+            OpKind::Collective => self.reduce_writes.done(op.segment, op.rank, failure),
             OpKind::System => {
                 if let Some(reason) = failure {
                     *self
@@ -454,6 +459,12 @@ mod tests {
                 queue: 0,
                 segment: 0,
                 rank: u32::MAX,
+            },
+            OpContext {
+                kind: OpKind::Collective,
+                queue: 0,
+                segment: 63,
+                rank: 5,
             },
         ] {
             let word = op.encode();

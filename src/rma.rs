@@ -455,18 +455,25 @@ impl Context {
         if let Some(r) = self.inner.segments.cached_remote(rank, segment) {
             return Ok(r);
         }
-        let words = if rank == self.rank() {
-            self.read_own_descriptor(segment)?
-        } else {
-            self.fetch_descriptor(rank, segment)?
-        };
-        let r = RemoteSegment::from_words(words).ok_or(Error::UnknownSegment { rank, segment })?;
+        let r = self
+            .descriptor(rank, layout::segment_descriptor(segment))?
+            .ok_or(Error::UnknownSegment { rank, segment })?;
         self.inner.segments.cache_remote(rank, segment, r);
         Ok(r)
     }
 
-    fn read_own_descriptor(&self, segment: SegmentId) -> Result<[u64; 4]> {
-        let base = layout::DESCRIPTORS + layout::DESCRIPTOR_LEN * u64::from(segment);
+    /// The descriptor `rank` publishes at `offset` of its system region (`None` if absent),
+    /// read with one RDMA read (or locally for this rank).
+    pub(crate) fn descriptor(&self, rank: Rank, offset: u64) -> Result<Option<RemoteSegment>> {
+        let words = if rank == self.rank() {
+            self.read_own_descriptor(offset)?
+        } else {
+            self.fetch_descriptor(rank, offset)?
+        };
+        Ok(RemoteSegment::from_words(words))
+    }
+
+    fn read_own_descriptor(&self, base: u64) -> Result<[u64; 4]> {
         let mem = &self.inner.system_memory;
         let mut words = [0u64; 4];
         for (i, w) in words.iter_mut().enumerate() {
@@ -477,16 +484,13 @@ impl Context {
         Ok(words)
     }
 
-    fn fetch_descriptor(&self, rank: Rank, segment: SegmentId) -> Result<[u64; 4]> {
+    fn fetch_descriptor(&self, rank: Rank, offset: u64) -> Result<[u64; 4]> {
         let _one_at_a_time = self
             .inner
             .system_lookup
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let target = self.inner.system_target(
-            rank,
-            layout::DESCRIPTORS + layout::DESCRIPTOR_LEN * u64::from(segment),
-        );
+        let target = self.inner.system_target(rank, offset);
         let before = self.inner.system_reads.load(Ordering::Acquire);
         let ctx = OpContext {
             kind: OpKind::System,
@@ -529,7 +533,7 @@ impl Context {
         waited.map_err(|_| Error::RankFailed {
             rank,
             reason: format!(
-                "no answer to a segment lookup within {:?}",
+                "no answer to a descriptor lookup within {:?}",
                 self.inner.config.op_timeout
             ),
         })?;

@@ -32,7 +32,19 @@ pub(crate) mod layout {
     pub(crate) const LANDING: u64 = DESCRIPTORS + DESCRIPTOR_LEN * super::SEGMENT_IDS as u64;
     /// Operand, compare and result words of the remote atomic in flight.
     pub(crate) const ATOMIC: u64 = LANDING + DESCRIPTOR_LEN;
-    pub(crate) const SIZE: usize = (ATOMIC + 24) as usize;
+    /// Descriptors of the groups' allreduce areas, one per group id.
+    pub(crate) const GROUP_AREAS: u64 = ATOMIC + DESCRIPTOR_LEN;
+    pub(crate) const SIZE: usize = (GROUP_AREAS + DESCRIPTOR_LEN * 256) as usize;
+
+    /// Where segment `id`'s descriptor is.
+    pub(crate) fn segment_descriptor(id: crate::SegmentId) -> u64 {
+        DESCRIPTORS + DESCRIPTOR_LEN * u64::from(id)
+    }
+
+    /// Where group `group`'s allreduce area descriptor is.
+    pub(crate) fn area_descriptor(group: crate::GroupId) -> u64 {
+        GROUP_AREAS + DESCRIPTOR_LEN * u64::from(group)
+    }
 
     // The scratch area must not overlap the descriptors.
     const _: () = assert!(SCRATCH + SCRATCH_LEN <= DESCRIPTORS);
@@ -265,11 +277,7 @@ impl crate::Context {
             )?
         };
         let descriptor = RemoteSegment {
-            base: if inner.ep.caps().virt_addr {
-                memory.as_ptr() as u64
-            } else {
-                0
-            },
+            base: inner.ep.caps().rma_base(memory.as_ptr()),
             key: mr.key(),
             size: memory.len() as u64,
         };
@@ -287,19 +295,8 @@ impl crate::Context {
         )?;
         // Peers may have cached an earlier segment with this id.
         inner.segments.forget_remote(id);
-        self.publish(id, Some(descriptor))
-    }
-
-    fn publish(&self, id: SegmentId, descriptor: Option<RemoteSegment>) -> Result<()> {
-        let words = descriptor.map_or([0; 4], RemoteSegment::to_words);
-        let base = layout::DESCRIPTORS + layout::DESCRIPTOR_LEN * u64::from(id);
-        for (i, w) in words.iter().enumerate() {
-            self.inner
-                .system_memory
-                .write_u64(base + 8 * i as u64, *w)
-                .map_err(Error::segment(self.rank(), id))?;
-        }
-        Ok(())
+        self.inner
+            .publish(layout::segment_descriptor(id), Some(descriptor))
     }
 
     /// Deletes this rank's segment `id` (local). Fails with [`Error::SegmentBusy`] while
@@ -313,7 +310,7 @@ impl crate::Context {
     pub fn segment_delete(&self, id: SegmentId) -> Result<()> {
         let me = self.rank();
         let seg = self.inner.segments.remove(me, id)?;
-        self.publish(id, None)?;
+        self.inner.publish(layout::segment_descriptor(id), None)?;
         self.inner.segments.forget_remote_of(me, id);
         drop(seg);
         for rank in (0..self.size()).filter(|&r| r != me) {

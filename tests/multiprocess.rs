@@ -54,6 +54,39 @@ scenario_tests! {
     atomics_3_shm: "atomics", 3, "shm";
     atomics_4_tcp: "atomics", 4, "tcp";
     atomics_4_shm: "atomics", 4, "shm";
+    allreduce_1_tcp: "allreduce", 1, "tcp";
+    allreduce_2_shm: "allreduce", 2, "shm";
+    allreduce_3_tcp: "allreduce", 3, "tcp";
+    allreduce_4_shm: "allreduce", 4, "shm";
+    allreduce_5_tcp: "allreduce", 5, "tcp";
+    allreduce_6_shm: "allreduce", 6, "shm";
+    allreduce_7_tcp: "allreduce", 7, "tcp";
+    allreduce_8_shm: "allreduce", 8, "shm";
+}
+
+/// The digest of the order-sensitive f64 sums that rank 0 of an `allreduce` job printed.
+fn allreduce_digest(ranks: u32, provider: &str) -> String {
+    let job = selftest("allreduce", ranks, provider);
+    let line = job
+        .stdout
+        .lines()
+        .find(|l| l.contains("ok allreduce rank 0:"))
+        .unwrap_or_else(|| panic!("no rank 0 line\n{}", job.report()));
+    let digest = line
+        .split("digest=")
+        .nth(1)
+        .and_then(|rest| rest.get(..16))
+        .unwrap_or_else(|| panic!("no digest in {line:?}"));
+    digest.to_string()
+}
+
+/// Floating-point allreduce results are bitwise identical across runs and providers for the
+/// same inputs and rank count (the scenario itself checks them across members).
+#[test]
+fn allreduce_is_bitwise_reproducible_across_runs() {
+    let first = allreduce_digest(6, "tcp");
+    assert_eq!(first, allreduce_digest(6, "tcp"), "second tcp run");
+    assert_eq!(first, allreduce_digest(6, "shm"), "shm run");
 }
 
 /// `errors`; over these providers, with the progress thread off, single writes must have

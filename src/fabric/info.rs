@@ -60,6 +60,18 @@ pub(crate) struct Capabilities {
     pub manual_progress: bool,
 }
 
+impl Capabilities {
+    /// The base to publish for a registration starting at `ptr`: RMA addresses are `base +
+    /// offset`, where the provider wants virtual addresses or offsets into the registration.
+    pub(crate) fn rma_base(&self, ptr: *const u8) -> u64 {
+        if self.virt_addr {
+            ptr as u64
+        } else {
+            0
+        }
+    }
+}
+
 const CAPS: u64 = (sys::FI_RMA
     | sys::FI_READ
     | sys::FI_WRITE

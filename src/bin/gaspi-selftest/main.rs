@@ -15,6 +15,7 @@
 //! The integration tests in `tests/multiprocess*.rs` run every scenario under `gaspirun` over
 //! the `tcp` and `shm` providers.
 
+mod allreduce;
 mod atomics;
 mod check;
 mod early_exit;
@@ -68,6 +69,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Threads => threads::run(&ctx, opts),
         Scenario::Timeouts => timeouts::run(&ctx),
         Scenario::Groups => groups::run(&ctx),
+        Scenario::Allreduce => allreduce::run(&ctx),
         Scenario::Passive => passive::run(&ctx),
         Scenario::Atomics => atomics::run(&ctx),
         Scenario::Errors => errors::run(&ctx),

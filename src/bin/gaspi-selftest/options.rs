@@ -34,6 +34,13 @@ Scenarios:
                its members and refused to the others; repeated group barriers
                with a timeout in between; misuse errors; a commit whose
                members disagree fails with GroupMismatch (needs 3+ ranks)
+  allreduce    every operator on every element type at 1, 7 and 2,500
+               elements, checked against a local reference; 300,000 u64
+               (many chunks); order-sensitive f64 sums bitwise identical on
+               every member (rank 0 prints their digest); non-commutative
+               2x2 matrix products in rank order, on all ranks and on the odd
+               ranks; a commutative user operator; timeouts while the last
+               rank is late, then resumed; misuse and a length mismatch
   passive      every rank sends passive messages of changing sizes (0 B up
                to the maximum) to every rank; each receiver checks every
                payload and that each sender's messages arrive in order; an
@@ -61,6 +68,7 @@ pub enum Scenario {
     Threads,
     Timeouts,
     Groups,
+    Allreduce,
     Passive,
     Atomics,
     Errors,
@@ -68,12 +76,13 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 9] = [
+    const ALL: [Scenario; 10] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
         Scenario::Groups,
+        Scenario::Allreduce,
         Scenario::Passive,
         Scenario::Atomics,
         Scenario::Errors,
@@ -88,6 +97,7 @@ impl Scenario {
             Scenario::Threads => "threads",
             Scenario::Timeouts => "timeouts",
             Scenario::Groups => "groups",
+            Scenario::Allreduce => "allreduce",
             Scenario::Passive => "passive",
             Scenario::Atomics => "atomics",
             Scenario::Errors => "errors",

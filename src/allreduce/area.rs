@@ -1,0 +1,124 @@
+//! The registered area a group's allreduce moves data through.
+//!
+//! Per bank (runs alternate between two, like the dissemination's notification banks) and per
+//! schedule slot, the area holds a receive slot the partner of that step writes into and a send
+//! slot this member writes from. Send data is copied into its own slot, so a write still in
+//! flight never sees the vector change under it; the slots of a bank are reused two runs
+//! later, after this member has drained its writes and (see the dissemination module) every
+//! partner is done reading.
+//!
+//! Each slot holds one chunk (`Config::reduce_chunk` bytes); longer vectors run as several
+//! runs. The area is allocated and registered when the group is committed (at init for
+//! `GROUP_ALL`) and its descriptor published in the system region, so peers can write into it
+//! before this member reaches the allreduce.
+
+use gaspi_segments::SegmentMemory;
+
+use super::schedule;
+use crate::error::{Error, Rank, Result};
+use crate::fabric::{Endpoint, MemoryRegion};
+use crate::group::GroupId;
+use crate::segment::RemoteSegment;
+
+/// Key requested for group `g`'s area: after the user segments' keys.
+const KEY_BASE: u64 = crate::context::USER_KEY_BASE + crate::segment::SEGMENT_IDS as u64;
+
+/// A group's allreduce area.
+///
+/// Field order is drop order: the registration goes before the memory.
+pub(crate) struct ReduceArea {
+    mr: MemoryRegion,
+    memory: SegmentMemory,
+    /// Bytes per slot.
+    chunk: usize,
+    /// Slots per bank.
+    slots: u32,
+}
+
+impl std::fmt::Debug for ReduceArea {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReduceArea")
+            .field("chunk", &self.chunk)
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+impl ReduceArea {
+    /// The area for a group of `members`, or `None` if the group needs none (one member).
+    pub(crate) fn new(
+        ep: &Endpoint,
+        rank: Rank,
+        group: GroupId,
+        members: u32,
+        chunk: usize,
+    ) -> Result<Option<Self>> {
+        let slots = schedule::slots(members);
+        if slots == 0 {
+            return Ok(None);
+        }
+        let len = 2 * 2 * slots as usize * chunk;
+        let memory = SegmentMemory::allocate(len, &format!("reduce{group}"))
+            .map_err(Error::segment(rank, 0))?;
+        // SAFETY: the memory is stored next to the registration and dropped after it (field
+        // order).
+        let mr = unsafe {
+            MemoryRegion::register(
+                ep,
+                memory.as_ptr(),
+                memory.len(),
+                KEY_BASE + u64::from(group),
+            )?
+        };
+        Ok(Some(ReduceArea {
+            mr,
+            memory,
+            chunk,
+            slots,
+        }))
+    }
+
+    /// What peers need to write into this area.
+    pub(crate) fn descriptor(&self, ep: &Endpoint) -> RemoteSegment {
+        RemoteSegment {
+            base: ep.caps().rma_base(self.memory.as_ptr()),
+            key: self.mr.key(),
+            size: self.memory.len() as u64,
+        }
+    }
+
+    /// Bytes per slot: the longest a run's message can be.
+    pub(crate) fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Offset of the receive slot `slot` of `bank`; its send slot follows it.
+    pub(crate) fn recv_offset(&self, bank: u32, slot: u32) -> u64 {
+        ((bank * self.slots + slot) as u64 * 2) * self.chunk as u64
+    }
+
+    fn send_offset(&self, bank: u32, slot: u32) -> u64 {
+        self.recv_offset(bank, slot) + self.chunk as u64
+    }
+
+    /// Copies `data` into the send slot and returns where it is, for the write.
+    pub(crate) fn stage(&self, rank: Rank, bank: u32, slot: u32, data: &[u8]) -> Result<*const u8> {
+        let offset = self.send_offset(bank, slot);
+        self.memory
+            .write(offset, data)
+            .map_err(Error::segment(rank, 0))?;
+        Ok(self.memory.as_ptr().wrapping_add(offset as usize))
+    }
+
+    /// Copies what the partner wrote into the receive slot out into `out`.
+    pub(crate) fn received(&self, rank: Rank, bank: u32, slot: u32, out: &mut [u8]) -> Result<()> {
+        self.memory
+            .read(self.recv_offset(bank, slot), out)
+            .map_err(Error::segment(rank, 0))
+    }
+
+    /// The local descriptor for writes from the send slots.
+    pub(crate) fn desc(&self) -> *mut std::ffi::c_void {
+        self.mr.desc()
+    }
+}

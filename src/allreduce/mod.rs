@@ -1,0 +1,405 @@
+//! Allreduce over a group: every member contributes a vector and receives the element-wise
+//! reduction of all contributions, bitwise identical on every member.
+//!
+//! A call runs the [schedule](schedule) of its length as a resumable state machine. Each step
+//! copies the part to send into the group's registered [area](area) and writes it into the
+//! partner's area as one `fi_writedata` whose remote completion data is a system notification
+//! (so, as for `write_notify`, the notification is never seen before its data), then waits for
+//! the partner's notification and folds the received part in. The notification carries a tag
+//! derived from the run's epoch, the operator, the element type and the length, so a partner
+//! that called with other arguments is detected and named ([`Error::CollectiveMismatch`])
+//! instead of folding garbage.
+//!
+//! Runs share the group's epochs and notification banks with its barrier: a call after
+//! [`Error::Timeout`] continues where the last one stopped (GASPI's semantics), and a barrier
+//! cannot start while an allreduce is in flight, nor the other way round
+//! ([`Error::CollectiveInProgress`]).
+
+mod area;
+mod op;
+mod schedule;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use gaspi_notifications::{wait_until, Deadline, Timeout};
+
+pub(crate) use area::ReduceArea;
+use op::{Builtin, Folder, User};
+pub use op::{Element, ReduceOp, UserOp};
+use schedule::Fold;
+
+use crate::config::MAX_GROUPS;
+use crate::context::Context;
+use crate::dissemination::{bank_start, remaining, CollState, SLOTS_PER_GROUP};
+use crate::error::{Error, Rank, Result};
+use crate::fabric::RemoteTarget;
+use crate::group::{Group, GroupId};
+use crate::progress::{OpContext, OpKind};
+use crate::segment::{layout, RemoteSegment};
+use crate::wire::WireNotification;
+
+/// An allreduce in flight on a group.
+pub(crate) struct Run {
+    /// Operator, element type and length: a later call must match it to continue this run.
+    signature: u64,
+    /// The vector being reduced, in native byte order; the result once every chunk ran.
+    acc: Vec<u8>,
+    /// Next chunk, step of that chunk, and whether that step's data was already sent.
+    chunk: usize,
+    step: usize,
+    sent: bool,
+    /// Where received data waits to be folded in.
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("bytes", &self.acc.len())
+            .field("chunk", &self.chunk)
+            .field("step", &self.step)
+            .field("sent", &self.sent)
+            .finish()
+    }
+}
+
+/// Allreduce writes posted and completed, per group id. A run ends only when all its writes
+/// completed, so a send slot is never rewritten while the provider may still read it.
+pub(crate) struct Writes {
+    posted: [AtomicU64; MAX_GROUPS as usize],
+    done: [AtomicU64; MAX_GROUPS as usize],
+    failure: Mutex<Option<(Rank, String)>>,
+}
+
+impl Default for Writes {
+    fn default() -> Self {
+        Writes {
+            posted: std::array::from_fn(|_| AtomicU64::new(0)),
+            done: std::array::from_fn(|_| AtomicU64::new(0)),
+            failure: Mutex::new(None),
+        }
+    }
+}
+
+impl Writes {
+    /// Progress engine: a write of group `group` towards `rank` completed.
+    pub(crate) fn done(&self, group: GroupId, rank: Rank, failure: Option<String>) {
+        if let Some(reason) = failure {
+            *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
+        }
+        if let Some(done) = self.done.get(usize::from(group)) {
+            done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Mixes `words` into 64 bits (splitmix64 finaliser per word).
+fn mix(words: &[u64]) -> u64 {
+    words.iter().fold(0x9e37_79b9_7f4a_7c15, |h, &w| {
+        let mut z = (h ^ w).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    })
+}
+
+impl Context {
+    /// Reduces `input` of every member of committed group `group` element-wise with `op` and
+    /// stores the result in `output` on every member (collective over the group).
+    ///
+    /// All members pass the same length, element type and operator; a difference is reported
+    /// as [`Error::CollectiveMismatch`] by the members that notice it. The reduction order is
+    /// fixed by member index (see the `schedule` module), so the result is bitwise identical on
+    /// every member and in every run with the same inputs and group size, floating point
+    /// included. Any length works: vectors longer than [`Config::reduce_chunk`](crate::Config)
+    /// bytes are reduced chunk by chunk.
+    ///
+    /// After [`Error::Timeout`], call again with the same arguments to continue: the input is
+    /// captured by the first call, and `output` is written only when the reduction completes.
+    /// Bitwise and logical operators on floats are [`Error::Unsupported`].
+    pub fn allreduce<T: Element>(
+        &self,
+        group: GroupId,
+        input: &[T],
+        output: &mut [T],
+        op: ReduceOp,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.reduce(group, input, output, &Builtin::<T>::new(op)?, timeout)
+    }
+
+    /// [`allreduce`](Self::allreduce) with a user-defined operator (see [`UserOp`] for what it
+    /// must satisfy). The vector length must be a multiple of the operator's block.
+    pub fn allreduce_with<T: Element, F: Fn(&mut [T], &[T])>(
+        &self,
+        group: GroupId,
+        input: &[T],
+        output: &mut [T],
+        op: &UserOp<F>,
+        timeout: Timeout,
+    ) -> Result<()> {
+        let user = User::<T, F>::new(op)?;
+        if input.len() % user.block() != 0 {
+            return Err(Error::Buffers(format!(
+                "{} elements are not a whole number of the operator's {}-element blocks",
+                input.len(),
+                user.block()
+            )));
+        }
+        self.reduce(group, input, output, &user, timeout)
+    }
+
+    fn reduce<T: Element>(
+        &self,
+        group: GroupId,
+        input: &[T],
+        output: &mut [T],
+        folder: &dyn Folder,
+        timeout: Timeout,
+    ) -> Result<()> {
+        if input.len() != output.len() {
+            return Err(Error::Buffers(format!(
+                "input has {} elements, output {}",
+                input.len(),
+                output.len()
+            )));
+        }
+        if folder.block_bytes() > self.inner.config.reduce_chunk {
+            return Err(Error::Limit(format!(
+                "a block of {} bytes exceeds the allreduce chunk of {} bytes (GASPI_REDUCE_CHUNK)",
+                folder.block_bytes(),
+                self.inner.config.reduce_chunk
+            )));
+        }
+        let me = self.rank();
+        let g = self.inner.groups.committed(group)?;
+        let index = g
+            .members
+            .index_of(me)
+            .ok_or(Error::NotInGroup { group, rank: me })?;
+        let signature = mix(&[folder.code(), input.len() as u64]);
+        let mut state = g.state();
+        match &state.reduce {
+            Some(run) if run.signature != signature => {
+                return Err(Error::CollectiveInProgress {
+                    group,
+                    pending: "allreduce with other arguments",
+                })
+            }
+            Some(_) => {}
+            None if !state.idle() => {
+                return Err(Error::CollectiveInProgress {
+                    group,
+                    pending: "barrier",
+                })
+            }
+            None => {
+                state.reduce = Some(Box::new(Run {
+                    signature,
+                    acc: op::encode_vec(input),
+                    chunk: 0,
+                    step: 0,
+                    sent: false,
+                    scratch: Vec::new(),
+                }))
+            }
+        }
+        let deadline = timeout.deadline();
+        match self.advance(&g, index, &mut state, folder, deadline) {
+            Ok(()) => {
+                if let Some(run) = state.reduce.take() {
+                    op::decode_into(&run.acc, output);
+                }
+                Ok(())
+            }
+            Err(Error::Timeout) => Err(Error::Timeout),
+            Err(e) => {
+                // The area's send slots must outlive the writes from them, even if the group
+                // is deleted next; a write that cannot finish (a dead partner) is not waited
+                // for long.
+                let _ = self.drain_reduce_writes(group, Timeout::Millis(1_000).deadline());
+                state.abandon();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs the remaining chunks of the run in `state`, bounded by `deadline`.
+    fn advance(
+        &self,
+        g: &Group,
+        index: u32,
+        state: &mut CollState,
+        folder: &dyn Folder,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let CollState { epoch, reduce, .. } = state;
+        let (Some(area), Some(run)) = (&g.area, reduce.as_mut()) else {
+            // A group of one: the input is the result.
+            return Ok(());
+        };
+        let me = self.rank();
+        let block = folder.block_bytes();
+        let total = run.acc.len() / block;
+        let per_chunk = area.chunk() / block;
+        let table = &self.inner.system_notifications;
+        while run.chunk * per_chunk < total {
+            let first = run.chunk * per_chunk;
+            let blocks = per_chunk.min(total - first);
+            let steps = schedule::schedule(
+                g.members.len(),
+                index,
+                blocks,
+                blocks * block > schedule::LONG_BYTES,
+            );
+            let bank = (*epoch % 2) as u32;
+            let slots = bank_start(u32::from(g.id) * SLOTS_PER_GROUP, *epoch);
+            let tag = (mix(&[run.signature, *epoch]) >> 32) as u32 | 1;
+            let bytes =
+                |r: &std::ops::Range<usize>| (first + r.start) * block..(first + r.end) * block;
+            while let Some(step) = steps.get(run.step) {
+                let partner = g.members.rank_at(step.partner).ok_or_else(|| {
+                    Error::Protocol(format!(
+                        "allreduce partner index {} out of range",
+                        step.partner
+                    ))
+                })?;
+                if let (Some(send), false) = (&step.send, run.sent) {
+                    let data = &run.acc[bytes(send)];
+                    let wire = WireNotification::system(slots + step.slot, tag);
+                    self.reduce_write(g, area, partner, (bank, step.slot), data, wire)?;
+                    run.sent = true;
+                }
+                if let Some((recv, how)) = &step.recv {
+                    let id = slots + step.slot;
+                    // A slot that already arrived stays set for the call after a timeout.
+                    table
+                        .wait_some(id, 1, remaining(deadline), self.inner.waiter())
+                        .map_err(|_| Error::Timeout)?;
+                    if table.reset(id).unwrap_or(0) != tag {
+                        return Err(Error::CollectiveMismatch {
+                            group: g.id,
+                            rank: partner,
+                        });
+                    }
+                    let own = &mut run.acc[bytes(recv)];
+                    run.scratch.resize(own.len(), 0);
+                    area.received(me, bank, step.slot, &mut run.scratch)?;
+                    match how {
+                        Fold::Copy => own.copy_from_slice(&run.scratch),
+                        Fold::ReceivedFirst => folder.fold(&run.scratch, own, true),
+                        Fold::ReceivedSecond => folder.fold(&run.scratch, own, false),
+                    }
+                }
+                run.step += 1;
+                run.sent = false;
+            }
+            self.drain_reduce_writes(g.id, deadline)?;
+            *epoch += 1;
+            run.step = 0;
+            run.chunk += 1;
+        }
+        Ok(())
+    }
+
+    /// Stages `data` in send slot `(bank, slot)` of `area` and writes it into the same slot's
+    /// receive side in `partner`'s area, with `wire` as the partner's notification.
+    fn reduce_write(
+        &self,
+        g: &Group,
+        area: &ReduceArea,
+        partner: Rank,
+        (bank, slot): (u32, u32),
+        data: &[u8],
+        wire: WireNotification,
+    ) -> Result<()> {
+        let peer = self.peer_area(g, partner)?;
+        let offset = area.recv_offset(bank, slot);
+        if offset + data.len() as u64 > peer.size {
+            return Err(Error::Protocol(format!(
+                "rank {partner}'s allreduce area for group {} is smaller than this rank's \
+                 (GASPI_REDUCE_CHUNK differs between ranks?)",
+                g.id
+            )));
+        }
+        let local = area.stage(self.rank(), bank, slot, data)?;
+        let target = RemoteTarget {
+            rank: partner,
+            addr: peer.base + offset,
+            key: peer.key,
+        };
+        let context = OpContext {
+            kind: OpKind::Collective,
+            queue: 0,
+            segment: g.id,
+            rank: partner,
+        }
+        .encode();
+        let posted = &self.inner.reduce_writes.posted[usize::from(g.id)];
+        // Counted before posting: the completion may arrive before `post` returns.
+        posted.fetch_add(1, Ordering::AcqRel);
+        let result = self.post(partner, || {
+            // SAFETY: the staged bytes lie in the registered area, which the group (and so
+            // this call's `g`) keeps alive; the slot is rewritten only two runs later, after
+            // `drain_reduce_writes` saw this write complete.
+            unsafe {
+                self.inner.ep.write(
+                    local,
+                    data.len(),
+                    area.desc(),
+                    target,
+                    Some(wire.encode()),
+                    context,
+                    false,
+                )
+            }
+        });
+        if result.is_err() {
+            posted.fetch_sub(1, Ordering::AcqRel);
+        }
+        result
+    }
+
+    /// Waits until every allreduce write of group `group` completed at this end.
+    fn drain_reduce_writes(&self, group: GroupId, deadline: Deadline) -> Result<()> {
+        let writes = &self.inner.reduce_writes;
+        let i = usize::from(group);
+        let waited = wait_until(
+            &self.inner.events,
+            deadline,
+            || {
+                (writes.done[i].load(Ordering::Acquire) >= writes.posted[i].load(Ordering::Acquire))
+                    .then_some(())
+            },
+            self.inner.waiter(),
+        );
+        if let Some((rank, reason)) = writes
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            return Err(Error::RankFailed { rank, reason });
+        }
+        waited.map_err(|_| Error::Timeout)
+    }
+
+    /// Where `rank` receives group `g`'s allreduce data, read from its system region once.
+    fn peer_area(&self, g: &Group, rank: Rank) -> Result<RemoteSegment> {
+        let mut peers = g.peer_areas.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(area) = peers.get(&rank) {
+            return Ok(*area);
+        }
+        let area = self
+            .descriptor(rank, layout::area_descriptor(g.id))?
+            .ok_or_else(|| {
+                Error::Protocol(format!(
+                    "rank {rank} has not published an allreduce area for group {}",
+                    g.id
+                ))
+            })?;
+        peers.insert(rank, area);
+        Ok(area)
+    }
+}

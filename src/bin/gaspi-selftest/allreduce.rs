@@ -1,0 +1,419 @@
+//! `allreduce`: every built-in operator on every element type, user operators, long vectors,
+//! bitwise identical floating-point results, timeouts in the middle of a reduction, and misuse.
+//!
+//! Each rank computes the expected result itself from the inputs every rank uses (they are a
+//! function of rank and position), folding in rank order, and compares it with what the
+//! allreduce returned. Float inputs of the per-operator checks are chosen so that every sum and
+//! product is exact; the order-sensitive check instead sums values of wildly different
+//! magnitudes and proves, with a second allreduce over the result's bit patterns, that every
+//! member got the same bits. Rank 0 prints a digest of those bits, which the integration test
+//! compares across two runs.
+
+use std::time::Duration;
+
+use gaspi::{Context, Element, Error, GroupId, ReduceOp, Timeout, UserOp, GROUP_ALL};
+
+use crate::check::{ensure, mix, seed, Doing, Failure, Outcome};
+
+const TIMEOUT: Timeout = Timeout::Millis(60_000);
+/// Lengths of the per-operator checks: one element, a few, and enough for Rabenseifner.
+const LENGTHS: [usize; 3] = [1, 7, 2500];
+
+pub fn run(ctx: &Context) -> Outcome<String> {
+    let mut done = Vec::new();
+    let mut ops = 0;
+    ops += builtins::<i32>(ctx)?;
+    ops += builtins::<u32>(ctx)?;
+    ops += builtins::<i64>(ctx)?;
+    ops += builtins::<u64>(ctx)?;
+    ops += builtins::<f32>(ctx)?;
+    ops += builtins::<f64>(ctx)?;
+    done.push(format!("{ops} operator/type pairs at lengths {LENGTHS:?}"));
+    done.push(long_vector(ctx)?);
+    done.push(identical_bits(ctx)?);
+    done.push(matrices(ctx, GROUP_ALL, 1)?);
+    done.push(matrices(ctx, GROUP_ALL, 3000)?);
+    done.push(commutative_user_op(ctx)?);
+    done.push(subgroup(ctx)?);
+    done.push(resumed_after_timeouts(ctx)?);
+    done.push(misuse(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
+    Ok(done.join("; "))
+}
+
+/// Element types with a local reference for every operator the runtime applies to them.
+trait Reference: Element + PartialEq + std::fmt::Debug {
+    /// Rank `r`'s input at position `i`.
+    fn input(r: u32, i: usize) -> Self;
+    /// `a ⊕ b` for `op`, or `None` if `op` does not apply.
+    fn apply(op: ReduceOp, a: Self, b: Self) -> Option<Self>;
+}
+
+macro_rules! int_reference {
+    ($($t:ty),*) => {$(
+        impl Reference for $t {
+            fn input(r: u32, i: usize) -> Self {
+                // Mostly small values (products stay interesting), some zeros (logical ops).
+                (mix(seed(&[u64::from(r), i as u64])) % 9) as $t
+            }
+            fn apply(op: ReduceOp, a: Self, b: Self) -> Option<Self> {
+                let t = |x: bool| <$t>::from(x);
+                Some(match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Prod => a.wrapping_mul(b),
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::BitAnd => a & b,
+                    ReduceOp::BitOr => a | b,
+                    ReduceOp::BitXor => a ^ b,
+                    ReduceOp::LogicalAnd => t(a != 0 && b != 0),
+                    ReduceOp::LogicalOr => t(a != 0 || b != 0),
+                    ReduceOp::LogicalXor => t((a != 0) != (b != 0)),
+                    _ => return None,
+                })
+            }
+        }
+    )*};
+}
+
+macro_rules! float_reference {
+    ($($t:ty),*) => {$(
+        impl Reference for $t {
+            fn input(r: u32, i: usize) -> Self {
+                // Powers of two and small integers: every sum and product below is exact.
+                [0.5, 1.0, 2.0, -1.0, 4.0][(mix(seed(&[u64::from(r), i as u64])) % 5) as usize]
+            }
+            fn apply(op: ReduceOp, a: Self, b: Self) -> Option<Self> {
+                Some(match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Prod => a * b,
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                    _ => return None,
+                })
+            }
+        }
+    )*};
+}
+
+int_reference!(i32, u32, i64, u64);
+float_reference!(f32, f64);
+
+/// Every operator on `T` at every length; returns how many operators applied.
+fn builtins<T: Reference>(ctx: &Context) -> Outcome<usize> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let ty = std::any::type_name::<T>();
+    let mut applied = 0;
+    for op in ReduceOp::ALL {
+        let one = T::input(0, 0);
+        if T::apply(op, one, one).is_none() {
+            match ctx.allreduce(GROUP_ALL, &[one], &mut [one], op, TIMEOUT) {
+                Err(Error::Unsupported(_)) => continue,
+                other => return Err(Failure(format!("{op:?} on {ty}: {other:?}"))),
+            }
+        }
+        applied += 1;
+        for len in LENGTHS {
+            let input: Vec<T> = (0..len).map(|i| T::input(me, i)).collect();
+            let mut output = vec![T::default(); len];
+            ctx.allreduce(GROUP_ALL, &input, &mut output, op, TIMEOUT)
+                .doing(|| format!("allreduce {op:?} of {len} {ty}"))?;
+            for (i, got) in output.iter().enumerate() {
+                let want = (1..n).fold(T::input(0, i), |acc, r| {
+                    T::apply(op, acc, T::input(r, i)).unwrap_or(acc)
+                });
+                ensure!(
+                    *got == want,
+                    "allreduce {op:?} of {len} {ty}: element {i} is {got:?}, expected {want:?}"
+                );
+            }
+        }
+    }
+    Ok(applied)
+}
+
+/// A vector of many chunks (GASPI_REDUCE_CHUNK is 64 KiB by default).
+fn long_vector(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let len = 300_000;
+    let input: Vec<u64> = (0..len).map(|i| mix(seed(&[u64::from(me), i]))).collect();
+    let mut output = vec![0u64; len as usize];
+    ctx.allreduce(GROUP_ALL, &input, &mut output, ReduceOp::BitXor, TIMEOUT)
+        .doing(|| "allreduce of 300,000 u64")?;
+    for (i, got) in output.iter().enumerate() {
+        let want = (0..n).fold(0, |acc, r| acc ^ mix(seed(&[u64::from(r), i as u64])));
+        ensure!(
+            *got == want,
+            "long allreduce: element {i} is {got:#x}, expected {want:#x}"
+        );
+    }
+    Ok(format!(
+        "{len} u64 ({} KiB) reduced exactly",
+        len * 8 / 1024
+    ))
+}
+
+/// Sums that depend on the order of addition: every member must get the same bits.
+fn identical_bits(ctx: &Context) -> Outcome<String> {
+    let me = ctx.rank();
+    let sum = |len: u64| -> Outcome<Vec<f64>> {
+        let input: Vec<f64> = (0..len)
+            .map(|i| {
+                let x = mix(seed(&[u64::from(me), i, 77]));
+                let mantissa = (x % 2001) as f64 - 1000.0;
+                mantissa * 10f64.powi((x >> 32) as i32 % 31 - 15) / 7.0
+            })
+            .collect();
+        let mut output = vec![0.0; len as usize];
+        ctx.allreduce(GROUP_ALL, &input, &mut output, ReduceOp::Sum, TIMEOUT)
+            .doing(|| format!("allreduce of {len} order-sensitive f64"))?;
+        Ok(output)
+    };
+    let mut digest = 0u64;
+    for len in [3u64, 5000] {
+        let result = sum(len)?;
+        let bits: Vec<u64> = result.iter().map(|v| v.to_bits()).collect();
+        let (mut lo, mut hi) = (vec![0u64; bits.len()], vec![0u64; bits.len()]);
+        ctx.allreduce(GROUP_ALL, &bits, &mut lo, ReduceOp::Min, TIMEOUT)
+            .doing(|| "allreduce Min of the result bits")?;
+        ctx.allreduce(GROUP_ALL, &bits, &mut hi, ReduceOp::Max, TIMEOUT)
+            .doing(|| "allreduce Max of the result bits")?;
+        ensure!(
+            lo == bits && hi == bits,
+            "members got different bits for {len} f64 sums"
+        );
+        digest = bits.iter().fold(digest, |acc, &b| mix(acc ^ b));
+    }
+    Ok(format!(
+        "order-sensitive f64 sums identical on every member, digest={digest:016x}"
+    ))
+}
+
+/// `a · b` for 2×2 matrices stored row-major, wrapping.
+fn product(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
+    let m = |x: i64, y: i64| x.wrapping_mul(y);
+    [
+        m(a[0], b[0]).wrapping_add(m(a[1], b[2])),
+        m(a[0], b[1]).wrapping_add(m(a[1], b[3])),
+        m(a[2], b[0]).wrapping_add(m(a[3], b[2])),
+        m(a[2], b[1]).wrapping_add(m(a[3], b[3])),
+    ]
+}
+
+/// Rank `r`'s matrix number `k`: small, and not commuting with the others.
+fn matrix(r: u32, k: usize) -> [i64; 4] {
+    let x = mix(seed(&[u64::from(r), k as u64, 5]));
+    [
+        1 + (x % 3) as i64,
+        (x >> 8) as i64 % 4,
+        (x >> 16) as i64 % 5,
+        1 + (x >> 24) as i64 % 2,
+    ]
+}
+
+/// A non-commutative user operator: the product of every rank's matrices, in rank order.
+fn matrices(ctx: &Context, group: GroupId, count: usize) -> Outcome<String> {
+    let me = ctx.rank();
+    let members = ctx.group_ranks(group).doing(|| "group_ranks")?;
+    let op = UserOp::new(|acc: &mut [i64], other: &[i64]| {
+        for (a, b) in acc.chunks_exact_mut(4).zip(other.chunks_exact(4)) {
+            let p = product([a[0], a[1], a[2], a[3]], [b[0], b[1], b[2], b[3]]);
+            a.copy_from_slice(&p);
+        }
+    })
+    .block(4);
+    let input: Vec<i64> = (0..count).flat_map(|k| matrix(me, k)).collect();
+    let mut output = vec![0i64; input.len()];
+    ctx.allreduce_with(group, &input, &mut output, &op, TIMEOUT)
+        .doing(|| format!("allreduce of {count} matrix products"))?;
+    for k in 0..count {
+        let want = members
+            .iter()
+            .map(|&r| matrix(r, k))
+            .reduce(product)
+            .unwrap_or_default();
+        ensure!(
+            output[4 * k..4 * k + 4] == want,
+            "matrix product {k}: got {:?}, expected {want:?} (rank order)",
+            &output[4 * k..4 * k + 4]
+        );
+    }
+    Ok(format!(
+        "{count} 2x2 matrix products in rank order over {} members",
+        members.len()
+    ))
+}
+
+/// A commutative user operator gives what the built-in one gives.
+fn commutative_user_op(ctx: &Context) -> Outcome<String> {
+    let me = u64::from(ctx.rank());
+    let input: Vec<u64> = (0..4000).map(|i| mix(seed(&[me, i]))).collect();
+    let op = UserOp::new(|acc: &mut [u64], other: &[u64]| {
+        for (a, b) in acc.iter_mut().zip(other) {
+            *a = a.wrapping_add(*b);
+        }
+    })
+    .commutative();
+    let (mut user, mut builtin) = (vec![0u64; 4000], vec![0u64; 4000]);
+    ctx.allreduce_with(GROUP_ALL, &input, &mut user, &op, TIMEOUT)
+        .doing(|| "allreduce with a commutative user operator")?;
+    ctx.allreduce(GROUP_ALL, &input, &mut builtin, ReduceOp::Sum, TIMEOUT)
+        .doing(|| "allreduce Sum to compare with")?;
+    ensure!(
+        user == builtin,
+        "a commutative user sum differs from the built-in Sum"
+    );
+    Ok("commutative user operator agrees with Sum".into())
+}
+
+/// The odd ranks (every rank if there is just one) reduce in a group of their own.
+fn subgroup(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let odd: Vec<u32> = (0..n).filter(|r| r % 2 == 1 || n == 1).collect();
+    let g = ctx.group_create().doing(|| "group_create")?;
+    for &r in &odd {
+        ctx.group_add(g, r).doing(|| "group_add")?;
+    }
+    let summary = if odd.contains(&me) {
+        ctx.group_commit(g, TIMEOUT)
+            .doing(|| "committing the odd ranks")?;
+        let summary = matrices(ctx, g, 700)?;
+        ctx.group_barrier(g, TIMEOUT)
+            .doing(|| "barrier of the odd ranks")?;
+        summary
+    } else {
+        "not in the odd group".into()
+    };
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the odd group")?;
+    ctx.group_delete(g).doing(|| "deleting the odd group")?;
+    Ok(format!("subgroup: {summary}"))
+}
+
+/// The last rank joins late: the others time out (with `Test` and with short waits), find the
+/// group busy for other collectives, and then continue the same reduction to its end.
+fn resumed_after_timeouts(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let input: Vec<i64> = (0..3000).map(|i| i64::from(me) * 1000 + i).collect();
+    let mut output = vec![0i64; input.len()];
+    let mut timeouts = 0;
+    if me == n - 1 {
+        std::thread::sleep(Duration::from_millis(400));
+    } else if n > 1 {
+        match ctx.allreduce(GROUP_ALL, &input, &mut output, ReduceOp::Sum, Timeout::Test) {
+            Err(Error::Timeout) => timeouts += 1,
+            other => {
+                return Err(Failure(format!(
+                    "allreduce with Test before the last rank: {other:?}"
+                )))
+            }
+        }
+        match ctx.barrier(Timeout::Test) {
+            Err(Error::CollectiveInProgress {
+                group: GROUP_ALL,
+                pending: "allreduce",
+            }) => {}
+            other => {
+                return Err(Failure(format!(
+                    "barrier while an allreduce is in flight: {other:?}"
+                )))
+            }
+        }
+        match ctx.allreduce(
+            GROUP_ALL,
+            &input[1..],
+            &mut output[1..],
+            ReduceOp::Sum,
+            Timeout::Test,
+        ) {
+            Err(Error::CollectiveInProgress {
+                group: GROUP_ALL, ..
+            }) => {}
+            other => {
+                return Err(Failure(format!(
+                    "a different allreduce while one is in flight: {other:?}"
+                )))
+            }
+        }
+    }
+    loop {
+        match ctx.allreduce(
+            GROUP_ALL,
+            &input,
+            &mut output,
+            ReduceOp::Sum,
+            Timeout::Millis(20),
+        ) {
+            Ok(()) => break,
+            Err(Error::Timeout) => timeouts += 1,
+            Err(e) => return Err(Failure(format!("allreduce after {timeouts} timeouts: {e}"))),
+        }
+        ensure!(
+            timeouts < 10_000,
+            "allreduce did not finish after {timeouts} timeouts"
+        );
+    }
+    let base = i64::from(n) * i64::from(n - 1) / 2 * 1000;
+    for (i, got) in output.iter().enumerate() {
+        let want = base + i64::from(n) * i as i64;
+        ensure!(
+            *got == want,
+            "resumed allreduce: element {i} is {got}, expected {want}"
+        );
+    }
+    ensure!(
+        me == n - 1 || n == 1 || timeouts > 0,
+        "no timeout before the last rank arrived"
+    );
+    Ok(format!("resumed after {timeouts} timeouts"))
+}
+
+/// Bad calls are refused with their own errors; ranks 0 and 1 disagree on a length and both
+/// notice.
+fn misuse(ctx: &Context) -> Outcome<String> {
+    let me = ctx.rank();
+    match ctx.allreduce(GROUP_ALL, &[1.0f64], &mut [0.0], ReduceOp::BitOr, TIMEOUT) {
+        Err(Error::Unsupported(_)) => {}
+        other => return Err(Failure(format!("BitOr on f64: {other:?}"))),
+    }
+    match ctx.allreduce(GROUP_ALL, &[1u32, 2], &mut [0], ReduceOp::Sum, TIMEOUT) {
+        Err(Error::Buffers(_)) => {}
+        other => return Err(Failure(format!("output shorter than input: {other:?}"))),
+    }
+    let square = UserOp::new(|_: &mut [u32], _: &[u32]| {}).block(4);
+    match ctx.allreduce_with(GROUP_ALL, &[1u32; 6], &mut [0; 6], &square, TIMEOUT) {
+        Err(Error::Buffers(_)) => {}
+        other => return Err(Failure(format!("6 elements in blocks of 4: {other:?}"))),
+    }
+    match ctx.allreduce(40, &[1u32], &mut [0], ReduceOp::Sum, TIMEOUT) {
+        Err(Error::UnknownGroup { group: 40 }) => {}
+        other => return Err(Failure(format!("unknown group: {other:?}"))),
+    }
+    if ctx.size() < 2 {
+        return Ok("misuse refused".into());
+    }
+    let g = ctx.group_create().doing(|| "group_create")?;
+    ctx.group_add(g, 0).doing(|| "group_add")?;
+    ctx.group_add(g, 1).doing(|| "group_add")?;
+    if me <= 1 {
+        ctx.group_commit(g, TIMEOUT)
+            .doing(|| "committing ranks 0 and 1")?;
+        let len = 4 + me as usize;
+        let partner = 1 - me;
+        match ctx.allreduce(
+            g,
+            &vec![1u32; len],
+            &mut vec![0; len],
+            ReduceOp::Sum,
+            TIMEOUT,
+        ) {
+            Err(Error::CollectiveMismatch { group, rank }) if group == g && rank == partner => {}
+            other => return Err(Failure(format!("lengths 4 and 5: {other:?}"))),
+        }
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the mismatch")?;
+    ctx.group_delete(g)
+        .doing(|| "deleting the mismatched group")?;
+    Ok("misuse refused; a length mismatch is named on both sides".into())
+}
