@@ -1,39 +1,169 @@
 //! Remote atomics on u64 words of segments: fetch-and-add and compare-and-swap.
 //!
-//! They run as libfabric atomics (`fi_fetch_atomic`, `fi_compare_atomic`), executed by the
-//! target's provider, so they are atomic with respect to each other from every rank, this one
-//! included (an atomic on this rank's own segment also goes through the provider: mixing CPU
-//! and provider atomics on one word is not atomic on every fabric). Plain reads and writes of
-//! the word are not atomic with respect to them.
+//! Two ways to run them, chosen once per job:
 //!
-//! The operand and result words live in the registered system region; atomics of one rank
-//! take turns on them, each waiting for its completion. Atomics are asked of the provider only
-//! when [`Config::atomics`](crate::Config) is on (`GASPI_ATOMICS=1`), because `FI_ATOMIC` costs
-//! small-message latency on tcp; when off, or on a provider without `FI_ATOMIC`, both calls
-//! return [`Error::Unsupported`].
+//! * **Provider atomics** (`GASPI_ATOMICS=1`, when the provider has `FI_ATOMIC`):
+//!   `fi_fetch_atomic` / `fi_compare_atomic`, executed by the target's provider, for every
+//!   target, this rank included (mixing CPU and provider atomics on one word is not atomic on
+//!   every fabric). Off by default because asking tcp;ofi_rxm 1.17 for `FI_ATOMIC` doubles
+//!   small write_notify latency.
+//! * **Target-executed atomics** (the default, and the fallback for providers without
+//!   atomics): the request travels as a runtime-internal passive message; the target's progress
+//!   engine performs it with a CPU atomic instruction on the word and writes the old value back
+//!   into the requester's system region, the reply notification riding on that same write. An
+//!   atomic on this rank's own segment is the same CPU instruction, directly. Every atomic on a
+//!   word is thus a CPU atomic on the owner's memory, so they are atomic with respect to each
+//!   other from every rank.
+//!
+//! Either way, plain reads and writes of the word (local or RMA) are not atomic with respect to
+//! them. Atomics of one rank take turns on the operand and result words in the registered
+//! system region, each waiting for its completion; after a timeout the next call first waits
+//! for the one in flight.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gaspi_notifications::{wait_until, Timeout};
+use gaspi_notifications::{wait_until, Deadline, Timeout};
 
 use crate::context::{Context, Inner};
-use crate::error::{Error, Rank, Result};
-use crate::fabric::RemoteTarget;
+use crate::error::{Error, Rank, Result, SegmentId};
+use crate::fabric::{Posted, RemoteTarget};
 use crate::progress::{OpContext, OpKind};
 use crate::rma::Remote;
-use crate::segment::layout;
+use crate::segment::{layout, RemoteSegment};
+use crate::wire::{WireNotification, ATOMIC_REPLY};
 
-/// Atomics in flight on this rank.
+/// Atomics in flight on this rank, and replies this rank owes to requesters.
 #[derive(Default)]
 pub(crate) struct Atomics {
     /// Serialises atomics; holds how many were posted.
     posted: Mutex<u64>,
+    /// Provider atomics completed.
     done: AtomicU64,
+    /// Sequence number of the last target-executed atomic answered.
+    replied: AtomicU32,
     failure: Mutex<Option<(Rank, String)>>,
+    /// Replies the provider refused for now; retried by the progress engine.
+    unsent: Mutex<Vec<Reply>>,
+    has_unsent: AtomicBool,
+}
+
+/// What a target-executed atomic asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Request {
+    seq: u32,
+    segment: SegmentId,
+    offset: u64,
+    operand: u64,
+    /// `Some` for compare-and-swap.
+    compare: Option<u64>,
+}
+
+impl Request {
+    const LEN: usize = 32;
+
+    fn encode(self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = u8::from(self.compare.is_some());
+        b[1] = self.segment;
+        b[4..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.operand.to_le_bytes());
+        b[24..32].copy_from_slice(&self.compare.unwrap_or(0).to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::LEN] = b.try_into().ok()?;
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        Some(Request {
+            seq: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            segment: b[1],
+            offset: word(8),
+            operand: word(16),
+            compare: (b[0] == 1).then(|| word(24)),
+        })
+    }
+}
+
+/// The answer to a target-executed atomic: the old value, or why there is none.
+#[derive(Debug, Clone, Copy)]
+struct Reply {
+    to: Rank,
+    seq: u32,
+    old: u64,
+    status: u64,
+}
+
+/// Reply statuses.
+const OK: u64 = 0;
+const NO_SEGMENT: u64 = 1;
+const BAD_RANGE: u64 = 2;
+
+/// Offsets in the system region: the words a provider atomic reads, and where either kind
+/// leaves its result (target-executed atomics: old value, then status).
+const OPERAND: u64 = layout::ATOMIC;
+const COMPARE: u64 = layout::ATOMIC + 8;
+const RESULT: u64 = layout::ATOMIC + 16;
+const STATUS: u64 = layout::ATOMIC + 24;
+
+/// The sequence number of the `n`-th atomic (1-based), never 0 (a notification value).
+fn seq(n: u64) -> u32 {
+    ((n - 1) % u64::from(u32::MAX)) as u32 + 1
 }
 
 impl Atomics {
+    /// Progress engine: the target-executed atomic `seq` was answered.
+    pub(crate) fn replied(&self, seq: u32) {
+        self.replied.store(seq, Ordering::Release);
+    }
+
+    /// Progress engine: performs the atomic `request` from `from` on this rank's segment and
+    /// answers it.
+    pub(crate) fn serve(&self, inner: &Inner, from: Rank, request: &[u8]) {
+        // A malformed request can only come from a peer of another version; its sender times
+        // out.
+        let Some(r) = Request::decode(request) else {
+            return;
+        };
+        let outcome = inner.segments.with_local(r.segment, |seg| match r.compare {
+            None => seg.memory.fetch_add_u64(r.offset, r.operand),
+            Some(compare) => seg.memory.compare_swap_u64(r.offset, compare, r.operand),
+        });
+        let (old, status) = match outcome {
+            Some(Ok(old)) => (old, OK),
+            Some(Err(_)) => (0, BAD_RANGE),
+            None => (0, NO_SEGMENT),
+        };
+        let reply = Reply {
+            to: from,
+            seq: r.seq,
+            old,
+            status,
+        };
+        if !send_reply(inner, reply) {
+            self.unsent
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(reply);
+            self.has_unsent.store(true, Ordering::Release);
+        }
+    }
+
+    /// Progress engine: retries replies the provider refused.
+    pub(crate) fn flush_replies(&self, inner: &Inner) {
+        if !self.has_unsent.load(Ordering::Acquire) {
+            return;
+        }
+        let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
+        unsent.retain(|&reply| !send_reply(inner, reply));
+        self.has_unsent.store(!unsent.is_empty(), Ordering::Release);
+    }
+
     /// Progress engine: the atomic in flight completed (with `failure`, if it failed).
     pub(crate) fn done(&self, rank: Rank, failure: Option<String>) {
         if let Some(reason) = failure {
@@ -41,6 +171,21 @@ impl Atomics {
         }
         self.done.fetch_add(1, Ordering::AcqRel);
     }
+}
+
+/// Writes `reply` into the requester's result words, with the reply notification as the
+/// write's completion data. Returns false if the provider has no room now.
+fn send_reply(inner: &Inner, reply: Reply) -> bool {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&reply.old.to_ne_bytes());
+    bytes[8..].copy_from_slice(&reply.status.to_ne_bytes());
+    let target = inner.system_target(reply.to, RESULT);
+    let wire = WireNotification::system(ATOMIC_REPLY, reply.seq);
+    // An error means the requester is unreachable: it gets its timeout or failure.
+    !matches!(
+        inner.ep.inject_write(&bytes, target, Some(wire.encode())),
+        Ok(Posted::Again)
+    )
 }
 
 impl Context {
@@ -71,17 +216,6 @@ impl Context {
         timeout: Timeout,
     ) -> Result<u64> {
         let inner: &Inner = &self.inner;
-        if !inner.config.atomics {
-            return Err(Error::Unsupported(
-                "remote atomics are off; enable them with GASPI_ATOMICS=1 (Config::atomics)".into(),
-            ));
-        }
-        if !inner.ep.caps().atomics {
-            return Err(Error::Unsupported(format!(
-                "provider {} has no remote atomics",
-                inner.ep.caps().provider
-            )));
-        }
         let seg = self.remote_segment(remote.rank, remote.segment)?;
         if remote.offset % 8 != 0 {
             return Err(Error::Misaligned {
@@ -103,9 +237,45 @@ impl Context {
                 segment_size: seg.size,
             });
         }
+        let provider = self.provider_atomics();
+        if !provider && remote.rank == self.rank() {
+            let seg = inner.segments.local(remote.rank, remote.segment)?;
+            let old = match compare {
+                None => seg.memory.fetch_add_u64(remote.offset, operand),
+                Some(compare) => seg.memory.compare_swap_u64(remote.offset, compare, operand),
+            };
+            return old.map_err(Error::segment(remote.rank, remote.segment));
+        }
         let deadline = timeout.deadline();
+        let mut posted = inner
+            .atomics
+            .posted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if provider {
+            self.provider_atomic(&mut posted, remote, seg, operand, compare, deadline)
+        } else {
+            self.target_atomic(&mut posted, remote, operand, compare, deadline)
+        }
+    }
+
+    /// Whether atomics run as provider atomics (`GASPI_ATOMICS=1` and a provider with
+    /// `FI_ATOMIC`) rather than executed by the target's progress engine (the default).
+    pub fn provider_atomics(&self) -> bool {
+        self.inner.config.atomics && self.inner.ep.caps().atomics
+    }
+
+    fn provider_atomic(
+        &self,
+        posted: &mut u64,
+        remote: Remote,
+        seg: RemoteSegment,
+        operand: u64,
+        compare: Option<u64>,
+        deadline: Deadline,
+    ) -> Result<u64> {
+        let inner: &Inner = &self.inner;
         let atomics = &inner.atomics;
-        let mut posted = atomics.posted.lock().unwrap_or_else(|e| e.into_inner());
         let completed = |target: u64| {
             wait_until(
                 &inner.events,
@@ -118,11 +288,10 @@ impl Context {
         // The words are free once the previous atomic (which may have timed out) completed.
         completed(*posted)?;
         let memory = &inner.system_memory;
-        let (op, cmp, res) = (layout::ATOMIC, layout::ATOMIC + 8, layout::ATOMIC + 16);
         let words = memory
-            .write_u64(op, operand)
-            .and_then(|()| memory.write_u64(cmp, compare.unwrap_or(0)))
-            .and_then(|()| memory.write_u64(res, 0));
+            .write_u64(OPERAND, operand)
+            .and_then(|()| memory.write_u64(COMPARE, compare.unwrap_or(0)))
+            .and_then(|()| memory.write_u64(RESULT, 0));
         words.map_err(Error::segment(self.rank(), 0))?;
         let base = memory.as_ptr();
         let word = |offset: u64| base.wrapping_add(offset as usize) as *mut u64;
@@ -144,9 +313,9 @@ impl Context {
             // completed (the lock and the completion count above).
             unsafe {
                 inner.ep.atomic_u64(
-                    word(op),
-                    compare.map(|_| word(cmp) as *const u64),
-                    word(res),
+                    word(OPERAND),
+                    compare.map(|_| word(COMPARE) as *const u64),
+                    word(RESULT),
                     inner.system_mr.desc(),
                     target,
                     context,
@@ -164,6 +333,97 @@ impl Context {
             return Err(Error::RankFailed { rank, reason });
         }
         waited?;
-        memory.read_u64(res).map_err(Error::segment(self.rank(), 0))
+        memory
+            .read_u64(RESULT)
+            .map_err(Error::segment(self.rank(), 0))
+    }
+
+    fn target_atomic(
+        &self,
+        posted: &mut u64,
+        remote: Remote,
+        operand: u64,
+        compare: Option<u64>,
+        deadline: Deadline,
+    ) -> Result<u64> {
+        let inner: &Inner = &self.inner;
+        let answered = |n: u64| {
+            wait_until(
+                &inner.events,
+                deadline,
+                || {
+                    (n == 0 || inner.atomics.replied.load(Ordering::Acquire) == seq(n))
+                        .then_some(())
+                },
+                inner.waiter(),
+            )
+            .map_err(|_| Error::Timeout)
+        };
+        // The result words are free once the previous atomic (which may have timed out) was
+        // answered.
+        answered(*posted)?;
+        let request = Request {
+            seq: seq(*posted + 1),
+            segment: remote.segment,
+            offset: remote.offset,
+            operand,
+            compare,
+        };
+        // An error here means the request was not posted.
+        self.send_message(remote.rank, &request.encode(), true, deadline)?;
+        *posted += 1;
+        answered(*posted)?;
+        let memory = &inner.system_memory;
+        let read = |offset| {
+            memory
+                .read_u64(offset)
+                .map_err(Error::segment(self.rank(), 0))
+        };
+        match read(STATUS)? {
+            OK => read(RESULT),
+            NO_SEGMENT => Err(Error::UnknownSegment {
+                rank: remote.rank,
+                segment: remote.segment,
+            }),
+            _ => Err(Error::Protocol(format!(
+                "rank {} refused an atomic at offset {} of segment {} that its descriptor allows",
+                remote.rank, remote.offset, remote.segment
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        for r in [
+            Request {
+                seq: 1,
+                segment: 255,
+                offset: u64::MAX - 7,
+                operand: 5,
+                compare: None,
+            },
+            Request {
+                seq: u32::MAX,
+                segment: 0,
+                offset: 8,
+                operand: u64::MAX,
+                compare: Some(0),
+            },
+        ] {
+            assert_eq!(Request::decode(&r.encode()), Some(r));
+        }
+        assert_eq!(Request::decode(&[0u8; 31]), None);
+    }
+
+    #[test]
+    fn sequence_numbers_skip_zero() {
+        assert_eq!(seq(1), 1);
+        assert_eq!(seq(u64::from(u32::MAX)), u32::MAX);
+        assert_eq!(seq(u64::from(u32::MAX) + 1), 1);
     }
 }

@@ -58,10 +58,11 @@ pub struct Config {
     /// several runs. Every committed group of `n > 1` members registers `4 · c · (2·⌊log2 n⌋ +
     /// 2)` bytes for its allreduce (2 MiB for 8 members at the default).
     pub reduce_chunk: usize,
-    /// Ask the provider for remote atomics (`GASPI_ATOMICS=1`; default off). Off by default
-    /// because, measured with libfabric 1.17, enabling `FI_ATOMIC` on `tcp;ofi_rxm` doubles
-    /// small write_notify latency (11 µs to 22 µs); without it the atomic calls return
-    /// [`Error::Unsupported`].
+    /// Run remote atomics as provider atomics (`GASPI_ATOMICS=1`; default off). Off, or on a
+    /// provider without `FI_ATOMIC`, the target's progress engine executes them (see
+    /// [`Context::provider_atomics`](crate::Context::provider_atomics)). Off by default because,
+    /// measured with libfabric 1.17, asking `tcp;ofi_rxm` for `FI_ATOMIC` doubles small
+    /// write_notify latency (11 µs to 22 µs).
     pub atomics: bool,
     /// Run a progress thread (`GASPI_PROGRESS_THREAD=0` disables it). Providers with manual
     /// data progress need one for one-sided writes to land while the target computes.

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gaspi_notifications::{wait_until, EventCount, Timeout};
+use gaspi_notifications::{wait_until, Deadline, EventCount, Timeout};
 use gaspi_segments::SegmentMemory;
 
 use crate::context::{Context, Inner};
@@ -28,6 +28,11 @@ use crate::progress::{OpContext, OpKind};
 pub(crate) const RECV_BUFFERS: usize = 16;
 /// Sender rank and payload length, little-endian u32 each.
 const HEADER: usize = 8;
+/// Marks a runtime-internal message in the length word of the header: it goes to the runtime
+/// (an atomic request, see the `atomic` module), not to `passive_receive`.
+const INTERNAL: u32 = 1 << 31;
+/// Largest runtime-internal payload; receive buffers hold at least this much.
+pub(crate) const INTERNAL_MAX: usize = 64;
 
 /// The passive-message state of a context.
 pub(crate) struct Passive {
@@ -53,7 +58,7 @@ impl Passive {
     /// Allocates and registers the buffers for payloads of up to `max` bytes and posts every
     /// receive buffer on `ep`.
     pub(crate) fn new(ep: &Endpoint, rank: Rank, max: usize, key: u64) -> Result<Passive> {
-        let slot = HEADER + max;
+        let slot = HEADER + max.max(INTERNAL_MAX);
         let memory = SegmentMemory::allocate(slot * (RECV_BUFFERS + 1), "passive")
             .map_err(Error::segment(rank, 0))?;
         // SAFETY: the memory is stored next to the registration and dropped after it.
@@ -99,7 +104,7 @@ impl Passive {
     }
 
     fn slot(&self) -> usize {
-        HEADER + self.max
+        HEADER + self.max.max(INTERNAL_MAX)
     }
 
     fn post(&self, ep: &Endpoint, index: u8) -> Result<Posted> {
@@ -157,17 +162,27 @@ impl Passive {
             let word = |i: usize| {
                 u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]])
             };
-            let (from, size) = (word(0), word(4) as usize);
-            (size + HEADER == len && size <= self.max).then_some((from, size))
+            let (from, internal) = (word(0), word(4) & INTERNAL != 0);
+            let size = (word(4) & !INTERNAL) as usize;
+            let max = if internal { INTERNAL_MAX } else { self.max };
+            (size + HEADER == len && size <= max).then_some((from, size, internal))
         });
-        let message = parsed.and_then(|(from, size)| {
+        let message = parsed.and_then(|(from, size, internal)| {
             let mut payload = vec![0u8; size];
             self.memory
                 .read(base + HEADER as u64, &mut payload)
                 .ok()
-                .map(|()| (from, payload))
+                .map(|()| (from, payload, internal))
         });
-        self.complete(index, message);
+        match message {
+            Some((from, payload, true)) => {
+                // Not a user message, but it used a place in the posting order.
+                self.complete(index, None);
+                inner.atomics.serve(inner, from, &payload);
+            }
+            Some((from, payload, false)) => self.complete(index, Some((from, payload))),
+            None => self.complete(index, None),
+        }
         // A malformed message (a peer with a different configuration) is dropped; either way
         // the buffer goes back to the provider.
         self.repost(inner, index);
@@ -245,7 +260,20 @@ impl Context {
                 max: passive.max,
             });
         }
-        let deadline = timeout.deadline();
+        self.send_message(rank, bytes, false, timeout.deadline())
+    }
+
+    /// Sends one message to `rank`: a user message, waiting until it has left this rank, or a
+    /// runtime-internal one (at most [`INTERNAL_MAX`] bytes), returning once it is posted. On
+    /// an error from an internal send, nothing was posted.
+    pub(crate) fn send_message(
+        &self,
+        rank: Rank,
+        bytes: &[u8],
+        internal: bool,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let passive = &self.inner.passive;
         let mut posted = passive.send.lock().unwrap_or_else(|e| e.into_inner());
         let done = |target: u64| {
             wait_until(
@@ -261,7 +289,8 @@ impl Context {
         let base = (RECV_BUFFERS * passive.slot()) as u64;
         let mut header = [0u8; HEADER];
         header[..4].copy_from_slice(&self.rank().to_le_bytes());
-        header[4..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        let flag = if internal { INTERNAL } else { 0 };
+        header[4..].copy_from_slice(&(bytes.len() as u32 | flag).to_le_bytes());
         passive
             .memory
             .write(base, &header)
@@ -286,6 +315,11 @@ impl Context {
             }
         })?;
         *posted += 1;
+        if internal {
+            // The runtime waits for the answer instead; the buffer is reclaimed by the next
+            // send, which first waits for this one to leave.
+            return Ok(());
+        }
         let result = done(*posted);
         if let Some((rank, reason)) = passive
             .send_failure

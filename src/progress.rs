@@ -160,6 +160,7 @@ impl Inner {
             self.flush_outboxes();
         }
         self.passive.repost_pending(self);
+        self.atomics.flush_replies(self);
         progressed
     }
 
@@ -231,6 +232,9 @@ impl Inner {
     fn deliver(&self, n: WireNotification) {
         if let Some((rank, segment)) = n.gone() {
             self.segments.forget_remote_of(rank, segment);
+        } else if let Some(seq) = n.atomic_reply() {
+            self.atomics.replied(seq);
+            self.events.notify_all();
         } else if n.system {
             // Ids and values come from our own runtime on the peer, so they are in range.
             let _ = self.system_notifications.set(n.id, n.value);

@@ -25,6 +25,11 @@ pub(crate) struct WireNotification {
 /// on by the progress engine, never stored in the system table.
 pub(crate) const SEGMENT_GONE: NotificationId = (1 << ID_BITS) - 1;
 
+/// System notification id of the reply to an atomic executed by the target's progress engine
+/// (see the `atomic` module): the value is the request's sequence number, and the same write
+/// placed the result in the requester's system region. Acted on by the progress engine.
+pub(crate) const ATOMIC_REPLY: NotificationId = SEGMENT_GONE - 1;
+
 const ID_BITS: u32 = 23;
 const ID_MASK: u64 = (1 << ID_BITS) - 1;
 
@@ -53,6 +58,11 @@ impl WireNotification {
         // Ranks are below 2^24 (the job size travels in the same 32-bit value), so the sum is
         // non-zero and does not overflow.
         Self::system(SEGMENT_GONE, ((rank << 8) | u32::from(segment)) + 1)
+    }
+
+    /// The sequence number of an [`ATOMIC_REPLY`] notification.
+    pub(crate) fn atomic_reply(self) -> Option<u32> {
+        (self.system && self.id == ATOMIC_REPLY).then_some(self.value)
     }
 
     /// The (rank, segment) of a [`segment_gone`](Self::segment_gone) notification.

@@ -64,6 +64,30 @@ scenario_tests! {
     allreduce_8_shm: "allreduce", 8, "shm";
 }
 
+/// The `atomics` scenario with provider atomics (`FI_ATOMIC`) instead of target-executed ones.
+fn provider_atomics(ranks: u32, provider: &str) {
+    let job = gaspirun(
+        ranks,
+        provider,
+        common::JOB_TIMEOUT_S,
+        Path::new("env"),
+        &["GASPI_ATOMICS=1", common::SELFTEST, "atomics"],
+    );
+    job.assert_every_rank(ranks, |r| {
+        format!("ok atomics rank {r}: provider atomics: ")
+    });
+}
+
+#[test]
+fn provider_atomics_2_tcp() {
+    provider_atomics(2, "tcp");
+}
+
+#[test]
+fn provider_atomics_3_shm() {
+    provider_atomics(3, "shm");
+}
+
 /// The digest of the order-sensitive f64 sums that rank 0 of an `allreduce` job printed.
 fn allreduce_digest(ranks: u32, provider: &str) -> String {
     let job = selftest("allreduce", ranks, provider);

@@ -107,6 +107,29 @@ impl SegmentMemory {
         Ok(())
     }
 
+    /// Atomically adds `value` (wrapping) to the native-endian `u64` at `offset` and returns
+    /// the previous value ([`AcqRel`](Ordering::AcqRel)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`read_u64`](Self::read_u64); nothing is changed then.
+    pub fn fetch_add_u64(&self, offset: u64, value: u64) -> Result<u64> {
+        Ok(self.atomic_word(offset)?.fetch_add(value, Ordering::AcqRel))
+    }
+
+    /// Atomically replaces the native-endian `u64` at `offset` with `new` if it equals
+    /// `compare`, and returns the previous value either way ([`AcqRel`](Ordering::AcqRel)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`read_u64`](Self::read_u64); nothing is changed then.
+    pub fn compare_swap_u64(&self, offset: u64, compare: u64, new: u64) -> Result<u64> {
+        let word = self.atomic_word(offset)?;
+        Ok(word
+            .compare_exchange(compare, new, Ordering::AcqRel, Ordering::Acquire)
+            .unwrap_or_else(|old| old))
+    }
+
     /// Borrows the `len` bytes starting at `offset` as a shared slice, without copying.
     ///
     /// # Safety

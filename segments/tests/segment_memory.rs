@@ -151,6 +151,37 @@ fn u64_words_are_atomic_and_must_be_aligned() {
 }
 
 #[test]
+fn fetch_add_and_compare_swap_are_exact_under_contention() {
+    let seg = SegmentMemory::allocate(64, "rmw").expect("allocate");
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..10_000 {
+                    seg.fetch_add_u64(16, 1).expect("fetch_add");
+                    // A CAS increment: retried until it wins.
+                    let mut old = seg.read_u64(24).expect("read");
+                    loop {
+                        let seen = seg.compare_swap_u64(24, old, old + 1).expect("cas");
+                        if seen == old {
+                            break;
+                        }
+                        old = seen;
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(seg.read_u64(16).expect("read"), 40_000);
+    assert_eq!(seg.read_u64(24).expect("read"), 40_000);
+    assert_eq!(seg.compare_swap_u64(24, 7, 9).expect("failed cas"), 40_000);
+    assert!(matches!(
+        seg.fetch_add_u64(52, 1),
+        Err(Error::Misaligned { offset: 52, .. })
+    ));
+    assert!(seg.compare_swap_u64(64, 0, 1).is_err());
+}
+
+#[test]
 fn bound_u64_words_need_an_aligned_address() {
     let mut words = vec![0u64; 4];
     // SAFETY: `words` outlives `seg`, is not resized while `seg` exists, and is not otherwise

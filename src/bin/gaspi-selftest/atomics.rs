@@ -1,4 +1,5 @@
-//! `atomics`: remote fetch-and-add and compare-and-swap under contention.
+//! `atomics`: remote fetch-and-add and compare-and-swap under contention, run the way the
+//! configuration selects (target-executed by default, provider atomics with `GASPI_ATOMICS=1`).
 //!
 //! Every rank adds 1 to a counter on rank 0 `ADDS` times: the fetched values each rank sees
 //! must rise strictly, and the final value must be exactly `n * ADDS`. Then every rank takes a
@@ -99,8 +100,13 @@ pub fn run(ctx: &Context) -> Outcome<String> {
         )));
     }
     ctx.barrier(TIMEOUT).doing(|| "barrier after the check")?;
+    let kind = if ctx.provider_atomics() {
+        "provider"
+    } else {
+        "target-executed"
+    };
     Ok(format!(
-        "{n} ranks x {ADDS} fetch_adds = {total} exactly, fetched values rising; {n} x {ROUNDS} \
-         lock-guarded increments = {guarded} ({contended} contended attempts)"
+        "{kind} atomics: {n} ranks x {ADDS} fetch_adds = {total} exactly, fetched values rising; \
+         {n} x {ROUNDS} lock-guarded increments = {guarded} ({contended} contended attempts)"
     ))
 }

@@ -173,9 +173,9 @@ fn segments_and_ranks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     let note = Notification { id: 0, value: 1 };
     expect_err!(
         checks,
-        "an atomic while atomics are off (the default)",
-        ctx.atomic_fetch_add(remote(peer, SEG, 0), 1, TIMEOUT),
-        Error::Unsupported(_)
+        "an atomic on a segment the peer does not have",
+        ctx.atomic_fetch_add(remote(peer, NEVER, 0), 1, TIMEOUT),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
     );
     expect_err!(
         checks,

@@ -103,8 +103,5 @@ fn init(scenario: Scenario) -> gaspi::Result<Context> {
         config.queue_depth = errors::QUEUE_DEPTH;
         config.progress_thread = false;
     }
-    if scenario == Scenario::Atomics {
-        config.atomics = true;
-    }
     Context::init_with(config)
 }
