@@ -1,15 +1,18 @@
 //! The benchmark behind `gaspi-bench`: gaspi and raw libfabric, side by side, in one run.
 //!
 //! Each figure is printed as one JSON line,
-//! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..}`,
-//! so scripts can compare `lib: "gaspi"` with `lib: "raw-libfabric"` for the same bench,
-//! transport and size. The raw lines come from the same pattern written directly against
-//! libfabric (see [`raw`]); they are the yardstick for the runtime's overhead.
+//! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..,"iters":..}`
+//! (`iters`: the samples behind the median), so scripts can compare `lib: "gaspi"` with
+//! `lib: "raw-libfabric"` for the same bench, transport and size. The raw lines come from the
+//! same pattern written directly against libfabric (see [`raw`]); they are the yardstick for the
+//! runtime's overhead. The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the
+//! same keys (see [`coll`]).
 //!
 //! This module is part of the library only so that the raw side can use the same fabric layer
 //! (and thus the same provider setup) as the runtime; it is not API.
 
 mod api;
+mod coll;
 mod raw;
 
 use std::time::Duration;
@@ -35,6 +38,7 @@ pub(crate) struct Figure {
     pub ranks: u32,
     pub bytes: usize,
     pub median: Duration,
+    pub iters: usize,
     /// Which raw pattern produced a raw-libfabric figure.
     pub variant: Option<&'static str>,
 }
@@ -52,8 +56,8 @@ impl Figure {
             .map(|v| format!(",\"variant\":\"{v}\""))
             .unwrap_or_default();
         format!(
-            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1}{variant}}}",
-            self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s
+            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}}}",
+            self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s, self.iters
         )
     }
 }
@@ -69,80 +73,118 @@ fn transport(ctx: &Context) -> String {
     ctx.config().provider.clone()
 }
 
-/// Runs the benchmark named by `args[0]` (`pingpong`, `bandwidth` or `all`) and prints its
-/// figures on rank 0. `--only gaspi` or `--only raw` measures one side. Ranks beyond the first
-/// two take part only in synchronisation.
-pub fn run(args: &[String]) -> Result<()> {
-    let mut which = "all";
-    let (mut gaspi_side, mut raw_side) = (true, true);
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--only" => match rest.next().map(String::as_str) {
-                Some("gaspi") => raw_side = false,
-                Some("raw") => gaspi_side = false,
-                other => {
-                    return Err(Error::Config(format!(
-                        "--only takes gaspi or raw, not {other:?}"
-                    )))
-                }
-            },
-            name => which = name,
+/// Every benchmark, in the order `all` runs them.
+const BENCHES: [&str; 3] = ["pingpong", "bandwidth", "barrier"];
+
+/// What one run measures.
+struct Choice {
+    benches: Vec<&'static str>,
+    gaspi_side: bool,
+    raw_side: bool,
+}
+
+impl Choice {
+    fn parse(args: &[String]) -> Result<Choice> {
+        let mut choice = Choice {
+            benches: Vec::new(),
+            gaspi_side: true,
+            raw_side: true,
+        };
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            match arg.as_str() {
+                "--only" => match rest.next().map(String::as_str) {
+                    Some("gaspi") => choice.raw_side = false,
+                    Some("raw") => choice.gaspi_side = false,
+                    other => {
+                        return Err(Error::Config(format!(
+                            "--only takes gaspi or raw, not {other:?}"
+                        )))
+                    }
+                },
+                "all" => choice.benches.extend(BENCHES),
+                name => match BENCHES.iter().find(|&&b| b == name) {
+                    Some(&bench) => choice.benches.push(bench),
+                    None => {
+                        return Err(Error::Config(format!(
+                            "unknown benchmark {name:?}: use {} or all",
+                            BENCHES.join(", ")
+                        )))
+                    }
+                },
+            }
         }
+        if choice.benches.is_empty() {
+            choice.benches.extend(BENCHES);
+        }
+        Ok(choice)
     }
-    let (pingpong, bandwidth) = match which {
-        "pingpong" => (true, false),
-        "bandwidth" => (false, true),
-        "all" => (true, true),
-        other => {
-            return Err(Error::Config(format!(
-                "unknown benchmark {other:?}: use pingpong, bandwidth or all"
-            )))
-        }
-    };
+
+    fn wants(&self, bench: &str) -> bool {
+        self.benches.contains(&bench)
+    }
+}
+
+/// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, or `all`, the
+/// default) and prints their figures on rank 0. `--only gaspi` or `--only raw` measures one
+/// side of the point-to-point benchmarks. Ranks beyond the first two take part in those only
+/// to synchronise; the collectives run on every rank.
+pub fn run(args: &[String]) -> Result<()> {
+    let choice = Choice::parse(args)?;
     let ctx = Context::init()?;
     if ctx.size() < 2 {
         return Err(Error::Config(
             "gaspi-bench needs at least 2 ranks: gaspirun -n 2 gaspi-bench".into(),
         ));
     }
-    ctx.segment_create(api::SEGMENT, BUFFER as u64, crate::Timeout::Millis(60_000))?;
-    let raw = raw::RawPair::connect(&ctx)?;
     let mut figures = Vec::new();
-    if pingpong {
+    if choice.wants("pingpong") || choice.wants("bandwidth") {
+        figures.extend(point_to_point(&ctx, &choice)?);
+    }
+    if choice.wants("barrier") {
+        figures.extend(coll::barrier(&ctx)?);
+    }
+    for f in &figures {
+        println!("{}", f.json());
+    }
+    ctx.finalize(crate::Timeout::Millis(60_000))
+}
+
+/// Ping-pong and streaming between ranks 0 and 1, gaspi and raw libfabric side by side.
+fn point_to_point(ctx: &Context, choice: &Choice) -> Result<Vec<Figure>> {
+    ctx.segment_create(api::SEGMENT, BUFFER as u64, crate::Timeout::Millis(60_000))?;
+    let raw = raw::RawPair::connect(ctx)?;
+    let mut figures = Vec::new();
+    if choice.wants("pingpong") {
         for &bytes in &PINGPONG_SIZES {
-            if gaspi_side {
-                figures.extend(api::pingpong(&ctx, bytes)?);
+            if choice.gaspi_side {
+                figures.extend(api::pingpong(ctx, bytes)?);
             }
-            if raw_side {
-                figures.extend(raw.pingpong(&ctx, bytes)?);
+            if choice.raw_side {
+                figures.extend(raw.pingpong(ctx, bytes)?);
             }
         }
     }
-    if bandwidth {
+    if choice.wants("bandwidth") {
         for &bytes in &BANDWIDTH_SIZES {
             // Bursts alternate between the two sides, so that a machine whose speed drifts
             // (a shared VM does) affects both alike.
             let (mut ours, mut theirs) = (Vec::new(), Vec::new());
             for rep in 0..BANDWIDTH_REPS {
-                if gaspi_side {
-                    ours.extend(api::bandwidth_burst(&ctx, bytes, rep)?);
+                if choice.gaspi_side {
+                    ours.extend(api::bandwidth_burst(ctx, bytes, rep)?);
                 }
-                if raw_side {
-                    theirs.extend(raw.bandwidth_burst(&ctx, bytes, rep)?);
+                if choice.raw_side {
+                    theirs.extend(raw.bandwidth_burst(ctx, bytes, rep)?);
                 }
             }
-            if gaspi_side {
-                figures.extend(api::figure(&ctx, "bandwidth", bytes, ours));
+            if choice.gaspi_side {
+                figures.extend(api::figure(ctx, "bandwidth", bytes, ours));
             }
-            if raw_side {
-                figures.extend(raw::figure(&ctx, "bandwidth", bytes, theirs, "write+flag"));
+            if choice.raw_side {
+                figures.extend(raw::figure(ctx, "bandwidth", bytes, theirs, "write+flag"));
             }
         }
     }
-    for f in &figures {
-        println!("{}", f.json());
-    }
-    drop(raw);
-    ctx.finalize(crate::Timeout::Millis(60_000))
+    Ok(figures)
 }

@@ -310,6 +310,7 @@ pub(crate) fn figure(
         transport: transport(ctx),
         ranks: ctx.size(),
         bytes,
+        iters: samples.len(),
         median: median(samples),
         variant: Some(variant),
     }]
