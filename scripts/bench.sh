@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# Runs gaspi-bench over tcp and shm on 2 local ranks and prints its JSON lines, gaspi and
-# raw-libfabric side by side, followed by the gaspi/raw ratios the foundation targets name
-# (8 B latency: gaspi / best raw, want <= 1.10; 4 MiB bandwidth: gaspi / best raw, want >= 0.90).
+# The benchmarks, printed as JSON lines followed by ratio lines against their targets.
+#
+#   scripts/bench.sh [all|p2p|coll]      (default: all)
+#
+# p2p:  gaspi-bench over tcp and shm on 2 local ranks, gaspi and raw-libfabric side by side,
+#       then the gaspi/raw ratios the foundation targets name (8 B latency: gaspi / best raw,
+#       want <= 1.10; 4 MiB bandwidth: gaspi / best raw, want >= 0.90).
+# coll: barrier and allreduce at 2, 4 and 8 ranks, gaspi beside MPICH and Open MPI
+#       (scripts/bench-coll.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+part=${1:-all}
+case $part in
+p2p) mpi_dev=() ;;
+all | coll) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
+*)
+    echo "usage: $0 [all|p2p|coll]" >&2
+    exit 2
+    ;;
+esac
+./scripts/setup.sh "${mpi_dev[@]}"
 cargo build --release --bins
-out=$(mktemp)
-for provider in tcp shm; do
-    ./target/release/gaspirun -n 2 --provider "$provider" --no-prefix --timeout 600 \
-        ./target/release/gaspi-bench all | tee -a "$out"
-done
-python3 - "$out" <<'PY'
+
+if [ "$part" != coll ]; then
+    out=$(mktemp)
+    trap 'rm -f "$out"' EXIT
+    for provider in tcp shm; do
+        ./target/release/gaspirun -n 2 --provider "$provider" --no-prefix --timeout 600 \
+            ./target/release/gaspi-bench pingpong bandwidth | tee -a "$out"
+    done
+    python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def best(bench, lib, transport, size, key, pick):
@@ -25,4 +43,7 @@ for t in ("tcp", "shm"):
     if g and r:
         print(json.dumps({"ratio": "bandwidth_4MiB_gaspi_over_raw", "transport": t, "value": round(g / r, 3), "target": ">=0.90"}))
 PY
-rm -f "$out"
+fi
+if [ "$part" != p2p ]; then
+    ./scripts/bench-coll.sh
+fi
