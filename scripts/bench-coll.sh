@@ -69,7 +69,7 @@ for ranks in 2 4 8; do
     for provider in tcp shm; do
         job gaspi "$provider" "$ranks" ./target/release/gaspirun -n "$ranks" \
             --provider "$provider" --no-prefix --timeout "$limit" \
-            ./target/release/gaspi-bench barrier
+            ./target/release/gaspi-bench barrier allreduce
     done
     job mpich any "$ranks" mpiexec.mpich -n "$ranks" target/mpi/coll-mpich mpich any "$calls"
     if [ "$ranks" -eq 2 ]; then

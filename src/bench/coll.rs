@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use super::api::figure;
 use super::Figure;
 use crate::context::Context;
-use crate::error::Result;
-use crate::Timeout;
+use crate::error::{Error, Result};
+use crate::{ReduceOp, Timeout, GROUP_ALL};
 
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
 
@@ -52,4 +52,36 @@ fn clocked(call: impl FnOnce() -> Result<()>) -> Result<Duration> {
 pub(crate) fn barrier(ctx: &Context) -> Result<Vec<Figure>> {
     let samples = samples(ctx, 0, || clocked(|| ctx.barrier(TIMEOUT)))?;
     Ok(figure(ctx, "barrier", 0, samples))
+}
+
+/// Allreduce payloads (bytes of f64 per rank).
+pub(crate) const ALLREDUCE_SIZES: [usize; 3] = [8, 65536, 1 << 20];
+
+/// Allreduce (f64 sum) of `bytes` per rank over all ranks; every result is checked.
+pub(crate) fn allreduce(ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
+    let count = bytes / std::mem::size_of::<f64>();
+    let own = f64::from(ctx.rank() + 1);
+    let input: Vec<f64> = (0..count).map(|i| own * weight(i)).collect();
+    let mut output = vec![0.0; count];
+    let ranks = f64::from(ctx.size());
+    let rank_sum = ranks * (ranks + 1.0) / 2.0;
+    let samples = samples(ctx, bytes, || {
+        output.fill(0.0);
+        let took =
+            clocked(|| ctx.allreduce(GROUP_ALL, &input, &mut output, ReduceOp::Sum, TIMEOUT))?;
+        match (0..count).find(|&i| output[i] != rank_sum * weight(i)) {
+            None => Ok(took),
+            Some(i) => Err(Error::Protocol(format!(
+                "allreduce of {bytes} B: element {i} is {}, not {}",
+                output[i],
+                rank_sum * weight(i)
+            ))),
+        }
+    })?;
+    Ok(figure(ctx, "allreduce", bytes, samples))
+}
+
+/// Every element's sum over the ranks differs by its position, so a misplaced block shows.
+fn weight(i: usize) -> f64 {
+    (1 + i % 4) as f64
 }

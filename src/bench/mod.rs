@@ -74,7 +74,7 @@ fn transport(ctx: &Context) -> String {
 }
 
 /// Every benchmark, in the order `all` runs them.
-const BENCHES: [&str; 3] = ["pingpong", "bandwidth", "barrier"];
+const BENCHES: [&str; 4] = ["pingpong", "bandwidth", "barrier", "allreduce"];
 
 /// What one run measures.
 struct Choice {
@@ -125,10 +125,10 @@ impl Choice {
     }
 }
 
-/// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, or `all`, the
-/// default) and prints their figures on rank 0. `--only gaspi` or `--only raw` measures one
-/// side of the point-to-point benchmarks. Ranks beyond the first two take part in those only
-/// to synchronise; the collectives run on every rank.
+/// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`, or
+/// `all`, the default) and prints their figures on rank 0. `--only gaspi` or `--only raw`
+/// measures one side of the point-to-point benchmarks. Ranks beyond the first two take part in
+/// those only to synchronise; the collectives run on every rank.
 pub fn run(args: &[String]) -> Result<()> {
     let choice = Choice::parse(args)?;
     let ctx = Context::init()?;
@@ -143,6 +143,11 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if choice.wants("barrier") {
         figures.extend(coll::barrier(&ctx)?);
+    }
+    if choice.wants("allreduce") {
+        for &bytes in &coll::ALLREDUCE_SIZES {
+            figures.extend(coll::allreduce(&ctx, bytes)?);
+        }
     }
     for f in &figures {
         println!("{}", f.json());
