@@ -54,9 +54,10 @@ pub struct Config {
     /// most [`MAX_PASSIVE_BYTES`]). Every rank must use the same value.
     pub passive_max_bytes: u32,
     /// Bytes an allreduce moves per step and message at most (`GASPI_REDUCE_CHUNK`, default
-    /// 65,536, a multiple of 8 in 64..=[`MAX_REDUCE_CHUNK`]); longer vectors are reduced in
+    /// 262,144, a multiple of 8 in 64..=[`MAX_REDUCE_CHUNK`]); longer vectors are reduced in
     /// several runs. Every committed group of `n > 1` members registers `4 · c · (2·⌊log2 n⌋ +
-    /// 2)` bytes for its allreduce (2 MiB for 8 members at the default).
+    /// 2)` bytes for its allreduce (8 MiB for 8 members at the default). Measured over tcp at
+    /// 2 ranks, a 1 MiB allreduce took 5 times longer with 64 KiB chunks than with 256 KiB.
     pub reduce_chunk: usize,
     /// Run remote atomics as provider atomics (`GASPI_ATOMICS=1`; default off). Off, or on a
     /// provider without `FI_ATOMIC`, the target's progress engine executes them (see
@@ -83,7 +84,7 @@ impl Default for Config {
             op_timeout: Duration::from_secs(30),
             max_groups: 32,
             atomics: false,
-            reduce_chunk: 65_536,
+            reduce_chunk: 262_144,
             passive_max_bytes: 65_536,
             progress_thread: true,
             force_unordered: false,

@@ -88,6 +88,20 @@ fn provider_atomics_3_shm() {
     provider_atomics(3, "shm");
 }
 
+/// `allreduce` with 4 KiB chunks: every long vector runs as many chunks, and block-wise user
+/// operators meet chunk boundaries.
+#[test]
+fn allreduce_small_chunks_5_tcp() {
+    let job = gaspirun(
+        5,
+        "tcp",
+        common::JOB_TIMEOUT_S,
+        Path::new("env"),
+        &["GASPI_REDUCE_CHUNK=4096", common::SELFTEST, "allreduce"],
+    );
+    job.assert_every_rank(5, |r| format!("ok allreduce rank {r}: "));
+}
+
 /// The digest of the order-sensitive f64 sums that rank 0 of an `allreduce` job printed.
 fn allreduce_digest(ranks: u32, provider: &str) -> String {
     let job = selftest("allreduce", ranks, provider);

@@ -323,12 +323,20 @@ impl Context {
                 g.id
             )));
         }
-        let local = area.stage(self.rank(), bank, slot, data)?;
         let target = RemoteTarget {
             rank: partner,
             addr: peer.base + offset,
             key: peer.key,
         };
+        if data.len() <= self.inner.ep.caps().inject_size {
+            // The provider copies the bytes at once: no staging, no completion to drain.
+            return self.post(partner, || {
+                self.inner
+                    .ep
+                    .inject_write(data, target, Some(wire.encode()))
+            });
+        }
+        let local = area.stage(self.rank(), bank, slot, data)?;
         let context = OpContext {
             kind: OpKind::Collective,
             queue: 0,
