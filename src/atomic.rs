@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gaspi_notifications::{wait_until, Timeout};
+use gaspi_notifications::Timeout;
 
 use crate::context::{Context, Inner};
 use crate::error::{Error, Rank, Result};
@@ -106,17 +106,17 @@ impl Context {
         let deadline = timeout.deadline();
         let atomics = &inner.atomics;
         let mut posted = atomics.posted.lock().unwrap_or_else(|e| e.into_inner());
-        let completed = |target: u64| {
-            wait_until(
-                &inner.events,
+        // Waits for the atomic numbered `target`, watching the health of its rank (a dead
+        // target is reported as `RankFailed`; see `health`).
+        let completed = |target: u64, rank: Option<Rank>| {
+            inner.watched_until(
+                || rank.into_iter(),
                 deadline,
                 || (atomics.done.load(Ordering::Acquire) >= target).then_some(()),
-                inner.waiter(),
             )
-            .map_err(|_| Error::Timeout)
         };
         // The words are free once the previous atomic (which may have timed out) completed.
-        completed(*posted)?;
+        completed(*posted, None)?;
         let memory = &inner.system_memory;
         let (op, cmp, res) = (layout::ATOMIC, layout::ATOMIC + 8, layout::ATOMIC + 16);
         let words = memory
@@ -154,7 +154,7 @@ impl Context {
             }
         })?;
         *posted += 1;
-        let waited = completed(*posted);
+        let waited = completed(*posted, Some(remote.rank));
         if let Some((rank, reason)) = atomics
             .failure
             .lock()

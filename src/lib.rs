@@ -57,6 +57,7 @@ mod dissemination;
 mod error;
 mod fabric;
 mod group;
+mod health;
 #[doc(hidden)]
 pub mod launcher;
 mod notify;
@@ -75,6 +76,7 @@ pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 pub use gaspi_notifications::Timeout;
 pub use group::{GroupId, GROUP_ALL};
+pub use health::State;
 pub use rma::{local, remote, ListEntry, Local, Notification, Remote};
 
 /// Queue operations that do not move data.

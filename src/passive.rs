@@ -247,17 +247,17 @@ impl Context {
         }
         let deadline = timeout.deadline();
         let mut posted = passive.send.lock().unwrap_or_else(|e| e.into_inner());
-        let done = |target: u64| {
-            wait_until(
-                &self.inner.events,
+        // Waits for the send numbered `target`, watching the health of its rank (a dead
+        // receiver is reported as `RankFailed`; see `health`).
+        let done = |target: u64, to: Option<Rank>| {
+            self.inner.watched_until(
+                || to.into_iter(),
                 deadline,
                 || (passive.sends_done.load(Ordering::Acquire) >= target).then_some(()),
-                self.inner.waiter(),
             )
-            .map_err(|_| Error::Timeout)
         };
         // The buffer is free once the previous send (which may have timed out) left.
-        done(*posted)?;
+        done(*posted, None)?;
         let base = (RECV_BUFFERS * passive.slot()) as u64;
         let mut header = [0u8; HEADER];
         header[..4].copy_from_slice(&self.rank().to_le_bytes());
@@ -286,7 +286,7 @@ impl Context {
             }
         })?;
         *posted += 1;
-        let result = done(*posted);
+        let result = done(*posted, Some(rank));
         if let Some((rank, reason)) = passive
             .send_failure
             .lock()
