@@ -39,6 +39,11 @@
 //! * **No panics on bad input.** Out-of-range ranks, segments, offsets, sizes and notification
 //!   ids, zero notification values, full queues: each is an [`Error`] variant.
 //! * **No busy waiting while idle.** Waiters spin briefly while driving progress, then sleep.
+//! * **Dead peers are named, timeouts stay timeouts.** A rank is marked dead only on positive
+//!   evidence (its process gone on the same host, a broken connection, a failed ping); every
+//!   operation and wait involving it then returns [`Error::RankFailed`] naming it (within about
+//!   a second on the same host, also under `Timeout::Block`), while the survivors keep working
+//!   among themselves. See [`Context::state_vec`] and [`Context::proc_ping`].
 //!
 //! # Starting a job
 //! Ranks bootstrap through PMI-1: run programs with `gaspirun -n 4 prog`, `mpiexec.hydra -n 4
