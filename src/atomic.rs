@@ -7,40 +7,29 @@
 //! the word are not atomic with respect to them.
 //!
 //! The operand and result words live in the registered system region; atomics of one rank
-//! take turns on them, each waiting for its completion. Atomics are asked of the provider only
+//! take turns on them (see `turns`), each waiting for its completion. Atomics are asked of the provider only
 //! when [`Config::atomics`](crate::Config) is on (`GASPI_ATOMICS=1`), because `FI_ATOMIC` costs
 //! small-message latency on tcp; when off, or on a provider without `FI_ATOMIC`, both calls
 //! return [`Error::Unsupported`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use gaspi_notifications::Timeout;
 
 use crate::context::{Context, Inner};
-use crate::error::{Error, Rank, Result};
+use crate::error::{Error, Result};
 use crate::fabric::RemoteTarget;
 use crate::progress::{OpContext, OpKind};
 use crate::rma::Remote;
 use crate::segment::layout;
+use crate::turns::Turns;
 
-/// Atomics in flight on this rank.
+/// Atomics in flight on this rank: they take turns on the words in the system region.
 #[derive(Default)]
 pub(crate) struct Atomics {
-    /// Serialises atomics; holds how many were posted.
-    posted: Mutex<u64>,
-    done: AtomicU64,
-    failure: Mutex<Option<(Rank, String)>>,
-}
-
-impl Atomics {
-    /// Progress engine: the atomic in flight completed (with `failure`, if it failed).
-    pub(crate) fn done(&self, rank: Rank, failure: Option<String>) {
-        if let Some(reason) = failure {
-            *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
-        }
-        self.done.fetch_add(1, Ordering::AcqRel);
-    }
+    /// Serialises atomics.
+    lock: Mutex<()>,
+    pub(crate) turns: Turns,
 }
 
 impl Context {
@@ -105,25 +94,12 @@ impl Context {
         }
         let deadline = timeout.deadline();
         let atomics = &inner.atomics;
-        let mut posted = atomics.posted.lock().unwrap_or_else(|e| e.into_inner());
-        // Waits for the atomic numbered `target`, watching the health of its rank (a dead
-        // target is reported as `RankFailed`; see `health`).
-        let completed = |target: u64, rank: Option<Rank>| {
-            inner.watched_until(
-                || rank.into_iter(),
-                deadline,
-                || (atomics.done.load(Ordering::Acquire) >= target).then_some(()),
-            )
-        };
-        // The words are free once the previous atomic (which may have timed out) completed.
-        completed(*posted, None)?;
+        let _one_at_a_time = atomics.lock.lock().unwrap_or_else(|e| e.into_inner());
+        // The words are free once the previous atomic (which may have timed out) completed, or
+        // its target died.
+        let turn = inner.begin_turn(&atomics.turns, remote.rank, deadline)?;
         let memory = &inner.system_memory;
         let (op, cmp, res) = (layout::ATOMIC, layout::ATOMIC + 8, layout::ATOMIC + 16);
-        let words = memory
-            .write_u64(op, operand)
-            .and_then(|()| memory.write_u64(cmp, compare.unwrap_or(0)))
-            .and_then(|()| memory.write_u64(res, 0));
-        words.map_err(Error::segment(self.rank(), 0))?;
         let base = memory.as_ptr();
         let word = |offset: u64| base.wrapping_add(offset as usize) as *mut u64;
         let target = RemoteTarget {
@@ -134,36 +110,37 @@ impl Context {
         let context = OpContext {
             kind: OpKind::Atomic,
             queue: 0,
-            segment: remote.segment,
+            segment: turn.tag(),
             rank: remote.rank,
         }
         .encode();
-        self.post(remote.rank, || {
-            // SAFETY: the three words lie in the registered system region (layout constants),
-            // which lives as long as the context, and are not touched until this atomic
-            // completed (the lock and the completion count above).
-            unsafe {
-                inner.ep.atomic_u64(
-                    word(op),
-                    compare.map(|_| word(cmp) as *const u64),
-                    word(res),
-                    inner.system_mr.desc(),
-                    target,
-                    context,
-                )
-            }
-        })?;
-        *posted += 1;
-        let waited = completed(*posted, Some(remote.rank));
-        if let Some((rank, reason)) = atomics
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
+        let posted = memory
+            .write_u64(op, operand)
+            .and_then(|()| memory.write_u64(cmp, compare.unwrap_or(0)))
+            .and_then(|()| memory.write_u64(res, 0))
+            .map_err(Error::segment(self.rank(), 0))
+            .and_then(|()| {
+                self.post(remote.rank, || {
+                    // SAFETY: the three words lie in the registered system region (layout
+                    // constants), which lives as long as the context; the next atomic touches
+                    // them only once this one completed or its target died (see `turns`).
+                    unsafe {
+                        inner.ep.atomic_u64(
+                            word(op),
+                            compare.map(|_| word(cmp) as *const u64),
+                            word(res),
+                            inner.system_mr.desc(),
+                            target,
+                            context,
+                        )
+                    }
+                })
+            });
+        if let Err(e) = posted {
+            atomics.turns.give_up(turn);
+            return Err(e);
         }
-        waited?;
+        inner.end_turn(&atomics.turns, turn, deadline)?;
         memory.read_u64(res).map_err(Error::segment(self.rank(), 0))
     }
 }

@@ -7,7 +7,7 @@
 //! leaves no thread or registration behind; dropping a context without finalizing releases the
 //! same resources without synchronising with the other ranks.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use gaspi_notifications::{EventCount, NotificationTable, Timeout};
@@ -23,6 +23,7 @@ use crate::passive::Passive;
 use crate::pmi::PmiClient;
 use crate::progress::ProgressThread;
 use crate::segment::{layout, Segments};
+use crate::turns::Turns;
 
 /// Key requested for the system region where the provider lets us choose keys; user segments
 /// use `USER_KEY_BASE + id`.
@@ -47,10 +48,8 @@ pub(crate) struct Inner {
     /// Bumped after every batch of completions; waiters sleep on it.
     pub(crate) events: EventCount,
     pub(crate) system_notifications: NotificationTable,
-    pub(crate) system_reads: AtomicU64,
-    /// Sequence number of the segment lookup in flight (its context's `segment` field).
-    pub(crate) system_seq: AtomicU8,
-    pub(crate) system_failure: Mutex<Option<(Rank, String)>>,
+    /// Segment lookups take turns on the landing area of the system region.
+    pub(crate) lookups: Turns,
     pub(crate) system_lookup: Mutex<()>,
     pub(crate) peers: Vec<SystemRegion>,
     pub(crate) groups: Groups,
@@ -210,9 +209,7 @@ impl Context {
             system_notifications: NotificationTable::new(
                 u32::from(config.max_groups) * crate::dissemination::SLOTS_PER_GROUP,
             ),
-            system_reads: AtomicU64::new(0),
-            system_seq: AtomicU8::new(0),
-            system_failure: Mutex::new(None),
+            lookups: Turns::default(),
             system_lookup: Mutex::new(()),
             peers,
             groups: Groups::new(config.max_groups, size),

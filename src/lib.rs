@@ -72,6 +72,7 @@ mod progress;
 mod queue;
 mod rma;
 mod segment;
+mod turns;
 mod wire;
 
 pub use config::{

@@ -13,7 +13,7 @@
 //! the message in, posts it and waits for its local completion.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use gaspi_notifications::{wait_until, EventCount, Timeout};
@@ -23,6 +23,7 @@ use crate::context::{Context, Inner};
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, Posted};
 use crate::progress::{OpContext, OpKind};
+use crate::turns::Turns;
 
 /// Receive buffers posted at any time.
 pub(crate) const RECV_BUFFERS: usize = 16;
@@ -38,10 +39,9 @@ pub(crate) struct Passive {
     max: usize,
     inbox: Mutex<VecDeque<(Rank, Vec<u8>)>>,
     arrived: EventCount,
-    /// Serialises senders; holds how many sends were posted.
-    send: Mutex<u64>,
-    sends_done: AtomicU64,
-    send_failure: Mutex<Option<(Rank, String)>>,
+    /// Serialises senders, which take turns on the send buffer.
+    send: Mutex<()>,
+    pub(crate) sends: Turns,
     /// Posting order of the buffers and messages waiting for earlier ones.
     order: Mutex<Reorder>,
     /// Buffers whose repost the provider refused for now.
@@ -64,9 +64,8 @@ impl Passive {
             max,
             inbox: Mutex::new(VecDeque::new()),
             arrived: EventCount::new(),
-            send: Mutex::new(0),
-            sends_done: AtomicU64::new(0),
-            send_failure: Mutex::new(None),
+            send: Mutex::new(()),
+            sends: Turns::default(),
             order: Mutex::new(Reorder::default()),
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
@@ -199,14 +198,6 @@ impl Passive {
         self.has_pending
             .store(!pending.is_empty(), Ordering::Release);
     }
-
-    /// Progress engine: the send in flight completed (with `failure`, if it failed).
-    pub(crate) fn sent(&self, rank: Rank, failure: Option<String>) {
-        if let Some(reason) = failure {
-            *self.send_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
-        }
-        self.sends_done.fetch_add(1, Ordering::AcqRel);
-    }
 }
 
 /// Posting numbers of the receive buffers, and completed messages waiting for earlier ones.
@@ -246,56 +237,48 @@ impl Context {
             });
         }
         let deadline = timeout.deadline();
-        let mut posted = passive.send.lock().unwrap_or_else(|e| e.into_inner());
-        // Waits for the send numbered `target`, watching the health of its rank (a dead
-        // receiver is reported as `RankFailed`; see `health`).
-        let done = |target: u64, to: Option<Rank>| {
-            self.inner.watched_until(
-                || to.into_iter(),
-                deadline,
-                || (passive.sends_done.load(Ordering::Acquire) >= target).then_some(()),
-            )
-        };
-        // The buffer is free once the previous send (which may have timed out) left.
-        done(*posted, None)?;
+        let _one_at_a_time = passive.send.lock().unwrap_or_else(|e| e.into_inner());
+        // The buffer is free once the previous send (which may have timed out) left, or its
+        // receiver died.
+        let turn = self.inner.begin_turn(&passive.sends, rank, deadline)?;
         let base = (RECV_BUFFERS * passive.slot()) as u64;
         let mut header = [0u8; HEADER];
         header[..4].copy_from_slice(&self.rank().to_le_bytes());
         header[4..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
-        passive
-            .memory
-            .write(base, &header)
-            .and_then(|()| passive.memory.write(base + HEADER as u64, bytes))
-            .map_err(Error::segment(self.rank(), 0))?;
         let context = OpContext {
             kind: OpKind::PassiveSend,
             queue: 0,
-            segment: 0,
+            segment: turn.tag(),
             rank,
         }
         .encode();
         let buf = passive.memory.as_ptr().wrapping_add(base as usize);
-        self.post(rank, || {
-            // SAFETY: the send slot follows the receive buffers inside the registered region
-            // and is not written again until this send completed (the sender lock and the
-            // completion count above).
-            unsafe {
-                self.inner
-                    .ep
-                    .send(buf, HEADER + bytes.len(), passive.mr.desc(), rank, context)
-            }
-        })?;
-        *posted += 1;
-        let result = done(*posted, Some(rank));
-        if let Some((rank, reason)) = passive
-            .send_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
+        let posted = passive
+            .memory
+            .write(base, &header)
+            .and_then(|()| passive.memory.write(base + HEADER as u64, bytes))
+            .map_err(Error::segment(self.rank(), 0))
+            .and_then(|()| {
+                self.post(rank, || {
+                    // SAFETY: the send slot follows the receive buffers inside the registered
+                    // region; the next send writes it only once this one completed or its
+                    // receiver died (see `turns`).
+                    unsafe {
+                        self.inner.ep.send(
+                            buf,
+                            HEADER + bytes.len(),
+                            passive.mr.desc(),
+                            rank,
+                            context,
+                        )
+                    }
+                })
+            });
+        if let Err(e) = posted {
+            passive.sends.give_up(turn);
+            return Err(e);
         }
-        result
+        self.inner.end_turn(&passive.sends, turn, deadline)
     }
 
     /// Whether passive messages of one sender arrive in the order sent (the provider granted

@@ -279,21 +279,9 @@ impl Inner {
         match op.kind {
             OpKind::Ping => self.pinged(op.rank, failure),
             OpKind::PassiveRecv => self.passive.receive_failed(self, op, failure),
-            OpKind::PassiveSend => self.passive.sent(op.rank, failure),
-            OpKind::Atomic => self.atomics.done(op.rank, failure),
-            OpKind::System => {
-                // Only the lookup in flight counts: one that gave up on a dead rank may still
-                // complete (tcp fails it later), and must not end the next lookup early.
-                if op.segment == self.system_seq.load(Ordering::Acquire) {
-                    if let Some(reason) = failure {
-                        *self
-                            .system_failure
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner()) = Some((op.rank, reason));
-                    }
-                    self.system_reads.fetch_add(1, Ordering::AcqRel);
-                }
-            }
+            OpKind::PassiveSend => self.passive.sends.completed(op.segment, op.rank, failure),
+            OpKind::Atomic => self.atomics.turns.completed(op.segment, op.rank, failure),
+            OpKind::System => self.lookups.completed(op.segment, op.rank, failure),
             OpKind::User => {
                 self.segments.with_local(op.segment, |seg| {
                     seg.in_flight.fetch_sub(1, Ordering::AcqRel);

@@ -532,68 +532,50 @@ impl Context {
             rank,
             layout::DESCRIPTORS + layout::DESCRIPTOR_LEN * u64::from(segment),
         );
-        let seq = self
-            .inner
-            .system_seq
-            .fetch_add(1, Ordering::AcqRel)
-            .wrapping_add(1);
-        // A failure of an earlier lookup that gave up is not this one's.
-        self.inner
-            .system_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let before = self.inner.system_reads.load(Ordering::Acquire);
+        let inner = &self.inner;
+        let deadline = Timeout::from(inner.config.op_timeout).deadline();
+        let no_answer = || Error::RankFailed {
+            rank,
+            reason: format!(
+                "no answer to a segment lookup within {:?}",
+                inner.config.op_timeout
+            ),
+        };
+        // The landing area is free once the previous lookup (which may have timed out)
+        // completed, or its target died.
+        let turn = match inner.begin_turn(&inner.lookups, rank, deadline) {
+            Err(Error::Timeout) => return Err(no_answer()),
+            other => other?,
+        };
         let ctx = OpContext {
             kind: OpKind::System,
             queue: 0,
-            segment: seq,
+            segment: turn.tag(),
             rank,
         }
         .encode();
-        let landing = self
-            .inner
+        let landing = inner
             .system_memory
             .as_ptr()
             .wrapping_add(layout::LANDING as usize);
-        let desc: *mut c_void = self.inner.system_mr.desc();
-        self.post(rank, || {
+        let desc: *mut c_void = inner.system_mr.desc();
+        let posted = self.post(rank, || {
             // SAFETY: the landing area lies inside the registered system region (layout
-            // constants), which lives as long as the context; the lookup lock makes this the
-            // only read using it.
+            // constants), which lives as long as the context; the lookup lock and the turns
+            // make this the only read using it.
             unsafe {
-                self.inner
+                inner
                     .ep
                     .read(landing, layout::DESCRIPTOR_LEN as usize, desc, target, ctx)
             }
-        })?;
-        let inner = &self.inner;
-        let waited = inner.watched_until(
-            || std::iter::once(rank),
-            Timeout::from(inner.config.op_timeout).deadline(),
-            || (inner.system_reads.load(Ordering::Acquire) != before).then_some(()),
-        );
-        if let Some((rank, reason)) = self
-            .inner
-            .system_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
+        });
+        if let Err(e) = posted {
+            inner.lookups.give_up(turn);
+            return Err(e);
         }
-        match waited {
-            Ok(()) => {}
-            Err(Error::Timeout) => {
-                return Err(Error::RankFailed {
-                    rank,
-                    reason: format!(
-                        "no answer to a segment lookup within {:?}",
-                        self.inner.config.op_timeout
-                    ),
-                })
-            }
-            Err(e) => return Err(e),
+        match inner.end_turn(&inner.lookups, turn, deadline) {
+            Err(Error::Timeout) => return Err(no_answer()),
+            other => other?,
         }
         let mut words = [0u64; 4];
         for (i, w) in words.iter_mut().enumerate() {

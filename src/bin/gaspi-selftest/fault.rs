@@ -17,8 +17,9 @@
 //! * `proc_ping` of the dead rank fails naming it, and of a survivor succeeds;
 //! * a write to the dead rank fails at once naming it;
 //! * the block received before the kill is still intact;
-//! * a group of the survivors commits, its barrier completes, and a `write_notify` ring among
-//!   the survivors delivers every byte;
+//! * a group of the survivors commits, its barrier completes, and a `write_notify` ring and
+//!   passive messages among the survivors deliver every byte (a passive send to the dead rank
+//!   fails naming it);
 //! * `finalize` returns `RankFailed` naming the dead rank instead of hanging, and the process
 //!   exits normally.
 
@@ -241,10 +242,26 @@ fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
     let right = (me + 1) % dead;
     let left = (me + dead - 1) % dead;
     exchange(ctx, me, right, left, AFTER, 1)?;
+    let message = format!("from {me} after the death of {dead}");
+    expect_failed(
+        "passive_send to the dead rank",
+        ctx.passive_send(dead, message.as_bytes(), TIMEOUT),
+        dead,
+    )?;
+    ctx.passive_send(right, message.as_bytes(), TIMEOUT)
+        .doing(|| format!("passive_send to rank {right}"))?;
+    let (from, got) = ctx.passive_receive(TIMEOUT).doing(|| "passive_receive")?;
+    let want = format!("from {left} after the death of {dead}");
+    ensure!(
+        from == left && got == want.as_bytes(),
+        "passive message from rank {from}: {:?}, expected {want:?} from rank {left}",
+        String::from_utf8_lossy(&got)
+    );
     ctx.group_barrier(group, TIMEOUT)
         .doing(|| "the barrier of the survivors after the ring")?;
     Ok(format!(
-        "the {dead} survivors committed a group, passed its barrier and a write_notify ring"
+        "the {dead} survivors committed a group, passed its barrier, a write_notify ring and \
+         passive messages (refused towards rank {dead})"
     ))
 }
 
