@@ -136,11 +136,7 @@ impl Context {
                     }
                 })
             });
-        if let Err(e) = posted {
-            atomics.turns.give_up(turn);
-            return Err(e);
-        }
-        inner.end_turn(&atomics.turns, turn, deadline)?;
+        inner.end_turn(&atomics.turns, turn, posted, deadline)?;
         memory.read_u64(res).map_err(Error::segment(self.rank(), 0))
     }
 }

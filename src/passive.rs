@@ -274,11 +274,7 @@ impl Context {
                     }
                 })
             });
-        if let Err(e) = posted {
-            passive.sends.give_up(turn);
-            return Err(e);
-        }
-        self.inner.end_turn(&passive.sends, turn, deadline)
+        self.inner.end_turn(&passive.sends, turn, posted, deadline)
     }
 
     /// Whether passive messages of one sender arrive in the order sent (the provider granted

@@ -569,11 +569,7 @@ impl Context {
                     .read(landing, layout::DESCRIPTOR_LEN as usize, desc, target, ctx)
             }
         });
-        if let Err(e) = posted {
-            inner.lookups.give_up(turn);
-            return Err(e);
-        }
-        match inner.end_turn(&inner.lookups, turn, deadline) {
+        match inner.end_turn(&inner.lookups, turn, posted, deadline) {
             Err(Error::Timeout) => return Err(no_answer()),
             other => other?,
         }

@@ -62,7 +62,7 @@ impl Turns {
     }
 
     /// Gives `turn` up: its buffer is free for the next turn whether or not it completes.
-    pub(crate) fn give_up(&self, turn: Turn) {
+    fn give_up(&self, turn: Turn) {
         self.done.fetch_max(turn.number, Ordering::AcqRel);
     }
 }
@@ -99,10 +99,21 @@ impl Inner {
         Ok(Turn { number, rank })
     }
 
-    /// Waits until `turn` completed (bounded by `deadline`, watching its target). Its failure,
-    /// or its target's death (which gives it up), is [`Error::RankFailed`]; a timeout leaves it
+    /// Ends `turn`, whose operation was `posted` (or failed to be, which gives the turn up):
+    /// waits until it completed (bounded by `deadline`, watching its target). Its failure, or
+    /// its target's death (which gives it up), is [`Error::RankFailed`]; a timeout leaves it
     /// open for the next turn to wait for.
-    pub(crate) fn end_turn(&self, turns: &Turns, turn: Turn, deadline: Deadline) -> Result<()> {
+    pub(crate) fn end_turn(
+        &self,
+        turns: &Turns,
+        turn: Turn,
+        posted: Result<()>,
+        deadline: Deadline,
+    ) -> Result<()> {
+        if let Err(e) = posted {
+            turns.give_up(turn);
+            return Err(e);
+        }
         let waited = self.watched_until(
             || std::iter::once(turn.rank),
             deadline,
