@@ -2,8 +2,11 @@
 //!
 //! Run under `gaspirun --keep-going` (the default launcher behaviour ends the whole job). Every
 //! rank first sends a block to its right neighbour with `write_notify` and checks the one from
-//! its left. Then the last rank kills itself (`kill(getpid(), SIGKILL)`, a real `kill -9`)
-//! right after a barrier. The survivors check, each on its own:
+//! its left. Then the last rank stops itself (SIGSTOP) for 2.5 s: meanwhile a barrier times out
+//! on the others, a ping of it does not fail, and nothing is marked (a stopped process is not
+//! a dead one); once it is resumed the barrier completes. Then it kills itself
+//! (`kill(getpid(), SIGKILL)`, a real `kill -9`) right after a barrier. The survivors check,
+//! each on its own:
 //!
 //! * the rank left of the dead one streams writes to it until one fails: the write or the wait
 //!   for its queue reports `RankFailed` naming it. Over tcp the writes are 64 KiB, so some are
@@ -52,6 +55,14 @@ pub fn run(ctx: &Context) -> Outcome<String> {
         .doing(|| "segment_create")?;
     let before = exchange(ctx, me, (me + 1) % n, (me + n - 1) % n, BEFORE, 0)?;
     ctx.barrier(TIMEOUT)
+        .doing(|| "the barrier before the stop")?;
+    let mut checked = Vec::new();
+    if me == dead {
+        stop_for_a_while()?;
+    } else {
+        checked.push(stopped_is_not_dead(ctx, dead)?);
+    }
+    ctx.barrier(TIMEOUT)
         .doing(|| "the barrier before the kill")?;
     if me == dead {
         println!("fault rank {me} pid {}: killing itself", std::process::id());
@@ -63,7 +74,6 @@ pub fn run(ctx: &Context) -> Outcome<String> {
         }
         unreachable!("SIGKILL cannot be caught");
     }
-    let mut checked = Vec::new();
     if me + 1 == dead && me != 0 {
         checked.push(stream_until_failure(ctx, dead)?);
     }
@@ -86,6 +96,57 @@ pub fn run(ctx: &Context) -> Outcome<String> {
     checked.push("the data received before the kill is intact".into());
     checked.push(survivors_go_on(ctx, me, dead)?);
     Ok(checked.join("; "))
+}
+
+/// How long the last rank stays stopped (SIGSTOP) before a helper resumes it.
+const STOPPED: &str = "2.5";
+
+/// Stops this process (as a debugger or a job-control stop would) until a helper process
+/// resumes it.
+fn stop_for_a_while() -> Outcome {
+    let pid = std::process::id();
+    let mut waker = std::process::Command::new("sh")
+        .args(["-c", &format!("sleep {STOPPED}; kill -CONT {pid}")])
+        .spawn()
+        .map_err(|e| Failure(format!("starting the helper that resumes us: {e}")))?;
+    // SAFETY: kill(2) on our own pid; SIGSTOP stops every thread until SIGCONT.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGSTOP);
+    }
+    waker
+        .wait()
+        .map_err(|e| Failure(format!("waiting for the helper: {e}")))?;
+    Ok(())
+}
+
+/// While the last rank is stopped, waits involving it time out and nothing marks it: a
+/// stopped (or slow) process is not a dead one.
+fn stopped_is_not_dead(ctx: &Context, stopped: Rank) -> Outcome<String> {
+    match ctx.barrier(Timeout::Millis(1_000)) {
+        Err(Error::Timeout) => {}
+        other => {
+            return Err(Failure(format!(
+                "barrier(Millis(1000)) while rank {stopped} is stopped: expected Timeout, got \
+                 {other:?}"
+            )))
+        }
+    }
+    // The ping may still be answered if the rank had not stopped yet; it must not fail.
+    let ping = ctx.proc_ping(stopped, Timeout::Millis(500));
+    ensure!(
+        matches!(ping, Ok(()) | Err(Error::Timeout)),
+        "proc_ping of the stopped rank {stopped}: expected Timeout (or Ok), got {ping:?}"
+    );
+    ensure!(
+        ctx.state_vec().iter().all(|s| *s == State::Healthy),
+        "state_vec while rank {stopped} is stopped: {:?}",
+        ctx.state_vec()
+    );
+    Ok(format!(
+        "while rank {stopped} was stopped a barrier timed out, proc_ping gave {}, nothing was \
+         marked, and the barrier completed once it resumed",
+        if ping.is_ok() { "Ok" } else { "Timeout" }
+    ))
 }
 
 /// Writes a block to `right` with `write_notify` (notification value `round + 1`), waits for

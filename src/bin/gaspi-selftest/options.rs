@@ -49,8 +49,10 @@ Scenarios:
                the others wait in a barrier: the JOB IS EXPECTED TO FAIL, and
                a working launcher ends it promptly
       --leave exit|abort  how the last rank leaves: exit(0) (default) or abort()
-  fault        the last rank kills itself with SIGKILL after some write_notify
-               traffic; the survivors must get RankFailed naming it (barrier,
+  fault        the last rank stops (SIGSTOP) for 2.5 s, which the others must
+               see as timeouts that mark nothing, then kills itself with SIGKILL
+               after some write_notify traffic; the survivors must get
+               RankFailed naming it (barrier,
                write, queue wait, proc_ping, finalize) within two timeouts,
                see it Corrupt in state_vec, keep the data received before the
                kill, and go on in a group of their own. Run it under
