@@ -17,13 +17,13 @@
 //!
 //! Either way, plain reads and writes of the word (local or RMA) are not atomic with respect to
 //! them. Atomics of one rank take turns on the operand and result words in the registered
-//! system region, each waiting for its completion; after a timeout the next call first waits
-//! for the one in flight.
+//! system region (see `turns`), each waiting for its completion or reply; after a timeout the
+//! next call first waits for the one in flight, and one whose target died is given up.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use gaspi_notifications::{wait_until, Deadline, Timeout};
+use gaspi_notifications::{Deadline, Timeout};
 
 use crate::context::{Context, Inner};
 use crate::error::{Error, Rank, Result, SegmentId};
@@ -31,18 +31,16 @@ use crate::fabric::{Posted, RemoteTarget};
 use crate::progress::{OpContext, OpKind};
 use crate::rma::Remote;
 use crate::segment::{layout, RemoteSegment};
+use crate::turns::{Turn, Turns};
 use crate::wire::{WireNotification, ATOMIC_REPLY};
 
-/// Atomics in flight on this rank, and replies this rank owes to requesters.
+/// Atomics in flight on this rank (they take turns on the words in the system region, see
+/// `turns`), and replies this rank owes to requesters.
 #[derive(Default)]
 pub(crate) struct Atomics {
-    /// Serialises atomics; holds how many were posted.
-    posted: Mutex<u64>,
-    /// Provider atomics completed.
-    done: AtomicU64,
-    /// Sequence number of the last target-executed atomic answered.
-    replied: AtomicU32,
-    failure: Mutex<Option<(Rank, String)>>,
+    /// Serialises atomics.
+    lock: Mutex<()>,
+    pub(crate) turns: Turns,
     /// Replies the provider refused for now; retried by the progress engine.
     unsent: Mutex<Vec<Reply>>,
     has_unsent: AtomicBool,
@@ -111,15 +109,16 @@ const COMPARE: u64 = layout::ATOMIC + 8;
 const RESULT: u64 = layout::ATOMIC + 16;
 const STATUS: u64 = layout::ATOMIC + 24;
 
-/// The sequence number of the `n`-th atomic (1-based), never 0 (a notification value).
-fn seq(n: u64) -> u32 {
-    ((n - 1) % u64::from(u32::MAX)) as u32 + 1
+/// The reply notification's value for a turn: its tag, made non-zero.
+fn reply_value(turn: Turn) -> u32 {
+    u32::from(turn.tag()) + 1
 }
 
 impl Atomics {
-    /// Progress engine: the target-executed atomic `seq` was answered.
-    pub(crate) fn replied(&self, seq: u32) {
-        self.replied.store(seq, Ordering::Release);
+    /// Progress engine: the target-executed atomic whose reply carries `value` was answered.
+    pub(crate) fn replied(&self, value: u32) {
+        // The rank only names a failure, and a reply is never one.
+        self.turns.completed(value.wrapping_sub(1) as u8, 0, None);
     }
 
     /// Progress engine: performs the atomic `request` from `from` on this rank's segment and
@@ -162,14 +161,6 @@ impl Atomics {
         let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
         unsent.retain(|&reply| !send_reply(inner, reply));
         self.has_unsent.store(!unsent.is_empty(), Ordering::Release);
-    }
-
-    /// Progress engine: the atomic in flight completed (with `failure`, if it failed).
-    pub(crate) fn done(&self, rank: Rank, failure: Option<String>) {
-        if let Some(reason) = failure {
-            *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
-        }
-        self.done.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -247,15 +238,14 @@ impl Context {
             return old.map_err(Error::segment(remote.rank, remote.segment));
         }
         let deadline = timeout.deadline();
-        let mut posted = inner
-            .atomics
-            .posted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = inner.atomics.lock.lock().unwrap_or_else(|e| e.into_inner());
+        // The words are free once the previous atomic (which may have timed out) completed, or
+        // its target died.
+        let turn = inner.begin_turn(&inner.atomics.turns, remote.rank, deadline)?;
         if provider {
-            self.provider_atomic(&mut posted, remote, seg, operand, compare, deadline)
+            self.provider_atomic(turn, remote, seg, operand, compare, deadline)
         } else {
-            self.target_atomic(&mut posted, remote, operand, compare, deadline)
+            self.target_atomic(turn, remote, operand, compare, deadline)
         }
     }
 
@@ -267,7 +257,7 @@ impl Context {
 
     fn provider_atomic(
         &self,
-        posted: &mut u64,
+        turn: Turn,
         remote: Remote,
         seg: RemoteSegment,
         operand: u64,
@@ -275,24 +265,7 @@ impl Context {
         deadline: Deadline,
     ) -> Result<u64> {
         let inner: &Inner = &self.inner;
-        let atomics = &inner.atomics;
-        let completed = |target: u64| {
-            wait_until(
-                &inner.events,
-                deadline,
-                || (atomics.done.load(Ordering::Acquire) >= target).then_some(()),
-                inner.waiter(),
-            )
-            .map_err(|_| Error::Timeout)
-        };
-        // The words are free once the previous atomic (which may have timed out) completed.
-        completed(*posted)?;
         let memory = &inner.system_memory;
-        let words = memory
-            .write_u64(OPERAND, operand)
-            .and_then(|()| memory.write_u64(COMPARE, compare.unwrap_or(0)))
-            .and_then(|()| memory.write_u64(RESULT, 0));
-        words.map_err(Error::segment(self.rank(), 0))?;
         let base = memory.as_ptr();
         let word = |offset: u64| base.wrapping_add(offset as usize) as *mut u64;
         let target = RemoteTarget {
@@ -303,36 +276,33 @@ impl Context {
         let context = OpContext {
             kind: OpKind::Atomic,
             queue: 0,
-            segment: remote.segment,
+            segment: turn.tag(),
             rank: remote.rank,
         }
         .encode();
-        self.post(remote.rank, || {
-            // SAFETY: the three words lie in the registered system region (layout constants),
-            // which lives as long as the context, and are not touched until this atomic
-            // completed (the lock and the completion count above).
-            unsafe {
-                inner.ep.atomic_u64(
-                    word(OPERAND),
-                    compare.map(|_| word(COMPARE) as *const u64),
-                    word(RESULT),
-                    inner.system_mr.desc(),
-                    target,
-                    context,
-                )
-            }
-        })?;
-        *posted += 1;
-        let waited = completed(*posted);
-        if let Some((rank, reason)) = atomics
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
-        }
-        waited?;
+        let posted = memory
+            .write_u64(OPERAND, operand)
+            .and_then(|()| memory.write_u64(COMPARE, compare.unwrap_or(0)))
+            .and_then(|()| memory.write_u64(RESULT, 0))
+            .map_err(Error::segment(self.rank(), 0))
+            .and_then(|()| {
+                self.post(remote.rank, || {
+                    // SAFETY: the three words lie in the registered system region (layout
+                    // constants), which lives as long as the context; the next atomic touches
+                    // them only once this one completed or its target died (see `turns`).
+                    unsafe {
+                        inner.ep.atomic_u64(
+                            word(OPERAND),
+                            compare.map(|_| word(COMPARE) as *const u64),
+                            word(RESULT),
+                            inner.system_mr.desc(),
+                            target,
+                            context,
+                        )
+                    }
+                })
+            });
+        inner.end_turn(&inner.atomics.turns, turn, posted, deadline)?;
         memory
             .read_u64(RESULT)
             .map_err(Error::segment(self.rank(), 0))
@@ -340,39 +310,23 @@ impl Context {
 
     fn target_atomic(
         &self,
-        posted: &mut u64,
+        turn: Turn,
         remote: Remote,
         operand: u64,
         compare: Option<u64>,
         deadline: Deadline,
     ) -> Result<u64> {
         let inner: &Inner = &self.inner;
-        let answered = |n: u64| {
-            wait_until(
-                &inner.events,
-                deadline,
-                || {
-                    (n == 0 || inner.atomics.replied.load(Ordering::Acquire) == seq(n))
-                        .then_some(())
-                },
-                inner.waiter(),
-            )
-            .map_err(|_| Error::Timeout)
-        };
-        // The result words are free once the previous atomic (which may have timed out) was
-        // answered.
-        answered(*posted)?;
         let request = Request {
-            seq: seq(*posted + 1),
+            seq: reply_value(turn),
             segment: remote.segment,
             offset: remote.offset,
             operand,
             compare,
         };
-        // An error here means the request was not posted.
-        self.send_message(remote.rank, &request.encode(), true, deadline)?;
-        *posted += 1;
-        answered(*posted)?;
+        // The turn completes when the reply arrives (`Atomics::replied`).
+        let posted = self.send_message(remote.rank, &request.encode(), true, deadline);
+        inner.end_turn(&inner.atomics.turns, turn, posted, deadline)?;
         let memory = &inner.system_memory;
         let read = |offset| {
             memory
@@ -418,12 +372,5 @@ mod tests {
             assert_eq!(Request::decode(&r.encode()), Some(r));
         }
         assert_eq!(Request::decode(&[0u8; 31]), None);
-    }
-
-    #[test]
-    fn sequence_numbers_skip_zero() {
-        assert_eq!(seq(1), 1);
-        assert_eq!(seq(u64::from(u32::MAX)), u32::MAX);
-        assert_eq!(seq(u64::from(u32::MAX) + 1), 1);
     }
 }

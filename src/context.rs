@@ -7,7 +7,7 @@
 //! leaves no thread or registration behind; dropping a context without finalizing releases the
 //! same resources without synchronising with the other ranks.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use gaspi_notifications::{EventCount, NotificationTable, Timeout};
@@ -19,10 +19,12 @@ use crate::config::Config;
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
 use crate::group::{Groups, GROUP_ALL};
+use crate::health::{Health, Process, PROCESS_BYTES};
 use crate::passive::Passive;
 use crate::pmi::PmiClient;
 use crate::progress::ProgressThread;
 use crate::segment::{layout, Segments};
+use crate::turns::Turns;
 
 /// Key requested for the system region where the provider lets us choose keys; user segments
 /// use `USER_KEY_BASE + id`.
@@ -47,12 +49,13 @@ pub(crate) struct Inner {
     /// Bumped after every batch of completions; waiters sleep on it.
     pub(crate) events: EventCount,
     pub(crate) system_notifications: NotificationTable,
-    pub(crate) system_reads: AtomicU64,
-    pub(crate) system_failure: Mutex<Option<(Rank, String)>>,
+    /// Segment lookups take turns on the landing area of the system region.
+    pub(crate) lookups: Turns,
     pub(crate) system_lookup: Mutex<()>,
     pub(crate) peers: Vec<SystemRegion>,
     pub(crate) groups: Groups,
     pub(crate) reduce_writes: Writes,
+    pub(crate) health: Health,
     pub(crate) passive: Passive,
     pub(crate) atomics: Atomics,
     /// User threads currently polling inside a waiting call (see `progress::Waiter`).
@@ -99,18 +102,23 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// What each rank publishes at bootstrap: its endpoint name and its system region.
-fn encode_card(name: &[u8], region: SystemRegion) -> String {
-    let mut bytes = Vec::with_capacity(name.len() + 16);
+/// Bytes of a card before the endpoint name: system region base and key, then the process.
+const CARD_HEAD: usize = 16 + PROCESS_BYTES;
+
+/// What each rank publishes at bootstrap: its system region, its process (see `health`) and
+/// its endpoint name.
+fn encode_card(name: &[u8], region: SystemRegion, process: Process) -> String {
+    let mut bytes = Vec::with_capacity(name.len() + CARD_HEAD);
     bytes.extend_from_slice(&region.base.to_le_bytes());
     bytes.extend_from_slice(&region.key.to_le_bytes());
+    bytes.extend_from_slice(&process.to_bytes());
     bytes.extend_from_slice(name);
     to_hex(&bytes)
 }
 
-fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemRegion)> {
+fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemRegion, Process)> {
     let bytes = from_hex(card)
-        .filter(|b| b.len() > 16)
+        .filter(|b| b.len() > CARD_HEAD)
         .ok_or_else(|| Error::bootstrap("get", format!("malformed address card of rank {rank}")))?;
     let word = |i: usize| {
         let mut w = [0u8; 8];
@@ -121,7 +129,13 @@ fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemRegion)> {
         base: word(0),
         key: word(1),
     };
-    Ok((bytes[16..].to_vec(), region))
+    let mut process = [0u8; PROCESS_BYTES];
+    process.copy_from_slice(&bytes[16..CARD_HEAD]);
+    Ok((
+        bytes[CARD_HEAD..].to_vec(),
+        region,
+        Process::from_bytes(&process),
+    ))
 }
 
 impl Context {
@@ -162,20 +176,25 @@ impl Context {
 
         let mut names = Vec::with_capacity(size as usize);
         let mut peers = Vec::with_capacity(size as usize);
+        let mut processes = Vec::with_capacity(size as usize);
+        let own_process = Process::current();
         match pmi.as_mut() {
             Some(pmi) => {
-                let card = encode_card(&ep.name()?, own_region);
+                let card = encode_card(&ep.name()?, own_region, own_process);
                 pmi.put(&format!("gaspi-card-{rank}"), &card)?;
                 pmi.barrier()?;
                 for r in 0..size {
-                    let (name, region) = decode_card(r, &pmi.get(r, &format!("gaspi-card-{r}"))?)?;
+                    let (name, region, process) =
+                        decode_card(r, &pmi.get(r, &format!("gaspi-card-{r}"))?)?;
                     names.push(name);
                     peers.push(region);
+                    processes.push(process);
                 }
             }
             None => {
                 names.push(ep.name()?);
                 peers.push(own_region);
+                processes.push(own_process);
             }
         }
         ep.insert_peers(&names)?;
@@ -184,17 +203,17 @@ impl Context {
             rank,
             size,
             segments: Segments::new(),
-            queues: crate::queue::Queues::new(config.queues, config.queue_depth),
+            queues: crate::queue::Queues::new(config.queues, config.queue_depth, size),
             events: EventCount::new(),
             system_notifications: NotificationTable::new(
                 u32::from(config.max_groups) * crate::dissemination::SLOTS_PER_GROUP,
             ),
-            system_reads: AtomicU64::new(0),
-            system_failure: Mutex::new(None),
+            lookups: Turns::default(),
             system_lookup: Mutex::new(()),
             peers,
             groups: Groups::new(config.max_groups, size, all_area),
             reduce_writes: Writes::default(),
+            health: Health::new(rank, &processes),
             passive,
             atomics: Atomics::default(),
             spinners: AtomicUsize::new(0),
@@ -250,7 +269,11 @@ impl Context {
     /// stops the progress thread and releases every registration and the endpoint.
     ///
     /// On timeout nothing is released: [`Error::FinalizeTimeout`] hands the context back, and
-    /// calling `finalize` on it again continues the same synchronisation.
+    /// calling `finalize` on it again continues the same synchronisation. When a rank has died
+    /// (see the `health` module), the synchronisation cannot complete: `finalize` returns
+    /// [`Error::RankFailed`] naming it (at once if it is known dead, else within about a second
+    /// for a peer on this host) and releases everything as a drop does, so the process can exit
+    /// normally.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
         match self.barrier(timeout) {
             Ok(()) => {}
@@ -331,10 +354,12 @@ mod tests {
             base: 0xdead_beef_0000,
             key: 7,
         };
-        let card = encode_card(b"\x01\x02name", region);
-        let (name, back) = decode_card(3, &card).expect("decodes");
+        let process = Process::current();
+        let card = encode_card(b"\x01\x02name", region, process);
+        let (name, back, proc_back) = decode_card(3, &card).expect("decodes");
         assert_eq!(name, b"\x01\x02name");
         assert_eq!((back.base, back.key), (region.base, region.key));
+        assert_eq!(proc_back, process);
         assert!(decode_card(3, "abc").is_err());
         assert!(decode_card(3, "zz").is_err());
     }

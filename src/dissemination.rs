@@ -119,9 +119,13 @@ impl Context {
             let wanted = if state.pair.is_some() { 2 } else { 1 };
             for s in slot..slot + wanted {
                 // Leaves a slot that already arrived in place: a call after a timeout finds it.
-                table
-                    .wait_some(s, 1, remaining(deadline), self.inner.waiter())
-                    .map_err(|_| Error::Timeout)?;
+                // Watches every member, not only the partner: a live partner may itself be
+                // stuck on a dead member (see `health`).
+                self.inner.watched(
+                    || (0..spread.n).map(spread.rank_of),
+                    deadline,
+                    |slice| table.wait_some(s, 1, slice, self.inner.waiter()).ok(),
+                )?;
             }
             // The slots belong to this round only; consuming them cannot race with a peer's
             // next write to them (see the module doc on banks).

@@ -104,6 +104,11 @@ impl Group {
         }
     }
 
+    /// The members' ranks, in member order.
+    pub(crate) fn member_ranks(&self) -> impl Iterator<Item = Rank> + '_ {
+        (0..self.members.len()).filter_map(|i| self.members.rank_at(i))
+    }
+
     /// The collective state, for one collective call at a time.
     pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, CollState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())

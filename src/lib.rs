@@ -39,6 +39,11 @@
 //! * **No panics on bad input.** Out-of-range ranks, segments, offsets, sizes and notification
 //!   ids, zero notification values, full queues: each is an [`Error`] variant.
 //! * **No busy waiting while idle.** Waiters spin briefly while driving progress, then sleep.
+//! * **Dead peers are named, timeouts stay timeouts.** A rank is marked dead only on positive
+//!   evidence (its process gone on the same host, a broken connection, a failed ping); every
+//!   operation and wait involving it then returns [`Error::RankFailed`] naming it (within about
+//!   a second on the same host, also under `Timeout::Block`), while the survivors keep working
+//!   among themselves. See [`Context::state_vec`] and [`Context::proc_ping`].
 //!
 //! # Starting a job
 //! Ranks bootstrap through PMI-1: run programs with `gaspirun -n 4 prog`, `mpiexec.hydra -n 4
@@ -58,6 +63,7 @@ mod dissemination;
 mod error;
 mod fabric;
 mod group;
+mod health;
 #[doc(hidden)]
 pub mod launcher;
 mod notify;
@@ -67,6 +73,7 @@ mod progress;
 mod queue;
 mod rma;
 mod segment;
+mod turns;
 mod wire;
 
 pub use allreduce::{Element, ReduceOp, UserOp};
@@ -78,6 +85,7 @@ pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 pub use gaspi_notifications::Timeout;
 pub use group::{GroupId, GROUP_ALL};
+pub use health::State;
 pub use rma::{local, remote, ListEntry, Local, Notification, Remote};
 
 /// Queue operations that do not move data.

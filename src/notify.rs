@@ -15,6 +15,11 @@ impl Context {
     ///
     /// Any number of threads may wait at once, on disjoint or overlapping ranges. The data of
     /// the write that carried the notification is visible once this returns its id.
+    ///
+    /// The wait is not tied to a sender, so the death of the rank that would have set the
+    /// notification does not end it (unlike [`wait`](Self::wait) and the barriers): pass a
+    /// finite timeout where a sender may die, and ask [`state_vec`](Self::state_vec) or
+    /// [`proc_ping`](Self::proc_ping) about it after a [`Error::Timeout`].
     pub fn notify_waitsome(
         &self,
         segment: SegmentId,

@@ -13,7 +13,7 @@
 //! the message in, posts it and waits for its local completion.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use gaspi_notifications::{wait_until, Deadline, EventCount, Timeout};
@@ -23,6 +23,7 @@ use crate::context::{Context, Inner};
 use crate::error::{Error, Rank, Result};
 use crate::fabric::{Endpoint, MemoryRegion, Posted};
 use crate::progress::{OpContext, OpKind};
+use crate::turns::Turns;
 
 /// Receive buffers posted at any time.
 pub(crate) const RECV_BUFFERS: usize = 16;
@@ -43,10 +44,9 @@ pub(crate) struct Passive {
     max: usize,
     inbox: Mutex<VecDeque<(Rank, Vec<u8>)>>,
     arrived: EventCount,
-    /// Serialises senders; holds how many sends were posted.
-    send: Mutex<u64>,
-    sends_done: AtomicU64,
-    send_failure: Mutex<Option<(Rank, String)>>,
+    /// Serialises senders, which take turns on the send buffer.
+    send: Mutex<()>,
+    pub(crate) sends: Turns,
     /// Posting order of the buffers and messages waiting for earlier ones.
     order: Mutex<Reorder>,
     /// Buffers whose repost the provider refused for now.
@@ -69,9 +69,8 @@ impl Passive {
             max,
             inbox: Mutex::new(VecDeque::new()),
             arrived: EventCount::new(),
-            send: Mutex::new(0),
-            sends_done: AtomicU64::new(0),
-            send_failure: Mutex::new(None),
+            send: Mutex::new(()),
+            sends: Turns::default(),
             order: Mutex::new(Reorder::default()),
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
@@ -214,14 +213,6 @@ impl Passive {
         self.has_pending
             .store(!pending.is_empty(), Ordering::Release);
     }
-
-    /// Progress engine: the send in flight completed (with `failure`, if it failed).
-    pub(crate) fn sent(&self, rank: Rank, failure: Option<String>) {
-        if let Some(reason) = failure {
-            *self.send_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
-        }
-        self.sends_done.fetch_add(1, Ordering::AcqRel);
-    }
 }
 
 /// Posting numbers of the receive buffers, and completed messages waiting for earlier ones.
@@ -274,62 +265,50 @@ impl Context {
         deadline: Deadline,
     ) -> Result<()> {
         let passive = &self.inner.passive;
-        let mut posted = passive.send.lock().unwrap_or_else(|e| e.into_inner());
-        let done = |target: u64| {
-            wait_until(
-                &self.inner.events,
-                deadline,
-                || (passive.sends_done.load(Ordering::Acquire) >= target).then_some(()),
-                self.inner.waiter(),
-            )
-            .map_err(|_| Error::Timeout)
-        };
-        // The buffer is free once the previous send (which may have timed out) left.
-        done(*posted)?;
+        let _one_at_a_time = passive.send.lock().unwrap_or_else(|e| e.into_inner());
+        // The buffer is free once the previous send (which may have timed out) left, or its
+        // receiver died.
+        let turn = self.inner.begin_turn(&passive.sends, rank, deadline)?;
         let base = (RECV_BUFFERS * passive.slot()) as u64;
         let mut header = [0u8; HEADER];
         header[..4].copy_from_slice(&self.rank().to_le_bytes());
         let flag = if internal { INTERNAL } else { 0 };
         header[4..].copy_from_slice(&(bytes.len() as u32 | flag).to_le_bytes());
-        passive
-            .memory
-            .write(base, &header)
-            .and_then(|()| passive.memory.write(base + HEADER as u64, bytes))
-            .map_err(Error::segment(self.rank(), 0))?;
         let context = OpContext {
             kind: OpKind::PassiveSend,
             queue: 0,
-            segment: 0,
+            segment: turn.tag(),
             rank,
         }
         .encode();
         let buf = passive.memory.as_ptr().wrapping_add(base as usize);
-        self.post(rank, || {
-            // SAFETY: the send slot follows the receive buffers inside the registered region
-            // and is not written again until this send completed (the sender lock and the
-            // completion count above).
-            unsafe {
-                self.inner
-                    .ep
-                    .send(buf, HEADER + bytes.len(), passive.mr.desc(), rank, context)
-            }
-        })?;
-        *posted += 1;
-        if internal {
-            // The runtime waits for the answer instead; the buffer is reclaimed by the next
-            // send, which first waits for this one to leave.
+        let posted = passive
+            .memory
+            .write(base, &header)
+            .and_then(|()| passive.memory.write(base + HEADER as u64, bytes))
+            .map_err(Error::segment(self.rank(), 0))
+            .and_then(|()| {
+                self.post(rank, || {
+                    // SAFETY: the send slot follows the receive buffers inside the registered
+                    // region; the next send writes it only once this one completed or its
+                    // receiver died (see `turns`).
+                    unsafe {
+                        self.inner.ep.send(
+                            buf,
+                            HEADER + bytes.len(),
+                            passive.mr.desc(),
+                            rank,
+                            context,
+                        )
+                    }
+                })
+            });
+        if internal && posted.is_ok() {
+            // The runtime waits for the answer instead; the next send waits for this one to
+            // leave.
             return Ok(());
         }
-        let result = done(*posted);
-        if let Some((rank, reason)) = passive
-            .send_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
-        }
-        result
+        self.inner.end_turn(&passive.sends, turn, posted, deadline)
     }
 
     /// Whether passive messages of one sender arrive in the order sent (the provider granted

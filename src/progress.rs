@@ -20,13 +20,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gaspi_notifications::Timeout;
 
 use crate::context::Inner;
 use crate::error::{NotificationId, QueueId, Rank, SegmentId};
 use crate::fabric::{CqEvent, CqFailure, Posted};
+use crate::health::is_connection_loss;
 use crate::segment::layout;
 use crate::wire::WireNotification;
 
@@ -45,6 +46,8 @@ pub(crate) enum OpKind {
     Atomic,
     /// A write of an allreduce step; `segment` is the group id.
     Collective,
+    /// A health check of the target ([`Context::proc_ping`](crate::Context::proc_ping)).
+    Ping,
 }
 
 /// Inline context of an operation.
@@ -65,6 +68,7 @@ impl OpContext {
             OpKind::PassiveSend => 3,
             OpKind::Atomic => 4,
             OpKind::Collective => 5,
+            OpKind::Ping => 6,
         };
         (1 | (kind << 1)
             | (u64::from(self.queue) << 8)
@@ -84,7 +88,8 @@ impl OpContext {
                 2 => OpKind::PassiveRecv,
                 3 => OpKind::PassiveSend,
                 4 => OpKind::Atomic,
-                _ => OpKind::Collective,
+                5 => OpKind::Collective,
+                _ => OpKind::Ping,
             },
             queue: (word >> 8) as u8,
             segment: (word >> 16) as u8,
@@ -190,8 +195,7 @@ impl Inner {
                 true
             }
             Ok(Err(failure)) => {
-                let context = failure.context;
-                self.complete(context, Some(failure.message));
+                self.complete(failure.context, Some(failure));
                 self.events.notify_all();
                 true
             }
@@ -217,12 +221,19 @@ impl Inner {
     fn flush_outboxes(&self) {
         for id in 0..crate::config::MAX_QUEUES {
             if let Some(q) = self.queues.by_index(id) {
-                q.flush_outbox(|rank, wire| match self.try_notify(rank, wire) {
-                    Ok(Posted::Yes) => true,
-                    Ok(Posted::Again) => false,
-                    Err(e) => {
-                        q.fail(rank, e.to_string());
-                        true
+                q.flush_outbox(|rank, wire| {
+                    // A dead rank would refuse it for ever (see `health`).
+                    let posted = match self.health.known(rank) {
+                        Some(dead) => Err(dead),
+                        None => self.try_notify(rank, wire),
+                    };
+                    match posted {
+                        Ok(Posted::Yes) => true,
+                        Ok(Posted::Again) => false,
+                        Err(e) => {
+                            q.fail(rank, e.to_string());
+                            true
+                        }
                     }
                 });
             }
@@ -250,7 +261,7 @@ impl Inner {
         // closed registration.
     }
 
-    fn complete(&self, context: usize, failure: Option<String>) {
+    fn complete(&self, context: usize, failure: Option<CqFailure>) {
         let (op, deferred) = match OpContext::decode(context) {
             Some(op) => (op, None),
             None if context == 0 => return,
@@ -262,20 +273,24 @@ impl Inner {
                 (d.op, Some(d))
             }
         };
+        // A receive buffer has no peer yet; every other operation names its target.
+        let lost = failure
+            .as_ref()
+            .filter(|f| op.kind != OpKind::PassiveRecv && is_connection_loss(f.code, f.prov_errno));
+        if let Some(f) = lost {
+            self.mark_failed(
+                op.rank,
+                format!("the connection to it broke: {}", f.message),
+            );
+        }
+        let failure = failure.map(|f| f.message);
         match op.kind {
+            OpKind::Ping => self.pinged(op.rank, failure),
             OpKind::PassiveRecv => self.passive.receive_failed(self, op, failure),
-            OpKind::PassiveSend => self.passive.sent(op.rank, failure),
-            OpKind::Atomic => self.atomics.done(op.rank, failure),
+            OpKind::PassiveSend => self.passive.sends.completed(op.segment, op.rank, failure),
+            OpKind::Atomic => self.atomics.turns.completed(op.segment, op.rank, failure),
+            OpKind::System => self.lookups.completed(op.segment, op.rank, failure),
             OpKind::Collective => self.reduce_writes.done(op.segment, op.rank, failure),
-            OpKind::System => {
-                if let Some(reason) = failure {
-                    *self
-                        .system_failure
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some((op.rank, reason));
-                }
-                self.system_reads.fetch_add(1, Ordering::AcqRel);
-            }
             OpKind::User => {
                 self.segments.with_local(op.segment, |seg| {
                     seg.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -291,7 +306,7 @@ impl Inner {
                     if let Some(reason) = failure {
                         q.fail(op.rank, reason);
                     }
-                    q.release(1);
+                    q.completed(op.rank);
                 }
             }
         }
@@ -381,9 +396,15 @@ impl ProgressThread {
 /// thread still polls.
 const STAND_ASIDE: Duration = Duration::from_millis(1);
 
+/// How long the progress thread polls for outstanding transfers without seeing any progress
+/// before it sleeps in the provider instead: a transfer towards a dead peer may never complete
+/// (shm), and polling for it would take a core for good.
+const STALL: Duration = Duration::from_millis(10);
+
 fn run(inner: &Inner, stop: &AtomicBool) {
     const MAX_SLEEP: Duration = Duration::from_millis(1);
     let mut sleep = Duration::from_micros(50);
+    let mut stalled_since: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         // See `Waiter`: stand aside while user threads poll themselves.
         let key = inner.standby.prepare();
@@ -394,19 +415,30 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             );
             continue;
         }
-        if inner.queues.any_outstanding() {
+        let outstanding = inner.queues.any_outstanding();
+        if !outstanding {
+            stalled_since = None;
+        }
+        let stalled = stalled_since.is_some_and(|since| since.elapsed() > STALL);
+        if outstanding && !stalled {
             // Our own transfers are in flight, and with manual progress they move only while
             // somebody drives the provider: sleeping in the wait object between socket events
             // cost 30% of streaming bandwidth (measured, tcp and shm). Poll, yielding the core,
             // until they complete.
-            if !inner.progress() {
+            if inner.progress() {
+                stalled_since = None;
+            } else {
+                stalled_since.get_or_insert_with(Instant::now);
                 std::thread::yield_now();
             }
         } else if inner.ep.cq_waitable() {
             // A bounded sleep rather than an infinite one: a stop request is also signalled,
             // but the bound keeps shutdown prompt even if a provider misses the signal.
-            inner.progress_blocking(100);
+            if inner.progress_blocking(100) {
+                stalled_since = None;
+            }
         } else if inner.progress() {
+            stalled_since = None;
             sleep = Duration::from_micros(50);
         } else {
             std::thread::sleep(sleep);
@@ -468,6 +500,12 @@ mod tests {
                 kind: OpKind::Collective,
                 queue: 0,
                 segment: 63,
+                rank: 5,
+            },
+            OpContext {
+                kind: OpKind::Ping,
+                queue: 0,
+                segment: 0,
                 rank: 5,
             },
         ] {

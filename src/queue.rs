@@ -5,9 +5,15 @@
 //! completion arrives. This keeps the provider's resources independent of the queue count and
 //! lets [`Context::wait`](crate::Context::wait) finish one queue while others stay busy. A full
 //! queue is reported as [`Error::QueueFull`] at post time; nothing blocks silently.
+//!
+//! Each queue also counts its operations per target rank, so that a wait knows which ranks it
+//! depends on, and so that the operations towards a rank that died can be dropped from the
+//! queue: on shm they would never complete (see `health`). Every count goes down exactly once
+//! per operation, whether it completes or is dropped, so a late completion of a dropped
+//! operation is not counted twice.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use crate::config::MAX_QUEUES;
 use crate::error::{Error, QueueId, Rank, Result};
@@ -21,6 +27,9 @@ pub(crate) struct Queue {
     /// Notifications waiting for the queue to drain (providers without write ordering only).
     outbox: Mutex<Vec<(Rank, WireNotification)>>,
     outbox_len: AtomicU32,
+    /// Operations not yet completed, per target rank; allocated at the first post.
+    per_rank: OnceLock<Box<[AtomicU32]>>,
+    ranks: u32,
 }
 
 /// All queues of a context; ids are indices, created and deleted at run time.
@@ -32,7 +41,8 @@ pub(crate) struct Queues {
 }
 
 impl Queues {
-    pub(crate) fn new(initial: u8, depth: u32) -> Self {
+    /// `initial` queues of `depth` operations each, for a job of `ranks` ranks.
+    pub(crate) fn new(initial: u8, depth: u32, ranks: u32) -> Self {
         let queues = (0..MAX_QUEUES)
             .map(|i| Queue {
                 active: AtomicBool::new(i < initial),
@@ -40,6 +50,8 @@ impl Queues {
                 failure: Mutex::new(None),
                 outbox: Mutex::new(Vec::new()),
                 outbox_len: AtomicU32::new(0),
+                per_rank: OnceLock::new(),
+                ranks,
             })
             .collect();
         Queues {
@@ -75,8 +87,8 @@ impl Queues {
         self.queues.get(usize::from(id))
     }
 
-    /// Reserves `n` slots on queue `id` for operations about to be posted.
-    pub(crate) fn reserve(&self, id: QueueId, n: u32) -> Result<&Queue> {
+    /// Reserves `n` slots on queue `id` for operations about to be posted to `rank` (valid).
+    pub(crate) fn reserve(&self, id: QueueId, n: u32, rank: Rank) -> Result<&Queue> {
         let q = self.get(id)?;
         let depth = self.depth;
         q.outstanding
@@ -84,6 +96,9 @@ impl Queues {
                 cur.checked_add(n).filter(|&next| next <= depth)
             })
             .map_err(|_| Error::QueueFull { queue: id, depth })?;
+        if let Some(count) = q.counts().get(rank as usize) {
+            count.fetch_add(n, Ordering::AcqRel);
+        }
         Ok(q)
     }
 
@@ -132,9 +147,50 @@ impl Queue {
         self.outstanding.load(Ordering::Acquire)
     }
 
-    /// Gives back `n` reserved slots (operations completed, or never posted).
-    pub(crate) fn release(&self, n: u32) {
-        self.outstanding.fetch_sub(n, Ordering::AcqRel);
+    fn counts(&self) -> &[AtomicU32] {
+        self.per_rank
+            .get_or_init(|| (0..self.ranks).map(|_| AtomicU32::new(0)).collect())
+    }
+
+    /// Gives back up to `n` slots of operations towards `rank` (completed, never posted, or
+    /// dropped); returns how many were still counted.
+    fn take(&self, rank: Rank, n: u32) -> u32 {
+        let Some(count) = self.counts().get(rank as usize) else {
+            return 0;
+        };
+        let before = count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(n))
+            })
+            .unwrap_or_else(|c| c);
+        let taken = before.min(n);
+        self.outstanding.fetch_sub(taken, Ordering::AcqRel);
+        taken
+    }
+
+    /// Gives back `n` reserved slots towards `rank` (operations never posted).
+    pub(crate) fn release(&self, rank: Rank, n: u32) {
+        self.take(rank, n);
+    }
+
+    /// One operation towards `rank` completed (unless it was dropped before).
+    pub(crate) fn completed(&self, rank: Rank) {
+        self.take(rank, 1);
+    }
+
+    /// Drops every operation towards `rank` from the queue; returns how many there were.
+    pub(crate) fn drop_rank(&self, rank: Rank) -> u32 {
+        self.take(rank, u32::MAX)
+    }
+
+    /// The ranks this queue has operations towards.
+    pub(crate) fn targets(&self) -> impl Iterator<Item = Rank> + '_ {
+        let counts = self.per_rank.get().map_or(&[][..], |c| &c[..]);
+        counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.load(Ordering::Acquire) > 0)
+            .map(|(r, _)| r as Rank)
     }
 
     /// Records that an operation of this queue towards `rank` failed; the next
@@ -195,31 +251,49 @@ mod tests {
 
     #[test]
     fn full_queue_is_an_error_and_release_frees_it() {
-        let qs = Queues::new(2, 3);
-        qs.reserve(0, 2).expect("room for two");
+        let qs = Queues::new(2, 3, 4);
+        qs.reserve(0, 2, 1).expect("room for two");
         assert!(matches!(
-            qs.reserve(0, 2),
+            qs.reserve(0, 2, 1),
             Err(Error::QueueFull { queue: 0, depth: 3 })
         ));
-        qs.reserve(0, 1).expect("room for the third");
-        qs.get(0).expect("queue 0").release(3);
+        qs.reserve(0, 1, 1).expect("room for the third");
+        qs.get(0).expect("queue 0").release(1, 3);
         assert_eq!(qs.get(0).expect("queue 0").outstanding(), 0);
     }
 
     #[test]
+    fn operations_of_a_dropped_rank_are_counted_once() {
+        let qs = Queues::new(1, 8, 3);
+        let q = qs.reserve(0, 2, 1).expect("reserve");
+        qs.reserve(0, 3, 2).expect("reserve");
+        assert_eq!(q.targets().collect::<Vec<_>>(), vec![1, 2]);
+        q.completed(2);
+        assert_eq!(q.drop_rank(2), 2);
+        assert_eq!(q.outstanding(), 2);
+        // A late completion of a dropped operation changes nothing.
+        q.completed(2);
+        assert_eq!(q.outstanding(), 2);
+        assert_eq!(q.targets().collect::<Vec<_>>(), vec![1]);
+        q.completed(1);
+        q.completed(1);
+        assert!(q.is_drained());
+    }
+
+    #[test]
     fn create_and_delete_manage_ids() {
-        let qs = Queues::new(1, 4);
+        let qs = Queues::new(1, 4, 2);
         assert!(matches!(
             qs.get(1),
             Err(Error::InvalidQueue { queue: 1, count: 1 })
         ));
         assert_eq!(qs.create().expect("create"), 1);
-        qs.reserve(1, 1).expect("reserve");
+        qs.reserve(1, 1, 0).expect("reserve");
         assert!(matches!(
             qs.delete(1),
             Err(Error::QueueBusy { queue: 1, .. })
         ));
-        qs.get(1).expect("queue 1").release(1);
+        qs.get(1).expect("queue 1").release(0, 1);
         qs.delete(1).expect("delete idle queue");
         assert!(qs.get(1).is_err());
     }

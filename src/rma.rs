@@ -22,12 +22,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_utils::Backoff;
-use gaspi_notifications::Timeout;
+use gaspi_notifications::{Deadline, Timeout};
 
 use crate::config::MAX_LIST_ENTRIES;
 use crate::context::Context;
 use crate::error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 use crate::fabric::{Posted, RemoteTarget};
+use crate::health::POST_LOOK;
 use crate::progress::{Deferred, OpContext, OpKind};
 use crate::segment::{layout, LocalSegment, RemoteSegment};
 use crate::wire::WireNotification;
@@ -193,18 +194,33 @@ impl Context {
 
     /// Waits until every operation posted on `queue` has completed locally (its buffers may be
     /// reused). Reports the first failed operation of the queue, naming the rank.
+    ///
+    /// When a rank that the queue has operations towards dies, the wait returns
+    /// [`Error::RankFailed`] naming it (within about a second for a peer on this host, see the
+    /// `health` module), also under `Timeout::Block`. Its operations are then dropped from the
+    /// queue, whose other operations can be waited for with the next call: the queue stays
+    /// usable (this takes the place of GASPI's `queue_purge`). Whether dropped writes reached
+    /// the dead rank is unknown, and the local segments they used stay busy for
+    /// [`segment_delete`](Self::segment_delete) while the provider may still hold them.
     pub fn wait(&self, queue: QueueId, timeout: Timeout) -> Result<()> {
         let q = self.queues_get(queue)?;
-        let result = gaspi_notifications::wait_until(
-            &self.inner.events,
+        let inner = &self.inner;
+        let result = inner.watched_until(
+            || q.targets(),
             timeout.deadline(),
             || q.is_drained().then_some(()),
-            self.inner.waiter(),
         );
+        let dead: Vec<Rank> = q
+            .targets()
+            .filter(|&r| inner.health.known(r).is_some())
+            .collect();
+        for rank in dead {
+            q.drop_rank(rank);
+        }
         if let Some((rank, reason)) = q.take_failure() {
             return Err(Error::RankFailed { rank, reason });
         }
-        result.map_err(|_| Error::Timeout)
+        result
     }
 
     fn queues_get(&self, queue: QueueId) -> Result<&crate::queue::Queue> {
@@ -303,7 +319,11 @@ impl Context {
         if transfers.is_empty() {
             return Ok(());
         }
-        let q = self.inner.queues.reserve(queue, transfers.len() as u32)?;
+        let rank = transfers[0].target.rank;
+        let q = self
+            .inner
+            .queues
+            .reserve(queue, transfers.len() as u32, rank)?;
         // Without provider ordering every write reports completion only once delivered, so a
         // drained queue proves its writes landed (see `post_notify`).
         let ordered = self.inner.ep.caps().ordered_writes;
@@ -340,7 +360,7 @@ impl Context {
             });
             if let Err(e) = posted {
                 t.local.in_flight.fetch_sub(1, Ordering::AcqRel);
-                q.release((transfers.len() - i) as u32);
+                q.release(rank, (transfers.len() - i) as u32);
                 return Err(e);
             }
         }
@@ -356,7 +376,11 @@ impl Context {
         if transfers.is_empty() {
             return Ok(());
         }
-        let q = self.inner.queues.reserve(queue, transfers.len() as u32)?;
+        let rank = transfers[0].target.rank;
+        let q = self
+            .inner
+            .queues
+            .reserve(queue, transfers.len() as u32, rank)?;
         let last = transfers.len() - 1;
         for (i, t) in transfers.iter().enumerate() {
             let op = OpContext {
@@ -393,7 +417,7 @@ impl Context {
                     drop(unsafe { Deferred::reclaim(ctx) });
                 }
                 t.local.in_flight.fetch_sub(1, Ordering::AcqRel);
-                q.release((transfers.len() - i) as u32);
+                q.release(rank, (transfers.len() - i) as u32);
                 return Err(e);
             }
         }
@@ -421,28 +445,49 @@ impl Context {
 
     /// Posts with `attempt`, driving progress while the provider says "again", for at most the
     /// configured operation timeout.
-    pub(crate) fn post(
+    pub(crate) fn post(&self, rank: Rank, attempt: impl FnMut() -> Result<Posted>) -> Result<()> {
+        let limit = self.inner.config.op_timeout;
+        if self.post_until(rank, Timeout::from(limit).deadline(), attempt)? {
+            return Ok(());
+        }
+        Err(Error::RankFailed {
+            rank,
+            reason: format!("the provider accepted no operation towards it for {limit:?}"),
+        })
+    }
+
+    /// Posts with `attempt`, driving progress while the provider says "again", until
+    /// `deadline`; `Ok(false)` when the deadline passed first. Nothing is posted to a rank
+    /// known dead, and while the provider refuses, the target's health is looked at every
+    /// [`POST_LOOK`]: a dead peer makes both providers refuse for ever (see `health`).
+    pub(crate) fn post_until(
         &self,
         rank: Rank,
+        deadline: Deadline,
         mut attempt: impl FnMut() -> Result<Posted>,
-    ) -> Result<()> {
-        let start = Instant::now();
+    ) -> Result<bool> {
+        if let Some(dead) = self.inner.health.known(rank) {
+            return Err(dead);
+        }
         let backoff = Backoff::new();
+        let mut next_look: Option<Instant> = None;
         loop {
             match attempt()? {
-                Posted::Yes => return Ok(()),
+                Posted::Yes => return Ok(true),
                 Posted::Again => {
                     if !self.inner.progress() {
                         backoff.snooze();
                     }
-                    if start.elapsed() > self.inner.config.op_timeout {
-                        return Err(Error::RankFailed {
-                            rank,
-                            reason: format!(
-                                "the provider accepted no operation towards it for {:?}",
-                                self.inner.config.op_timeout
-                            ),
-                        });
+                    let now = Instant::now();
+                    let look = next_look.get_or_insert(now + POST_LOOK);
+                    if now >= *look {
+                        if let Some(dead) = self.inner.look(rank) {
+                            return Err(dead);
+                        }
+                        *look = now + POST_LOOK;
+                    }
+                    if deadline.expired() {
+                        return Ok(false);
                     }
                 }
             }
@@ -491,52 +536,47 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let target = self.inner.system_target(rank, offset);
-        let before = self.inner.system_reads.load(Ordering::Acquire);
-        let ctx = OpContext {
-            kind: OpKind::System,
-            queue: 0,
-            segment: 0,
-            rank,
-        }
-        .encode();
-        let landing = self
-            .inner
-            .system_memory
-            .as_ptr()
-            .wrapping_add(layout::LANDING as usize);
-        let desc: *mut c_void = self.inner.system_mr.desc();
-        self.post(rank, || {
-            // SAFETY: the landing area lies inside the registered system region (layout
-            // constants), which lives as long as the context; the lookup lock makes this the
-            // only read using it.
-            unsafe {
-                self.inner
-                    .ep
-                    .read(landing, layout::DESCRIPTOR_LEN as usize, desc, target, ctx)
-            }
-        })?;
-        let waited = gaspi_notifications::wait_until(
-            &self.inner.events,
-            Timeout::from(self.inner.config.op_timeout).deadline(),
-            || (self.inner.system_reads.load(Ordering::Acquire) != before).then_some(()),
-            self.inner.waiter(),
-        );
-        if let Some((rank, reason)) = self
-            .inner
-            .system_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
-        }
-        waited.map_err(|_| Error::RankFailed {
+        let inner = &self.inner;
+        let deadline = Timeout::from(inner.config.op_timeout).deadline();
+        let no_answer = || Error::RankFailed {
             rank,
             reason: format!(
                 "no answer to a descriptor lookup within {:?}",
-                self.inner.config.op_timeout
+                inner.config.op_timeout
             ),
-        })?;
+        };
+        // The landing area is free once the previous lookup (which may have timed out)
+        // completed, or its target died.
+        let turn = match inner.begin_turn(&inner.lookups, rank, deadline) {
+            Err(Error::Timeout) => return Err(no_answer()),
+            other => other?,
+        };
+        let ctx = OpContext {
+            kind: OpKind::System,
+            queue: 0,
+            segment: turn.tag(),
+            rank,
+        }
+        .encode();
+        let landing = inner
+            .system_memory
+            .as_ptr()
+            .wrapping_add(layout::LANDING as usize);
+        let desc: *mut c_void = inner.system_mr.desc();
+        let posted = self.post(rank, || {
+            // SAFETY: the landing area lies inside the registered system region (layout
+            // constants), which lives as long as the context; the lookup lock and the turns
+            // make this the only read using it.
+            unsafe {
+                inner
+                    .ep
+                    .read(landing, layout::DESCRIPTOR_LEN as usize, desc, target, ctx)
+            }
+        });
+        match inner.end_turn(&inner.lookups, turn, posted, deadline) {
+            Err(Error::Timeout) => return Err(no_answer()),
+            other => other?,
+        }
         let mut words = [0u64; 4];
         for (i, w) in words.iter_mut().enumerate() {
             *w = self

@@ -270,6 +270,40 @@ fn a_rank_leaving_without_finalize_does_not_hang_a_barrier() {
 }
 
 #[test]
+fn keep_going_lets_the_other_ranks_finish_and_reports_the_death() {
+    // Rank 1 kills itself at once; the others finish their work a moment later.
+    let script = r#"if [ "$PMI_RANK" = 1 ]; then kill -9 $$; fi; sleep 2; echo done $PMI_RANK"#;
+    let run = gaspirun(&["-n", "3", "--keep-going", "sh", "-c", script]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert_eq!(run.sorted_stdout(), ["[0] done 0", "[2] done 2"]);
+    assert!(
+        run.stderr.contains(
+            "rank 1 was killed by signal 9 (SIGKILL); the other ranks keep running (--keep-going)"
+        ),
+        "{}",
+        run.stderr
+    );
+    // Without the option the same death ends the job before the others finish.
+    let run = gaspirun(&["-n", "3", "sh", "-c", script]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+#[test]
+fn keep_going_still_ends_a_job_stuck_in_a_pmi_barrier() {
+    // PMI-1 cannot tell the others that their barrier failed: the job must end, not hang.
+    let script = format!(r#"if [ "$PMI_RANK" = 2 ]; then kill -9 $$; fi; exec "{PMI_CHECK}""#);
+    let run = gaspirun(&["-n", "3", "--keep-going", "sh", "-c", &script]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    assert!(
+        run.stderr.contains("rank 2 can no longer enter"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn pmi_abort_ends_the_job_with_its_exit_code() {
     let run = gaspirun(&["-n", "3", PMI_CHECK, "abort"]);
     assert_eq!(run.status, Some(5), "{}", run.stderr);

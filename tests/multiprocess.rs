@@ -12,7 +12,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{gaspirun, selftest, PROVIDERS};
+use common::{gaspirun, gaspirun_with, selftest, PROVIDERS};
 
 /// One test per scenario, rank count and provider.
 macro_rules! scenario_tests {
@@ -342,6 +342,116 @@ fn early_abort_4_tcp() {
 #[test]
 fn early_abort_4_shm() {
     early_exit(4, "shm", "abort");
+}
+
+/// The bound within which a job with a killed rank must end under `--keep-going`: the
+/// survivors' checks take a few seconds (detection within a second per step), so this only
+/// catches a hang.
+const FAULT_BOUND: Duration = Duration::from_secs(45);
+
+/// The last rank stops for a while, then kills itself with SIGKILL; under `gaspirun
+/// --keep-going` the survivors must report `ok` (each checked that the stop showed as timeouts
+/// and marked nothing, that every operation involving the dead rank failed naming it, in time,
+/// and that they went on without it), the job must end in bounded time with the
+/// dead rank's status (128 + 9), and no rank process may outlive it.
+fn fault(ranks: u32, provider: &str) {
+    let job = gaspirun_with(
+        &["--keep-going"],
+        ranks,
+        provider,
+        EARLY_EXIT_LIMIT_S,
+        Path::new(common::SELFTEST),
+        &["fault"],
+    );
+    let dead = ranks - 1;
+    let pid: u32 = job
+        .stdout
+        .lines()
+        .find_map(|l| {
+            let rest = l.split_once(&format!("fault rank {dead} pid "))?.1;
+            rest.split(':').next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("rank {dead} reports its pid\n{}", job.report()));
+    assert!(
+        reap_survivors(&[pid]).is_empty(),
+        "the killed rank still runs\n{}",
+        job.report()
+    );
+    assert_eq!(
+        job.status.code(),
+        Some(137),
+        "the job reports the killed rank's status\n{}",
+        job.report()
+    );
+    assert!(
+        job.stderr.contains(&format!(
+            "rank {dead} was killed by signal 9 (SIGKILL); the other ranks keep running"
+        )),
+        "gaspirun reports the death and keeps going\n{}",
+        job.report()
+    );
+    assert!(
+        job.elapsed < FAULT_BOUND,
+        "the job took {:?} (bound {FAULT_BOUND:?})\n{}",
+        job.elapsed,
+        job.report()
+    );
+    for rank in 0..dead {
+        let line = job
+            .stdout
+            .lines()
+            .find(|l| l.contains(&format!("ok fault rank {rank}: ")))
+            .unwrap_or_else(|| panic!("survivor {rank} reports ok\n{}", job.report()));
+        for checked in [
+            format!("while rank {dead} was stopped a barrier timed out"),
+            "nothing was marked, and the barrier completed once it resumed".to_owned(),
+            format!("on GROUP_ALL failed naming rank {dead}"),
+            format!("state_vec marks rank {dead} and only it Corrupt"),
+            format!("proc_ping fails for rank {dead}"),
+            "a write to it fails at once".to_owned(),
+            "the data received before the kill is intact".to_owned(),
+            format!("the {dead} survivors committed a group"),
+            format!("finalize failed naming rank {dead}"),
+        ] {
+            assert!(line.contains(&checked), "{checked:?} missing in {line:?}");
+        }
+    }
+    let streamer = dead - 1;
+    if streamer != 0 {
+        assert!(
+            job.stdout
+                .lines()
+                .any(|l| l.contains(&format!("ok fault rank {streamer}: "))
+                    && l.contains("; streaming ")),
+            "rank {streamer} streamed into the dying rank\n{}",
+            job.report()
+        );
+    }
+    assert!(
+        !job.stdout.contains(&format!("ok fault rank {dead}:")),
+        "the killed rank cannot report ok\n{}",
+        job.report()
+    );
+}
+
+#[test]
+fn fault_3_tcp() {
+    fault(3, "tcp");
+}
+
+#[test]
+fn fault_3_shm() {
+    fault(3, "shm");
+}
+
+#[test]
+fn fault_4_tcp() {
+    fault(4, "tcp");
+}
+
+#[test]
+fn fault_4_shm() {
+    fault(4, "shm");
 }
 
 /// The demo's own check line, for rank `r` of 4.

@@ -22,7 +22,7 @@ mod schedule;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gaspi_notifications::{wait_until, Deadline, Timeout};
+use gaspi_notifications::{Deadline, Timeout};
 
 pub(crate) use area::ReduceArea;
 use op::{Builtin, Folder, User};
@@ -31,7 +31,7 @@ use schedule::Fold;
 
 use crate::config::MAX_GROUPS;
 use crate::context::Context;
-use crate::dissemination::{bank_start, remaining, CollState, SLOTS_PER_GROUP};
+use crate::dissemination::{bank_start, CollState, SLOTS_PER_GROUP};
 use crate::error::{Error, Rank, Result};
 use crate::fabric::RemoteTarget;
 use crate::group::{Group, GroupId};
@@ -83,6 +83,12 @@ impl Default for Writes {
 }
 
 impl Writes {
+    /// Stops waiting for the writes of group `group` in flight.
+    fn give_up(&self, group: GroupId) {
+        let i = usize::from(group);
+        self.done[i].fetch_max(self.posted[i].load(Ordering::Acquire), Ordering::AcqRel);
+    }
+
     /// Progress engine: a write of group `group` towards `rank` completed.
     pub(crate) fn done(&self, group: GroupId, rank: Rank, failure: Option<String>) {
         if let Some(reason) = failure {
@@ -178,6 +184,10 @@ impl Context {
             .members
             .index_of(me)
             .ok_or(Error::NotInGroup { group, rank: me })?;
+        // A dead member makes the reduction hopeless, whatever state the group is in.
+        if let Some(e) = self.inner.health.first_known(g.member_ranks()) {
+            return Err(e);
+        }
         let signature = mix(&[folder.code(), input.len() as u64]);
         let mut state = g.state();
         match &state.reduce {
@@ -218,7 +228,14 @@ impl Context {
                 // The area's send slots must outlive the writes from them, even if the group
                 // is deleted next; a write that cannot finish (a dead partner) is not waited
                 // for long.
-                let _ = self.drain_reduce_writes(group, Timeout::Millis(1_000).deadline());
+                if self
+                    .drain_reduce_writes(&g, Timeout::Millis(1_000).deadline())
+                    .is_err()
+                {
+                    // Writes towards a dead member may never complete (shm); the group's next
+                    // runs must not wait for them.
+                    self.inner.reduce_writes.give_up(group);
+                }
                 state.abandon();
                 Err(e)
             }
@@ -274,9 +291,12 @@ impl Context {
                 if let Some((recv, how)) = &step.recv {
                     let id = slots + step.slot;
                     // A slot that already arrived stays set for the call after a timeout.
-                    table
-                        .wait_some(id, 1, remaining(deadline), self.inner.waiter())
-                        .map_err(|_| Error::Timeout)?;
+                    // Every member is watched: a live partner may be stuck on a dead one.
+                    self.inner.watched(
+                        || g.member_ranks(),
+                        deadline,
+                        |slice| table.wait_some(id, 1, slice, self.inner.waiter()).ok(),
+                    )?;
                     if table.reset(id).unwrap_or(0) != tag {
                         return Err(Error::CollectiveMismatch {
                             group: g.id,
@@ -295,7 +315,7 @@ impl Context {
                 run.step += 1;
                 run.sent = false;
             }
-            self.drain_reduce_writes(g.id, deadline)?;
+            self.drain_reduce_writes(g, deadline)?;
             *epoch += 1;
             run.step = 0;
             run.chunk += 1;
@@ -369,18 +389,17 @@ impl Context {
         result
     }
 
-    /// Waits until every allreduce write of group `group` completed at this end.
-    fn drain_reduce_writes(&self, group: GroupId, deadline: Deadline) -> Result<()> {
+    /// Waits until every allreduce write of group `g` completed at this end.
+    fn drain_reduce_writes(&self, g: &Group, deadline: Deadline) -> Result<()> {
         let writes = &self.inner.reduce_writes;
-        let i = usize::from(group);
-        let waited = wait_until(
-            &self.inner.events,
+        let i = usize::from(g.id);
+        let waited = self.inner.watched_until(
+            || g.member_ranks(),
             deadline,
             || {
                 (writes.done[i].load(Ordering::Acquire) >= writes.posted[i].load(Ordering::Acquire))
                     .then_some(())
             },
-            self.inner.waiter(),
         );
         if let Some((rank, reason)) = writes
             .failure
@@ -390,7 +409,7 @@ impl Context {
         {
             return Err(Error::RankFailed { rank, reason });
         }
-        waited.map_err(|_| Error::Timeout)
+        waited
     }
 
     /// Where `rank` receives group `g`'s allreduce data, read from its system region once.

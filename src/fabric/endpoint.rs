@@ -73,6 +73,10 @@ pub(crate) struct CqFailure {
     pub context: usize,
     /// What the provider reported.
     pub message: String,
+    /// The libfabric error number (positive).
+    pub code: i32,
+    /// The provider's own error number (tcp: the socket's errno).
+    pub prov_errno: i32,
 }
 
 impl Endpoint {
@@ -577,6 +581,8 @@ impl Endpoint {
         Ok(CqFailure {
             context: entry.op_context as usize,
             message: format!("{} ({provider_msg})", super::strerror(entry.err)),
+            code: entry.err,
+            prov_errno: entry.prov_errno,
         })
     }
 }

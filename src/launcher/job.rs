@@ -75,8 +75,12 @@ struct Job {
     tag_output: bool,
     /// Forwarded output streams not yet at end of file.
     open_outputs: usize,
-    /// Exit status of the first failure; once set, the job is being torn down.
+    /// Exit status of the first failure.
     failure: Option<u8>,
+    /// The job is being torn down.
+    ending: bool,
+    /// Survivors run on when a rank dies (`--keep-going`).
+    keep_going: bool,
     /// When the job's time limit ends, and its length (for the message).
     time_limit: Option<(Instant, Duration)>,
     /// When to follow the SIGTERM of a teardown with SIGKILL.
@@ -116,6 +120,8 @@ pub(crate) fn run(options: Options) -> u8 {
         tag_output: options.output == Output::Tagged,
         open_outputs: 0,
         failure: None,
+        ending: false,
+        keep_going: options.keep_going,
         time_limit: options.timeout.map(|t| (Instant::now() + t, t)),
         kill_at: None,
         drain_until: None,
@@ -256,7 +262,7 @@ impl Job {
             Event::Exited(rank, exit) => {
                 leftovers::remove(self.ranks[rank as usize].child.id());
                 if exit.status != 0 {
-                    self.fail(exit.status, format!("rank {rank} {}", exit.description));
+                    self.rank_died(exit.status, format!("rank {rank} {}", exit.description));
                 } else if self.kvs.is_initialized(rank)
                     && !self.kvs.is_finalized(rank)
                     && self
@@ -268,7 +274,7 @@ impl Job {
                     // A rank that joined the job and left without finalizing is a dead peer to
                     // the others, whatever its status: end the job instead of letting the
                     // survivors wait for it until their timeouts.
-                    self.fail(
+                    self.rank_died(
                         INTERNAL_ERROR,
                         format!("rank {rank} exited without calling PMI finalize while other ranks still run"),
                     );
@@ -279,7 +285,7 @@ impl Job {
             Event::OutputClosed => self.open_outputs -= 1,
             Event::Signal(signal) => {
                 let name = signal.as_str();
-                if self.failure.is_some() {
+                if self.ending {
                     // Asked twice: no more grace.
                     self.signal_all(Signal::SIGKILL);
                     self.kill_at = None;
@@ -295,7 +301,7 @@ impl Job {
 
     /// Handles one PMI request and delivers the replies.
     fn serve(&mut self, rank: u32, msg: &Message) {
-        if self.failure.is_some() {
+        if self.ending {
             // The job is going down; a reply could only let the rank run on a little longer.
             return;
         }
@@ -335,8 +341,10 @@ impl Job {
     }
 
     /// Fails the job when ranks wait in a barrier that some rank can no longer enter.
+    /// This applies under `--keep-going` too: PMI-1 has no way to tell the waiting ranks that
+    /// their barrier failed, so the job cannot go on.
     fn check_barrier(&mut self) {
-        if self.failure.is_some() {
+        if self.ending {
             return;
         }
         let waiting = self.kvs.barrier_waiters();
@@ -371,13 +379,29 @@ impl Job {
         }
     }
 
+    /// A rank died: under `--keep-going` the failure is recorded for the exit status and the
+    /// other ranks run on (the runtime tells them which peer is gone); otherwise the job ends.
+    fn rank_died(&mut self, status: u8, message: String) {
+        if !self.keep_going {
+            return self.fail(status, message);
+        }
+        if self.ending {
+            return;
+        }
+        report(&format!(
+            "{message}; the other ranks keep running (--keep-going)"
+        ));
+        self.failure.get_or_insert(status);
+    }
+
     /// Records the first failure, reports it, and starts tearing the job down.
     fn fail(&mut self, status: u8, message: String) {
-        if self.failure.is_some() {
+        if self.ending {
             return;
         }
         report(&format!("{message}; terminating the job"));
-        self.failure = Some(status);
+        self.failure.get_or_insert(status);
+        self.ending = true;
         self.signal_all(Signal::SIGTERM);
         self.kill_at = Some(Instant::now() + KILL_GRACE);
     }
@@ -393,10 +417,7 @@ impl Job {
 
     /// The next moment something has to happen without an event.
     fn next_wake(&self) -> Option<Instant> {
-        let limit = self
-            .time_limit
-            .filter(|_| self.failure.is_none())
-            .map(|(at, _)| at);
+        let limit = self.time_limit.filter(|_| !self.ending).map(|(at, _)| at);
         [limit, self.kill_at, self.drain_until]
             .into_iter()
             .flatten()
@@ -405,7 +426,7 @@ impl Job {
 
     fn wake(&mut self, now: Instant) {
         if let Some((at, limit)) = self.time_limit {
-            if now >= at && self.failure.is_none() {
+            if now >= at && !self.ending {
                 self.fail(
                     TIMEOUT_STATUS,
                     format!(

@@ -26,6 +26,10 @@ Options:
                             of different ranks still never mix
       --separate-output DIR write the output of rank R to DIR/rank.R.out and
                             DIR/rank.R.err instead of the terminal
+      --keep-going          when a rank dies (killed, crashed, non-zero exit, or
+                            exit without PMI finalize), let the other ranks run
+                            on: the gaspi runtime reports the dead rank to them
+                            (Error::RankFailed) and they may continue without it
   -h, --help                print this help
   -V, --version             print the version
 
@@ -35,10 +39,13 @@ stdin unless that is a terminal; the other ranks read /dev/null.
 
 When a rank exits with a non-zero status, is killed by a signal, calls PMI
 abort, or the time limit passes, gaspirun stops the whole job (SIGTERM, then
-SIGKILL) and says on stderr which rank failed and why.
+SIGKILL) and says on stderr which rank failed and why. With --keep-going only
+PMI abort, the time limit, a signal to gaspirun, and ranks left waiting in a
+PMI barrier that a dead rank can never enter stop the job; other failures are
+reported and the job runs until every rank has ended.
 
-Exit status: 0 when every rank exits 0; otherwise the status of the first
-failure: the rank's exit status, 128+N for a rank killed by signal N, the PMI
+Exit status: 0 when every rank exits 0; otherwise (with --keep-going too)
+the status of the first failure: the rank's exit status, 128+N for a rank killed by signal N, the PMI
 abort code, 124 when the time limit passed, 126/127 when the program cannot be
 started, 2 for usage errors.
 ";
@@ -65,6 +72,8 @@ pub(crate) struct Options {
     pub(crate) timeout: Option<Duration>,
     /// Output handling.
     pub(crate) output: Output,
+    /// Survivors run on when a rank dies (`--keep-going`).
+    pub(crate) keep_going: bool,
     /// The program every rank runs.
     pub(crate) program: OsString,
     /// Its arguments.
@@ -93,6 +102,7 @@ pub(crate) fn parse(
     let mut provider = None;
     let mut timeout = None;
     let mut output = None;
+    let mut keep_going = false;
     let program = loop {
         let Some(arg) = args.next() else {
             return Err("no program to run".to_owned());
@@ -123,6 +133,7 @@ pub(crate) fn parse(
             "-n" | "--np" => ranks = Some(parse_ranks(&value()?)?),
             "--provider" => provider = Some(value()?),
             "--timeout" => timeout = Some(parse_timeout("--timeout", &value()?)?),
+            "--keep-going" => keep_going = true,
             "--tag-output" => set_output(&mut output, Output::Tagged)?,
             "--no-prefix" => set_output(&mut output, Output::Raw)?,
             "--separate-output" => {
@@ -147,6 +158,7 @@ pub(crate) fn parse(
         provider,
         timeout,
         output: output.unwrap_or(Output::Tagged),
+        keep_going,
         program,
         args: args.collect(),
     }))
@@ -212,6 +224,7 @@ mod tests {
         assert_eq!(o.provider, Some("tcp".into()));
         assert_eq!(o.timeout, Some(Duration::from_millis(1500)));
         assert_eq!(o.output, Output::Raw);
+        assert!(!o.keep_going);
         assert_eq!(o.program, "prog");
         // Everything after the program belongs to it, options included.
         assert_eq!(o.args, vec![OsString::from("-n"), OsString::from("--x")]);
@@ -224,8 +237,9 @@ mod tests {
         assert_eq!(o.program, "-dash-prog");
         assert_eq!(o.output, Output::Tagged);
         assert_eq!(o.timeout, None);
-        let o = run(&["--np=2", "--separate-output", "out", "p"]).unwrap();
+        let o = run(&["--np=2", "--separate-output", "out", "--keep-going", "p"]).unwrap();
         assert_eq!(o.output, Output::Separate(PathBuf::from("out")));
+        assert!(o.keep_going);
     }
 
     #[test]
@@ -240,6 +254,7 @@ mod tests {
             &["-n", "2", "--timeout", "-1", "prog"],
             &["-n", "2", "--no-prefix", "--separate-output", "d", "prog"],
             &["-n", "2", "--no-prefix=yes", "prog"],
+            &["-n", "2", "--keep-going=1", "prog"],
             &["-n", "2", "--"],
         ] {
             assert!(

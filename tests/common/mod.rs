@@ -140,10 +140,23 @@ pub fn gaspirun(
     program: &Path,
     args: &[&str],
 ) -> Finished {
+    gaspirun_with(&[], ranks, provider, timeout_s, program, args)
+}
+
+/// Like [`gaspirun`], with further gaspirun options (`options`) before the program.
+pub fn gaspirun_with(
+    options: &[&str],
+    ranks: u32,
+    provider: &str,
+    timeout_s: u64,
+    program: &Path,
+    args: &[&str],
+) -> Finished {
     let mut command = Command::new(GASPIRUN);
     command
         .args(["-n", &ranks.to_string(), "--provider", provider])
         .args(["--timeout", &timeout_s.to_string()])
+        .args(options)
         .arg(program)
         .args(args);
     run(command, Duration::from_secs(timeout_s) + WATCHDOG_MARGIN)

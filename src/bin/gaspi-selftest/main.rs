@@ -10,7 +10,8 @@
 //! `ok <scenario> rank R: <what was checked>`; on any mismatch it prints
 //! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
 //! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
-//! check that the launcher and the survivors notice a rank that vanished.
+//! check that the launcher and the survivors notice a rank that vanished. `fault` kills its
+//! last rank and needs `gaspirun --keep-going`; only the survivors print `ok`.
 //!
 //! The integration tests in `tests/multiprocess*.rs` run every scenario under `gaspirun` over
 //! the `tcp` and `shm` providers.
@@ -20,6 +21,7 @@ mod atomics;
 mod check;
 mod early_exit;
 mod errors;
+mod fault;
 mod groups;
 mod integrity;
 mod options;
@@ -74,11 +76,16 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Atomics => atomics::run(&ctx),
         Scenario::Errors => errors::run(&ctx),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
+        Scenario::Fault => fault::run(&ctx),
     };
     let outcome = outcome.and_then(|summary| {
         if scenario == Scenario::Timeouts {
             let resumed = timeouts::finalize_resumes_after_timeout(ctx)?;
             return Ok(format!("{summary}; {resumed}"));
+        }
+        if scenario == Scenario::Fault {
+            let finalized = fault::finalize_reports_the_dead_rank(ctx)?;
+            return Ok(format!("{summary}; {finalized}"));
         }
         ctx.finalize(FINALIZE_TIMEOUT)
             .map_err(|e| Failure(format!("finalize failed after the checks passed: {e}")))?;

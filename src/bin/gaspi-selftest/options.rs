@@ -56,6 +56,14 @@ Scenarios:
                the others wait in a barrier: the JOB IS EXPECTED TO FAIL, and
                a working launcher ends it promptly
       --leave exit|abort  how the last rank leaves: exit(0) (default) or abort()
+  fault        the last rank stops (SIGSTOP) for 2.5 s, which the others must
+               see as timeouts that mark nothing, then kills itself with SIGKILL
+               after some write_notify traffic; the survivors must get
+               RankFailed naming it (barrier,
+               write, queue wait, proc_ping, finalize) within two timeouts,
+               see it Corrupt in state_vec, keep the data received before the
+               kill, and go on in a group of their own. Run it under
+               `gaspirun --keep-going`; the dead rank prints no `ok` line
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -73,10 +81,11 @@ pub enum Scenario {
     Atomics,
     Errors,
     EarlyExit,
+    Fault,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 10] = [
+    const ALL: [Scenario; 11] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -87,6 +96,7 @@ impl Scenario {
         Scenario::Atomics,
         Scenario::Errors,
         Scenario::EarlyExit,
+        Scenario::Fault,
     ];
 
     /// The subcommand naming this scenario.
@@ -102,6 +112,7 @@ impl Scenario {
             Scenario::Atomics => "atomics",
             Scenario::Errors => "errors",
             Scenario::EarlyExit => "early-exit",
+            Scenario::Fault => "fault",
         }
     }
 

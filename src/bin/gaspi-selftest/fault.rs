@@ -1,0 +1,365 @@
+//! `fault`: a rank is killed with SIGKILL mid-run; the survivors must be told and go on.
+//!
+//! Run under `gaspirun --keep-going` (the default launcher behaviour ends the whole job). Every
+//! rank first sends a block to its right neighbour with `write_notify` and checks the one from
+//! its left. Then the last rank stops itself (SIGSTOP) for 2.5 s: meanwhile a barrier times out
+//! on the others, a ping of it does not fail, and nothing is marked (a stopped process is not
+//! a dead one); once it is resumed the barrier completes. Then it kills itself
+//! (`kill(getpid(), SIGKILL)`, a real `kill -9`) right after a barrier. The survivors check,
+//! each on its own:
+//!
+//! * the rank left of the dead one streams writes to it until one fails: the write or the wait
+//!   for its queue reports `RankFailed` naming it. Over tcp the writes are 64 KiB, so some are
+//!   in flight at the kill; over shm they are 8 bytes, which shm completes at once until the
+//!   dead rank's command queue is full and the provider refuses more (larger ones would never
+//!   complete, and shm completes operations in order, so that rank could complete no read or
+//!   large write afterwards: see the README);
+//! * a barrier on `GROUP_ALL` fails with `RankFailed` naming the dead rank within two of its
+//!   timeouts: rank 0 waits with `Timeout::Block`, which must not hang, the others with 2 s;
+//! * `state_vec` marks the dead rank, and only it, `Corrupt`;
+//! * `proc_ping` of the dead rank fails naming it, and of a survivor succeeds;
+//! * a write to the dead rank fails at once naming it;
+//! * the block received before the kill is still intact;
+//! * a group of the survivors commits, its barrier completes, and a `write_notify` ring and
+//!   passive messages among the survivors deliver every byte (a passive send to the dead rank
+//!   fails naming it);
+//! * `finalize` returns `RankFailed` naming the dead rank instead of hanging, and the process
+//!   exits normally.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use gaspi::{
+    local, remote, Context, Error, Notification, Rank, ReduceOp, State, Timeout, GROUP_ALL,
+};
+
+use crate::check::{compare, ensure, fill_pattern, seed, Doing, Failure, Outcome};
+
+const SEGMENT: u8 = 0;
+const BLOCK: u64 = 64 << 10;
+/// Where the block from the left neighbour lands before the kill, and where the survivors'
+/// ring lands after it.
+const BEFORE: u64 = 0;
+const AFTER: u64 = BLOCK;
+/// The source of every write.
+const SOURCE: u64 = 2 * BLOCK;
+const TIMEOUT: Timeout = Timeout::Millis(30_000);
+/// The timeout of the barrier that must fail, and the bound on how late it may fail.
+const BARRIER_TIMEOUT_MS: u64 = 2_000;
+const FAIL_WITHIN: Duration = Duration::from_millis(2 * BARRIER_TIMEOUT_MS + 500);
+
+/// Runs the scenario up to (not including) finalize; the dead rank never returns.
+pub fn run(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    ensure!(n >= 2, "fault needs at least 2 ranks, got {n}");
+    let dead = n - 1;
+    ctx.segment_create(SEGMENT, 3 * BLOCK, TIMEOUT)
+        .doing(|| "segment_create")?;
+    let before = exchange(ctx, me, (me + 1) % n, (me + n - 1) % n, BEFORE, 0)?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "the barrier before the stop")?;
+    let mut checked = Vec::new();
+    if me == dead {
+        stop_for_a_while()?;
+    } else {
+        checked.push(stopped_is_not_dead(ctx, dead)?);
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "the barrier before the kill")?;
+    if me == dead {
+        println!("fault rank {me} pid {}: killing itself", std::process::id());
+        // The line must leave before the process does.
+        let _ = std::io::stdout().flush();
+        // SAFETY: kill(2) on our own pid; SIGKILL ends the process here.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+        unreachable!("SIGKILL cannot be caught");
+    }
+    if me + 1 == dead && me != 0 {
+        checked.push(stream_until_failure(ctx, dead)?);
+    }
+    checked.push(barrier_fails(ctx, me, dead)?);
+    checked.push(states(ctx, dead)?);
+    checked.push(pings(ctx, me, dead)?);
+    let start = Instant::now();
+    let write = ctx.write(local(SEGMENT, SOURCE), remote(dead, SEGMENT, AFTER), 64, 0);
+    expect_failed("a write to the dead rank", write, dead)?;
+    ensure!(
+        start.elapsed() < Duration::from_millis(100),
+        "a write to a rank known dead took {:?}",
+        start.elapsed()
+    );
+    checked.push("a write to it fails at once".into());
+    let mut got = vec![0u8; BLOCK as usize];
+    ctx.segment_read(SEGMENT, BEFORE, &mut got)
+        .doing(|| "segment_read")?;
+    compare("the block received before the kill", &got, &before)?;
+    checked.push("the data received before the kill is intact".into());
+    checked.push(survivors_go_on(ctx, me, dead)?);
+    Ok(checked.join("; "))
+}
+
+/// How long the last rank stays stopped (SIGSTOP) before a helper resumes it.
+const STOPPED: &str = "2.5";
+
+/// Stops this process (as a debugger or a job-control stop would) until a helper process
+/// resumes it.
+fn stop_for_a_while() -> Outcome {
+    let pid = std::process::id();
+    let mut waker = std::process::Command::new("sh")
+        .args(["-c", &format!("sleep {STOPPED}; kill -CONT {pid}")])
+        .spawn()
+        .map_err(|e| Failure(format!("starting the helper that resumes us: {e}")))?;
+    // SAFETY: kill(2) on our own pid; SIGSTOP stops every thread until SIGCONT.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGSTOP);
+    }
+    waker
+        .wait()
+        .map_err(|e| Failure(format!("waiting for the helper: {e}")))?;
+    Ok(())
+}
+
+/// While the last rank is stopped, waits involving it time out and nothing marks it: a
+/// stopped (or slow) process is not a dead one.
+fn stopped_is_not_dead(ctx: &Context, stopped: Rank) -> Outcome<String> {
+    match ctx.barrier(Timeout::Millis(1_000)) {
+        Err(Error::Timeout) => {}
+        other => {
+            return Err(Failure(format!(
+                "barrier(Millis(1000)) while rank {stopped} is stopped: expected Timeout, got \
+                 {other:?}"
+            )))
+        }
+    }
+    // The ping may still be answered if the rank had not stopped yet; it must not fail.
+    let ping = ctx.proc_ping(stopped, Timeout::Millis(500));
+    ensure!(
+        matches!(ping, Ok(()) | Err(Error::Timeout)),
+        "proc_ping of the stopped rank {stopped}: expected Timeout (or Ok), got {ping:?}"
+    );
+    ensure!(
+        ctx.state_vec().iter().all(|s| *s == State::Healthy),
+        "state_vec while rank {stopped} is stopped: {:?}",
+        ctx.state_vec()
+    );
+    Ok(format!(
+        "while rank {stopped} was stopped a barrier timed out, proc_ping gave {}, nothing was \
+         marked, and the barrier completed once it resumed",
+        if ping.is_ok() { "Ok" } else { "Timeout" }
+    ))
+}
+
+/// Writes a block to `right` with `write_notify` (notification value `round + 1`), waits for
+/// the one from `left`, checks it and returns it.
+fn exchange(
+    ctx: &Context,
+    me: Rank,
+    right: Rank,
+    left: Rank,
+    at: u64,
+    round: u64,
+) -> Outcome<Vec<u8>> {
+    let mut block = vec![0u8; BLOCK as usize];
+    fill_pattern(seed(&[u64::from(me), round]), &mut block);
+    ctx.segment_write(SEGMENT, SOURCE, &block)
+        .doing(|| "segment_write")?;
+    let value = round as u32 + 1;
+    ctx.write_notify(
+        local(SEGMENT, SOURCE),
+        remote(right, SEGMENT, at),
+        BLOCK,
+        Notification { id: 0, value },
+        0,
+    )
+    .doing(|| format!("write_notify to rank {right}"))?;
+    let id = ctx
+        .notify_waitsome(SEGMENT, 0, 1, TIMEOUT)
+        .doing(|| format!("waiting for the block from rank {left}"))?;
+    let got_value = ctx.notify_reset(SEGMENT, id).doing(|| "notify_reset")?;
+    ensure!(
+        got_value == value,
+        "notification from rank {left}: got {got_value}, expected {value}"
+    );
+    ctx.wait(0, TIMEOUT)
+        .doing(|| "waiting for queue 0 after write_notify")?;
+    let mut want = vec![0u8; BLOCK as usize];
+    fill_pattern(seed(&[u64::from(left), round]), &mut want);
+    let mut got = vec![0u8; BLOCK as usize];
+    ctx.segment_read(SEGMENT, at, &mut got)
+        .doing(|| "segment_read")?;
+    compare(format!("the block from rank {left}"), &got, &want)?;
+    Ok(got)
+}
+
+/// Keeps writing to `dead` as it dies: the write or the wait for its queue must fail naming it.
+fn stream_until_failure(ctx: &Context, dead: Rank) -> Outcome<String> {
+    let size = if ctx.provider().starts_with("shm") {
+        8
+    } else {
+        BLOCK
+    };
+    let start = Instant::now();
+    let mut writes = 0u64;
+    let failure = loop {
+        let step = ctx
+            .write(
+                local(SEGMENT, SOURCE),
+                remote(dead, SEGMENT, AFTER),
+                size,
+                1,
+            )
+            .and_then(|()| ctx.wait(1, Timeout::Millis(BARRIER_TIMEOUT_MS)));
+        writes += 1;
+        if let Err(e) = step {
+            break e;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(20),
+            "{writes} writes to the dead rank {dead} completed in 20 s"
+        );
+    };
+    expect_failed::<()>("streaming writes to the dying rank", Err(failure), dead)?;
+    // The queue dropped the dead rank's operations: it is empty and usable again.
+    ctx.wait(1, Timeout::Test)
+        .doing(|| "waiting for queue 1 after its failure")?;
+    Ok(format!(
+        "streaming {size} B writes to it failed naming it after {writes} writes, and the queue \
+         is usable again"
+    ))
+}
+
+fn barrier_fails(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
+    let timeout = if me == 0 {
+        Timeout::Block
+    } else {
+        Timeout::Millis(BARRIER_TIMEOUT_MS)
+    };
+    let start = Instant::now();
+    let result = ctx.barrier(timeout);
+    let took = start.elapsed();
+    expect_failed(&format!("barrier({timeout:?}) on GROUP_ALL"), result, dead)?;
+    ensure!(
+        took < FAIL_WITHIN,
+        "barrier({timeout:?}) on GROUP_ALL took {took:?} to fail (bound {FAIL_WITHIN:?})"
+    );
+    // Calling it again reports the same death at once instead of waiting.
+    let start = Instant::now();
+    expect_failed("a second GROUP_ALL barrier", ctx.barrier(timeout), dead)?;
+    ensure!(
+        start.elapsed() < Duration::from_millis(100),
+        "a second GROUP_ALL barrier took {:?}",
+        start.elapsed()
+    );
+    Ok(format!(
+        "barrier({timeout:?}) on GROUP_ALL failed naming rank {dead} after {} ms",
+        took.as_millis()
+    ))
+}
+
+fn states(ctx: &Context, dead: Rank) -> Outcome<String> {
+    let states = ctx.state_vec();
+    ensure!(
+        states.len() == ctx.size() as usize,
+        "state_vec has {} entries for {} ranks",
+        states.len(),
+        ctx.size()
+    );
+    for (r, state) in states.iter().enumerate() {
+        let want = if r as Rank == dead {
+            State::Corrupt
+        } else {
+            State::Healthy
+        };
+        ensure!(
+            *state == want,
+            "state_vec[{r}] is {state:?}, expected {want:?}"
+        );
+    }
+    Ok(format!("state_vec marks rank {dead} and only it Corrupt"))
+}
+
+fn pings(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
+    let ping = ctx.proc_ping(dead, Timeout::Millis(1_000));
+    expect_failed("proc_ping of the dead rank", ping, dead)?;
+    let other = (me + 1) % dead;
+    ctx.proc_ping(other, TIMEOUT)
+        .doing(|| format!("proc_ping of the live rank {other}"))?;
+    Ok(format!(
+        "proc_ping fails for rank {dead} and succeeds for rank {other}"
+    ))
+}
+
+/// A group of the survivors, its barrier, and a write_notify ring among them.
+fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
+    let group = ctx.group_create().doing(|| "group_create")?;
+    for r in 0..dead {
+        ctx.group_add(group, r)
+            .doing(|| format!("group_add({r})"))?;
+    }
+    ctx.group_commit(group, TIMEOUT)
+        .doing(|| "committing the group of the survivors")?;
+    ctx.group_barrier(group, TIMEOUT)
+        .doing(|| "the barrier of the survivors")?;
+    let mut sum = [0u64];
+    ctx.allreduce(group, &[u64::from(me)], &mut sum, ReduceOp::Sum, TIMEOUT)
+        .doing(|| "allreduce among the survivors")?;
+    ensure!(
+        sum[0] == u64::from(dead) * u64::from(dead - 1) / 2,
+        "allreduce among the survivors gave {}",
+        sum[0]
+    );
+    expect_failed(
+        "allreduce on GROUP_ALL",
+        ctx.allreduce(GROUP_ALL, &[1u64], &mut sum, ReduceOp::Sum, TIMEOUT),
+        dead,
+    )?;
+    let right = (me + 1) % dead;
+    let left = (me + dead - 1) % dead;
+    exchange(ctx, me, right, left, AFTER, 1)?;
+    let message = format!("from {me} after the death of {dead}");
+    expect_failed(
+        "passive_send to the dead rank",
+        ctx.passive_send(dead, message.as_bytes(), TIMEOUT),
+        dead,
+    )?;
+    ctx.passive_send(right, message.as_bytes(), TIMEOUT)
+        .doing(|| format!("passive_send to rank {right}"))?;
+    let (from, got) = ctx.passive_receive(TIMEOUT).doing(|| "passive_receive")?;
+    let want = format!("from {left} after the death of {dead}");
+    ensure!(
+        from == left && got == want.as_bytes(),
+        "passive message from rank {from}: {:?}, expected {want:?} from rank {left}",
+        String::from_utf8_lossy(&got)
+    );
+    ctx.group_barrier(group, TIMEOUT)
+        .doing(|| "the barrier of the survivors after the ring")?;
+    Ok(format!(
+        "the {dead} survivors committed a group, passed its barrier, an allreduce (refused on \
+         GROUP_ALL), a write_notify ring and passive messages (refused towards rank {dead})"
+    ))
+}
+
+fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Rank) -> Outcome {
+    match got {
+        Err(Error::RankFailed { rank, .. }) if rank == dead => Ok(()),
+        other => Err(Failure(format!(
+            "{what}: expected RankFailed naming rank {dead}, got {other:?}"
+        ))),
+    }
+}
+
+/// Finalize with a dead rank: `RankFailed` naming it, promptly, with resources released.
+pub fn finalize_reports_the_dead_rank(ctx: Context) -> Outcome<String> {
+    let dead = ctx.size() - 1;
+    let start = Instant::now();
+    let result = ctx.finalize(Timeout::Millis(BARRIER_TIMEOUT_MS));
+    expect_failed("finalize", result, dead)?;
+    ensure!(
+        start.elapsed() < FAIL_WITHIN,
+        "finalize took {:?} to fail",
+        start.elapsed()
+    );
+    Ok(format!("finalize failed naming rank {dead}"))
+}

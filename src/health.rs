@@ -1,0 +1,554 @@
+//! The fault model: which peers are known to be dead, how the runtime finds out, and the
+//! watched wait that turns a peer's death into [`Error::RankFailed`] instead of a hang.
+//!
+//! # Evidence
+//! A rank is marked [`State::Corrupt`] only on positive evidence that its process is gone, never
+//! because something timed out (a slow or stopped peer is not a dead one):
+//!
+//! * **Same host**: every rank publishes its pid, the start time of its process (field 22 of
+//!   `/proc/self/stat`) and a host identity (boot id and pid namespace) at bootstrap. A peer on
+//!   the same host whose `/proc/<pid>/stat` is gone, shows another start time (the pid was
+//!   reused) or shows a zombie (`Z`/`X`: the launcher has not reaped it yet) is dead. A look
+//!   costs one small file read and needs nothing from the peer.
+//! * **Connection loss**: an operation that completes with a connection error (`ECONNRESET`,
+//!   `ENOTCONN`, `ECONNREFUSED`, `ECONNABORTED`, `EPIPE`, or `ECANCELED` caused by one of them).
+//!   Measured with libfabric 1.17: over `tcp;ofi_rxm` the operations in flight when a peer is
+//!   killed fail this way within milliseconds ("Connection reset by peer", "Operation canceled
+//!   (Transport endpoint is not connected)"); operations posted *after* that are refused with
+//!   `-FI_EAGAIN` for ever (the provider retries the connection internally and never reports
+//!   the refusal). `shm` reports nothing at all: writes up to its inject size complete locally
+//!   as if delivered, larger writes and reads never complete, and once the dead peer's command
+//!   queue is full every post is refused with `-FI_EAGAIN`.
+//! * **[`Context::proc_ping`]**: the same-host look, then an 8-byte RDMA read of the peer's system
+//!   region. An answer means healthy, an error completion means dead, no answer in time is
+//!   [`Error::Timeout`]. Since neither provider fails a fresh operation towards a dead peer
+//!   (see above), a ping of a dead peer on another host usually times out rather than fails.
+//!
+//! # Where deaths surface
+//! Nothing is posted to a rank known dead: the call fails at once with `RankFailed`. A post the
+//! provider keeps refusing looks at the target's health every [`POST_LOOK`]. Every wait that
+//! depends on other ranks (queue waits, barriers and group commits, segment lookups, pings,
+//! passive sends, atomics) is a [`watched`](Inner::watched) wait: it waits in slices of at most
+//! [`CHECK_EVERY`] (also under `Timeout::Block`) and looks at the health of the ranks it depends on
+//! between slices and when its timeout expires. So a same-host death is reported within about a
+//! second, and never later than the caller's timeout plus one look.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use gaspi_notifications::{Deadline, Timeout};
+
+use crate::context::{Context, Inner};
+use crate::dissemination::remaining;
+use crate::error::{Error, Rank, Result};
+use crate::progress::{OpContext, OpKind};
+use crate::segment::layout;
+
+/// How long a watched wait sleeps at most before it looks at the health of its ranks again.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often a post that the provider keeps refusing looks at its target's health.
+pub(crate) const POST_LOOK: Duration = Duration::from_millis(100);
+/// A rank's process is looked at no more often than this, however many calls ask: a caller that
+/// polls with `Timeout::Test` must not turn into a stream of `/proc` reads.
+const LOOK_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// What a rank knows about a peer, as GASPI's state vector names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// No evidence of a failure.
+    Healthy,
+    /// The peer's process is known to be gone: no communication with it is possible.
+    Corrupt,
+}
+
+/// A process, identified well enough to tell from this host whether it still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Process {
+    /// Boot id and pid namespace, hashed; equal hosts see the same pids. 0: unknown.
+    host: u64,
+    pid: u32,
+    /// Start time in clock ticks since boot; tells a reused pid apart.
+    start: u64,
+}
+
+/// Bytes of a [`Process`] in the bootstrap card.
+pub(crate) const PROCESS_BYTES: usize = 20;
+
+impl Process {
+    /// This process. Where `/proc` cannot tell, the host is unknown and peers never look at us
+    /// locally (they rely on the fabric's evidence).
+    pub(crate) fn current() -> Process {
+        let pid = std::process::id();
+        let host = host_identity();
+        let start = proc_stat(pid).and_then(|s| s.start);
+        match (host, start) {
+            (Some(host), Some(start)) => Process { host, pid, start },
+            _ => Process {
+                host: 0,
+                pid,
+                start: 0,
+            },
+        }
+    }
+
+    pub(crate) fn to_bytes(self) -> [u8; PROCESS_BYTES] {
+        let mut b = [0u8; PROCESS_BYTES];
+        b[..8].copy_from_slice(&self.host.to_le_bytes());
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        b[12..].copy_from_slice(&self.start.to_le_bytes());
+        b
+    }
+
+    pub(crate) fn from_bytes(b: &[u8; PROCESS_BYTES]) -> Process {
+        let word = |r: std::ops::Range<usize>| {
+            let mut w = [0u8; 8];
+            w[..r.len()].copy_from_slice(&b[r]);
+            u64::from_le_bytes(w)
+        };
+        Process {
+            host: word(0..8),
+            pid: word(8..12) as u32,
+            start: word(12..20),
+        }
+    }
+
+    /// Why this process is known to be gone, if it is. Only meaningful on its own host.
+    fn gone(&self) -> Option<String> {
+        let pid = self.pid;
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some(format!("its process {pid} no longer exists"))
+            }
+            // Unreadable for another reason (a restricted /proc): no evidence either way.
+            Err(_) => None,
+            Ok(text) => {
+                let stat = parse_stat(&text)?;
+                if stat.start != Some(self.start) {
+                    Some(format!(
+                        "its process {pid} is gone (the pid now belongs to another process)"
+                    ))
+                } else if matches!(stat.state, 'Z' | 'X') {
+                    Some(format!("its process {pid} has ended"))
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` the fault model reads.
+struct Stat {
+    state: char,
+    start: Option<u64>,
+}
+
+fn proc_stat(pid: u32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
+    // Field 2, the command name in parentheses, may contain anything; fields 3.. follow it.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 3 was the state; field 22 is the start time.
+    let start = fields.nth(22 - 4).and_then(|f| f.parse().ok());
+    Some(Stat { state, start })
+}
+
+/// Processes with equal identities see each other's pids: same kernel boot, same pid namespace.
+fn host_identity() -> Option<u64> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let pidns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in boot
+        .trim()
+        .as_bytes()
+        .iter()
+        .chain(b"/")
+        .chain(pidns.as_os_str().as_encoded_bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Some(h | 1)
+}
+
+/// Whether an error completion says the connection to the peer is gone. `err` is the
+/// libfabric error (equal to the errno for these), `prov_errno` the provider's own code, which
+/// tcp fills with the socket's errno when it cancels an operation.
+pub(crate) fn is_connection_loss(err: i32, prov_errno: i32) -> bool {
+    let lost = |code: i32| {
+        matches!(
+            code,
+            libc::ECONNRESET
+                | libc::ENOTCONN
+                | libc::ECONNREFUSED
+                | libc::ECONNABORTED
+                | libc::EPIPE
+        )
+    };
+    lost(err) || (err == libc::ECANCELED && lost(prov_errno))
+}
+
+/// This rank's knowledge of every rank's health.
+pub(crate) struct Health {
+    me: Rank,
+    corrupt: Box<[AtomicBool]>,
+    /// Whether any rank is marked: the check on every post is one load while all are healthy.
+    any: AtomicBool,
+    reasons: Mutex<HashMap<Rank, String>>,
+    /// The processes of peers on this host (`None`: elsewhere, or unknown).
+    local: Vec<Option<Process>>,
+    /// When each rank's process was last looked at, in ms since `epoch`, plus one (0: never).
+    looked: Box<[AtomicU64]>,
+    epoch: Instant,
+    /// Answers to pings, per rank.
+    answers: Box<[AtomicU32]>,
+}
+
+impl Health {
+    /// `processes[r]` is what rank `r` published at bootstrap.
+    pub(crate) fn new(me: Rank, processes: &[Process]) -> Health {
+        let own = processes.get(me as usize).copied();
+        let local = processes
+            .iter()
+            .enumerate()
+            .map(|(r, p)| {
+                let same_host = own.is_some_and(|own| own.host != 0 && own.host == p.host);
+                (same_host && r != me as usize).then_some(*p)
+            })
+            .collect();
+        let n = processes.len();
+        Health {
+            me,
+            corrupt: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            any: AtomicBool::new(false),
+            reasons: Mutex::new(HashMap::new()),
+            local,
+            looked: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
+            answers: (0..n).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// Marks `rank` dead (the first reason is kept). Returns whether it was healthy before.
+    fn mark(&self, rank: Rank, reason: String) -> bool {
+        let Some(flag) = self.corrupt.get(rank as usize) else {
+            return false;
+        };
+        let mut reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
+        if flag.load(Ordering::Acquire) {
+            return false;
+        }
+        reasons.insert(rank, reason);
+        flag.store(true, Ordering::Release);
+        self.any.store(true, Ordering::Release);
+        true
+    }
+
+    /// `RankFailed` for `rank` if it is marked dead.
+    pub(crate) fn known(&self, rank: Rank) -> Option<Error> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        if !self.corrupt.get(rank as usize)?.load(Ordering::Acquire) {
+            return None;
+        }
+        let reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
+        Some(Error::RankFailed {
+            rank,
+            reason: reasons.get(&rank).cloned().unwrap_or_default(),
+        })
+    }
+
+    /// The first of `ranks` marked dead.
+    pub(crate) fn first_known(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        ranks.into_iter().find_map(|r| self.known(r))
+    }
+
+    /// Whether the same-host look says `rank`'s process is gone (at most one look per rank per
+    /// [`LOOK_AGAIN_AFTER`], unless `fresh`); marks it if so.
+    fn look(&self, rank: Rank, fresh: bool) -> Option<Error> {
+        if let Some(e) = self.known(rank) {
+            return Some(e);
+        }
+        let process = self.local.get(rank as usize).copied().flatten()?;
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.looked[rank as usize].swap(now, Ordering::AcqRel);
+        if !fresh && last != 0 && now - last < LOOK_AGAIN_AFTER.as_millis() as u64 {
+            return None;
+        }
+        let reason = process.gone()?;
+        self.mark(rank, reason);
+        self.known(rank)
+    }
+
+    /// The first of `ranks` known dead or found dead by a same-host look.
+    fn first_failed(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
+        ranks
+            .filter(|&r| r != self.me)
+            .find_map(|r| self.look(r, false))
+    }
+
+    /// One entry per rank.
+    fn states(&self) -> Vec<State> {
+        self.corrupt
+            .iter()
+            .map(|c| {
+                if c.load(Ordering::Acquire) {
+                    State::Corrupt
+                } else {
+                    State::Healthy
+                }
+            })
+            .collect()
+    }
+}
+
+impl Inner {
+    /// Marks `rank` dead on positive evidence and wakes every waiter, so that waits depending on
+    /// it notice at once.
+    pub(crate) fn mark_failed(&self, rank: Rank, reason: String) {
+        if rank != self.rank && self.health.mark(rank, reason) {
+            self.events.notify_all();
+        }
+    }
+
+    /// `RankFailed` if a look says `rank` is dead (rate-limited; see [`POST_LOOK`]).
+    pub(crate) fn look(&self, rank: Rank) -> Option<Error> {
+        self.health.look(rank, false)
+    }
+
+    /// Records the completion of a ping of `rank`.
+    pub(crate) fn pinged(&self, rank: Rank, failure: Option<String>) {
+        match failure {
+            // The system region stays registered for the peer's whole life: any failure to read
+            // it means the peer's runtime is gone.
+            Some(reason) => self.mark_failed(rank, format!("a ping failed: {reason}")),
+            None => {
+                if let Some(count) = self.health.answers.get(rank as usize) {
+                    count.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// Waits for `step` to succeed, bounded by `deadline`, watching the health of the ranks
+    /// `ranks()` yields: those whose death would make the wait hopeless.
+    ///
+    /// `step(slice)` waits at most `slice` and returns `None` when that ran out. It is called with
+    /// slices of at most [`CHECK_EVERY`] (with `Timeout::Test` once), and after each unsuccessful
+    /// one the ranks' health is looked at. A rank already known dead fails the wait before it
+    /// starts. Returns [`Error::RankFailed`] naming the first dead rank found, or
+    /// [`Error::Timeout`] when the deadline passed with every rank apparently alive.
+    pub(crate) fn watched<T, R: Iterator<Item = Rank>>(
+        &self,
+        ranks: impl Fn() -> R,
+        deadline: Deadline,
+        mut step: impl FnMut(Timeout) -> Option<T>,
+    ) -> Result<T> {
+        if let Some(e) = self.health.first_known(ranks()) {
+            return Err(e);
+        }
+        let cap = CHECK_EVERY.as_millis() as u64;
+        loop {
+            let slice = match remaining(deadline) {
+                Timeout::Block => Timeout::Millis(cap),
+                Timeout::Millis(ms) => Timeout::Millis(ms.min(cap)),
+                Timeout::Test => Timeout::Test,
+            };
+            if let Some(value) = step(slice) {
+                return Ok(value);
+            }
+            if let Some(e) = self.health.first_failed(ranks()) {
+                return Err(e);
+            }
+            if deadline.expired() {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// [`watched`](Self::watched) for a condition that the progress engine makes true: `poll`
+    /// is polled while driving progress, as in every wait of the runtime.
+    pub(crate) fn watched_until<T, R: Iterator<Item = Rank>>(
+        &self,
+        ranks: impl Fn() -> R,
+        deadline: Deadline,
+        mut poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        self.watched(ranks, deadline, |slice| {
+            gaspi_notifications::wait_until(
+                &self.events,
+                slice.deadline(),
+                &mut poll,
+                self.waiter(),
+            )
+            .ok()
+        })
+    }
+}
+
+impl Context {
+    /// This rank's view of every rank's health, indexed by rank (GASPI's `state_vec_get`).
+    ///
+    /// It holds what has been detected so far (by failed operations, watched waits and
+    /// [`proc_ping`](Self::proc_ping)); it does not look at anything itself. A rank once marked
+    /// [`State::Corrupt`] stays so.
+    pub fn state_vec(&self) -> Vec<State> {
+        self.inner.health.states()
+    }
+
+    /// Checks whether `rank` is alive and reachable: on the same host by looking at its process,
+    /// then with an 8-byte RDMA read of its system region, bounded by `timeout`.
+    ///
+    /// `Ok` when the peer answered; [`Error::RankFailed`] when it is dead (it is then marked in
+    /// [`state_vec`](Self::state_vec)); [`Error::Timeout`] when no answer came in time, which
+    /// marks nothing: a peer that is slow, stopped or unreachable is not known to be dead.
+    pub fn proc_ping(&self, rank: Rank, timeout: Timeout) -> Result<()> {
+        self.check_rank(rank)?;
+        if rank == self.rank() {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        if let Some(e) = inner.health.look(rank, true) {
+            return Err(e);
+        }
+        let deadline = timeout.deadline();
+        let answers = &inner.health.answers[rank as usize];
+        let before = answers.load(Ordering::Acquire);
+        let context = OpContext {
+            kind: OpKind::Ping,
+            queue: 0,
+            segment: 0,
+            rank,
+        }
+        .encode();
+        let source = inner.system_target(rank, layout::SCRATCH);
+        let landing = inner
+            .system_memory
+            .as_ptr()
+            .wrapping_add(layout::SCRATCH as usize);
+        let desc = inner.system_mr.desc();
+        let posted = self.post_until(rank, deadline, || {
+            // SAFETY: the scratch area lies inside the registered system region, which lives as
+            // long as the context; nobody reads it (notification-only writes land there too).
+            unsafe {
+                inner
+                    .ep
+                    .read(landing, layout::SCRATCH_LEN as usize, desc, source, context)
+            }
+        })?;
+        if !posted {
+            return Err(Error::Timeout);
+        }
+        // A failed ping marks the rank (and wakes us): stop waiting at once.
+        inner.watched_until(
+            || std::iter::once(rank),
+            deadline,
+            || {
+                (answers.load(Ordering::Acquire) != before || inner.health.known(rank).is_some())
+                    .then_some(())
+            },
+        )?;
+        inner.health.known(rank).map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_state_and_start_time() {
+        let line = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                    987654 1000 200 18446744073709551615";
+        let stat = parse_stat(line).expect("parses");
+        assert_eq!(stat.state, 'S');
+        assert_eq!(stat.start, Some(987_654));
+        let zombie =
+            parse_stat("7 (x) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55").expect("zombie");
+        assert_eq!((zombie.state, zombie.start), ('Z', Some(55)));
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_missing_one_is_gone() {
+        let me = Process::current();
+        assert_ne!(me.host, 0, "/proc identifies this host");
+        assert_eq!(Process::from_bytes(&me.to_bytes()), me);
+        assert_eq!(me.gone(), None);
+        let reused = Process {
+            start: me.start + 1,
+            ..me
+        };
+        assert!(reused.gone().is_some_and(|r| r.contains("another process")));
+        let missing = Process {
+            pid: u32::MAX - 1,
+            ..me
+        };
+        assert!(missing
+            .gone()
+            .is_some_and(|r| r.contains("no longer exists")));
+    }
+
+    #[test]
+    fn a_zombie_is_gone() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("starting true");
+        let process = Process {
+            pid: child.id(),
+            ..Process::current()
+        };
+        let stat = loop {
+            let stat = proc_stat(child.id()).expect("an unreaped child stays in /proc");
+            if stat.state == 'Z' {
+                break stat;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let process = Process {
+            start: stat.start.expect("start time"),
+            ..process
+        };
+        assert!(process.gone().is_some_and(|r| r.contains("has ended")));
+        child.wait().expect("reaping");
+        assert!(process.gone().is_some());
+    }
+
+    #[test]
+    fn connection_errors_are_evidence_and_others_are_not() {
+        assert!(is_connection_loss(libc::ECONNRESET, 0));
+        assert!(is_connection_loss(libc::ECANCELED, libc::ENOTCONN));
+        assert!(!is_connection_loss(libc::ECANCELED, 0));
+        assert!(!is_connection_loss(libc::EACCES, libc::ECONNRESET));
+        assert!(!is_connection_loss(libc::ETIMEDOUT, 0));
+    }
+
+    #[test]
+    fn marks_are_kept_with_their_first_reason() {
+        let p = Process::current();
+        let health = Health::new(0, &[p, p, p]);
+        assert_eq!(health.states(), vec![State::Healthy; 3]);
+        assert!(health.known(2).is_none());
+        assert!(health.mark(2, "first".into()));
+        assert!(!health.mark(2, "second".into()));
+        assert!(!health.mark(7, "out of range".into()));
+        assert!(matches!(
+            health.first_known(0..3),
+            Some(Error::RankFailed { rank: 2, ref reason }) if reason == "first"
+        ));
+        assert_eq!(
+            health.states(),
+            vec![State::Healthy, State::Healthy, State::Corrupt]
+        );
+    }
+}
