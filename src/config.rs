@@ -65,6 +65,11 @@ pub struct Config {
     /// measured with libfabric 1.17, asking `tcp;ofi_rxm` for `FI_ATOMIC` doubles small
     /// write_notify latency (11 µs to 22 µs).
     pub atomics: bool,
+    /// Whether this node runs more ranks than it has cores (`GASPI_OVERSUBSCRIBED=0|1`; unset:
+    /// decided at init by counting the job's ranks on this host). Oversubscribed, waits yield
+    /// the core at every poll instead of spinning (see
+    /// [`set_oversubscribed`](gaspi_notifications::set_oversubscribed)).
+    pub oversubscribed: Option<bool>,
     /// Run a progress thread (`GASPI_PROGRESS_THREAD=0` disables it). Providers with manual
     /// data progress need one for one-sided writes to land while the target computes.
     pub progress_thread: bool,
@@ -86,6 +91,7 @@ impl Default for Config {
             atomics: false,
             reduce_chunk: 262_144,
             passive_max_bytes: 65_536,
+            oversubscribed: None,
             progress_thread: true,
             force_unordered: false,
         }
@@ -122,6 +128,9 @@ impl Config {
         }
         if let Some(v) = var("GASPI_ATOMICS") {
             cfg.atomics = flag("GASPI_ATOMICS", &v)?;
+        }
+        if let Some(v) = var("GASPI_OVERSUBSCRIBED") {
+            cfg.oversubscribed = Some(flag("GASPI_OVERSUBSCRIBED", &v)?);
         }
         if let Some(v) = var("GASPI_PROGRESS_THREAD") {
             cfg.progress_thread = flag("GASPI_PROGRESS_THREAD", &v)?;

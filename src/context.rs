@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) rank: Rank,
     pub(crate) size: u32,
     pub(crate) config: Config,
+    /// Whether waits yield at every poll (see [`Context::oversubscribed`]).
+    oversubscribed: bool,
     pub(crate) segments: Segments,
     pub(crate) queues: crate::queue::Queues,
     /// Bumped after every batch of completions; waiters sleep on it.
@@ -198,6 +200,11 @@ impl Context {
             }
         }
         ep.insert_peers(&names)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let oversubscribed = config
+            .oversubscribed
+            .unwrap_or_else(|| Process::neighbours(own_process, &processes) > cores);
+        gaspi_notifications::set_oversubscribed(oversubscribed);
 
         let inner = Arc::new(Inner {
             rank,
@@ -214,6 +221,7 @@ impl Context {
             groups: Groups::new(config.max_groups, size, all_area),
             reduce_writes: Writes::default(),
             health: Health::new(rank, &processes),
+            oversubscribed,
             passive,
             atomics: Atomics::default(),
             spinners: AtomicUsize::new(0),
@@ -246,6 +254,13 @@ impl Context {
     /// Number of ranks in the job.
     pub fn size(&self) -> u32 {
         self.inner.size
+    }
+
+    /// Whether this rank's node runs more of the job's ranks than it has cores
+    /// ([`Config::oversubscribed`], decided at init unless set): waits then yield the core at
+    /// every poll instead of spinning.
+    pub fn oversubscribed(&self) -> bool {
+        self.inner.oversubscribed
     }
 
     /// The configuration this context runs with.

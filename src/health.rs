@@ -114,6 +114,15 @@ impl Process {
         }
     }
 
+    /// How many of `processes` run on the same host as `me` (counting `me`; 1 when the host
+    /// is unknown).
+    pub(crate) fn neighbours(me: Process, processes: &[Process]) -> usize {
+        if me.host == 0 {
+            return 1;
+        }
+        processes.iter().filter(|p| p.host == me.host).count()
+    }
+
     /// Why this process is known to be gone, if it is. Only meaningful on its own host.
     fn gone(&self) -> Option<String> {
         let pid = self.pid;

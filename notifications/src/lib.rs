@@ -32,4 +32,4 @@ pub use error::{Error, Result};
 pub use event::{EventCount, Key};
 pub use table::NotificationTable;
 pub use timeout::{Deadline, Timeout};
-pub use wait::{wait_until, Progress};
+pub use wait::{set_oversubscribed, wait_until, Progress};

