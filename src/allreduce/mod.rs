@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use gaspi_notifications::{Deadline, Timeout};
 
 pub(crate) use area::ReduceArea;
-use op::{Builtin, Folder, User};
+use op::{Builtin, Bytes, Folder, User};
 pub use op::{Element, ReduceOp, UserOp};
 use schedule::Fold;
 
@@ -44,13 +44,13 @@ pub(crate) struct Run {
     /// Operator, element type and length: a later call must match it to continue this run.
     signature: u64,
     /// The vector being reduced, in native byte order; the result once every chunk ran.
-    acc: Vec<u8>,
+    acc: Bytes,
     /// Next chunk, step of that chunk, and whether that step's data was already sent.
     chunk: usize,
     step: usize,
     sent: bool,
     /// Where received data waits to be folded in.
-    scratch: Vec<u8>,
+    scratch: Bytes,
 }
 
 impl std::fmt::Debug for Run {
@@ -207,11 +207,11 @@ impl Context {
             None => {
                 state.reduce = Some(Box::new(Run {
                     signature,
-                    acc: op::encode_vec(input),
+                    acc: Bytes::from_elements(input),
                     chunk: 0,
                     step: 0,
                     sent: false,
-                    scratch: Vec::new(),
+                    scratch: Bytes::default(),
                 }))
             }
         }
@@ -219,7 +219,7 @@ impl Context {
         match self.advance(&g, index, &mut state, folder, deadline) {
             Ok(()) => {
                 if let Some(run) = state.reduce.take() {
-                    op::decode_into(&run.acc, output);
+                    output.copy_from_slice(bytemuck::cast_slice(run.acc.as_ref()));
                 }
                 Ok(())
             }
@@ -283,7 +283,7 @@ impl Context {
                     ))
                 })?;
                 if let (Some(send), false) = (&step.send, run.sent) {
-                    let data = &run.acc[bytes(send)];
+                    let data = &run.acc.as_ref()[bytes(send)];
                     let wire = WireNotification::system(slots + step.slot, tag);
                     self.reduce_write(g, area, partner, (bank, step.slot), data, wire)?;
                     run.sent = true;
@@ -303,13 +303,14 @@ impl Context {
                             rank: partner,
                         });
                     }
-                    let own = &mut run.acc[bytes(recv)];
-                    run.scratch.resize(own.len(), 0);
-                    area.received(me, bank, step.slot, &mut run.scratch)?;
-                    match how {
-                        Fold::Copy => own.copy_from_slice(&run.scratch),
-                        Fold::ReceivedFirst => folder.fold(&run.scratch, own, true),
-                        Fold::ReceivedSecond => folder.fold(&run.scratch, own, false),
+                    let own = &mut run.acc.as_mut()[bytes(recv)];
+                    if *how == Fold::Copy {
+                        area.received(me, bank, step.slot, own)?;
+                    } else {
+                        run.scratch.resize(own.len());
+                        area.received(me, bank, step.slot, run.scratch.as_mut())?;
+                        let received_first = *how == Fold::ReceivedFirst;
+                        folder.fold(run.scratch.as_ref(), own, received_first);
                     }
                 }
                 run.step += 1;

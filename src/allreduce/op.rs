@@ -111,47 +111,26 @@ mod sealed {
 }
 
 /// An element type allreduce works on: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`.
-pub trait Element: Copy + Default + Send + Sync + 'static + sealed::Sealed {
+pub trait Element: bytemuck::Pod + Default + Send + Sync + sealed::Sealed {
     #[doc(hidden)]
     const CODE: u8;
-    #[doc(hidden)]
-    fn from_bytes(bytes: &[u8]) -> Self;
-    #[doc(hidden)]
-    fn to_bytes(self, out: &mut [u8]);
     /// Folds with built-in `op`; `None` when `op` does not apply to this type.
     #[doc(hidden)]
-    fn fold(op: ReduceOp, received: &[u8], own: &mut [u8], received_first: bool) -> Option<()>;
+    fn fold(op: ReduceOp, received: &[Self], own: &mut [Self], received_first: bool) -> Option<()>;
 }
 
 /// Applies `f` element by element, with the received element as the first operand when
-/// `received_first`.
-fn zip<T: Element>(received: &[u8], own: &mut [u8], received_first: bool, f: impl Fn(T, T) -> T) {
-    let size = std::mem::size_of::<T>();
-    for (r, o) in received.chunks_exact(size).zip(own.chunks_exact_mut(size)) {
-        let (r, mine) = (T::from_bytes(r), T::from_bytes(o));
-        let v = if received_first {
-            f(r, mine)
-        } else {
-            f(mine, r)
-        };
-        v.to_bytes(o);
+/// `received_first`. The branch sits outside the loops so that each loop vectorises.
+fn zip<T: Copy>(received: &[T], own: &mut [T], received_first: bool, f: impl Fn(T, T) -> T) {
+    if received_first {
+        for (o, &r) in own.iter_mut().zip(received) {
+            *o = f(r, *o);
+        }
+    } else {
+        for (o, &r) in own.iter_mut().zip(received) {
+            *o = f(*o, r);
+        }
     }
-}
-
-/// `from_bytes` / `to_bytes` in native byte order: every rank of a job runs on the same
-/// architecture, as for every other word the runtime exchanges.
-macro_rules! native_bytes {
-    ($t:ty) => {
-        fn from_bytes(bytes: &[u8]) -> Self {
-            let mut a = [0u8; std::mem::size_of::<$t>()];
-            // Callers pass exactly one element (`chunks_exact` of the element size).
-            a.copy_from_slice(bytes);
-            <$t>::from_ne_bytes(a)
-        }
-        fn to_bytes(self, out: &mut [u8]) {
-            out.copy_from_slice(&self.to_ne_bytes());
-        }
-    };
 }
 
 macro_rules! int_elements {
@@ -159,8 +138,7 @@ macro_rules! int_elements {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const CODE: u8 = $code;
-            native_bytes!($t);
-            fn fold(op: ReduceOp, r: &[u8], o: &mut [u8], first: bool) -> Option<()> {
+            fn fold(op: ReduceOp, r: &[Self], o: &mut [Self], first: bool) -> Option<()> {
                 let t = |b: bool| <$t>::from(b);
                 match op {
                     ReduceOp::Sum => zip(r, o, first, <$t>::wrapping_add),
@@ -185,8 +163,7 @@ macro_rules! float_elements {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const CODE: u8 = $code;
-            native_bytes!($t);
-            fn fold(op: ReduceOp, r: &[u8], o: &mut [u8], first: bool) -> Option<()> {
+            fn fold(op: ReduceOp, r: &[Self], o: &mut [Self], first: bool) -> Option<()> {
                 match op {
                     ReduceOp::Sum => zip(r, o, first, |a: $t, b| a + b),
                     ReduceOp::Prod => zip(r, o, first, |a: $t, b| a * b),
@@ -202,6 +179,52 @@ macro_rules! float_elements {
 
 int_elements!(i32 => 1, u32 => 2, i64 => 3, u64 => 4);
 float_elements!(f32 => 5, f64 => 6);
+
+/// A byte buffer aligned for every [`Element`], so that its element-aligned ranges can be
+/// viewed as element slices without copying.
+#[derive(Default)]
+pub(crate) struct Bytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Bytes {
+    /// A buffer holding the bytes of `values`.
+    pub(crate) fn from_elements<T: Element>(values: &[T]) -> Self {
+        let mut b = Bytes::default();
+        b.resize(std::mem::size_of_val(values));
+        b.as_mut().copy_from_slice(bytemuck::cast_slice(values));
+        b
+    }
+
+    /// Makes the buffer `len` bytes long (new bytes are zero).
+    pub(crate) fn resize(&mut self, len: usize) {
+        self.words.resize(len.div_ceil(8), 0);
+        self.len = len;
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_ref(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    pub(crate) fn as_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+/// Views element-aligned bytes as elements. The runner only passes ranges of a [`Bytes`] that
+/// start at a multiple of the element size and hold whole elements, so the cast cannot fail.
+fn elements<T: Element>(bytes: &[u8]) -> &[T] {
+    bytemuck::cast_slice(bytes)
+}
+
+fn elements_mut<T: Element>(bytes: &mut [u8]) -> &mut [T] {
+    bytemuck::cast_slice_mut(bytes)
+}
 
 /// An operator as the runner sees it.
 pub(crate) trait Folder {
@@ -246,7 +269,12 @@ impl<T: Element> Folder for Builtin<T> {
 
     fn fold(&self, received: &[u8], own: &mut [u8], received_first: bool) {
         // Applicability was checked in `new`.
-        let _ = T::fold(self.op, received, own, received_first);
+        let _ = T::fold(
+            self.op,
+            elements(received),
+            elements_mut(own),
+            received_first,
+        );
     }
 }
 
@@ -274,37 +302,6 @@ impl<'a, T: Element, F: Fn(&mut [T], &[T])> User<'a, T, F> {
     }
 }
 
-fn decode<T: Element>(bytes: &[u8]) -> Vec<T> {
-    bytes
-        .chunks_exact(std::mem::size_of::<T>())
-        .map(T::from_bytes)
-        .collect()
-}
-
-pub(crate) fn encode<T: Element>(values: &[T], out: &mut [u8]) {
-    for (v, o) in values
-        .iter()
-        .zip(out.chunks_exact_mut(std::mem::size_of::<T>()))
-    {
-        v.to_bytes(o);
-    }
-}
-
-pub(crate) fn encode_vec<T: Element>(values: &[T]) -> Vec<u8> {
-    let mut out = vec![0u8; std::mem::size_of_val(values)];
-    encode(values, &mut out);
-    out
-}
-
-pub(crate) fn decode_into<T: Element>(bytes: &[u8], out: &mut [T]) {
-    for (o, b) in out
-        .iter_mut()
-        .zip(bytes.chunks_exact(std::mem::size_of::<T>()))
-    {
-        *o = T::from_bytes(b);
-    }
-}
-
 impl<T: Element, F: Fn(&mut [T], &[T])> Folder for User<'_, T, F> {
     fn block_bytes(&self) -> usize {
         self.op.block * std::mem::size_of::<T>()
@@ -317,15 +314,13 @@ impl<T: Element, F: Fn(&mut [T], &[T])> Folder for User<'_, T, F> {
     }
 
     fn fold(&self, received: &[u8], own: &mut [u8], received_first: bool) {
-        let other: Vec<T> = decode(received);
-        let mut mine: Vec<T> = decode(own);
+        let (other, mine) = (elements::<T>(received), elements_mut::<T>(own));
         if received_first && !self.op.commutative {
-            let mut left = other;
-            (self.op.function)(&mut left, &mine);
-            encode(&left, own);
+            let mut left = other.to_vec();
+            (self.op.function)(&mut left, mine);
+            mine.copy_from_slice(&left);
         } else {
-            (self.op.function)(&mut mine, &other);
-            encode(&mine, own);
+            (self.op.function)(mine, other);
         }
     }
 }
@@ -335,13 +330,11 @@ mod tests {
     use super::*;
 
     fn fold_pair<T: Element>(op: ReduceOp, a: T, b: T) -> T {
-        let (r, mut o) = (encode_vec(&[a]), encode_vec(&[b]));
+        let (r, mut o) = (Bytes::from_elements(&[a]), Bytes::from_elements(&[b]));
         Builtin::<T>::new(op)
             .expect("applies")
-            .fold(&r, &mut o, true);
-        let mut out = [T::default()];
-        decode_into(&o, &mut out);
-        out[0]
+            .fold(r.as_ref(), o.as_mut(), true);
+        elements::<T>(o.as_ref())[0]
     }
 
     #[test]
@@ -374,12 +367,13 @@ mod tests {
             }
         });
         let user = User::<u32, _>::new(&concat).expect("valid");
-        let (r, mut o) = (encode_vec(&[1u32]), encode_vec(&[2u32]));
-        user.fold(&r, &mut o, true);
-        assert_eq!(o, encode_vec(&[12u32]));
-        let mut o = encode_vec(&[2u32]);
-        user.fold(&r, &mut o, false);
-        assert_eq!(o, encode_vec(&[21u32]));
+        let r = Bytes::from_elements(&[1u32]);
+        let mut o = Bytes::from_elements(&[2u32]);
+        user.fold(r.as_ref(), o.as_mut(), true);
+        assert_eq!(elements::<u32>(o.as_ref()), [12]);
+        let mut o = Bytes::from_elements(&[2u32]);
+        user.fold(r.as_ref(), o.as_mut(), false);
+        assert_eq!(elements::<u32>(o.as_ref()), [21]);
         assert!(User::<u32, _>::new(&UserOp::new(|_: &mut [u32], _: &[u32]| {}).block(0)).is_err());
     }
 }
