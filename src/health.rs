@@ -364,7 +364,7 @@ impl Inner {
         mut step: impl FnMut(Timeout) -> Option<T>,
     ) -> Result<T> {
         if let Some(e) = self.health.first_known(ranks()) {
-            return Err(e);
+            return self.last_chance(&mut step).ok_or(e);
         }
         let cap = CHECK_EVERY.as_millis() as u64;
         loop {
@@ -377,12 +377,25 @@ impl Inner {
                 return Ok(value);
             }
             if let Some(e) = self.health.first_failed(ranks()) {
-                return Err(e);
+                return self.last_chance(&mut step).ok_or(e);
             }
             if deadline.expired() {
                 return Err(Error::Timeout);
             }
         }
+    }
+
+    /// One more look at a watched wait whose ranks include a dead one: what the rank sent
+    /// before it died still counts (a barrier it completed has released its partners), and may
+    /// still wait in the completion queue of a rank that was descheduled meanwhile. Reads what
+    /// the queue holds (bounded: live peers may keep it busy), then tries `step` once.
+    fn last_chance<T>(&self, step: &mut impl FnMut(Timeout) -> Option<T>) -> Option<T> {
+        for _ in 0..64 {
+            if !self.progress() {
+                break;
+            }
+        }
+        step(Timeout::Test)
     }
 
     /// [`watched`](Self::watched) for a condition that the progress engine makes true: `poll`
