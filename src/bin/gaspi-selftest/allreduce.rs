@@ -132,7 +132,7 @@ fn builtins<T: Reference>(ctx: &Context) -> Outcome<usize> {
     Ok(applied)
 }
 
-/// A vector of several chunks (GASPI_REDUCE_CHUNK is 256 KiB by default).
+/// A vector of several chunks (GASPI_REDUCE_CHUNK is 1 MiB by default).
 fn long_vector(ctx: &Context) -> Outcome<String> {
     let (me, n) = (ctx.rank(), ctx.size());
     let len = 300_000;
