@@ -290,10 +290,14 @@ impl Health {
         }
         let process = self.local.get(rank as usize).copied().flatten()?;
         let now = self.epoch.elapsed().as_millis() as u64 + 1;
-        let last = self.looked[rank as usize].swap(now, Ordering::AcqRel);
+        let looked = &self.looked[rank as usize];
+        let last = looked.load(Ordering::Acquire);
+        // Only a look that happens moves the clock: callers that ask more often than the limit
+        // (`Timeout::Test` polling) must still get a look every LOOK_AGAIN_AFTER.
         if !fresh && last != 0 && now - last < LOOK_AGAIN_AFTER.as_millis() as u64 {
             return None;
         }
+        looked.store(now, Ordering::Release);
         let reason = process.gone()?;
         self.mark(rank, reason);
         self.known(rank)
@@ -553,6 +557,31 @@ mod tests {
         assert!(!is_connection_loss(libc::ECANCELED, 0));
         assert!(!is_connection_loss(libc::EACCES, libc::ECONNRESET));
         assert!(!is_connection_loss(libc::ETIMEDOUT, 0));
+    }
+
+    #[test]
+    fn frequent_looks_still_find_a_death() {
+        let me = Process::current();
+        let missing = Process {
+            pid: u32::MAX - 1,
+            ..me
+        };
+        let health = Health::new(0, &[me, missing]);
+        // A first look happened just now (and found nothing, as if the peer were alive then).
+        health.looked[1].store(
+            health.epoch.elapsed().as_millis() as u64 + 1,
+            Ordering::Release,
+        );
+        let start = Instant::now();
+        let mut found = None;
+        while found.is_none() && start.elapsed() < LOOK_AGAIN_AFTER * 5 {
+            found = health.first_failed(0..2);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            matches!(found, Some(Error::RankFailed { rank: 1, .. })),
+            "callers asking every 5 ms must get a look every {LOOK_AGAIN_AFTER:?}"
+        );
     }
 
     #[test]
