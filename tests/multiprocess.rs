@@ -66,13 +66,7 @@ scenario_tests! {
 
 /// The `atomics` scenario with provider atomics (`FI_ATOMIC`) instead of target-executed ones.
 fn provider_atomics(ranks: u32, provider: &str) {
-    let job = gaspirun(
-        ranks,
-        provider,
-        common::JOB_TIMEOUT_S,
-        Path::new("env"),
-        &["GASPI_ATOMICS=1", common::SELFTEST, "atomics"],
-    );
+    let job = common::selftest_with_env(&["GASPI_ATOMICS=1"], "atomics", ranks, provider);
     job.assert_every_rank(ranks, |r| {
         format!("ok atomics rank {r}: provider atomics: ")
     });
@@ -92,14 +86,7 @@ fn provider_atomics_3_shm() {
 /// operators meet chunk boundaries.
 #[test]
 fn allreduce_small_chunks_5_tcp() {
-    let job = gaspirun(
-        5,
-        "tcp",
-        common::JOB_TIMEOUT_S,
-        Path::new("env"),
-        &["GASPI_REDUCE_CHUNK=4096", common::SELFTEST, "allreduce"],
-    );
-    job.assert_every_rank(5, |r| format!("ok allreduce rank {r}: "));
+    common::selftest_with_env(&["GASPI_REDUCE_CHUNK=4096"], "allreduce", 5, "tcp");
 }
 
 /// The digest of the order-sensitive f64 sums that rank 0 of an `allreduce` job printed.
@@ -127,20 +114,10 @@ fn allreduce_is_bitwise_reproducible_across_runs() {
     assert_eq!(first, allreduce_digest(6, "shm"), "shm run");
 }
 
-/// `errors`; over these providers, with the progress thread off, single writes must have
-/// filled the queue (the scenario notes when a provider prevented that).
 /// The notification path for providers without write-after-write ordering (delivery-complete
 /// writes, notifications parked until the queue drains), forced on tcp and shm, which do order.
 fn integrity_unordered(provider: &str) {
-    let selftest = common::SELFTEST;
-    let job = gaspirun(
-        2,
-        provider,
-        common::JOB_TIMEOUT_S,
-        Path::new("env"),
-        &["GASPI_FORCE_UNORDERED=1", selftest, "integrity"],
-    );
-    job.assert_every_rank(2, |r| format!("ok integrity rank {r}: "));
+    let job = common::selftest_with_env(&["GASPI_FORCE_UNORDERED=1"], "integrity", 2, provider);
     let unordered = job
         .stdout
         .lines()

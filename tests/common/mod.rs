@@ -164,13 +164,13 @@ pub fn gaspirun_with(
 
 /// Runs `gaspi-selftest <scenario>` and checks that every rank reported `ok`.
 pub fn selftest(scenario: &str, ranks: u32, provider: &str) -> Finished {
-    let job = gaspirun(
-        ranks,
-        provider,
-        JOB_TIMEOUT_S,
-        Path::new(SELFTEST),
-        &[scenario],
-    );
+    selftest_with_env(&[], scenario, ranks, provider)
+}
+
+/// [`selftest`] with `VAR=value` settings (`env`) in every rank's environment.
+pub fn selftest_with_env(env: &[&str], scenario: &str, ranks: u32, provider: &str) -> Finished {
+    let args: Vec<&str> = env.iter().copied().chain([SELFTEST, scenario]).collect();
+    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("env"), &args);
     job.assert_every_rank(ranks, |r| format!("ok {scenario} rank {r}: "));
     job
 }
