@@ -1,124 +1,366 @@
-//! Remote atomics on u64 words of segments: fetch-and-add and compare-and-swap.
+//! Remote atomics on u64 words of segments: fetch-and-add and compare-and-swap, blocking or
+//! not, and with a notification at the target.
 //!
 //! Two ways to run them, chosen once per job:
 //!
+//! * **Target-executed atomics** (the default, and the fallback for providers without
+//!   atomics): the request travels as a runtime-internal message; the target's progress
+//!   engine performs it with a CPU atomic instruction on the word, sets the notification that
+//!   came with it (after the word changed, with release ordering, so whoever sees the
+//!   notification sees the new word), and writes the old value back into the requester's
+//!   atomic slot, the reply notification riding on that same write. An atomic on this rank's
+//!   own segment is the same CPU instruction, directly. Every atomic on a word is thus a CPU
+//!   atomic on the owner's memory, so they are atomic with respect to each other from every
+//!   rank. No descriptor lookup is needed: the target checks the range itself.
 //! * **Provider atomics** (`GASPI_ATOMICS=1`, when the provider has `FI_ATOMIC`):
 //!   `fi_fetch_atomic` / `fi_compare_atomic`, executed by the target's provider, for every
 //!   target, this rank included (mixing CPU and provider atomics on one word is not atomic on
-//!   every fabric). Off by default because asking tcp;ofi_rxm 1.17 for `FI_ATOMIC` doubles
-//!   small write_notify latency.
-//! * **Target-executed atomics** (the default, and the fallback for providers without
-//!   atomics): the request travels as a runtime-internal passive message; the target's progress
-//!   engine performs it with a CPU atomic instruction on the word and writes the old value back
-//!   into the requester's system region, the reply notification riding on that same write. An
-//!   atomic on this rank's own segment is the same CPU instruction, directly. Every atomic on a
-//!   word is thus a CPU atomic on the owner's memory, so they are atomic with respect to each
-//!   other from every rank.
+//!   every fabric). A notification is sent once the atomic completed (the old value came back,
+//!   so the new one is in place). Off by default because asking tcp;ofi_rxm 1.17 for
+//!   `FI_ATOMIC` doubles small write_notify latency.
 //!
-//! Either way, plain reads and writes of the word (local or RMA) are not atomic with respect to
-//! them. Atomics of one rank take turns on the operand and result words in the registered
-//! system region (see `turns`), each waiting for its completion or reply; after a timeout the
-//! next call first waits for the one in flight, and one whose target died is given up.
+//! Either way, plain reads and writes of the word (local or RMA) are not atomic with respect
+//! to them. Each atomic in flight owns one of the system region's atomic slots (operand,
+//! compare, result and status words) until it completes, so up to
+//! [`ATOMIC_SLOTS`](crate::system::ATOMIC_SLOTS) atomics are in flight at once, and one that
+//! timed out never holds up the next.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Weak};
 
+use gaspi_fabric::Refused;
 use gaspi_notifications::{Deadline, Timeout};
 
 use crate::context::{Context, Inner};
-use crate::error::{Error, Rank, Result, SegmentId};
-use crate::fabric::{Posted, RemoteTarget};
-use crate::progress::{OpContext, OpKind};
-use crate::rma::Remote;
-use crate::segment::{layout, RemoteSegment};
-use crate::turns::{Turn, Turns};
-use crate::wire::{WireNotification, ATOMIC_REPLY};
+use crate::engine::lookup::{DescKey, Known, Lookup};
+use crate::engine::{Handler, Op, Outcome, Retry};
+use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
+use crate::outbox::Write;
+use crate::queue::check_target;
+use crate::rma::{Notification, Remote};
+use crate::sync::{lock, AtomicBool, Mutex};
+use crate::system::{System, ATOMIC_SLOTS};
+use crate::wire::{Table, WireNotification, ATOMIC_REPLY};
 
-/// Atomics in flight on this rank (they take turns on the words in the system region, see
-/// `turns`), and replies this rank owes to requesters.
-#[derive(Default)]
-pub(crate) struct Atomics {
-    /// Serialises atomics.
-    lock: Mutex<()>,
-    pub(crate) turns: Turns,
-    /// Replies the provider refused for now; retried by the progress engine.
-    unsent: Mutex<Vec<Reply>>,
-    has_unsent: AtomicBool,
+/// The operation on the word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomicOp {
+    FetchAdd(u64),
+    CompareSwap { compare: u64, new: u64 },
 }
 
-/// What a target-executed atomic asks.
+/// Offsets within an atomic slot.
+const OPERAND: u64 = 0;
+const COMPARE: u64 = 8;
+const RESULT: u64 = 16;
+const STATUS: u64 = 24;
+
+/// Reply statuses of target-executed atomics.
+const OK: u64 = 0;
+const NO_SEGMENT: u64 = 1;
+const BAD_RANGE: u64 = 2;
+const BAD_NOTIFICATION: u64 = 3;
+
+/// Internal message kind of an atomic request.
+pub(crate) const MESSAGE: u8 = 1;
+
+/// Why an atomic has no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failure {
+    NoSegment,
+    /// The word is outside the target's segment of `size` bytes.
+    OutOfBounds {
+        size: u64,
+    },
+    BadNotification,
+    Failed(String),
+    Dead(String),
+}
+
+/// What an atomic request asks the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Request {
-    seq: u32,
-    segment: SegmentId,
+    slot: u16,
+    table: Table,
     offset: u64,
-    operand: u64,
-    /// `Some` for compare-and-swap.
-    compare: Option<u64>,
+    op: AtomicOp,
+    notify: Option<(NotificationId, u32)>,
 }
 
 impl Request {
-    const LEN: usize = 32;
+    const LEN: usize = 44;
 
     fn encode(self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
-        b[0] = u8::from(self.compare.is_some());
-        b[1] = self.segment;
-        b[4..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[0] = MESSAGE;
+        let (library, segment) = match self.table {
+            Table::User(id) => (0, id),
+            Table::Library(id) => (1, id),
+            Table::System => (2, 0),
+        };
+        b[1] = library;
+        b[2] = segment;
+        let (kind, operand, compare) = match self.op {
+            AtomicOp::FetchAdd(v) => (0, v, 0),
+            AtomicOp::CompareSwap { compare, new } => (1, new, compare),
+        };
+        b[3] = kind | if self.notify.is_some() { 2 } else { 0 };
+        b[4..6].copy_from_slice(&self.slot.to_le_bytes());
         b[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        b[16..24].copy_from_slice(&self.operand.to_le_bytes());
-        b[24..32].copy_from_slice(&self.compare.unwrap_or(0).to_le_bytes());
+        b[16..24].copy_from_slice(&operand.to_le_bytes());
+        b[24..32].copy_from_slice(&compare.to_le_bytes());
+        let (id, value) = self.notify.unwrap_or((0, 0));
+        b[32..36].copy_from_slice(&id.to_le_bytes());
+        b[36..40].copy_from_slice(&value.to_le_bytes());
         b
     }
 
     fn decode(b: &[u8]) -> Option<Self> {
         let b: &[u8; Self::LEN] = b.try_into().ok()?;
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i..i + 8]);
-            u64::from_le_bytes(w)
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let half = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
+        let table = match b[1] {
+            0 => Table::User(b[2]),
+            1 => Table::Library(b[2]),
+            _ => return None,
+        };
+        let op = match b[3] & 1 {
+            0 => AtomicOp::FetchAdd(word(16)),
+            _ => AtomicOp::CompareSwap {
+                compare: word(24),
+                new: word(16),
+            },
         };
         Some(Request {
-            seq: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-            segment: b[1],
+            slot: u16::from_le_bytes([b[4], b[5]]),
+            table,
             offset: word(8),
-            operand: word(16),
-            compare: (b[0] == 1).then(|| word(24)),
+            op,
+            notify: (b[3] & 2 != 0).then(|| (half(32), half(36))),
         })
     }
 }
 
-/// The answer to a target-executed atomic: the old value, or why there is none.
-#[derive(Debug, Clone, Copy)]
-struct Reply {
-    to: Rank,
-    seq: u32,
-    old: u64,
-    status: u64,
+/// An atomic in flight.
+pub(crate) struct Pending {
+    rank: Rank,
+    table: Table,
+    offset: u64,
+    op: AtomicOp,
+    notify: Option<(NotificationId, u32)>,
+    slot: u16,
+    phase: Mutex<Phase>,
+    scheduled: AtomicBool,
+    me: Weak<Pending>,
 }
 
-/// Reply statuses.
-const OK: u64 = 0;
-const NO_SEGMENT: u64 = 1;
-const BAD_RANGE: u64 = 2;
+enum Phase {
+    /// Provider atomics: waiting for the target's descriptor.
+    Resolving(Arc<Lookup>),
+    /// Provider atomics: resolved, refused by a busy provider for now.
+    Unposted(Known),
+    InFlight,
+    Done(std::result::Result<u64, Failure>),
+}
 
-/// Offsets in the system region: the words a provider atomic reads, and where either kind
-/// leaves its result (target-executed atomics: old value, then status).
-const OPERAND: u64 = layout::ATOMIC;
-const COMPARE: u64 = layout::ATOMIC + 8;
-const RESULT: u64 = layout::ATOMIC + 16;
-const STATUS: u64 = layout::ATOMIC + 24;
+impl Pending {
+    fn result(&self) -> Option<std::result::Result<u64, Failure>> {
+        match &*lock(&self.phase) {
+            Phase::Done(r) => Some(r.clone()),
+            _ => None,
+        }
+    }
 
-/// The reply notification's value for a turn: its tag, made non-zero.
-fn reply_value(turn: Turn) -> u32 {
-    u32::from(turn.tag()) + 1
+    fn segment(&self) -> SegmentId {
+        match self.table {
+            Table::User(id) | Table::Library(id) => id,
+            Table::System => 0,
+        }
+    }
+
+    fn error(&self, failure: Failure) -> Error {
+        let (rank, segment, offset) = (self.rank, self.segment(), self.offset);
+        match failure {
+            Failure::NoSegment => Error::UnknownSegment { rank, segment },
+            Failure::OutOfBounds { size } => Error::OutOfBounds {
+                rank,
+                segment,
+                offset,
+                size: 8,
+                segment_size: size,
+            },
+            Failure::BadNotification => Error::InvalidNotification {
+                rank,
+                segment,
+                id: self.notify.map_or(0, |(id, _)| u64::from(id)),
+                count: 0,
+            },
+            Failure::Failed(reason) => Error::OperationFailed { rank, reason },
+            Failure::Dead(reason) => Error::RankFailed { rank, reason },
+        }
+    }
+
+    fn finish(&self, inner: &Inner, result: std::result::Result<u64, Failure>) {
+        *lock(&self.phase) = Phase::Done(result);
+        inner.system.atomics.give(self.slot);
+        inner.events.notify_all();
+    }
+
+    /// Provider atomics: posts once resolved; returns whether it still waits.
+    fn advance(&self, inner: &Inner) -> bool {
+        let mut phase = lock(&self.phase);
+        let known = match &*phase {
+            Phase::Resolving(lookup) => match lookup.outcome() {
+                None => return true,
+                Some(Ok(known)) => known,
+                Some(Err(e)) => {
+                    drop(phase);
+                    let failure = match e {
+                        Error::RankFailed { reason, .. } => Failure::Dead(reason),
+                        other => Failure::Failed(other.to_string()),
+                    };
+                    self.finish(inner, Err(failure));
+                    return false;
+                }
+            },
+            Phase::Unposted(known) => *known,
+            Phase::InFlight | Phase::Done(_) => return false,
+        };
+        if let Some(Error::RankFailed { reason, .. }) = inner.health.known(self.rank) {
+            drop(phase);
+            self.finish(inner, Err(Failure::Dead(reason)));
+            return false;
+        }
+        let key = self.table.descriptor().unwrap_or(DescKey::Segment(0));
+        let target = match check_target(inner, self.rank, key, self.offset, 8, known) {
+            Ok(target) => target,
+            Err(Error::UnknownSegment { .. }) => {
+                drop(phase);
+                self.finish(inner, Err(Failure::NoSegment));
+                return false;
+            }
+            Err(_) => {
+                let size = match known {
+                    Known::Present(d) => d.size,
+                    Known::Absent => 0,
+                };
+                drop(phase);
+                self.finish(inner, Err(Failure::OutOfBounds { size }));
+                return false;
+            }
+        };
+        let Some(me) = self.me.upgrade() else {
+            return false;
+        };
+        let base = System::atomic_offset(self.slot);
+        let region = &inner.system.region;
+        let posted = (|| -> Result<std::result::Result<(), Refused<Op>>> {
+            let operand = region.slice(base + OPERAND, 8)?;
+            let compare = region.slice(base + COMPARE, 8)?;
+            let result = region.slice(base + RESULT, 8)?;
+            let compare = matches!(self.op, AtomicOp::CompareSwap { .. }).then_some(compare);
+            Ok(inner.submit(Op::to(self.rank, me), |op| {
+                inner.ep.atomic_u64(operand, compare, result, target, op)
+            }))
+        })();
+        match posted {
+            Ok(Ok(())) => {
+                *phase = Phase::InFlight;
+                false
+            }
+            Ok(Err(Refused::Busy(_))) => {
+                *phase = Phase::Unposted(known);
+                true
+            }
+            Ok(Err(Refused::Failed(e, _))) => {
+                drop(phase);
+                self.finish(inner, Err(Failure::Failed(e.to_string())));
+                false
+            }
+            Err(e) => {
+                drop(phase);
+                self.finish(inner, Err(Failure::Failed(e.to_string())));
+                false
+            }
+        }
+    }
+}
+
+impl Handler for Pending {
+    fn complete(&self, inner: &Inner, _rank: Option<Rank>, outcome: Outcome<'_>) {
+        let result = match outcome {
+            Ok(()) => inner
+                .system
+                .read_word(System::atomic_offset(self.slot) + RESULT)
+                .map_err(|e| Failure::Failed(e.to_string())),
+            Err(f) => Err(match inner.health.known(self.rank) {
+                Some(Error::RankFailed { reason, .. }) => Failure::Dead(reason),
+                _ => Failure::Failed(f.message.clone()),
+            }),
+        };
+        if let (Ok(_), Some((id, value))) = (&result, self.notify) {
+            let wire = WireNotification::new(self.table, id, value);
+            inner.outbox.send(
+                inner,
+                Write {
+                    target: inner
+                        .system
+                        .target(self.rank, crate::system::layout::SCRATCH),
+                    bytes: [0; crate::outbox::MAX_BYTES],
+                    len: crate::system::SCRATCH_LEN as usize,
+                    data: wire.encode(),
+                },
+            );
+        }
+        self.finish(inner, result);
+    }
+}
+
+impl Retry for Pending {
+    fn scheduled(&self) -> &AtomicBool {
+        &self.scheduled
+    }
+
+    fn retry(&self, inner: &Inner) -> bool {
+        self.advance(inner)
+    }
+}
+
+/// The target-executed atomics this rank waits for, by slot.
+pub(crate) struct Atomics {
+    waiting: Mutex<Vec<Option<Arc<Pending>>>>,
+}
+
+impl Default for Atomics {
+    fn default() -> Self {
+        Atomics {
+            waiting: Mutex::new(vec![None; usize::from(ATOMIC_SLOTS)]),
+        }
+    }
 }
 
 impl Atomics {
-    /// Progress engine: the target-executed atomic whose reply carries `value` was answered.
-    pub(crate) fn replied(&self, value: u32) {
-        // The rank only names a failure, and a reply is never one.
-        self.turns.completed(value.wrapping_sub(1) as u8, 0, None);
+    /// Progress engine: the target-executed atomic of `slot` was answered.
+    pub(crate) fn replied(&self, inner: &Inner, slot: u16) {
+        let Some(pending) = lock(&self.waiting)
+            .get_mut(usize::from(slot))
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        let base = System::atomic_offset(slot);
+        let result = inner
+            .system
+            .read_word(base + STATUS)
+            .and_then(|status| Ok((status, inner.system.read_word(base + RESULT)?)))
+            .map_err(|e| Failure::Failed(e.to_string()))
+            .and_then(|(status, old)| match status {
+                OK => Ok(old),
+                NO_SEGMENT => Err(Failure::NoSegment),
+                BAD_RANGE => Err(Failure::OutOfBounds { size: old }),
+                BAD_NOTIFICATION => Err(Failure::BadNotification),
+                other => Err(Failure::Failed(format!("unknown atomic status {other}"))),
+            });
+        pending.finish(inner, result);
     }
 
     /// Progress engine: performs the atomic `request` from `from` on this rank's segment and
@@ -129,66 +371,248 @@ impl Atomics {
         let Some(r) = Request::decode(request) else {
             return;
         };
-        let outcome = inner.segments.with_local(r.segment, |seg| match r.compare {
-            None => seg.memory.fetch_add_u64(r.offset, r.operand),
-            Some(compare) => seg.memory.compare_swap_u64(r.offset, compare, r.operand),
-        });
-        let (old, status) = match outcome {
-            Some(Ok(old)) => (old, OK),
-            Some(Err(_)) => (0, BAD_RANGE),
-            None => (0, NO_SEGMENT),
-        };
-        let reply = Reply {
-            to: from,
-            seq: r.seq,
-            old,
-            status,
-        };
-        if !send_reply(inner, reply) {
-            self.unsent
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(reply);
-            self.has_unsent.store(true, Ordering::Release);
-        }
-    }
-
-    /// Progress engine: retries replies the provider refused.
-    pub(crate) fn flush_replies(&self, inner: &Inner) {
-        if !self.has_unsent.load(Ordering::Acquire) {
-            return;
-        }
-        let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
-        unsent.retain(|&reply| !send_reply(inner, reply));
-        self.has_unsent.store(!unsent.is_empty(), Ordering::Release);
+        let (old, status) = execute(inner, r.table, r.offset, r.op, r.notify);
+        let mut bytes = [0u8; crate::outbox::MAX_BYTES];
+        bytes[..8].copy_from_slice(&old.to_ne_bytes());
+        bytes[8..].copy_from_slice(&status.to_ne_bytes());
+        let wire = WireNotification::system(ATOMIC_REPLY, u32::from(r.slot) + 1);
+        inner.outbox.send(
+            inner,
+            Write {
+                target: inner
+                    .system
+                    .target(from, System::atomic_offset(r.slot) + RESULT),
+                bytes,
+                len: 16,
+                data: wire.encode(),
+            },
+        );
     }
 }
 
-/// Writes `reply` into the requester's result words, with the reply notification as the
-/// write's completion data. Returns false if the provider has no room now.
-fn send_reply(inner: &Inner, reply: Reply) -> bool {
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&reply.old.to_ne_bytes());
-    bytes[8..].copy_from_slice(&reply.status.to_ne_bytes());
-    let target = inner.system_target(reply.to, RESULT);
-    let wire = WireNotification::system(ATOMIC_REPLY, reply.seq);
-    // An error means the requester is unreachable: it gets its timeout or failure.
-    !matches!(
-        inner.ep.inject_write(&bytes, target, Some(wire.encode())),
-        Ok(Posted::Again)
-    )
+/// Performs `op` on the word at `offset` of this rank's segment behind `table`, then sets
+/// `notify` there; returns the old value (or the segment size for a bad range) and a status.
+fn execute(
+    inner: &Inner,
+    table: Table,
+    offset: u64,
+    op: AtomicOp,
+    notify: Option<(NotificationId, u32)>,
+) -> (u64, u64) {
+    let Some(seg) = inner.segments.get(table) else {
+        return (0, NO_SEGMENT);
+    };
+    if let Some((id, _)) = notify {
+        if id >= seg.notifications.len() {
+            return (0, BAD_NOTIFICATION);
+        }
+    }
+    let Some(region) = &seg.region else {
+        return (0, BAD_RANGE);
+    };
+    let memory = region.memory();
+    let old = match op {
+        AtomicOp::FetchAdd(v) => memory.fetch_add_u64(offset, v),
+        AtomicOp::CompareSwap { compare, new } => memory.compare_swap_u64(offset, compare, new),
+    };
+    match old {
+        Ok(old) => {
+            if let Some((id, value)) = notify {
+                // In range (checked above) and non-zero (checked by the requester).
+                let _ = seg.notifications.set(id, value);
+            }
+            (old, OK)
+        }
+        Err(_) => (seg.len(), BAD_RANGE),
+    }
+}
+
+impl Inner {
+    /// Starts an atomic on the word at `offset` of the segment behind `table` on `rank`,
+    /// taking an atomic slot (waiting for one until `deadline`).
+    pub(crate) fn start_atomic(
+        &self,
+        rank: Rank,
+        table: Table,
+        offset: u64,
+        op: AtomicOp,
+        notify: Option<(NotificationId, u32)>,
+        deadline: Deadline,
+    ) -> Result<Arc<Pending>> {
+        let segment = match table {
+            Table::User(id) | Table::Library(id) => id,
+            Table::System => 0,
+        };
+        if offset % 8 != 0 {
+            return Err(Error::Misaligned {
+                rank,
+                segment,
+                offset,
+            });
+        }
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
+        }
+        let slot = self.watched_until(
+            || std::iter::once(rank),
+            deadline,
+            || self.system.atomics.take(),
+        );
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(Error::Timeout) if deadline.is_test() => {
+                return Err(Error::Limit(format!(
+                    "all {ATOMIC_SLOTS} atomic slots are in flight"
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        let pending = Arc::new_cyclic(|me| Pending {
+            rank,
+            table,
+            offset,
+            op,
+            notify,
+            slot,
+            phase: Mutex::new(Phase::InFlight),
+            scheduled: AtomicBool::new(false),
+            me: me.clone(),
+        });
+        let provider = self.config.atomics && self.ep.caps().atomics;
+        if provider {
+            self.start_provider_atomic(&pending)?;
+        } else if rank == self.rank {
+            let (old, status) = execute(self, table, offset, op, notify);
+            let result = match status {
+                OK => Ok(old),
+                NO_SEGMENT => Err(Failure::NoSegment),
+                BAD_NOTIFICATION => Err(Failure::BadNotification),
+                _ => Err(Failure::OutOfBounds { size: old }),
+            };
+            pending.finish(self, result);
+        } else {
+            lock(&self.atomics.waiting)[usize::from(slot)] = Some(Arc::clone(&pending));
+            let request = Request {
+                slot,
+                table,
+                offset,
+                op,
+                notify,
+            };
+            if let Err(e) = self.send_internal(rank, &request.encode()) {
+                lock(&self.atomics.waiting)[usize::from(slot)] = None;
+                self.system.atomics.give(slot);
+                return Err(e);
+            }
+        }
+        Ok(pending)
+    }
+
+    fn start_provider_atomic(&self, pending: &Arc<Pending>) -> Result<()> {
+        let base = System::atomic_offset(pending.slot);
+        let (operand, compare) = match pending.op {
+            AtomicOp::FetchAdd(v) => (v, 0),
+            AtomicOp::CompareSwap { compare, new } => (new, compare),
+        };
+        let written = self
+            .system
+            .write_word(base + OPERAND, operand)
+            .and_then(|()| self.system.write_word(base + COMPARE, compare))
+            .and_then(|()| self.system.write_word(base + RESULT, 0));
+        if let Err(e) = written {
+            self.system.atomics.give(pending.slot);
+            return Err(e);
+        }
+        let key = pending.table.descriptor().unwrap_or(DescKey::Segment(0));
+        let phase = match self.resolve_later(pending.rank, key)? {
+            Ok(known) => Phase::Unposted(known),
+            Err(lookup) => Phase::Resolving(lookup),
+        };
+        *lock(&pending.phase) = phase;
+        if pending.advance(self) {
+            self.engine.schedule(Arc::clone(pending) as Arc<dyn Retry>);
+        }
+        Ok(())
+    }
+}
+
+/// An atomic in flight, from the `_nb` and `_notify` atomic calls: its old value once it
+/// completed.
+#[derive(Clone)]
+pub struct AtomicRequest<'a> {
+    ctx: &'a Context,
+    pending: Arc<Pending>,
+}
+
+impl std::fmt::Debug for AtomicRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtomicRequest")
+            .field("rank", &self.pending.rank)
+            .field("offset", &self.pending.offset)
+            .finish()
+    }
+}
+
+impl AtomicRequest<'_> {
+    /// The rank whose word it changes.
+    pub fn rank(&self) -> Rank {
+        self.pending.rank
+    }
+
+    /// The word's old value if the atomic completed; drives progress once, never blocks.
+    ///
+    /// # Errors
+    /// As for [`wait`](Self::wait), except [`Error::Timeout`].
+    pub fn test(&self) -> Result<Option<u64>> {
+        match self.wait(Timeout::Test) {
+            Ok(old) => Ok(Some(old)),
+            Err(Error::Timeout) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until the atomic completed and returns the word's old value. After
+    /// [`Error::Timeout`] the atomic is still in flight: call again.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; [`Error::RankFailed`] when the target died; [`Error::UnknownSegment`]
+    /// / [`Error::OutOfBounds`] / [`Error::InvalidNotification`] when the target refused the
+    /// word or the notification; [`Error::OperationFailed`].
+    pub fn wait(&self, timeout: Timeout) -> Result<u64> {
+        let p = &self.pending;
+        let inner = &self.ctx.inner;
+        let result = inner.watched_until(
+            || std::iter::once(p.rank),
+            timeout.deadline(),
+            || p.result(),
+        );
+        match result {
+            Ok(Ok(old)) => Ok(old),
+            Ok(Err(failure)) => Err(p.error(failure)),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl Context {
     /// Atomically adds `value` to the u64 at `remote` (8-byte aligned) and returns the value it
     /// had before.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::Misaligned`]; [`Error::UnknownSegment`] and
+    /// [`Error::OutOfBounds`] when the target has no such word; [`Error::Timeout`] (the atomic
+    /// may still happen); [`Error::RankFailed`].
     pub fn atomic_fetch_add(&self, remote: Remote, value: u64, timeout: Timeout) -> Result<u64> {
-        self.atomic(remote, value, None, timeout)
+        self.atomic(remote, AtomicOp::FetchAdd(value), None, timeout)?
+            .wait(timeout)
     }
 
     /// Atomically replaces the u64 at `remote` (8-byte aligned) with `new` if it equals
     /// `compare`, and returns the value it had before (equal to `compare` exactly when the swap
     /// happened).
+    ///
+    /// # Errors
+    /// As for [`atomic_fetch_add`](Self::atomic_fetch_add).
     pub fn atomic_compare_swap(
         &self,
         remote: Remote,
@@ -196,154 +620,106 @@ impl Context {
         new: u64,
         timeout: Timeout,
     ) -> Result<u64> {
-        self.atomic(remote, new, Some(compare), timeout)
+        self.atomic(
+            remote,
+            AtomicOp::CompareSwap { compare, new },
+            None,
+            timeout,
+        )?
+        .wait(timeout)
+    }
+
+    /// Starts [`atomic_fetch_add`](Self::atomic_fetch_add) without waiting: the request gives
+    /// the old value once the atomic completed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::Misaligned`]; [`Error::RankFailed`] for a rank known
+    /// dead; [`Error::Limit`] when all atomic slots are in flight (wait for one of them).
+    pub fn atomic_fetch_add_nb(&self, remote: Remote, value: u64) -> Result<AtomicRequest<'_>> {
+        self.atomic(remote, AtomicOp::FetchAdd(value), None, Timeout::Test)
+    }
+
+    /// Starts [`atomic_compare_swap`](Self::atomic_compare_swap) without waiting.
+    ///
+    /// # Errors
+    /// As for [`atomic_fetch_add_nb`](Self::atomic_fetch_add_nb).
+    pub fn atomic_compare_swap_nb(
+        &self,
+        remote: Remote,
+        compare: u64,
+        new: u64,
+    ) -> Result<AtomicRequest<'_>> {
+        self.atomic(
+            remote,
+            AtomicOp::CompareSwap { compare, new },
+            None,
+            Timeout::Test,
+        )
+    }
+
+    /// Starts a fetch-and-add that also sets `notification` in the target segment's table
+    /// once the word has changed: whoever sees the notification at the target sees the new
+    /// word.
+    ///
+    /// # Errors
+    /// As for [`atomic_fetch_add_nb`](Self::atomic_fetch_add_nb), and
+    /// [`Error::InvalidNotification`] / [`Error::ZeroNotificationValue`].
+    pub fn atomic_fetch_add_notify(
+        &self,
+        remote: Remote,
+        value: u64,
+        notification: Notification,
+    ) -> Result<AtomicRequest<'_>> {
+        self.wire_notification(remote.rank, remote.segment, notification)?;
+        let notify = Some((notification.id, notification.value));
+        self.atomic(remote, AtomicOp::FetchAdd(value), notify, Timeout::Test)
+    }
+
+    /// Starts a compare-and-swap that also sets `notification` in the target segment's
+    /// table once it happened (swapped or not).
+    ///
+    /// # Errors
+    /// As for [`atomic_fetch_add_notify`](Self::atomic_fetch_add_notify).
+    pub fn atomic_compare_swap_notify(
+        &self,
+        remote: Remote,
+        compare: u64,
+        new: u64,
+        notification: Notification,
+    ) -> Result<AtomicRequest<'_>> {
+        self.wire_notification(remote.rank, remote.segment, notification)?;
+        let notify = Some((notification.id, notification.value));
+        let op = AtomicOp::CompareSwap { compare, new };
+        self.atomic(remote, op, notify, Timeout::Test)
     }
 
     fn atomic(
         &self,
         remote: Remote,
-        operand: u64,
-        compare: Option<u64>,
+        op: AtomicOp,
+        notify: Option<(NotificationId, u32)>,
         timeout: Timeout,
-    ) -> Result<u64> {
-        let inner: &Inner = &self.inner;
-        let seg = self.remote_segment(remote.rank, remote.segment)?;
-        if remote.offset % 8 != 0 {
-            return Err(Error::Misaligned {
-                rank: remote.rank,
-                segment: remote.segment,
-                offset: remote.offset,
-            });
-        }
-        if remote
-            .offset
-            .checked_add(8)
-            .is_none_or(|end| end > seg.size)
-        {
-            return Err(Error::OutOfBounds {
-                rank: remote.rank,
-                segment: remote.segment,
-                offset: remote.offset,
-                size: 8,
-                segment_size: seg.size,
-            });
-        }
-        let provider = self.provider_atomics();
-        if !provider && remote.rank == self.rank() {
-            let seg = inner.segments.local(remote.rank, remote.segment)?;
-            let old = match compare {
-                None => seg.memory.fetch_add_u64(remote.offset, operand),
-                Some(compare) => seg.memory.compare_swap_u64(remote.offset, compare, operand),
-            };
-            return old.map_err(Error::segment(remote.rank, remote.segment));
-        }
-        let deadline = timeout.deadline();
-        let _one_at_a_time = inner.atomics.lock.lock().unwrap_or_else(|e| e.into_inner());
-        // The words are free once the previous atomic (which may have timed out) completed, or
-        // its target died.
-        let turn = inner.begin_turn(&inner.atomics.turns, remote.rank, deadline)?;
-        if provider {
-            self.provider_atomic(turn, remote, seg, operand, compare, deadline)
-        } else {
-            self.target_atomic(turn, remote, operand, compare, deadline)
-        }
+    ) -> Result<AtomicRequest<'_>> {
+        self.check_rank(remote.rank)?;
+        let pending = self.inner.start_atomic(
+            remote.rank,
+            Table::User(remote.segment),
+            remote.offset,
+            op,
+            notify,
+            timeout.deadline(),
+        )?;
+        Ok(AtomicRequest { ctx: self, pending })
+    }
+
+    pub(crate) fn atomic_request(&self, pending: Arc<Pending>) -> AtomicRequest<'_> {
+        AtomicRequest { ctx: self, pending }
     }
 
     /// Whether atomics run as provider atomics (`GASPI_ATOMICS=1` and a provider with
     /// `FI_ATOMIC`) rather than executed by the target's progress engine (the default).
     pub fn provider_atomics(&self) -> bool {
         self.inner.config.atomics && self.inner.ep.caps().atomics
-    }
-
-    fn provider_atomic(
-        &self,
-        turn: Turn,
-        remote: Remote,
-        seg: RemoteSegment,
-        operand: u64,
-        compare: Option<u64>,
-        deadline: Deadline,
-    ) -> Result<u64> {
-        let inner: &Inner = &self.inner;
-        let memory = &inner.system_memory;
-        let base = memory.as_ptr();
-        let word = |offset: u64| base.wrapping_add(offset as usize) as *mut u64;
-        let target = RemoteTarget {
-            rank: remote.rank,
-            addr: seg.base + remote.offset,
-            key: seg.key,
-        };
-        let context = OpContext {
-            kind: OpKind::Atomic,
-            queue: 0,
-            segment: turn.tag(),
-            rank: remote.rank,
-        }
-        .encode();
-        let posted = memory
-            .write_u64(OPERAND, operand)
-            .and_then(|()| memory.write_u64(COMPARE, compare.unwrap_or(0)))
-            .and_then(|()| memory.write_u64(RESULT, 0))
-            .map_err(Error::segment(self.rank(), 0))
-            .and_then(|()| {
-                self.post(remote.rank, || {
-                    // SAFETY: the three words lie in the registered system region (layout
-                    // constants), which lives as long as the context; the next atomic touches
-                    // them only once this one completed or its target died (see `turns`).
-                    unsafe {
-                        inner.ep.atomic_u64(
-                            word(OPERAND),
-                            compare.map(|_| word(COMPARE) as *const u64),
-                            word(RESULT),
-                            inner.system_mr.desc(),
-                            target,
-                            context,
-                        )
-                    }
-                })
-            });
-        inner.end_turn(&inner.atomics.turns, turn, posted, deadline)?;
-        memory
-            .read_u64(RESULT)
-            .map_err(Error::segment(self.rank(), 0))
-    }
-
-    fn target_atomic(
-        &self,
-        turn: Turn,
-        remote: Remote,
-        operand: u64,
-        compare: Option<u64>,
-        deadline: Deadline,
-    ) -> Result<u64> {
-        let inner: &Inner = &self.inner;
-        let request = Request {
-            seq: reply_value(turn),
-            segment: remote.segment,
-            offset: remote.offset,
-            operand,
-            compare,
-        };
-        // The turn completes when the reply arrives (`Atomics::replied`).
-        let posted = self.send_message(remote.rank, &request.encode(), true, deadline);
-        inner.end_turn(&inner.atomics.turns, turn, posted, deadline)?;
-        let memory = &inner.system_memory;
-        let read = |offset| {
-            memory
-                .read_u64(offset)
-                .map_err(Error::segment(self.rank(), 0))
-        };
-        match read(STATUS)? {
-            OK => read(RESULT),
-            NO_SEGMENT => Err(Error::UnknownSegment {
-                rank: remote.rank,
-                segment: remote.segment,
-            }),
-            _ => Err(Error::Protocol(format!(
-                "rank {} refused an atomic at offset {} of segment {} that its descriptor allows",
-                remote.rank, remote.offset, remote.segment
-            ))),
-        }
     }
 }
 
@@ -355,18 +731,21 @@ mod tests {
     fn requests_round_trip() {
         for r in [
             Request {
-                seq: 1,
-                segment: 255,
+                slot: 63,
+                table: Table::User(255),
                 offset: u64::MAX - 7,
-                operand: 5,
-                compare: None,
+                op: AtomicOp::FetchAdd(5),
+                notify: None,
             },
             Request {
-                seq: u32::MAX,
-                segment: 0,
+                slot: 0,
+                table: Table::Library(9),
                 offset: 8,
-                operand: u64::MAX,
-                compare: Some(0),
+                op: AtomicOp::CompareSwap {
+                    compare: 0,
+                    new: u64::MAX,
+                },
+                notify: Some((7, 1)),
             },
         ] {
             assert_eq!(Request::decode(&r.encode()), Some(r));

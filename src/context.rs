@@ -7,37 +7,36 @@
 //! leaves no thread or registration behind; dropping a context without finalizing releases the
 //! same resources without synchronising with the other ranks.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use gaspi_fabric::Region;
 use gaspi_notifications::{EventCount, NotificationTable, Timeout};
+use gaspi_pmi::PmiClient;
 use gaspi_segments::SegmentMemory;
 
-use crate::allreduce::{ReduceArea, Writes};
+use crate::allreduce::ReduceArea;
 use crate::atomic::Atomics;
 use crate::config::Config;
+use crate::engine::lookup::Descriptors;
+use crate::engine::thread::ProgressThread;
+use crate::engine::{Endpoint, Engine};
 use crate::error::{Error, Rank, Result};
-use crate::fabric::{Endpoint, MemoryRegion, RemoteTarget};
 use crate::group::{Groups, GROUP_ALL};
 use crate::health::{Health, Process, PROCESS_BYTES};
+use crate::library::{Libraries, Mailbox};
+use crate::outbox::Outbox;
 use crate::passive::Passive;
-use crate::pmi::PmiClient;
-use crate::progress::ProgressThread;
-use crate::segment::{layout, Segments};
-use crate::turns::Turns;
+use crate::queue::Queues;
+use crate::segment::Segments;
+use crate::system::{layout, System, SystemAddress};
+use crate::wire::MAX_RANKS;
 
-/// Key requested for the system region where the provider lets us choose keys; user segments
-/// use `USER_KEY_BASE + id`.
+/// Keys requested for the registrations made at init; later ones come from
+/// [`Segments::next_key`].
 const SYSTEM_KEY: u64 = 1;
 const PASSIVE_KEY: u64 = 2;
-pub(crate) const USER_KEY_BASE: u64 = 0x100;
-
-/// Where a peer's system region is.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SystemRegion {
-    pub(crate) base: u64,
-    pub(crate) key: u64,
-}
+const GROUP_ALL_KEY: u64 = 3;
 
 /// State shared by all handles and the progress thread.
 pub(crate) struct Inner {
@@ -46,28 +45,29 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     /// Whether waits yield at every poll (see [`Context::oversubscribed`]).
     oversubscribed: bool,
+    pub(crate) engine: Engine,
     pub(crate) segments: Segments,
-    pub(crate) queues: crate::queue::Queues,
-    /// Bumped after every batch of completions; waiters sleep on it.
+    pub(crate) descriptors: Descriptors,
+    pub(crate) queues: Queues,
+    /// Bumped after every batch of completions, lookups, replies and deaths; waiters on
+    /// anything but notifications sleep on it.
     pub(crate) events: EventCount,
+    /// Shared by every notification table: notified on every notification set.
+    pub(crate) arrivals: Arc<EventCount>,
     pub(crate) system_notifications: NotificationTable,
-    /// Segment lookups take turns on the landing area of the system region.
-    pub(crate) lookups: Turns,
-    pub(crate) system_lookup: Mutex<()>,
-    pub(crate) peers: Vec<SystemRegion>,
     pub(crate) groups: Groups,
-    pub(crate) reduce_writes: Writes,
     pub(crate) health: Health,
-    pub(crate) passive: Passive,
+    pub(crate) passive: Arc<Passive>,
     pub(crate) atomics: Atomics,
-    /// User threads currently polling inside a waiting call (see `progress::Waiter`).
-    pub(crate) spinners: AtomicUsize,
-    /// Wakes the progress thread when the last polling waiter goes to sleep.
-    pub(crate) standby: EventCount,
+    pub(crate) outbox: Arc<Outbox>,
+    pub(crate) libraries: Libraries,
+    /// Rendezvous messages waiting for their rendezvous.
+    pub(crate) mailbox: Mailbox,
+    /// Set by finalize: library handles that outlive the context's finalize refuse to work.
+    pub(crate) closed: AtomicBool,
     pmi: Mutex<Option<PmiClient>>,
-    // Drop order: the endpoint goes after every registration that refers to its domain.
-    pub(crate) system_mr: MemoryRegion,
-    pub(crate) system_memory: SegmentMemory,
+    pub(crate) system: System,
+    // Last: every registration above refers to its domain (each also keeps the domain open).
     pub(crate) ep: Endpoint,
 }
 
@@ -109,7 +109,7 @@ const CARD_HEAD: usize = 16 + PROCESS_BYTES;
 
 /// What each rank publishes at bootstrap: its system region, its process (see `health`) and
 /// its endpoint name.
-fn encode_card(name: &[u8], region: SystemRegion, process: Process) -> String {
+fn encode_card(name: &[u8], region: SystemAddress, process: Process) -> String {
     let mut bytes = Vec::with_capacity(name.len() + CARD_HEAD);
     bytes.extend_from_slice(&region.base.to_le_bytes());
     bytes.extend_from_slice(&region.key.to_le_bytes());
@@ -118,7 +118,7 @@ fn encode_card(name: &[u8], region: SystemRegion, process: Process) -> String {
     to_hex(&bytes)
 }
 
-fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemRegion, Process)> {
+fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemAddress, Process)> {
     let bytes = from_hex(card)
         .filter(|b| b.len() > CARD_HEAD)
         .ok_or_else(|| Error::bootstrap("get", format!("malformed address card of rank {rank}")))?;
@@ -127,7 +127,7 @@ fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemRegion, Process
         w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
         u64::from_le_bytes(w)
     };
-    let region = SystemRegion {
+    let region = SystemAddress {
         base: word(0),
         key: word(1),
     };
@@ -150,10 +150,21 @@ impl Context {
     }
 
     /// Joins the job with an explicit configuration. Every rank must pass an equal one.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration; [`Error::Bootstrap`] when the PMI
+    /// conversation fails; [`Error::ProviderUnavailable`] / [`Error::Fabric`] when the
+    /// provider cannot be opened; [`Error::Timeout`] when the other ranks do not meet this one
+    /// within [`Config::op_timeout`].
     pub fn init_with(config: Config) -> Result<Context> {
         config.validate()?;
         let mut pmi = PmiClient::from_env()?;
         let (rank, size) = pmi.as_ref().map_or((0, 1), |p| (p.rank(), p.size()));
+        if size > MAX_RANKS {
+            return Err(Error::Config(format!(
+                "a job of {size} ranks exceeds the {MAX_RANKS} gaspi supports"
+            )));
+        }
         let cq_size = (config.queue_depth as usize * config.queues as usize).max(1024);
         let ep = Endpoint::open(
             &config.provider,
@@ -162,18 +173,26 @@ impl Context {
             cq_size,
         )?;
 
-        let system_memory =
-            SegmentMemory::allocate(layout::SIZE, "system").map_err(Error::segment(rank, 0))?;
-        // SAFETY: the system memory is owned by Inner and dropped after this registration
-        // (field order of Inner).
-        let system_mr = unsafe {
-            MemoryRegion::register(&ep, system_memory.as_ptr(), system_memory.len(), SYSTEM_KEY)?
-        };
-        let passive = Passive::new(&ep, rank, config.passive_max_bytes as usize, PASSIVE_KEY)?;
-        let all_area = ReduceArea::new(&ep, rank, GROUP_ALL, size, config.reduce_chunk)?;
-        let own_region = SystemRegion {
-            base: ep.caps().rma_base(system_memory.as_ptr()),
-            key: system_mr.key(),
+        let system_memory = SegmentMemory::allocate(layout::SIZE as usize, "system")
+            .map_err(Error::segment(rank, 0))?;
+        let system_region = Region::register(&ep, system_memory, SYSTEM_KEY)?;
+        let passive = Passive::new(
+            &ep,
+            config.passive_max_bytes as usize,
+            crate::library::internal_room(size),
+            PASSIVE_KEY,
+        )?;
+        let all_area = ReduceArea::new(
+            &ep,
+            rank,
+            GROUP_ALL,
+            size,
+            config.reduce_chunk,
+            GROUP_ALL_KEY,
+        )?;
+        let own_region = SystemAddress {
+            base: system_region.base(),
+            key: system_region.key(),
         };
 
         let mut names = Vec::with_capacity(size as usize);
@@ -206,29 +225,31 @@ impl Context {
             .unwrap_or_else(|| Process::neighbours(own_process, &processes) > cores);
         gaspi_notifications::set_oversubscribed(oversubscribed);
 
+        let arrivals = Arc::new(EventCount::new());
         let inner = Arc::new(Inner {
             rank,
             size,
+            engine: Engine::default(),
             segments: Segments::new(),
-            queues: crate::queue::Queues::new(config.queues, config.queue_depth, size),
+            descriptors: Descriptors::default(),
+            queues: Queues::new(config.queues, config.queue_depth, size),
             events: EventCount::new(),
-            system_notifications: NotificationTable::new(
+            system_notifications: NotificationTable::with_event(
                 u32::from(config.max_groups) * crate::dissemination::SLOTS_PER_GROUP,
+                Arc::clone(&arrivals),
             ),
-            lookups: Turns::default(),
-            system_lookup: Mutex::new(()),
-            peers,
+            arrivals,
             groups: Groups::new(config.max_groups, size, all_area),
-            reduce_writes: Writes::default(),
             health: Health::new(rank, &processes),
             oversubscribed,
             passive,
             atomics: Atomics::default(),
-            spinners: AtomicUsize::new(0),
-            standby: EventCount::new(),
+            outbox: Outbox::new(),
+            libraries: Libraries::default(),
+            mailbox: Mailbox::default(),
+            closed: AtomicBool::new(false),
             pmi: Mutex::new(pmi),
-            system_mr,
-            system_memory,
+            system: System::new(system_region, peers),
             ep,
             config,
         });
@@ -239,7 +260,7 @@ impl Context {
             None
         };
         let ctx = Context { progress, inner };
-        ctx.inner.passive.post_all(&ctx.inner.ep)?;
+        ctx.inner.passive.post_all(&ctx.inner);
         ctx.publish_area(&*ctx.inner.groups.committed(GROUP_ALL)?)?;
         // The first fabric-level barrier proves every endpoint reachable before user code runs.
         ctx.barrier(Timeout::from(ctx.inner.config.op_timeout))?;
@@ -254,6 +275,17 @@ impl Context {
     /// Number of ranks in the job.
     pub fn size(&self) -> u32 {
         self.inner.size
+    }
+
+    /// Drives the provider once without blocking: completes what it reports, delivers arrived
+    /// notifications, and posts operations that waited for room. Returns whether the
+    /// completion queue reported anything.
+    ///
+    /// Every waiting call already drives progress, and a progress thread does while nobody
+    /// waits (see the crate documentation); a library that polls its own conditions (a
+    /// non-blocking collective's `test`) calls this in between.
+    pub fn progress(&self) -> bool {
+        self.inner.progress()
     }
 
     /// Whether this rank's node runs more of the job's ranks than it has cores
@@ -289,6 +321,10 @@ impl Context {
     /// [`Error::RankFailed`] naming it (at once if it is known dead, else within about a second
     /// for a peer on this host) and releases everything as a drop does, so the process can exit
     /// normally.
+    ///
+    /// # Errors
+    /// [`Error::FinalizeTimeout`]; [`Error::RankFailed`]; [`Error::Bootstrap`] when the PMI
+    /// finalize fails.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
         match self.barrier(timeout) {
             Ok(()) => {}
@@ -297,17 +333,11 @@ impl Context {
         }
         let pmi = self.inner.take_pmi();
         drop(self);
-        pmi.map_or(Ok(()), PmiClient::finalize)
+        Ok(pmi.map_or(Ok(()), PmiClient::finalize)?)
     }
 
     pub(crate) fn check_rank(&self, rank: Rank) -> Result<()> {
-        if rank >= self.inner.size {
-            return Err(Error::InvalidRank {
-                rank,
-                size: self.inner.size,
-            });
-        }
-        Ok(())
+        self.inner.check_rank(rank)
     }
 }
 
@@ -317,38 +347,25 @@ impl Inner {
         self.pmi.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// Publishes `descriptor` (or its absence) at `offset` of the system region, for peers to
-    /// read.
-    pub(crate) fn publish(
-        &self,
-        offset: u64,
-        descriptor: Option<crate::segment::RemoteSegment>,
-    ) -> Result<()> {
-        let words = descriptor.map_or([0; 4], crate::segment::RemoteSegment::to_words);
-        for (i, w) in words.iter().enumerate() {
-            self.system_memory
-                .write_u64(offset + 8 * i as u64, *w)
-                .map_err(Error::segment(self.rank, 0))?;
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<()> {
+        if rank >= self.size {
+            return Err(Error::InvalidRank {
+                rank,
+                size: self.size,
+            });
         }
         Ok(())
-    }
-
-    /// Where `offset` of `rank`'s system region is; `rank` must be valid.
-    pub(crate) fn system_target(&self, rank: Rank, offset: u64) -> RemoteTarget {
-        let region = self.peers[rank as usize];
-        RemoteTarget {
-            rank,
-            addr: region.base + offset,
-            key: region.key,
-        }
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // Stop the progress thread before Inner (and the endpoint) can be dropped.
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        // Stop the progress thread before the endpoint closes.
         self.progress.take();
-        // The passive receive buffers are freed before the endpoint is closed.
+        // Posted receives hold their buffers until they complete: cancel them first.
         self.inner.passive.withdraw(&self.inner);
         // Leaving deliberately, even without the collective finalize, is not a crash: tell the
         // launcher, which otherwise treats this rank as dead once the process exits.
@@ -365,7 +382,7 @@ mod tests {
 
     #[test]
     fn cards_round_trip() {
-        let region = SystemRegion {
+        let region = SystemAddress {
             base: 0xdead_beef_0000,
             key: 7,
         };

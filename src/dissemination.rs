@@ -16,7 +16,7 @@
 //! out is continued, not restarted, by the next call — GASPI's semantics for collectives with
 //! timeouts.
 
-use gaspi_notifications::{Deadline, Timeout};
+use gaspi_notifications::Deadline;
 
 use crate::context::Context;
 use crate::error::{Error, Rank, Result};
@@ -37,8 +37,9 @@ pub(crate) struct CollState {
     /// Runs completed so far; selects the bank of the next.
     pub(crate) epoch: u64,
     round: u32,
-    /// Whether this round's notifications were already sent (a timeout may come after sending).
-    sent: bool,
+    /// How many of this round's notifications were already sent (a timeout may come after
+    /// sending some).
+    sent: u8,
     /// The `(min, max)` pair a combining run has folded so far.
     pair: Option<(u32, u32)>,
     /// The allreduce in flight, if any (it runs on the same epochs and banks).
@@ -54,7 +55,7 @@ pub(crate) fn bank_start(first: u32, epoch: u64) -> u32 {
 impl CollState {
     /// Whether no run is in flight.
     pub(crate) fn idle(&self) -> bool {
-        self.round == 0 && !self.sent && self.pair.is_none() && self.reduce.is_none()
+        self.round == 0 && self.sent == 0 && self.pair.is_none() && self.reduce.is_none()
     }
 
     /// Gives up the run in flight after an error that is not a timeout. Members no longer
@@ -103,17 +104,19 @@ impl Context {
         let bank = bank_start(spread.slots, state.epoch);
         while (1u64 << state.round) < n {
             let slot = bank + state.round * SLOTS_PER_ROUND;
-            if !state.sent {
-                let dist = 1u64 << state.round;
-                let to = (spread.rank_of)(((u64::from(spread.me) + dist) % n) as u32);
-                match state.pair {
-                    None => self.system_notify(to, WireNotification::system(slot, tag))?,
-                    Some((lo, hi)) => {
-                        self.system_notify(to, WireNotification::system(slot, lo))?;
-                        self.system_notify(to, WireNotification::system(slot + 1, hi))?;
-                    }
-                }
-                state.sent = true;
+            let dist = 1u64 << state.round;
+            let to = (spread.rank_of)(((u64::from(spread.me) + dist) % n) as u32);
+            let notes = match state.pair {
+                None => vec![WireNotification::system(slot, tag)],
+                Some((lo, hi)) => vec![
+                    WireNotification::system(slot, lo),
+                    WireNotification::system(slot + 1, hi),
+                ],
+            };
+            // Sent one by one under the deadline; what went out is not sent again.
+            while let Some(&note) = notes.get(usize::from(state.sent)) {
+                self.inner.system_notify(to, note, deadline)?;
+                state.sent += 1;
             }
             let table = &self.inner.system_notifications;
             let wanted = if state.pair.is_some() { 2 } else { 1 };
@@ -145,22 +148,10 @@ impl Context {
                 }
             }
             state.round += 1;
-            state.sent = false;
+            state.sent = 0;
         }
         state.epoch += 1;
         state.round = 0;
         Ok(())
-    }
-}
-
-/// What is left of `deadline`, as a timeout for the next wait of a multi-step operation.
-pub(crate) fn remaining(deadline: Deadline) -> Timeout {
-    if deadline.is_test() {
-        return Timeout::Test;
-    }
-    match deadline.remaining() {
-        None => Timeout::Block,
-        Some(left) if left.is_zero() => Timeout::Test,
-        Some(left) => Timeout::from(left),
     }
 }

@@ -292,13 +292,59 @@ pub enum Error {
     #[error("limit reached: {0}")]
     Limit(String),
 
-    /// A peer rank is gone: its connection broke or an operation towards it failed.
+    /// A peer rank is gone: there is positive evidence that its process ended (see the
+    /// `health` module). A timeout is never taken for this.
     #[error("rank {rank} failed: {reason}")]
     RankFailed {
         /// The rank that failed.
         rank: Rank,
         /// What the runtime observed.
         reason: String,
+    },
+
+    /// The provider failed an operation towards a rank that is not known to be dead (a
+    /// registration that went away, a transport error); `rank` is `u32::MAX` when the
+    /// endpoint itself failed.
+    #[error("an operation towards rank {rank} failed: {reason}")]
+    OperationFailed {
+        /// The target rank of the operation.
+        rank: Rank,
+        /// What the provider reported.
+        reason: String,
+    },
+
+    /// A [`Batch`](crate::Batch) holds `depth` operations not yet completed; wait for it.
+    #[error("the batch is full ({depth} operations outstanding)")]
+    BatchFull {
+        /// Its depth.
+        depth: u32,
+    },
+
+    /// A creation of this library over the same scope timed out and was not continued: call
+    /// it again (with the same arguments) to finish it first.
+    #[error("library {library:?} still has a timed-out {pending} over this scope; call it again to finish it")]
+    LibraryBusy {
+        /// The library.
+        library: String,
+        /// What is in flight.
+        pending: &'static str,
+    },
+
+    /// Members of a library collective called it for different things (one created a segment
+    /// while `rank` created a notification table, say).
+    #[error("library {library:?}: rank {rank} made a different collective call")]
+    LibraryMismatch {
+        /// The library.
+        library: String,
+        /// The member whose call differs from this rank's.
+        rank: Rank,
+    },
+
+    /// A library of this name is already registered with the context.
+    #[error("a library named {name:?} is already registered")]
+    LibraryExists {
+        /// The name.
+        name: String,
     },
 
     /// A peer sent something the runtime's protocol does not allow (mismatched configuration
@@ -344,8 +390,49 @@ impl Error {
     }
 
     /// True for [`Error::Timeout`] and [`Error::FinalizeTimeout`]: the call may be repeated.
+    #[must_use]
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout | Error::FinalizeTimeout(_))
+    }
+}
+
+impl From<gaspi_fabric::Error> for Error {
+    fn from(e: gaspi_fabric::Error) -> Self {
+        match e {
+            gaspi_fabric::Error::Fabric {
+                call,
+                code,
+                message,
+            } => Error::Fabric {
+                call,
+                code,
+                message,
+            },
+            gaspi_fabric::Error::ProviderUnavailable {
+                requested,
+                reason,
+                available,
+            } => Error::ProviderUnavailable {
+                requested,
+                reason,
+                available,
+            },
+            other => Error::Protocol(other.to_string()),
+        }
+    }
+}
+
+impl From<gaspi_pmi::Error> for Error {
+    fn from(e: gaspi_pmi::Error) -> Self {
+        match e {
+            gaspi_pmi::Error::Bootstrap { command, reason } => Error::Bootstrap { command, reason },
+            gaspi_pmi::Error::Config(reason) => Error::Config(reason),
+            gaspi_pmi::Error::Io { context, source } => Error::Io { context, source },
+            other => Error::Bootstrap {
+                command: "init".into(),
+                reason: other.to_string(),
+            },
+        }
     }
 }
 

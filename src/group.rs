@@ -20,8 +20,9 @@ use gaspi_notifications::Timeout;
 use crate::allreduce::ReduceArea;
 use crate::context::Context;
 use crate::dissemination::{CollState, Spread, SLOTS_PER_GROUP};
+use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
-use crate::segment::{layout, RemoteSegment};
+use crate::queue::{Label, Queue};
 
 /// Identifier of a group.
 pub type GroupId = u8;
@@ -30,7 +31,7 @@ pub type GroupId = u8;
 pub const GROUP_ALL: GroupId = 0;
 
 /// The members of a committed (or committing) group.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Members {
     /// Ranks `0..n`: index and rank coincide.
     All(u32),
@@ -42,7 +43,7 @@ pub(crate) enum Members {
 }
 
 impl Members {
-    fn from_set(set: &BTreeSet<Rank>) -> Self {
+    pub(crate) fn from_set(set: &BTreeSet<Rank>) -> Self {
         let ranks: Vec<Rank> = set.iter().copied().collect();
         let index = ranks
             .iter()
@@ -73,7 +74,7 @@ impl Members {
         }
     }
 
-    fn ranks(&self) -> Vec<Rank> {
+    pub(crate) fn ranks(&self) -> Vec<Rank> {
         match self {
             Members::All(n) => (0..*n).collect(),
             Members::Some { ranks, .. } => ranks.clone(),
@@ -82,7 +83,6 @@ impl Members {
 }
 
 /// A group whose membership is fixed.
-#[derive(Debug)]
 pub(crate) struct Group {
     pub(crate) id: GroupId,
     pub(crate) members: Members,
@@ -90,17 +90,30 @@ pub(crate) struct Group {
     /// Where partners write this member's allreduce data (none for a group of one).
     pub(crate) area: Option<ReduceArea>,
     /// The partners' areas, looked up on first use.
-    pub(crate) peer_areas: Mutex<HashMap<Rank, RemoteSegment>>,
+    pub(crate) peer_areas: Mutex<HashMap<Rank, Descriptor>>,
+    /// The allreduce writes in flight: a run ends only once they completed, so a send slot is
+    /// never rewritten while the provider may still read it.
+    pub(crate) writes: Arc<Queue>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("id", &self.id)
+            .field("members", &self.members)
+            .finish()
+    }
 }
 
 impl Group {
-    fn new(id: GroupId, members: Members, area: Option<ReduceArea>) -> Self {
+    pub(crate) fn new(id: GroupId, members: Members, area: Option<ReduceArea>) -> Self {
         Group {
             id,
             members,
             state: Mutex::new(CollState::default()),
             area,
             peer_areas: Mutex::new(HashMap::new()),
+            writes: Queue::new(Label::Batch, u32::MAX, None),
         }
     }
 
@@ -162,7 +175,7 @@ impl Groups {
 }
 
 /// A 32-bit fingerprint of a group's id and members (FNV-1a), never 0.
-fn fingerprint(id: GroupId, members: &Members) -> u32 {
+pub(crate) fn fingerprint(id: GroupId, members: &Members) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     let mut eat = |bytes: &[u8]| {
         for &b in bytes {
@@ -237,6 +250,7 @@ impl Context {
                         group,
                         members.len(),
                         self.inner.config.reduce_chunk,
+                        self.inner.segments.next_key(),
                     )?;
                     let g = Arc::new(Group::new(group, members, area));
                     // Published before the commit's first message: partners that finish the
@@ -262,7 +276,7 @@ impl Context {
         if lo != hi {
             // Back to building, so the application can fix the membership or delete it.
             slots[usize::from(group)] = Slot::Building(g.members.ranks().into_iter().collect());
-            self.inner.publish(layout::area_descriptor(group), None)?;
+            self.inner.publish(DescKey::Area(group), None)?;
             return Err(Error::GroupMismatch { group });
         }
         slots[usize::from(group)] = Slot::Committed(g);
@@ -283,7 +297,7 @@ impl Context {
         match slots.get_mut(usize::from(group)) {
             Some(slot) if !matches!(slot, Slot::Free) => {
                 *slot = Slot::Free;
-                self.inner.publish(layout::area_descriptor(group), None)?;
+                self.inner.publish(DescKey::Area(group), None)?;
                 let first = u32::from(group) * SLOTS_PER_GROUP;
                 for id in first..first + SLOTS_PER_GROUP {
                     // In range: the table holds SLOTS_PER_GROUP slots for every group id.
@@ -341,9 +355,8 @@ impl Context {
 
     /// Publishes where partners write `g`'s allreduce data (see `allreduce::area`).
     pub(crate) fn publish_area(&self, g: &Group) -> Result<()> {
-        let descriptor = g.area.as_ref().map(|a| a.descriptor(&self.inner.ep));
-        self.inner
-            .publish(layout::area_descriptor(g.id), descriptor)
+        let descriptor = g.area.as_ref().map(ReduceArea::descriptor);
+        self.inner.publish(DescKey::Area(g.id), descriptor)
     }
 
     /// Blocks until every rank has entered the barrier, or until `timeout`: the barrier of

@@ -1,5 +1,6 @@
-//! The fault model: which peers are known to be dead, how the runtime finds out, and the
-//! watched wait that turns a peer's death into [`Error::RankFailed`] instead of a hang.
+//! The fault model: which peers are known to be dead, and how the runtime finds out. The
+//! watched wait that turns a peer's death into [`Error::RankFailed`] instead of a hang lives
+//! with the engine (`engine::deadline`).
 //!
 //! # Evidence
 //! A rank is marked [`State::Corrupt`] only on positive evidence that its process is gone, never
@@ -26,30 +27,29 @@
 //!
 //! # Where deaths surface
 //! Nothing is posted to a rank known dead: the call fails at once with `RankFailed`. A post the
-//! provider keeps refusing looks at the target's health every [`POST_LOOK`]. Every wait that
-//! depends on other ranks (queue waits, barriers and group commits, segment lookups, pings,
-//! passive sends, atomics) is a [`watched`](Inner::watched) wait: it waits in slices of at most
-//! [`CHECK_EVERY`] (also under `Timeout::Block`) and looks at the health of the ranks it depends on
-//! between slices and when its timeout expires. So a same-host death is reported within about a
-//! second, and never later than the caller's timeout plus one look.
+//! provider keeps refusing looks at the target's health every
+//! [`POST_LOOK`](crate::engine::deadline::POST_LOOK). Every wait that depends on other ranks
+//! (queue waits, barriers and group commits, segment lookups, pings, passive sends, atomics,
+//! waits over notification ranges with named senders) is a [`watched`](Inner::watched) wait:
+//! it waits in slices of at most [`CHECK_EVERY`](crate::engine::deadline::CHECK_EVERY) (also
+//! under `Timeout::Block`) and looks at the health of the ranks it depends on between slices
+//! and when its timeout expires. So a same-host death is reported within about a second, and
+//! never later than the caller's timeout plus one look. A timeout is never evidence: a stopped
+//! peer makes calls time out, and they work again once it resumes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gaspi_notifications::{Deadline, Timeout};
+use gaspi_notifications::Timeout;
 
 use crate::context::{Context, Inner};
-use crate::dissemination::remaining;
+use crate::engine::{Handler, Op, Outcome};
 use crate::error::{Error, Rank, Result};
-use crate::progress::{OpContext, OpKind};
-use crate::segment::layout;
+use crate::sync::lock;
+use crate::system::{layout, SCRATCH_LEN};
 
-/// How long a watched wait sleeps at most before it looks at the health of its ranks again.
-pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
-/// How often a post that the provider keeps refusing looks at its target's health.
-pub(crate) const POST_LOOK: Duration = Duration::from_millis(100);
 /// A rank's process is looked at no more often than this, however many calls ask: a caller that
 /// polls with `Timeout::Test` must not turn into a stream of `/proc` reads.
 const LOOK_AGAIN_AFTER: Duration = Duration::from_millis(100);
@@ -215,8 +215,6 @@ pub(crate) struct Health {
     /// When each rank's process was last looked at, in ms since `epoch`, plus one (0: never).
     looked: Box<[AtomicU64]>,
     epoch: Instant,
-    /// Answers to pings, per rank.
-    answers: Box<[AtomicU32]>,
 }
 
 impl Health {
@@ -240,7 +238,6 @@ impl Health {
             local,
             looked: (0..n).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
-            answers: (0..n).map(|_| AtomicU32::new(0)).collect(),
         }
     }
 
@@ -284,7 +281,7 @@ impl Health {
 
     /// Whether the same-host look says `rank`'s process is gone (at most one look per rank per
     /// [`LOOK_AGAIN_AFTER`], unless `fresh`); marks it if so.
-    fn look(&self, rank: Rank, fresh: bool) -> Option<Error> {
+    pub(crate) fn look(&self, rank: Rank, fresh: bool) -> Option<Error> {
         if let Some(e) = self.known(rank) {
             return Some(e);
         }
@@ -304,14 +301,14 @@ impl Health {
     }
 
     /// The first of `ranks` known dead or found dead by a same-host look.
-    fn first_failed(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
+    pub(crate) fn first_failed(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
         ranks
             .filter(|&r| r != self.me)
             .find_map(|r| self.look(r, false))
     }
 
     /// One entry per rank.
-    fn states(&self) -> Vec<State> {
+    pub(crate) fn states(&self) -> Vec<State> {
         self.corrupt
             .iter()
             .map(|c| {
@@ -331,94 +328,31 @@ impl Inner {
     pub(crate) fn mark_failed(&self, rank: Rank, reason: String) {
         if rank != self.rank && self.health.mark(rank, reason) {
             self.events.notify_all();
+            self.arrivals.notify_all();
         }
     }
 
-    /// `RankFailed` if a look says `rank` is dead (rate-limited; see [`POST_LOOK`]).
+    /// `RankFailed` if a look says `rank` is dead (rate-limited; see [`LOOK_AGAIN_AFTER`]).
     pub(crate) fn look(&self, rank: Rank) -> Option<Error> {
         self.health.look(rank, false)
     }
+}
 
-    /// Records the completion of a ping of `rank`.
-    pub(crate) fn pinged(&self, rank: Rank, failure: Option<String>) {
-        match failure {
-            // The system region stays registered for the peer's whole life: any failure to read
-            // it means the peer's runtime is gone.
-            Some(reason) => self.mark_failed(rank, format!("a ping failed: {reason}")),
-            None => {
-                if let Some(count) = self.health.answers.get(rank as usize) {
-                    count.fetch_add(1, Ordering::AcqRel);
-                }
-            }
-        }
-    }
+/// A ping in flight: the landing slot its read fills, and whether it was answered.
+struct Ping {
+    slot: u16,
+    answered: Mutex<Option<std::result::Result<(), String>>>,
+}
 
-    /// Waits for `step` to succeed, bounded by `deadline`, watching the health of the ranks
-    /// `ranks()` yields: those whose death would make the wait hopeless.
-    ///
-    /// `step(slice)` waits at most `slice` and returns `None` when that ran out. It is called with
-    /// slices of at most [`CHECK_EVERY`] (with `Timeout::Test` once), and after each unsuccessful
-    /// one the ranks' health is looked at. A rank already known dead fails the wait before it
-    /// starts. Returns [`Error::RankFailed`] naming the first dead rank found, or
-    /// [`Error::Timeout`] when the deadline passed with every rank apparently alive.
-    pub(crate) fn watched<T, R: Iterator<Item = Rank>>(
-        &self,
-        ranks: impl Fn() -> R,
-        deadline: Deadline,
-        mut step: impl FnMut(Timeout) -> Option<T>,
-    ) -> Result<T> {
-        if let Some(e) = self.health.first_known(ranks()) {
-            return self.last_chance(&mut step).ok_or(e);
+impl Handler for Ping {
+    fn complete(&self, inner: &Inner, rank: Option<Rank>, outcome: Outcome<'_>) {
+        inner.system.landing.give(self.slot);
+        if let (Err(f), Some(rank)) = (outcome, rank) {
+            // The system region stays registered for the peer's whole life: any failure to
+            // read it means the peer's runtime is gone.
+            inner.mark_failed(rank, format!("a ping failed: {}", f.message));
         }
-        let cap = CHECK_EVERY.as_millis() as u64;
-        loop {
-            let slice = match remaining(deadline) {
-                Timeout::Block => Timeout::Millis(cap),
-                Timeout::Millis(ms) => Timeout::Millis(ms.min(cap)),
-                Timeout::Test => Timeout::Test,
-            };
-            if let Some(value) = step(slice) {
-                return Ok(value);
-            }
-            if let Some(e) = self.health.first_failed(ranks()) {
-                return self.last_chance(&mut step).ok_or(e);
-            }
-            if deadline.expired() {
-                return Err(Error::Timeout);
-            }
-        }
-    }
-
-    /// One more look at a watched wait whose ranks include a dead one: what the rank sent
-    /// before it died still counts (a barrier it completed has released its partners), and may
-    /// still wait in the completion queue of a rank that was descheduled meanwhile. Reads what
-    /// the queue holds (bounded: live peers may keep it busy), then tries `step` once.
-    fn last_chance<T>(&self, step: &mut impl FnMut(Timeout) -> Option<T>) -> Option<T> {
-        for _ in 0..64 {
-            if !self.progress() {
-                break;
-            }
-        }
-        step(Timeout::Test)
-    }
-
-    /// [`watched`](Self::watched) for a condition that the progress engine makes true: `poll`
-    /// is polled while driving progress, as in every wait of the runtime.
-    pub(crate) fn watched_until<T, R: Iterator<Item = Rank>>(
-        &self,
-        ranks: impl Fn() -> R,
-        deadline: Deadline,
-        mut poll: impl FnMut() -> Option<T>,
-    ) -> Result<T> {
-        self.watched(ranks, deadline, |slice| {
-            gaspi_notifications::wait_until(
-                &self.events,
-                slice.deadline(),
-                &mut poll,
-                self.waiter(),
-            )
-            .ok()
-        })
+        *lock(&self.answered) = Some(outcome.map_err(|f| f.message.clone()));
     }
 }
 
@@ -435,7 +369,8 @@ impl Context {
     /// Checks whether `rank` is alive and reachable: on the same host by looking at its process,
     /// then with an 8-byte RDMA read of its system region, bounded by `timeout`.
     ///
-    /// `Ok` when the peer answered; [`Error::RankFailed`] when it is dead (it is then marked in
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::RankFailed`] when it is dead (it is then marked in
     /// [`state_vec`](Self::state_vec)); [`Error::Timeout`] when no answer came in time, which
     /// marks nothing: a peer that is slow, stopped or unreachable is not known to be dead.
     pub fn proc_ping(&self, rank: Rank, timeout: Timeout) -> Result<()> {
@@ -448,43 +383,41 @@ impl Context {
             return Err(e);
         }
         let deadline = timeout.deadline();
-        let answers = &inner.health.answers[rank as usize];
-        let before = answers.load(Ordering::Acquire);
-        let context = OpContext {
-            kind: OpKind::Ping,
-            queue: 0,
-            segment: 0,
-            rank,
-        }
-        .encode();
-        let source = inner.system_target(rank, layout::SCRATCH);
-        let landing = inner
-            .system_memory
-            .as_ptr()
-            .wrapping_add(layout::SCRATCH as usize);
-        let desc = inner.system_mr.desc();
-        let posted = self.post_until(rank, deadline, || {
-            // SAFETY: the scratch area lies inside the registered system region, which lives as
-            // long as the context; nobody reads it (notification-only writes land there too).
-            unsafe {
-                inner
-                    .ep
-                    .read(landing, layout::SCRATCH_LEN as usize, desc, source, context)
-            }
-        })?;
-        if !posted {
-            return Err(Error::Timeout);
-        }
-        // A failed ping marks the rank (and wakes us): stop waiting at once.
-        inner.watched_until(
+        let slot = inner.watched_until(
             || std::iter::once(rank),
             deadline,
-            || {
-                (answers.load(Ordering::Acquire) != before || inner.health.known(rank).is_some())
-                    .then_some(())
-            },
+            || inner.system.landing.take(),
         )?;
-        inner.health.known(rank).map_or(Ok(()), Err)
+        let ping = Arc::new(Ping {
+            slot,
+            answered: Mutex::new(None),
+        });
+        let source = inner.system.target(rank, layout::SCRATCH);
+        let landing = match inner.system.landing(slot, SCRATCH_LEN) {
+            Ok(landing) => landing,
+            Err(e) => {
+                inner.system.landing.give(slot);
+                return Err(e);
+            }
+        };
+        let op = Op::to(rank, Arc::clone(&ping) as Arc<dyn Handler>);
+        if let Err(e) =
+            inner.post_until(rank, deadline, op, |op| inner.ep.read(landing, source, op))
+        {
+            inner.system.landing.give(slot);
+            return Err(e);
+        }
+        // A failed ping marks the rank (and wakes us): stop waiting at once.
+        let answered = inner.watched_until(
+            || std::iter::once(rank),
+            deadline,
+            || lock(&ping.answered).clone(),
+        )?;
+        match (answered, inner.health.known(rank)) {
+            (_, Some(dead)) => Err(dead),
+            (Ok(()), None) => Ok(()),
+            (Err(reason), None) => Err(Error::OperationFailed { rank, reason }),
+        }
     }
 }
 

@@ -52,31 +52,33 @@
 //! libfabric provider name); see [`Config`] for every setting.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod allreduce;
 mod atomic;
-#[doc(hidden)]
-pub mod bench;
+mod batch;
 mod config;
 mod context;
 mod dissemination;
+mod engine;
 mod error;
-mod fabric;
 mod group;
 mod health;
-#[doc(hidden)]
-pub mod launcher;
+pub mod library;
 mod notify;
+mod outbox;
 mod passive;
-pub mod pmi;
-mod progress;
 mod queue;
 mod rma;
 mod segment;
-mod turns;
+mod sync;
+mod system;
+mod target;
 mod wire;
 
 pub use allreduce::{Element, ReduceOp, UserOp};
+pub use atomic::AtomicRequest;
+pub use batch::Batch;
 pub use config::{
     Config, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_PASSIVE_BYTES, MAX_QUEUES,
     MAX_REDUCE_CHUNK,
@@ -84,18 +86,29 @@ pub use config::{
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 pub use gaspi_notifications::Timeout;
+pub use gaspi_segments::{Error as SegmentError, SegmentMemory};
 pub use group::{GroupId, GROUP_ALL};
 pub use health::State;
+pub use library::{Library, Scope, Team};
+pub use notify::{Arrival, NotificationRange};
 pub use rma::{local, remote, ListEntry, Local, Notification, Remote};
+pub use segment::Segment;
+pub use target::Target;
 
 /// Queue operations that do not move data.
 impl Context {
     /// Creates a queue and returns its id.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when all [`MAX_QUEUES`] queues exist.
     pub fn queue_create(&self) -> Result<QueueId> {
         self.inner.queues.create()
     }
 
     /// Deletes an idle queue.
+    ///
+    /// # Errors
+    /// [`Error::InvalidQueue`]; [`Error::QueueBusy`] while operations on it are outstanding.
     pub fn queue_delete(&self, queue: QueueId) -> Result<()> {
         self.inner.queues.delete(queue)
     }
@@ -105,7 +118,10 @@ impl Context {
         self.inner.queues.count()
     }
 
-    /// Operations posted on `queue` and not yet completed.
+    /// Operations posted on `queue` (or waiting to be) and not yet completed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidQueue`].
     pub fn queue_size(&self, queue: QueueId) -> Result<u32> {
         Ok(self.inner.queues.get(queue)?.outstanding())
     }
@@ -118,5 +134,5 @@ impl Context {
 
 /// Providers usable for RDM endpoints with RMA on this host, as libfabric names them.
 pub fn available_providers() -> Vec<String> {
-    fabric::available_providers()
+    gaspi_fabric::available_providers()
 }

@@ -1,12 +1,44 @@
 //! Waiting for and consuming notifications in this rank's segments.
 //!
 //! The tables themselves live in `gaspi-notifications`; this module maps segment ids to tables
-//! and the table's errors to [`Error`] with the rank and segment filled in.
+//! and the table's errors to [`Error`] with the rank and segment filled in. Every table of a
+//! context notifies one shared event count, so that one wait can watch ranges of several
+//! segments at once ([`Context::notify_wait_any`]).
 
-use gaspi_notifications::Timeout;
+use gaspi_notifications::{NotificationTable, Timeout};
 
 use crate::context::Context;
-use crate::error::{Error, NotificationId, Result, SegmentId};
+use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
+use crate::wire::Table;
+
+/// Notifications `begin..begin + num` of one of this rank's segments, from
+/// [`Segment::range`](crate::Segment::range), for [`Context::notify_wait_any`].
+#[derive(Clone, Copy)]
+pub struct NotificationRange<'a> {
+    pub(crate) table: &'a NotificationTable,
+    pub(crate) segment: SegmentId,
+    pub(crate) begin: NotificationId,
+    pub(crate) num: u32,
+}
+
+impl std::fmt::Debug for NotificationRange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotificationRange")
+            .field("segment", &self.segment)
+            .field("begin", &self.begin)
+            .field("num", &self.num)
+            .finish()
+    }
+}
+
+/// A notification found set by [`Context::notify_wait_any`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Arrival {
+    /// Index of its range in the slice that was passed.
+    pub range: usize,
+    /// Its id in its segment's table.
+    pub id: NotificationId,
+}
 
 impl Context {
     /// Waits until one of the notifications `begin..begin + num` of segment `segment` is set and
@@ -17,9 +49,14 @@ impl Context {
     /// the write that carried the notification is visible once this returns its id.
     ///
     /// The wait is not tied to a sender, so the death of the rank that would have set the
-    /// notification does not end it (unlike [`wait`](Self::wait) and the barriers): pass a
-    /// finite timeout where a sender may die, and ask [`state_vec`](Self::state_vec) or
-    /// [`proc_ping`](Self::proc_ping) about it after a [`Error::Timeout`].
+    /// notification does not end it: where a sender may die, name it in
+    /// [`notify_wait_any`](Self::notify_wait_any), or pass a finite timeout and ask
+    /// [`state_vec`](Self::state_vec) or [`proc_ping`](Self::proc_ping) after an
+    /// [`Error::Timeout`].
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`]; [`Error::InvalidNotification`] for an empty range or one
+    /// beyond the table; [`Error::Timeout`].
     pub fn notify_waitsome(
         &self,
         segment: SegmentId,
@@ -27,7 +64,7 @@ impl Context {
         num: u32,
         timeout: Timeout,
     ) -> Result<NotificationId> {
-        let seg = self.inner.segments.local(self.rank(), segment)?;
+        let seg = self.inner.segments.user(self.rank(), segment)?;
         seg.notifications
             .wait_some(begin, num, timeout, self.inner.waiter())
             .map_err(|e| self.notification_error(segment, e))
@@ -36,10 +73,14 @@ impl Context {
     /// Atomically takes notification `id` of segment `segment`: returns its value and leaves 0.
     ///
     /// Two threads resetting the same id never both see the value: one gets it, the other 0.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`]; [`Error::InvalidNotification`] when `id` is outside the
+    /// table.
     pub fn notify_reset(&self, segment: SegmentId, id: NotificationId) -> Result<u32> {
         self.inner
             .segments
-            .with_local(segment, |seg| seg.notifications.reset(id))
+            .with_table(Table::User(segment), |table| table.reset(id))
             .ok_or(Error::UnknownSegment {
                 rank: self.rank(),
                 segment,
@@ -49,10 +90,14 @@ impl Context {
 
     /// The current value of notification `id` of segment `segment` (0 = unset), without waiting
     /// or consuming it.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`]; [`Error::InvalidNotification`] when `id` is outside the
+    /// table.
     pub fn notify_peek(&self, segment: SegmentId, id: NotificationId) -> Result<u32> {
         self.inner
             .segments
-            .with_local(segment, |seg| seg.notifications.get(id))
+            .with_table(Table::User(segment), |table| table.get(id))
             .ok_or(Error::UnknownSegment {
                 rank: self.rank(),
                 segment,
@@ -60,16 +105,86 @@ impl Context {
             .map_err(|e| self.notification_error(segment, e))
     }
 
-    fn notification_error(&self, segment: SegmentId, e: gaspi_notifications::Error) -> Error {
+    /// Waits until a notification in any of `ranges` (of any of this rank's segments, user or
+    /// library) is set and returns which: the first range with one set, and its lowest set id.
+    /// The notification stays set.
+    ///
+    /// `senders` are the ranks the notifications are expected from: while waiting, their
+    /// health is watched as in every wait of the runtime, so the death of one of them ends the
+    /// wait with [`Error::RankFailed`] naming it (within about a second for a peer on this
+    /// host), also under `Timeout::Block`; a slow or stopped sender is not dead, and the wait
+    /// then ends at its timeout.
+    ///
+    /// ```no_run
+    /// # use gaspi::{Context, Timeout};
+    /// # let ctx = Context::init()?;
+    /// let (a, b) = (ctx.segment(0)?, ctx.segment(1)?);
+    /// let got = ctx.notify_wait_any(&[a.range(0, 8), b.range(100, 4)], &[1, 2], Timeout::Millis(500))?;
+    /// let value = [&a, &b][got.range].notify_reset(got.id)?;
+    /// # let _ = value;
+    /// # Ok::<(), gaspi::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidNotification`] for an empty range or one beyond its table (checked
+    /// before waiting), [`Error::Buffers`] for no ranges at all, [`Error::InvalidRank`] for a
+    /// sender outside the job; [`Error::RankFailed`]; [`Error::Timeout`].
+    pub fn notify_wait_any(
+        &self,
+        ranges: &[NotificationRange<'_>],
+        senders: &[Rank],
+        timeout: Timeout,
+    ) -> Result<Arrival> {
+        if ranges.is_empty() {
+            return Err(Error::Buffers(
+                "notify_wait_any needs at least one range".into(),
+            ));
+        }
+        for &rank in senders {
+            self.check_rank(rank)?;
+        }
+        for r in ranges {
+            r.table
+                .first_set(r.begin, r.num)
+                .map_err(|e| self.notification_error(r.segment, e))?;
+        }
+        let inner = &self.inner;
+        let scan = || {
+            ranges.iter().enumerate().find_map(|(range, r)| {
+                // Validated above; a range cannot turn invalid while borrowed.
+                let id = r.table.first_set(r.begin, r.num).ok().flatten()?;
+                Some(Arrival { range, id })
+            })
+        };
+        inner.watched(
+            || senders.iter().copied(),
+            timeout.deadline(),
+            |slice| {
+                gaspi_notifications::wait_until(
+                    &inner.arrivals,
+                    slice.deadline(),
+                    scan,
+                    inner.waiter(),
+                )
+                .ok()
+            },
+        )
+    }
+
+    pub(crate) fn notification_error(
+        &self,
+        segment: SegmentId,
+        e: gaspi_notifications::Error,
+    ) -> Error {
         let count = self.inner.config.notifications;
         let rank = self.rank();
         match e {
             gaspi_notifications::Error::Timeout => Error::Timeout,
-            gaspi_notifications::Error::OutOfRange { id, .. } => Error::InvalidNotification {
+            gaspi_notifications::Error::OutOfRange { id, len } => Error::InvalidNotification {
                 rank,
                 segment,
                 id,
-                count,
+                count: len,
             },
             gaspi_notifications::Error::EmptyRange { begin } => Error::InvalidNotification {
                 rank,

@@ -1,40 +1,437 @@
-//! Communication queues: bounded counters of posted, not yet locally completed operations.
+//! Queues: bounded, ordered streams of one-sided operations with completion tracking.
 //!
-//! A queue is bookkeeping, not a provider object: every operation is posted on the one endpoint
-//! with a context naming its queue, and the progress engine decrements that queue when the
-//! completion arrives. This keeps the provider's resources independent of the queue count and
-//! lets [`Context::wait`](crate::Context::wait) finish one queue while others stay busy. A full
-//! queue is reported as [`Error::QueueFull`] at post time; nothing blocks silently.
+//! A queue is bookkeeping, not a provider object. The user's numbered queues
+//! ([`Context::wait`](crate::Context::wait)) and a library's [`Batch`](crate::Batch)es are
+//! both a [`Queue`]: a [`Tracker`] of the operations posted on it (each operation's record
+//! names the queue as its completion handler), a depth beyond which posting is
+//! [`Error::QueueFull`], and an ordered list of *parked* operations.
 //!
-//! Each queue also counts its operations per target rank, so that a wait knows which ranks it
-//! depends on, and so that the operations towards a rank that died can be dropped from the
-//! queue: on shm they would never complete (see `health`). Every count goes down exactly once
-//! per operation, whether it completes or is dropped, so a late completion of a dropped
-//! operation is not counted twice.
+//! # Posting never blocks
+//! An operation is posted to the provider at once when it can be. When it cannot yet, it is
+//! parked, in order, and the progress engine posts it later:
+//! * its target segment's descriptor is not known yet: the lookup is started, and the
+//!   operation (with every later one of the queue, to keep their order) waits for the answer.
+//!   Argument errors that need the answer (`UnknownSegment`, `OutOfBounds`) are then reported
+//!   by the queue's next wait;
+//! * the provider is out of resources (`-FI_EAGAIN`);
+//! * on a provider without write-after-write ordering, a notification waits until every
+//!   operation before it on the queue has completed, delivered (see `rma`).
+//!
+//! Parked operations count towards the depth, so memory stays bounded, and a wait covers
+//! them like any other.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+use gaspi_fabric::{Posted, Refused, RemoteTarget};
 
 use crate::config::MAX_QUEUES;
-use crate::error::{Error, QueueId, Rank, Result};
+use crate::context::Inner;
+use crate::engine::lookup::{DescKey, Known, Lookup};
+use crate::engine::tracker::Tracker;
+use crate::engine::{Handler, Op, Outcome, Retry};
+use crate::error::{Error, NotificationId, QueueId, Rank, Result};
+use crate::segment::LocalSegment;
+use crate::sync::{lock, AtomicBool, AtomicU32, Mutex, Ordering};
 use crate::wire::WireNotification;
 
-/// One queue's state.
-pub(crate) struct Queue {
-    active: AtomicBool,
-    outstanding: AtomicU32,
-    failure: Mutex<Option<(Rank, String)>>,
-    /// Notifications waiting for the queue to drain (providers without write ordering only).
-    outbox: Mutex<Vec<(Rank, WireNotification)>>,
-    outbox_len: AtomicU32,
-    /// Operations not yet completed, per target rank; allocated at the first post.
-    per_rank: OnceLock<Box<[AtomicU32]>>,
-    ranks: u32,
+/// Which queue, for errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Label {
+    /// A user queue.
+    User(QueueId),
+    /// A library's batch.
+    Batch,
 }
 
-/// All queues of a context; ids are indices, created and deleted at run time.
+/// Where an operation goes on its target rank.
+pub(crate) enum Dest {
+    /// Resolved and checked.
+    Ready(RemoteTarget),
+    /// `offset..offset + size` of the registration behind `key`, once `lookup` has answered.
+    Pending {
+        key: DescKey,
+        offset: u64,
+        size: u64,
+        lookup: Arc<Lookup>,
+    },
+}
+
+/// What an operation does.
+pub(crate) enum Kind {
+    /// Writes `size` bytes from `src` at `src_offset`; with `data`, the target's notification
+    /// rides on the write.
+    Write {
+        src: Arc<LocalSegment>,
+        src_offset: u64,
+        dst: Dest,
+        size: u64,
+        data: Option<WireNotification>,
+    },
+    /// Reads `size` bytes into `dst` at `dst_offset`; `then` sets a local notification of
+    /// `dst` once they arrived.
+    Read {
+        dst: Arc<LocalSegment>,
+        dst_offset: u64,
+        src: Dest,
+        size: u64,
+        then: Option<(NotificationId, u32)>,
+    },
+    /// Sets a notification at the target (its table's segment checked through `check`); on an
+    /// unordered provider only once everything before it on the queue completed.
+    Notify { check: Dest, wire: WireNotification },
+}
+
+/// One operation accepted by a queue.
+pub(crate) struct Request {
+    pub(crate) rank: Rank,
+    pub(crate) kind: Kind,
+}
+
+/// What became of an attempt to post.
+enum Attempt {
+    Posted,
+    /// Not now: the provider is busy, or an answer or earlier operations are awaited.
+    Later,
+}
+
+/// A queue (user queue or batch).
+pub(crate) struct Queue {
+    pub(crate) label: Label,
+    pub(crate) tracker: Tracker,
+    depth: u32,
+    parked: Mutex<VecDeque<Request>>,
+    parked_len: AtomicU32,
+    scheduled: AtomicBool,
+    /// For the records and the retry list, which need an `Arc` of this queue.
+    me: Weak<Queue>,
+}
+
+impl Queue {
+    /// A queue of `depth` operations; `dense` counts per rank of a job of `ranks` in an array.
+    pub(crate) fn new(label: Label, depth: u32, dense: Option<u32>) -> Arc<Queue> {
+        Arc::new_cyclic(|me| Queue {
+            label,
+            tracker: dense.map_or_else(Tracker::sparse, Tracker::dense),
+            depth,
+            parked: Mutex::new(VecDeque::new()),
+            parked_len: AtomicU32::new(0),
+            scheduled: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+
+    /// Operations posted or parked and not yet completed.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.tracker.outstanding()
+    }
+
+    /// Operations parked, waiting to be posted.
+    pub(crate) fn parked(&self) -> u32 {
+        self.parked_len.load(Ordering::Acquire)
+    }
+
+    /// Operations a queue holds before posting returns [`Error::QueueFull`].
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    fn full(&self) -> Error {
+        match self.label {
+            Label::User(queue) => Error::QueueFull {
+                queue,
+                depth: self.depth,
+            },
+            Label::Batch => Error::BatchFull { depth: self.depth },
+        }
+    }
+
+    /// Takes room for `n` operations towards `rank`.
+    pub(crate) fn reserve(&self, rank: Rank, n: u32) -> Result<()> {
+        if self.tracker.reserve(rank, n, self.depth) {
+            Ok(())
+        } else {
+            Err(self.full())
+        }
+    }
+
+    /// Posts `requests` (all towards one rank, room reserved for each) in order: at once
+    /// while nothing is parked and each can go, the rest parked. An immediate refusal by the
+    /// provider is returned (with the reservations of that request and the following ones
+    /// given back); everything else is reported by the next wait.
+    pub(crate) fn submit(&self, inner: &Inner, requests: Vec<Request>) -> Result<()> {
+        let mut requests = requests.into_iter();
+        while self.parked_len.load(Ordering::Acquire) == 0 {
+            let Some(mut request) = requests.next() else {
+                return Ok(());
+            };
+            match self.attempt(inner, &mut request, false) {
+                Ok(Attempt::Posted) => {}
+                Ok(Attempt::Later) => {
+                    self.park(inner, std::iter::once(request).chain(requests));
+                    return Ok(());
+                }
+                Err(e) => {
+                    let left = 1 + requests.len() as u32;
+                    self.tracker.take(request.rank, left);
+                    return Err(e);
+                }
+            }
+        }
+        self.park(inner, requests);
+        Ok(())
+    }
+
+    fn park(&self, inner: &Inner, requests: impl Iterator<Item = Request>) {
+        let mut parked = lock(&self.parked);
+        let before = parked.len();
+        parked.extend(requests);
+        let added = (parked.len() - before) as u32;
+        if added == 0 {
+            return;
+        }
+        self.parked_len.fetch_add(added, Ordering::AcqRel);
+        drop(parked);
+        if let Some(me) = self.me.upgrade() {
+            inner.engine.schedule(me as Arc<dyn Retry>);
+        }
+    }
+
+    /// Tries to post `request` now (`parked`: it is the first parked one, else nothing is
+    /// parked). `Err` only for a refusal that ends the operation (its reservation is the
+    /// caller's to give back).
+    fn attempt(&self, inner: &Inner, request: &mut Request, parked: bool) -> Result<Attempt> {
+        let rank = request.rank;
+        if let Some(dead) = inner.health.known(rank) {
+            return Err(dead);
+        }
+        let ordered = inner.ep.caps().ordered_writes;
+        match &mut request.kind {
+            Kind::Write {
+                src,
+                src_offset,
+                dst,
+                size,
+                data,
+            } => {
+                let Some(target) = resolve(inner, rank, dst)? else {
+                    return Ok(Attempt::Later);
+                };
+                let source = src.slice(inner.rank, *src_offset, *size)?;
+                let op = Op::to(rank, self.handler()?);
+                let data = data.map(WireNotification::encode);
+                // Without provider ordering every write reports completion only once
+                // delivered, so a drained queue proves its writes landed (see `Notify`).
+                let posted =
+                    inner.submit(op, |op| inner.ep.write(source, target, data, !ordered, op));
+                refused(posted)
+            }
+            Kind::Read {
+                dst,
+                dst_offset,
+                src,
+                size,
+                then,
+            } => {
+                let Some(target) = resolve(inner, rank, src)? else {
+                    return Ok(Attempt::Later);
+                };
+                let landing = dst.slice(inner.rank, *dst_offset, *size)?;
+                let handler: Arc<dyn Handler> = match then {
+                    Some((id, value)) => Arc::new(ReadNotify {
+                        queue: self.strong()?,
+                        segment: Arc::clone(dst),
+                        id: *id,
+                        value: *value,
+                    }),
+                    None => self.handler()?,
+                };
+                let posted = inner.submit(Op::to(rank, handler), |op| {
+                    inner.ep.read(landing, target, op)
+                });
+                refused(posted)
+            }
+            Kind::Notify { check, wire } => {
+                if resolve(inner, rank, check)?.is_none() {
+                    return Ok(Attempt::Later);
+                }
+                // Unordered provider: only once everything before it has been delivered. What
+                // the queue counts besides the parked operations (this one among them when
+                // `parked`, and all after it) and this one is in flight.
+                let counted = self.parked_len.load(Ordering::Acquire) + u32::from(!parked);
+                if !ordered && self.outstanding() > counted {
+                    return Ok(Attempt::Later);
+                }
+                match inner.try_notify(rank, *wire)? {
+                    Posted::Yes => {
+                        // Injected: complete at once.
+                        self.tracker.take(rank, 1);
+                        Ok(Attempt::Posted)
+                    }
+                    Posted::Again => Ok(Attempt::Later),
+                }
+            }
+        }
+    }
+
+    fn strong(&self) -> Result<Arc<Queue>> {
+        // A queue is only ever used through the Arc made in `new`, which is alive while any of
+        // its methods runs; failing to upgrade would be a bug, reported rather than panicked on.
+        self.me
+            .upgrade()
+            .ok_or_else(|| Error::Protocol("a queue was used after it was dropped".into()))
+    }
+
+    fn handler(&self) -> Result<Arc<dyn Handler>> {
+        Ok(self.strong()?)
+    }
+
+    /// Gives up the operations towards `rank` that died, waiting or posted: the posted ones
+    /// may never complete (shm).
+    pub(crate) fn drop_rank(&self, rank: Rank) {
+        self.tracker.drop_rank(rank);
+    }
+
+    /// Records `error` for the next wait.
+    pub(crate) fn fail(&self, error: Error) {
+        self.tracker.fail(error);
+    }
+}
+
+/// The target of `dest`, once known and checked; `None` while its lookup is in flight.
+fn resolve(inner: &Inner, rank: Rank, dest: &mut Dest) -> Result<Option<RemoteTarget>> {
+    let (key, offset, size, known) = match dest {
+        Dest::Ready(target) => return Ok(Some(*target)),
+        Dest::Pending {
+            key,
+            offset,
+            size,
+            lookup,
+        } => match lookup.outcome() {
+            None => return Ok(None),
+            Some(known) => (*key, *offset, *size, known?),
+        },
+    };
+    let target = check_target(inner, rank, key, offset, size, known)?;
+    *dest = Dest::Ready(target);
+    Ok(Some(target))
+}
+
+/// Checks `offset..offset + size` against what is known of `key` on `rank`.
+pub(crate) fn check_target(
+    inner: &Inner,
+    rank: Rank,
+    key: DescKey,
+    offset: u64,
+    size: u64,
+    known: Known,
+) -> Result<RemoteTarget> {
+    let segment = match key {
+        DescKey::Segment(id) | DescKey::Library(id) | DescKey::Area(id) => id,
+    };
+    let d = match known {
+        Known::Present(d) => d,
+        Known::Absent => return Err(Error::UnknownSegment { rank, segment }),
+    };
+    let fits = offset.checked_add(size).is_some_and(|end| end <= d.size);
+    let max = inner.ep.caps().max_msg_size;
+    if !fits || size > max {
+        return Err(Error::OutOfBounds {
+            rank,
+            segment,
+            offset,
+            size,
+            segment_size: if fits { max } else { d.size },
+        });
+    }
+    Ok(RemoteTarget {
+        rank,
+        addr: d.base + offset,
+        key: d.key,
+    })
+}
+
+/// Maps a post that was not accepted.
+fn refused(posted: std::result::Result<(), Refused<Op>>) -> Result<Attempt> {
+    match posted {
+        Ok(()) => Ok(Attempt::Posted),
+        Err(Refused::Busy(_)) => Ok(Attempt::Later),
+        Err(Refused::Failed(e, _)) => Err(e.into()),
+    }
+}
+
+impl Retry for Queue {
+    fn scheduled(&self) -> &AtomicBool {
+        &self.scheduled
+    }
+
+    fn retry(&self, inner: &Inner) -> bool {
+        let mut parked = lock(&self.parked);
+        while let Some(head) = parked.front_mut() {
+            let rank = head.rank;
+            match self.attempt(inner, head, true) {
+                Ok(Attempt::Later) => break,
+                Ok(Attempt::Posted) => {}
+                Err(e) => {
+                    self.tracker.fail(e);
+                    self.tracker.take(rank, 1);
+                    inner.events.notify_all();
+                }
+            }
+            parked.pop_front();
+            // Decremented only once posted, so a later operation that sees nothing parked
+            // can never overtake this one.
+            self.parked_len.fetch_sub(1, Ordering::AcqRel);
+        }
+        !parked.is_empty()
+    }
+}
+
+impl Handler for Queue {
+    fn complete(&self, inner: &Inner, rank: Option<Rank>, outcome: Outcome<'_>) {
+        let rank = rank.unwrap_or(inner.rank);
+        if let Err(failure) = outcome {
+            self.tracker.fail(inner.failure_of(rank, &failure.message));
+        }
+        self.tracker.take(rank, 1);
+    }
+}
+
+/// A read whose arrival also sets a local notification (`read_notify`).
+struct ReadNotify {
+    queue: Arc<Queue>,
+    segment: Arc<LocalSegment>,
+    id: NotificationId,
+    value: u32,
+}
+
+impl Handler for ReadNotify {
+    fn complete(&self, inner: &Inner, rank: Option<Rank>, outcome: Outcome<'_>) {
+        if outcome.is_ok() {
+            // Validated when the read was posted.
+            let _ = self.segment.notifications.set(self.id, self.value);
+        }
+        self.queue.complete(inner, rank, outcome);
+    }
+}
+
+impl Inner {
+    /// The error an operation towards `rank` gets from a failure the provider reported:
+    /// [`Error::RankFailed`] when the rank is known dead (a broken connection marks it before
+    /// this is asked), else [`Error::OperationFailed`].
+    pub(crate) fn failure_of(&self, rank: Rank, message: &str) -> Error {
+        self.health
+            .known(rank)
+            .unwrap_or_else(|| Error::OperationFailed {
+                rank,
+                reason: message.to_owned(),
+            })
+    }
+}
+
+/// The user's numbered queues; ids are indices, created and deleted at run time.
 pub(crate) struct Queues {
-    queues: Vec<Queue>,
+    queues: Vec<(AtomicBool, Arc<Queue>)>,
     depth: u32,
     // Serialises create/delete so two creators cannot pick the same id.
     admin: Mutex<()>,
@@ -44,14 +441,11 @@ impl Queues {
     /// `initial` queues of `depth` operations each, for a job of `ranks` ranks.
     pub(crate) fn new(initial: u8, depth: u32, ranks: u32) -> Self {
         let queues = (0..MAX_QUEUES)
-            .map(|i| Queue {
-                active: AtomicBool::new(i < initial),
-                outstanding: AtomicU32::new(0),
-                failure: Mutex::new(None),
-                outbox: Mutex::new(Vec::new()),
-                outbox_len: AtomicU32::new(0),
-                per_rank: OnceLock::new(),
-                ranks,
+            .map(|i| {
+                (
+                    AtomicBool::new(i < initial),
+                    Queue::new(Label::User(i), depth, Some(ranks)),
+                )
             })
             .collect();
         Queues {
@@ -68,13 +462,13 @@ impl Queues {
     fn active_count(&self) -> u32 {
         self.queues
             .iter()
-            .filter(|q| q.active.load(Ordering::Acquire))
+            .filter(|(active, _)| active.load(Ordering::Acquire))
             .count() as u32
     }
 
-    pub(crate) fn get(&self, id: QueueId) -> Result<&Queue> {
+    pub(crate) fn get(&self, id: QueueId) -> Result<&Arc<Queue>> {
         match self.queues.get(usize::from(id)) {
-            Some(q) if q.active.load(Ordering::Acquire) => Ok(q),
+            Some((active, q)) if active.load(Ordering::Acquire) => Ok(q),
             _ => Err(Error::InvalidQueue {
                 queue: id,
                 count: self.active_count(),
@@ -82,166 +476,47 @@ impl Queues {
         }
     }
 
-    /// Completion path: the queue id comes from a context we encoded, so it is in range.
-    pub(crate) fn by_index(&self, id: QueueId) -> Option<&Queue> {
-        self.queues.get(usize::from(id))
-    }
-
-    /// Reserves `n` slots on queue `id` for operations about to be posted to `rank` (valid).
-    pub(crate) fn reserve(&self, id: QueueId, n: u32, rank: Rank) -> Result<&Queue> {
-        let q = self.get(id)?;
-        let depth = self.depth;
-        q.outstanding
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                cur.checked_add(n).filter(|&next| next <= depth)
-            })
-            .map_err(|_| Error::QueueFull { queue: id, depth })?;
-        if let Some(count) = q.counts().get(rank as usize) {
-            count.fetch_add(n, Ordering::AcqRel);
-        }
-        Ok(q)
-    }
-
     pub(crate) fn create(&self) -> Result<QueueId> {
-        let _guard = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let (id, q) = self
+        let _guard = lock(&self.admin);
+        let (id, (active, q)) = self
             .queues
             .iter()
             .enumerate()
-            .find(|(_, q)| !q.active.load(Ordering::Acquire))
+            .find(|(_, (active, _))| !active.load(Ordering::Acquire))
             .ok_or_else(|| Error::Limit(format!("all {MAX_QUEUES} queues exist")))?;
-        q.outstanding.store(0, Ordering::Relaxed);
-        q.take_failure();
-        q.outbox.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        q.outbox_len.store(0, Ordering::Release);
-        q.active.store(true, Ordering::Release);
+        q.tracker.take_failure();
+        active.store(true, Ordering::Release);
         Ok(id as QueueId)
     }
 
     pub(crate) fn delete(&self, id: QueueId) -> Result<()> {
-        let _guard = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = lock(&self.admin);
         let q = self.get(id)?;
-        let outstanding = q.outstanding() + q.outbox_len.load(Ordering::Acquire);
+        let outstanding = q.outstanding();
         if outstanding > 0 {
             return Err(Error::QueueBusy {
                 queue: id,
                 outstanding,
             });
         }
-        q.active.store(false, Ordering::Release);
+        self.queues[usize::from(id)]
+            .0
+            .store(false, Ordering::Release);
         Ok(())
-    }
-
-    /// Whether any queue has operations posted and not completed.
-    pub(crate) fn any_outstanding(&self) -> bool {
-        self.queues.iter().any(|q| q.outstanding() > 0)
     }
 
     pub(crate) fn count(&self) -> u32 {
         self.active_count()
     }
-}
 
-impl Queue {
-    pub(crate) fn outstanding(&self) -> u32 {
-        self.outstanding.load(Ordering::Acquire)
-    }
-
-    fn counts(&self) -> &[AtomicU32] {
-        self.per_rank
-            .get_or_init(|| (0..self.ranks).map(|_| AtomicU32::new(0)).collect())
-    }
-
-    /// Gives back up to `n` slots of operations towards `rank` (completed, never posted, or
-    /// dropped); returns how many were still counted.
-    fn take(&self, rank: Rank, n: u32) -> u32 {
-        let Some(count) = self.counts().get(rank as usize) else {
-            return 0;
-        };
-        let before = count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                Some(c.saturating_sub(n))
-            })
-            .unwrap_or_else(|c| c);
-        let taken = before.min(n);
-        self.outstanding.fetch_sub(taken, Ordering::AcqRel);
-        taken
-    }
-
-    /// Gives back `n` reserved slots towards `rank` (operations never posted).
-    pub(crate) fn release(&self, rank: Rank, n: u32) {
-        self.take(rank, n);
-    }
-
-    /// One operation towards `rank` completed (unless it was dropped before).
-    pub(crate) fn completed(&self, rank: Rank) {
-        self.take(rank, 1);
-    }
-
-    /// Drops every operation towards `rank` from the queue; returns how many there were.
-    pub(crate) fn drop_rank(&self, rank: Rank) -> u32 {
-        self.take(rank, u32::MAX)
-    }
-
-    /// The ranks this queue has operations towards.
-    pub(crate) fn targets(&self) -> impl Iterator<Item = Rank> + '_ {
-        let counts = self.per_rank.get().map_or(&[][..], |c| &c[..]);
-        counts
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.load(Ordering::Acquire) > 0)
-            .map(|(r, _)| r as Rank)
-    }
-
-    /// Records that an operation of this queue towards `rank` failed; the next
-    /// [`Context::wait`](crate::Context::wait) reports it.
-    pub(crate) fn fail(&self, rank: Rank, reason: String) {
-        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        failure.get_or_insert((rank, reason));
-    }
-
-    /// Everything posted has completed and no deferred notification is waiting.
-    pub(crate) fn is_drained(&self) -> bool {
-        self.outstanding() == 0 && self.outbox_len.load(Ordering::Acquire) == 0
-    }
-
-    /// Returns true when a notification may be sent right away (nothing posted before it is
-    /// still in flight); otherwise parks it until the queue drains.
-    pub(crate) fn defer_notification(&self, rank: Rank, wire: WireNotification) -> bool {
-        let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
-        // Checked under the outbox lock, which the draining side also takes, so a notification
-        // cannot be parked just after the last flush and then be forgotten.
-        if self.outstanding() == 0 && outbox.is_empty() {
-            return true;
+    /// Records `error` on every queue (the endpoint itself failed).
+    pub(crate) fn fail_all(&self, error: &Error) {
+        for (_, q) in &self.queues {
+            q.fail(Error::OperationFailed {
+                rank: u32::MAX,
+                reason: error.to_string(),
+            });
         }
-        outbox.push((rank, wire));
-        self.outbox_len.fetch_add(1, Ordering::AcqRel);
-        false
-    }
-
-    /// Sends parked notifications with `send` once the queue has drained; stops at the first
-    /// one `send` cannot post yet (it stays parked, order preserved).
-    pub(crate) fn flush_outbox(&self, mut send: impl FnMut(Rank, WireNotification) -> bool) {
-        if self.outbox_len.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
-        if self.outstanding() != 0 {
-            return;
-        }
-        let sent = outbox
-            .iter()
-            .take_while(|&&(rank, wire)| send(rank, wire))
-            .count();
-        outbox.drain(..sent);
-        self.outbox_len.fetch_sub(sent as u32, Ordering::AcqRel);
-    }
-
-    pub(crate) fn take_failure(&self) -> Option<(Rank, String)> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
     }
 }
 
@@ -250,34 +525,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn full_queue_is_an_error_and_release_frees_it() {
-        let qs = Queues::new(2, 3, 4);
-        qs.reserve(0, 2, 1).expect("room for two");
+    fn full_queue_is_an_error_and_taking_frees_it() {
+        let q = Queue::new(Label::User(0), 3, Some(4));
+        q.reserve(1, 2).expect("room for two");
         assert!(matches!(
-            qs.reserve(0, 2, 1),
+            q.reserve(1, 2),
             Err(Error::QueueFull { queue: 0, depth: 3 })
         ));
-        qs.reserve(0, 1, 1).expect("room for the third");
-        qs.get(0).expect("queue 0").release(1, 3);
-        assert_eq!(qs.get(0).expect("queue 0").outstanding(), 0);
-    }
-
-    #[test]
-    fn operations_of_a_dropped_rank_are_counted_once() {
-        let qs = Queues::new(1, 8, 3);
-        let q = qs.reserve(0, 2, 1).expect("reserve");
-        qs.reserve(0, 3, 2).expect("reserve");
-        assert_eq!(q.targets().collect::<Vec<_>>(), vec![1, 2]);
-        q.completed(2);
-        assert_eq!(q.drop_rank(2), 2);
-        assert_eq!(q.outstanding(), 2);
-        // A late completion of a dropped operation changes nothing.
-        q.completed(2);
-        assert_eq!(q.outstanding(), 2);
-        assert_eq!(q.targets().collect::<Vec<_>>(), vec![1]);
-        q.completed(1);
-        q.completed(1);
-        assert!(q.is_drained());
+        q.reserve(1, 1).expect("room for the third");
+        q.tracker.take(1, 3);
+        assert_eq!(q.outstanding(), 0);
+        let batch = Queue::new(Label::Batch, 1, None);
+        batch.reserve(0, 1).expect("room for one");
+        assert!(matches!(
+            batch.reserve(0, 1),
+            Err(Error::BatchFull { depth: 1 })
+        ));
     }
 
     #[test]
@@ -288,12 +551,12 @@ mod tests {
             Err(Error::InvalidQueue { queue: 1, count: 1 })
         ));
         assert_eq!(qs.create().expect("create"), 1);
-        qs.reserve(1, 1, 0).expect("reserve");
+        qs.get(1).expect("queue 1").reserve(0, 1).expect("reserve");
         assert!(matches!(
             qs.delete(1),
             Err(Error::QueueBusy { queue: 1, .. })
         ));
-        qs.get(1).expect("queue 1").release(0, 1);
+        qs.get(1).expect("queue 1").tracker.take(0, 1);
         qs.delete(1).expect("delete idle queue");
         assert!(qs.get(1).is_err());
     }

@@ -2,8 +2,13 @@
 //!
 //! Each call validates everything it can before posting (queue, ranks, segment ids, ranges,
 //! notification ids and values), reserves room on its queue (a full queue is
-//! [`Error::QueueFull`], never a silent block), and posts to libfabric. Local completion is
-//! awaited with [`Context::wait`].
+//! [`Error::QueueFull`], never a silent block), and posts to libfabric, or parks the operation
+//! in its queue when it cannot go yet (see the `queue` module): no call here ever blocks.
+//! Local completion is awaited with [`Context::wait`].
+//!
+//! Writes of at most the provider's inject size (tcp: 64 bytes, shm: 4 KiB) on a queue with
+//! nothing parked are *injected*: the provider copies the bytes before the call returns, so
+//! the write is complete locally at once and takes no room on the queue.
 //!
 //! # How a notification follows its data
 //! * `write_notify` is a single `fi_writedata`: the notification travels as its remote
@@ -16,22 +21,19 @@
 //!   has completed at the origin with delivery-complete semantics.
 //! * `read_notify` sets the local notification when the read has completed locally.
 
-use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
-use crossbeam_utils::Backoff;
+use gaspi_fabric::Posted;
 use gaspi_notifications::{Deadline, Timeout};
 
 use crate::config::MAX_LIST_ENTRIES;
-use crate::context::Context;
+use crate::context::{Context, Inner};
+use crate::engine::lookup::DescKey;
 use crate::error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
-use crate::fabric::{Posted, RemoteTarget};
-use crate::health::POST_LOOK;
-use crate::progress::{Deferred, OpContext, OpKind};
-use crate::segment::{layout, LocalSegment, RemoteSegment};
-use crate::wire::WireNotification;
+use crate::queue::{check_target, Dest, Kind, Queue, Request};
+use crate::segment::LocalSegment;
+use crate::system::{layout, SCRATCH_LEN};
+use crate::wire::{Table, WireNotification};
 
 /// A place in one of this rank's segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,23 +92,33 @@ pub struct ListEntry {
     pub size: u64,
 }
 
-/// A validated transfer, ready to post.
-struct Transfer {
-    local: Arc<LocalSegment>,
-    local_offset: u64,
-    target: RemoteTarget,
-    size: usize,
-}
-
 impl Context {
     /// Writes `size` bytes from `local` to `remote`.
+    ///
+    /// An operation towards a `(rank, segment)` whose descriptor this rank has not learnt yet
+    /// is accepted at once and checked when the descriptor arrives: what that check finds
+    /// ([`Error::UnknownSegment`], [`Error::OutOfBounds`] of the remote range) is then
+    /// reported by the queue's next [`wait`](Self::wait). Resolve the segment first
+    /// ([`segment_size_of`](Self::segment_size_of), or a [`Target`](crate::Target)) to get
+    /// every error at the call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`], [`Error::UnknownSegment`], [`Error::OutOfBounds`] (local range,
+    /// or a remote range known to be outside), [`Error::InvalidQueue`], [`Error::QueueFull`],
+    /// [`Error::RankFailed`] for a rank known dead.
     pub fn write(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
-        let t = self.transfer(local, remote, size)?;
-        self.post_transfers(queue, std::slice::from_ref(&t), None)
+        let q = self.prepare(remote.rank, queue)?;
+        let request = self.write_request(local, remote, size, None)?;
+        self.inner.post_on(q, request)
     }
 
     /// Writes `size` bytes from `local` to `remote`, then sets `notification` in the remote
-    /// segment's table. The notification never becomes visible before the data.
+    /// segment's table. The notification never becomes visible before the data. With `size`
+    /// 0 it is [`notify`](Self::notify), with the same checks.
+    ///
+    /// # Errors
+    /// As for [`write`](Self::write), and [`Error::InvalidNotification`] /
+    /// [`Error::ZeroNotificationValue`] for the notification.
     pub fn write_notify(
         &self,
         local: Local,
@@ -117,14 +129,21 @@ impl Context {
     ) -> Result<()> {
         let wire = self.wire_notification(remote.rank, remote.segment, notification)?;
         if size == 0 {
-            return self.post_notify(queue, remote.rank, wire);
+            return self.notify(remote.rank, remote.segment, notification, queue);
         }
-        let t = self.transfer(local, remote, size)?;
-        self.post_transfers(queue, std::slice::from_ref(&t), Some(wire))
+        let q = self.prepare(remote.rank, queue)?;
+        let request = self.write_request(local, remote, size, Some(wire))?;
+        self.inner.post_on(q, request)
     }
 
     /// Sets `notification` in segment `segment` of `rank`, after every write posted earlier on
     /// `queue` to that rank has landed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`], [`Error::InvalidNotification`],
+    /// [`Error::ZeroNotificationValue`], [`Error::UnknownSegment`] when `rank` is known not to
+    /// have the segment (else reported by the next wait, see [`write`](Self::write)),
+    /// [`Error::InvalidQueue`], [`Error::QueueFull`], [`Error::RankFailed`].
     pub fn notify(
         &self,
         rank: Rank,
@@ -133,18 +152,27 @@ impl Context {
         queue: QueueId,
     ) -> Result<()> {
         let wire = self.wire_notification(rank, segment, notification)?;
-        self.remote_segment(rank, segment)?;
-        self.post_notify(queue, rank, wire)
+        let q = self.prepare(rank, queue)?;
+        let check = self.inner.dest(rank, DescKey::Segment(segment), 0, 0)?;
+        self.inner.notify_on(q, rank, check, wire)
     }
 
     /// Reads `size` bytes from `remote` into `local`.
+    ///
+    /// # Errors
+    /// As for [`write`](Self::write).
     pub fn read(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
-        let t = self.transfer(local, remote, size)?;
-        self.post_reads(queue, std::slice::from_ref(&t), None)
+        let q = self.prepare(remote.rank, queue)?;
+        let request = self.read_request(local, remote, size, None)?;
+        self.inner.post_on(q, request)
     }
 
     /// Reads `size` bytes from `remote` into `local`; once they have arrived, sets
     /// `notification` in the *local* segment `local.segment` (GASPI `read_notify`).
+    ///
+    /// # Errors
+    /// As for [`write_notify`](Self::write_notify), the notification checked against this
+    /// rank's segment.
     pub fn read_notify(
         &self,
         local: Local,
@@ -155,22 +183,28 @@ impl Context {
     ) -> Result<()> {
         let me = self.rank();
         self.wire_notification(me, local.segment, notification)?;
-        let t = self.transfer(local, remote, size)?;
-        self.post_reads(
-            queue,
-            std::slice::from_ref(&t),
-            Some((local.segment, notification)),
-        )
+        let q = self.prepare(remote.rank, queue)?;
+        let then = Some((notification.id, notification.value));
+        let request = self.read_request(local, remote, size, then)?;
+        self.inner.post_on(q, request)
     }
 
     /// Writes every entry of `entries` to `rank` (at most 255 entries).
+    ///
+    /// # Errors
+    /// [`Error::InvalidList`] for no or too many entries; per entry as for
+    /// [`write`](Self::write); [`Error::QueueFull`] when the whole list does not fit.
     pub fn write_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
-        let transfers = self.list_transfers(entries, rank)?;
-        self.post_transfers(queue, &transfers, None)
+        let requests = self.list_requests(entries, rank, false)?;
+        let q = self.prepare(rank, queue)?;
+        self.inner.submit_all(q, rank, requests)
     }
 
     /// Writes every entry of `entries` to `rank`, then sets `notification` in segment
     /// `notify_segment` of `rank`, visible only after all entries' data.
+    ///
+    /// # Errors
+    /// As for [`write_list`](Self::write_list) and [`notify`](Self::notify).
     pub fn write_list_notify(
         &self,
         entries: &[ListEntry],
@@ -180,20 +214,32 @@ impl Context {
         queue: QueueId,
     ) -> Result<()> {
         let wire = self.wire_notification(rank, notify_segment, notification)?;
-        self.remote_segment(rank, notify_segment)?;
-        let transfers = self.list_transfers(entries, rank)?;
-        self.post_transfers(queue, &transfers, None)?;
-        self.post_notify(queue, rank, wire)
+        let mut requests = self.list_requests(entries, rank, false)?;
+        let check = self
+            .inner
+            .dest(rank, DescKey::Segment(notify_segment), 0, 0)?;
+        requests.push(Request {
+            rank,
+            kind: Kind::Notify { check, wire },
+        });
+        let q = self.prepare(rank, queue)?;
+        self.inner.submit_all(q, rank, requests)
     }
 
     /// Reads every entry of `entries` from `rank` (at most 255 entries).
+    ///
+    /// # Errors
+    /// As for [`write_list`](Self::write_list).
     pub fn read_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
-        let transfers = self.list_transfers(entries, rank)?;
-        self.post_reads(queue, &transfers, None)
+        let requests = self.list_requests(entries, rank, true)?;
+        let q = self.prepare(rank, queue)?;
+        self.inner.submit_all(q, rank, requests)
     }
 
     /// Waits until every operation posted on `queue` has completed locally (its buffers may be
-    /// reused). Reports the first failed operation of the queue, naming the rank.
+    /// reused). Reports the first failed operation of the queue, naming the rank, and the
+    /// argument errors found for operations that were accepted before their target's
+    /// descriptor was known (see [`write`](Self::write)).
     ///
     /// When a rank that the queue has operations towards dies, the wait returns
     /// [`Error::RankFailed`] naming it (within about a second for a peer on this host, see the
@@ -202,39 +248,138 @@ impl Context {
     /// usable (this takes the place of GASPI's `queue_purge`). Whether dropped writes reached
     /// the dead rank is unknown, and the local segments they used stay busy for
     /// [`segment_delete`](Self::segment_delete) while the provider may still hold them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidQueue`]; [`Error::Timeout`]; [`Error::RankFailed`];
+    /// [`Error::OperationFailed`]; [`Error::UnknownSegment`] and [`Error::OutOfBounds`] found
+    /// late, as above.
     pub fn wait(&self, queue: QueueId, timeout: Timeout) -> Result<()> {
-        let q = self.queues_get(queue)?;
-        let inner = &self.inner;
-        let result = inner.watched_until(
-            || q.targets(),
-            timeout.deadline(),
-            || q.is_drained().then_some(()),
-        );
-        let dead: Vec<Rank> = q
-            .targets()
-            .filter(|&r| inner.health.known(r).is_some())
-            .collect();
-        for rank in dead {
-            q.drop_rank(rank);
-        }
-        if let Some((rank, reason)) = q.take_failure() {
-            return Err(Error::RankFailed { rank, reason });
-        }
-        result
+        let q = self.inner.queues.get(queue)?;
+        self.inner.wait_queue(q, timeout.deadline())
     }
 
-    fn queues_get(&self, queue: QueueId) -> Result<&crate::queue::Queue> {
+    /// Checks the target rank and gets the queue.
+    fn prepare(&self, rank: Rank, queue: QueueId) -> Result<&Arc<Queue>> {
+        self.check_rank(rank)?;
         self.inner.queues.get(queue)
     }
 
-    fn wire_notification(
+    /// Checks `n` for segment `segment` of `rank` (this config's table size applies to every
+    /// rank).
+    pub(crate) fn wire_notification(
         &self,
         rank: Rank,
         segment: SegmentId,
         n: Notification,
     ) -> Result<WireNotification> {
         self.check_rank(rank)?;
-        let count = self.inner.config.notifications;
+        self.inner
+            .check_notification(rank, segment, self.inner.config.notifications, n)?;
+        Ok(WireNotification::new(Table::User(segment), n.id, n.value))
+    }
+
+    /// The local segment of a transfer of `size` bytes between `local` and `remote`, and
+    /// where it goes on the remote side, both checked as far as known.
+    fn transfer(
+        &self,
+        local: Local,
+        remote: Remote,
+        size: u64,
+    ) -> Result<(Arc<LocalSegment>, Dest)> {
+        let me = self.rank();
+        let seg = self.inner.segments.user(me, local.segment)?;
+        seg.check(me, local.offset, size)?;
+        let key = DescKey::Segment(remote.segment);
+        let dest = self.inner.dest(remote.rank, key, remote.offset, size)?;
+        Ok((seg, dest))
+    }
+
+    fn write_request(
+        &self,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        data: Option<WireNotification>,
+    ) -> Result<Request> {
+        let (src, dst) = self.transfer(local, remote, size)?;
+        Ok(Request {
+            rank: remote.rank,
+            kind: Kind::Write {
+                src,
+                src_offset: local.offset,
+                dst,
+                size,
+                data,
+            },
+        })
+    }
+
+    fn read_request(
+        &self,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        then: Option<(NotificationId, u32)>,
+    ) -> Result<Request> {
+        let (dst, src) = self.transfer(local, remote, size)?;
+        Ok(Request {
+            rank: remote.rank,
+            kind: Kind::Read {
+                dst,
+                dst_offset: local.offset,
+                src,
+                size,
+                then,
+            },
+        })
+    }
+
+    fn list_requests(&self, entries: &[ListEntry], rank: Rank, read: bool) -> Result<Vec<Request>> {
+        if entries.is_empty() || entries.len() > MAX_LIST_ENTRIES {
+            return Err(Error::InvalidList(format!(
+                "{} entries; a list holds 1..={MAX_LIST_ENTRIES}",
+                entries.len()
+            )));
+        }
+        self.check_rank(rank)?;
+        entries
+            .iter()
+            .filter(|e| e.size > 0)
+            .map(|e| {
+                let remote = remote(rank, e.remote_segment, e.remote_offset);
+                if read {
+                    self.read_request(e.local, remote, e.size, None)
+                } else {
+                    self.write_request(e.local, remote, e.size, None)
+                }
+            })
+            .collect()
+    }
+}
+
+impl Inner {
+    /// Where `offset..offset + size` of `key` on `rank` is: checked now if the descriptor is
+    /// known, else once its lookup (started here) answers.
+    pub(crate) fn dest(&self, rank: Rank, key: DescKey, offset: u64, size: u64) -> Result<Dest> {
+        Ok(match self.resolve_later(rank, key)? {
+            Ok(known) => Dest::Ready(check_target(self, rank, key, offset, size, known)?),
+            Err(lookup) => Dest::Pending {
+                key,
+                offset,
+                size,
+                lookup,
+            },
+        })
+    }
+
+    /// Checks notification `n` for table `segment` (of `count` ids) on `rank`.
+    pub(crate) fn check_notification(
+        &self,
+        rank: Rank,
+        segment: SegmentId,
+        count: u32,
+        n: Notification,
+    ) -> Result<()> {
         if n.id >= count {
             return Err(Error::InvalidNotification {
                 rank,
@@ -246,363 +391,125 @@ impl Context {
         if n.value == 0 {
             return Err(Error::ZeroNotificationValue { rank, id: n.id });
         }
-        Ok(WireNotification::user(segment, n.id, n.value))
-    }
-
-    fn list_transfers(&self, entries: &[ListEntry], rank: Rank) -> Result<Vec<Transfer>> {
-        if entries.is_empty() || entries.len() > MAX_LIST_ENTRIES {
-            return Err(Error::InvalidList(format!(
-                "{} entries; a list holds 1..={MAX_LIST_ENTRIES}",
-                entries.len()
-            )));
-        }
-        entries
-            .iter()
-            .filter(|e| e.size > 0)
-            .map(|e| {
-                self.transfer(
-                    e.local,
-                    remote(rank, e.remote_segment, e.remote_offset),
-                    e.size,
-                )
-            })
-            .collect()
-    }
-
-    fn transfer(&self, local: Local, remote: Remote, size: u64) -> Result<Transfer> {
-        self.check_rank(remote.rank)?;
-        let me = self.rank();
-        let seg = self.inner.segments.local(me, local.segment)?;
-        check_range(&seg, me, local.segment, local.offset, size)?;
-        let rseg = self.remote_segment(remote.rank, remote.segment)?;
-        if remote
-            .offset
-            .checked_add(size)
-            .is_none_or(|end| end > rseg.size)
-        {
-            return Err(Error::OutOfBounds {
-                rank: remote.rank,
-                segment: remote.segment,
-                offset: remote.offset,
-                size,
-                segment_size: rseg.size,
-            });
-        }
-        let max = self.inner.ep.caps().max_msg_size;
-        if size > max {
-            return Err(Error::OutOfBounds {
-                rank: remote.rank,
-                segment: remote.segment,
-                offset: remote.offset,
-                size,
-                segment_size: max,
-            });
-        }
-        Ok(Transfer {
-            local: seg,
-            local_offset: local.offset,
-            target: RemoteTarget {
-                rank: remote.rank,
-                addr: rseg.base + remote.offset,
-                key: rseg.key,
-            },
-            size: size as usize,
-        })
-    }
-
-    fn post_transfers(
-        &self,
-        queue: QueueId,
-        transfers: &[Transfer],
-        notification: Option<WireNotification>,
-    ) -> Result<()> {
-        if transfers.is_empty() {
-            return Ok(());
-        }
-        let rank = transfers[0].target.rank;
-        let q = self
-            .inner
-            .queues
-            .reserve(queue, transfers.len() as u32, rank)?;
-        // Without provider ordering every write reports completion only once delivered, so a
-        // drained queue proves its writes landed (see `post_notify`).
-        let ordered = self.inner.ep.caps().ordered_writes;
-        let last = transfers.len() - 1;
-        for (i, t) in transfers.iter().enumerate() {
-            let data = if i == last {
-                notification.map(WireNotification::encode)
-            } else {
-                None
-            };
-            let ctx = OpContext {
-                kind: OpKind::User,
-                queue,
-                segment: t.local.id,
-                rank: t.target.rank,
-            }
-            .encode();
-            t.local.in_flight.fetch_add(1, Ordering::AcqRel);
-            let local = t
-                .local
-                .memory
-                .as_ptr()
-                .wrapping_add(t.local_offset as usize);
-            let desc = t.local.mr.desc();
-            let posted = self.post(t.target.rank, || {
-                // SAFETY: the range was bounds-checked against the segment, whose memory stays
-                // mapped while in_flight > 0 (delete refuses busy segments) and whose
-                // registration supplies `desc`.
-                unsafe {
-                    self.inner
-                        .ep
-                        .write(local, t.size, desc, t.target, data, ctx, !ordered)
-                }
-            });
-            if let Err(e) = posted {
-                t.local.in_flight.fetch_sub(1, Ordering::AcqRel);
-                q.release(rank, (transfers.len() - i) as u32);
-                return Err(e);
-            }
-        }
         Ok(())
     }
 
-    fn post_reads(
-        &self,
-        queue: QueueId,
-        transfers: &[Transfer],
-        notification: Option<(SegmentId, Notification)>,
-    ) -> Result<()> {
-        if transfers.is_empty() {
-            return Ok(());
-        }
-        let rank = transfers[0].target.rank;
-        let q = self
-            .inner
-            .queues
-            .reserve(queue, transfers.len() as u32, rank)?;
-        let last = transfers.len() - 1;
-        for (i, t) in transfers.iter().enumerate() {
-            let op = OpContext {
-                kind: OpKind::User,
-                queue,
-                segment: t.local.id,
-                rank: t.target.rank,
-            };
-            let ctx = match notification {
-                Some((segment, n)) if i == last => Box::new(Deferred {
-                    op,
-                    notify_segment: segment,
-                    notify_id: n.id,
-                    notify_value: n.value,
-                })
-                .into_context(),
-                _ => op.encode(),
-            };
-            t.local.in_flight.fetch_add(1, Ordering::AcqRel);
-            let local = t
-                .local
-                .memory
-                .as_ptr()
-                .wrapping_add(t.local_offset as usize);
-            let desc = t.local.mr.desc();
-            let posted = self.post(t.target.rank, || {
-                // SAFETY: as in post_transfers; the segment memory outlives the read because
-                // delete refuses segments with reads in flight.
-                unsafe { self.inner.ep.read(local, t.size, desc, t.target, ctx) }
-            });
-            if let Err(e) = posted {
-                if ctx & 1 == 0 {
-                    // SAFETY: ctx came from into_context just above and was never posted.
-                    drop(unsafe { Deferred::reclaim(ctx) });
-                }
-                t.local.in_flight.fetch_sub(1, Ordering::AcqRel);
-                q.release(rank, (transfers.len() - i) as u32);
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends a notification that must not overtake the writes posted before it on `queue`.
-    ///
-    /// With provider ordering it is posted at once behind them. Without, it waits in the queue's
-    /// outbox until the queue drains (all earlier writes delivered); the progress engine sends it.
-    fn post_notify(&self, queue: QueueId, rank: Rank, wire: WireNotification) -> Result<()> {
-        let q = self.queues_get(queue)?;
-        if self.inner.ep.caps().ordered_writes || q.defer_notification(rank, wire) {
-            self.system_notify(rank, wire)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Sends a notification-only write: 8 bytes into the target's system scratch area, carrying
-    /// the notification as remote completion data.
-    pub(crate) fn system_notify(&self, rank: Rank, wire: WireNotification) -> Result<()> {
-        self.post(rank, || self.inner.try_notify(rank, wire))
-    }
-
-    /// Posts with `attempt`, driving progress while the provider says "again", for at most the
-    /// configured operation timeout.
-    pub(crate) fn post(&self, rank: Rank, attempt: impl FnMut() -> Result<Posted>) -> Result<()> {
-        let limit = self.inner.config.op_timeout;
-        if self.post_until(rank, Timeout::from(limit).deadline(), attempt)? {
-            return Ok(());
-        }
-        Err(Error::RankFailed {
-            rank,
-            reason: format!("the provider accepted no operation towards it for {limit:?}"),
-        })
-    }
-
-    /// Posts with `attempt`, driving progress while the provider says "again", until
-    /// `deadline`; `Ok(false)` when the deadline passed first. Nothing is posted to a rank
-    /// known dead, and while the provider refuses, the target's health is looked at every
-    /// [`POST_LOOK`]: a dead peer makes both providers refuse for ever (see `health`).
-    pub(crate) fn post_until(
-        &self,
-        rank: Rank,
-        deadline: Deadline,
-        mut attempt: impl FnMut() -> Result<Posted>,
-    ) -> Result<bool> {
-        if let Some(dead) = self.inner.health.known(rank) {
+    /// Posts one write or read on `q`: injected when it is a small write that can go at once,
+    /// else counted on the queue and posted (or parked).
+    pub(crate) fn post_on(&self, q: &Queue, request: Request) -> Result<()> {
+        if let Some(dead) = self.health.known(request.rank) {
             return Err(dead);
         }
-        let backoff = Backoff::new();
-        let mut next_look: Option<Instant> = None;
-        loop {
-            match attempt()? {
-                Posted::Yes => return Ok(true),
-                Posted::Again => {
-                    if !self.inner.progress() {
-                        backoff.snooze();
-                    }
-                    let now = Instant::now();
-                    let look = next_look.get_or_insert(now + POST_LOOK);
-                    if now >= *look {
-                        if let Some(dead) = self.inner.look(rank) {
-                            return Err(dead);
-                        }
-                        *look = now + POST_LOOK;
-                    }
-                    if deadline.expired() {
-                        return Ok(false);
-                    }
+        if let Kind::Write {
+            src,
+            src_offset,
+            dst: Dest::Ready(target),
+            size,
+            data,
+        } = &request.kind
+        {
+            if self.may_inject(q, *size) {
+                let source = src.slice(self.rank, *src_offset, *size)?;
+                let data = data.map(WireNotification::encode);
+                if self.ep.inject_write_from(source, *target, data)? == Posted::Yes {
+                    return Ok(());
                 }
             }
         }
+        q.reserve(request.rank, 1)?;
+        q.submit(self, vec![request])
     }
 
-    /// The descriptor of `segment` on `rank`, from the cache or read from the peer.
-    pub(crate) fn remote_segment(&self, rank: Rank, segment: SegmentId) -> Result<RemoteSegment> {
-        self.check_rank(rank)?;
-        if let Some(r) = self.inner.segments.cached_remote(rank, segment) {
-            return Ok(r);
+    /// Whether a write of `size` bytes on `q` may be injected: it fits, the provider orders
+    /// writes (without ordering a later notify must wait for it to be delivered, so it is
+    /// tracked), and nothing waits on the queue that it would overtake.
+    fn may_inject(&self, q: &Queue, size: u64) -> bool {
+        size as usize <= self.ep.caps().inject_size
+            && self.ep.caps().ordered_writes
+            && q.parked() == 0
+    }
+
+    /// Posts a notify on `q`: injected at once where it may go, else counted and parked.
+    pub(crate) fn notify_on(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        check: Dest,
+        wire: WireNotification,
+    ) -> Result<()> {
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
         }
-        let r = self
-            .descriptor(rank, layout::segment_descriptor(segment))?
-            .ok_or(Error::UnknownSegment { rank, segment })?;
-        self.inner.segments.cache_remote(rank, segment, r);
-        Ok(r)
-    }
-
-    /// The descriptor `rank` publishes at `offset` of its system region (`None` if absent),
-    /// read with one RDMA read (or locally for this rank).
-    pub(crate) fn descriptor(&self, rank: Rank, offset: u64) -> Result<Option<RemoteSegment>> {
-        let words = if rank == self.rank() {
-            self.read_own_descriptor(offset)?
-        } else {
-            self.fetch_descriptor(rank, offset)?
-        };
-        Ok(RemoteSegment::from_words(words))
-    }
-
-    fn read_own_descriptor(&self, base: u64) -> Result<[u64; 4]> {
-        let mem = &self.inner.system_memory;
-        let mut words = [0u64; 4];
-        for (i, w) in words.iter_mut().enumerate() {
-            *w = mem
-                .read_u64(base + 8 * i as u64)
-                .map_err(Error::segment(self.rank(), 0))?;
+        let ready = matches!(check, Dest::Ready(_));
+        let ordered = self.ep.caps().ordered_writes;
+        if ready
+            && q.parked() == 0
+            && (ordered || q.outstanding() == 0)
+            && self.try_notify(rank, wire)? == Posted::Yes
+        {
+            return Ok(());
         }
-        Ok(words)
+        q.reserve(rank, 1)?;
+        q.submit(
+            self,
+            vec![Request {
+                rank,
+                kind: Kind::Notify { check, wire },
+            }],
+        )
     }
 
-    fn fetch_descriptor(&self, rank: Rank, offset: u64) -> Result<[u64; 4]> {
-        let _one_at_a_time = self
-            .inner
-            .system_lookup
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let target = self.inner.system_target(rank, offset);
-        let inner = &self.inner;
-        let deadline = Timeout::from(inner.config.op_timeout).deadline();
-        let no_answer = || Error::RankFailed {
-            rank,
-            reason: format!(
-                "no answer to a descriptor lookup within {:?}",
-                inner.config.op_timeout
-            ),
-        };
-        // The landing area is free once the previous lookup (which may have timed out)
-        // completed, or its target died.
-        let turn = match inner.begin_turn(&inner.lookups, rank, deadline) {
-            Err(Error::Timeout) => return Err(no_answer()),
-            other => other?,
-        };
-        let ctx = OpContext {
-            kind: OpKind::System,
-            queue: 0,
-            segment: turn.tag(),
-            rank,
+    /// Counts `requests` (towards `rank`) on `q` together, then posts them in order.
+    pub(crate) fn submit_all(&self, q: &Queue, rank: Rank, requests: Vec<Request>) -> Result<()> {
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
         }
-        .encode();
-        let landing = inner
-            .system_memory
-            .as_ptr()
-            .wrapping_add(layout::LANDING as usize);
-        let desc: *mut c_void = inner.system_mr.desc();
-        let posted = self.post(rank, || {
-            // SAFETY: the landing area lies inside the registered system region (layout
-            // constants), which lives as long as the context; the lookup lock and the turns
-            // make this the only read using it.
-            unsafe {
-                inner
-                    .ep
-                    .read(landing, layout::DESCRIPTOR_LEN as usize, desc, target, ctx)
+        if requests.is_empty() {
+            return Ok(());
+        }
+        q.reserve(rank, requests.len() as u32)?;
+        q.submit(self, requests)
+    }
+
+    /// Waits until everything on `q` completed (see [`Context::wait`]).
+    pub(crate) fn wait_queue(&self, q: &Queue, deadline: Deadline) -> Result<()> {
+        let result = self.watched_until(
+            || q.tracker.targets().into_iter(),
+            deadline,
+            || (q.outstanding() == 0).then_some(()),
+        );
+        for rank in q.tracker.targets() {
+            if self.health.known(rank).is_some() {
+                q.drop_rank(rank);
             }
-        });
-        match inner.end_turn(&inner.lookups, turn, posted, deadline) {
-            Err(Error::Timeout) => return Err(no_answer()),
-            other => other?,
         }
-        let mut words = [0u64; 4];
-        for (i, w) in words.iter_mut().enumerate() {
-            *w = self
-                .inner
-                .system_memory
-                .read_u64(layout::LANDING + 8 * i as u64)
-                .map_err(Error::segment(self.rank(), 0))?;
+        if let Some(e) = q.tracker.take_failure() {
+            return Err(e);
         }
-        Ok(words)
+        result
     }
-}
 
-fn check_range(
-    seg: &LocalSegment,
-    rank: Rank,
-    segment: SegmentId,
-    offset: u64,
-    size: u64,
-) -> Result<()> {
-    seg.memory
-        .check_range(offset, size)
-        .map_err(|_| Error::OutOfBounds {
-            rank,
-            segment,
-            offset,
-            size,
-            segment_size: seg.memory.len() as u64,
+    /// Posts a notification-only write: 8 bytes into the target's system scratch area,
+    /// carrying the notification as remote completion data.
+    pub(crate) fn try_notify(&self, rank: Rank, wire: WireNotification) -> Result<Posted> {
+        let target = self.system.target(rank, layout::SCRATCH);
+        let scratch = [0u8; SCRATCH_LEN as usize];
+        Ok(self
+            .ep
+            .inject_write(&scratch, target, Some(wire.encode()))?)
+    }
+
+    /// Sends a notification-only write under `deadline`.
+    pub(crate) fn system_notify(
+        &self,
+        rank: Rank,
+        wire: WireNotification,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let target = self.system.target(rank, layout::SCRATCH);
+        let scratch = [0u8; SCRATCH_LEN as usize];
+        self.inject_until(rank, deadline, || {
+            self.ep.inject_write(&scratch, target, Some(wire.encode()))
         })
+    }
 }

@@ -1,206 +1,334 @@
-//! The segment registry: this rank's segments and what it knows of other ranks' segments.
+//! Segments: this rank's registered memory with its notification tables, the user's segment
+//! calls, and the [`Segment`] handle through which libraries (and users) reach one.
 //!
-//! A local segment is memory (from `gaspi-segments`), its libfabric registration, and its
-//! notification table. Other ranks learn about it lazily: every rank publishes a descriptor
-//! (address, key, size) per segment id in its *system region*, a small registered block whose
-//! address and key were exchanged at bootstrap. The first operation towards `(rank, segment)`
-//! reads that descriptor with one RDMA read and caches it, so discovery costs are proportional to
-//! the peers a rank actually talks to, never O(ranks × segments) up front.
+//! A segment is memory (from `gaspi-segments`) registered with the fabric (a
+//! [`Region`](gaspi_fabric::Region)) plus a notification table. User segments are named by
+//! their id (0..=255); library segments (see the `library` module) have local ids of their
+//! own in another space, so neither ever takes an id from the other. Other ranks find a
+//! segment through the descriptor this rank publishes in its system region (see
+//! `engine::lookup`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::fabric::MemoryRegion;
-use gaspi_notifications::NotificationTable;
+use gaspi_fabric::{Region, Slice};
+use gaspi_notifications::{NotificationTable, Timeout};
 use gaspi_segments::SegmentMemory;
 
-use crate::error::{Error, Rank, Result, SegmentId};
-use crate::wire::WireNotification;
-
-/// Number of segment ids.
-pub(crate) const SEGMENT_IDS: usize = 256;
-
-/// Layout of the system region: a scratch area that notification-only writes land in, the
-/// descriptor table, and a landing buffer for descriptor reads.
-pub(crate) mod layout {
-    /// Bytes each notification-only write puts into the target's scratch area.
-    pub(crate) const SCRATCH_LEN: u64 = 8;
-    pub(crate) const SCRATCH: u64 = 0;
-    pub(crate) const DESCRIPTORS: u64 = 64;
-    pub(crate) const DESCRIPTOR_LEN: u64 = 32;
-    pub(crate) const LANDING: u64 = DESCRIPTORS + DESCRIPTOR_LEN * super::SEGMENT_IDS as u64;
-    /// Operand, compare and result words of the remote atomic in flight.
-    pub(crate) const ATOMIC: u64 = LANDING + DESCRIPTOR_LEN;
-    /// Descriptors of the groups' allreduce areas, one per group id.
-    pub(crate) const GROUP_AREAS: u64 = ATOMIC + DESCRIPTOR_LEN;
-    pub(crate) const SIZE: usize = (GROUP_AREAS + DESCRIPTOR_LEN * 256) as usize;
-
-    /// Where segment `id`'s descriptor is.
-    pub(crate) fn segment_descriptor(id: crate::SegmentId) -> u64 {
-        DESCRIPTORS + DESCRIPTOR_LEN * u64::from(id)
-    }
-
-    /// Where group `group`'s allreduce area descriptor is.
-    pub(crate) fn area_descriptor(group: crate::GroupId) -> u64 {
-        GROUP_AREAS + DESCRIPTOR_LEN * u64::from(group)
-    }
-
-    // The scratch area must not overlap the descriptors.
-    const _: () = assert!(SCRATCH + SCRATCH_LEN <= DESCRIPTORS);
-}
+use crate::context::{Context, Inner};
+use crate::engine::lookup::{DescKey, Descriptor, Known};
+use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
+use crate::library::Shared;
+use crate::wire::{Table, WireNotification};
 
 /// A segment of this rank.
-///
-/// Field order is drop order: the registration is closed before the memory is unmapped, so a
-/// remote write can never land in freed memory.
 pub(crate) struct LocalSegment {
-    pub(crate) id: SegmentId,
-    pub(crate) mr: MemoryRegion,
-    pub(crate) memory: SegmentMemory,
+    /// Its notification table's name on the wire (and so its id).
+    pub(crate) table: Table,
+    /// The registered memory; `None` for a library's notification table without memory.
+    pub(crate) region: Option<Arc<Region>>,
     pub(crate) notifications: NotificationTable,
-    /// Local operations posted from or into this segment and not yet completed.
-    pub(crate) in_flight: AtomicU32,
-    /// The collective creation finished (every rank has the segment).
+    /// The collective creation finished (user segments: every rank has it).
     pub(crate) synced: AtomicBool,
 }
 
-/// What a rank needs to access a remote segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RemoteSegment {
-    /// Added to the offset to form the RMA address (0 when the provider uses offsets).
-    pub(crate) base: u64,
-    pub(crate) key: u64,
-    pub(crate) size: u64,
-}
-
-impl RemoteSegment {
-    /// Encodes as the descriptor published in the system region (`present` last, non-zero).
-    pub(crate) fn to_words(self) -> [u64; 4] {
-        [self.base, self.key, self.size, 1]
+impl LocalSegment {
+    /// Length of the memory in bytes (0 without memory).
+    pub(crate) fn len(&self) -> u64 {
+        self.region.as_ref().map_or(0, |r| r.len() as u64)
     }
 
-    pub(crate) fn from_words(words: [u64; 4]) -> Option<Self> {
-        (words[3] != 0).then_some(RemoteSegment {
-            base: words[0],
-            key: words[1],
-            size: words[2],
-        })
+    /// The segment's id as errors name it (a library segment's local id).
+    pub(crate) fn id(&self) -> SegmentId {
+        match self.table {
+            Table::User(id) | Table::Library(id) => id,
+            Table::System => 0,
+        }
+    }
+
+    /// Operations from or into this segment still in flight: each holds the region.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.region
+            .as_ref()
+            .map_or(0, |r| Arc::strong_count(r).saturating_sub(1) as u32)
+    }
+
+    /// The bytes `offset..offset + len`, for an operation of this rank `me`.
+    pub(crate) fn slice(&self, me: Rank, offset: u64, len: u64) -> Result<Slice<'_>> {
+        let out = || Error::OutOfBounds {
+            rank: me,
+            segment: self.id(),
+            offset,
+            size: len,
+            segment_size: self.len(),
+        };
+        match &self.region {
+            Some(region) => region.slice(offset, len).map_err(|_| out()),
+            None => Err(out()),
+        }
+    }
+
+    /// Checks that `offset..offset + len` lies in the segment.
+    pub(crate) fn check(&self, me: Rank, offset: u64, len: u64) -> Result<()> {
+        if offset.checked_add(len).is_some_and(|end| end <= self.len()) {
+            Ok(())
+        } else {
+            Err(Error::OutOfBounds {
+                rank: me,
+                segment: self.id(),
+                offset,
+                size: len,
+                segment_size: self.len(),
+            })
+        }
+    }
+
+    fn memory_error(&self, me: Rank, offset: u64, size: u64, e: gaspi_segments::Error) -> Error {
+        match e {
+            gaspi_segments::Error::OutOfBounds { .. } => Error::OutOfBounds {
+                rank: me,
+                segment: self.id(),
+                offset,
+                size,
+                segment_size: self.len(),
+            },
+            source => Error::Segment {
+                rank: me,
+                segment: self.id(),
+                source,
+            },
+        }
+    }
+
+    /// Copies `buf.len()` bytes out of the segment at `offset`.
+    pub(crate) fn read(&self, me: Rank, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let size = buf.len() as u64;
+        match &self.region {
+            Some(r) => r
+                .memory()
+                .read(offset, buf)
+                .map_err(|e| self.memory_error(me, offset, size, e)),
+            None => self.check(me, offset, size),
+        }
+    }
+
+    /// Copies `data` into the segment at `offset`.
+    pub(crate) fn write(&self, me: Rank, offset: u64, data: &[u8]) -> Result<()> {
+        let size = data.len() as u64;
+        match &self.region {
+            Some(r) => r
+                .memory()
+                .write(offset, data)
+                .map_err(|e| self.memory_error(me, offset, size, e)),
+            None => self.check(me, offset, size),
+        }
+    }
+
+    /// What peers need to reach it.
+    pub(crate) fn descriptor(&self) -> Descriptor {
+        let notifications = self.notifications.len();
+        match &self.region {
+            Some(r) => Descriptor {
+                base: r.base(),
+                key: r.key(),
+                size: r.len() as u64,
+                notifications,
+            },
+            None => Descriptor {
+                base: 0,
+                key: 0,
+                size: 0,
+                notifications,
+            },
+        }
     }
 }
 
-/// This rank's segments and the cache of remote ones.
+/// The slot of a table in the registry.
+fn index(table: Table) -> Option<usize> {
+    match table {
+        Table::User(id) => Some(usize::from(id)),
+        Table::Library(id) => Some(256 + usize::from(id)),
+        Table::System => None,
+    }
+}
+
+/// This rank's segments, user and library.
 pub(crate) struct Segments {
-    local: RwLock<Vec<Option<Arc<LocalSegment>>>>,
-    remote: RwLock<HashMap<(Rank, SegmentId), RemoteSegment>>,
+    slots: RwLock<Vec<Option<Arc<LocalSegment>>>>,
+    /// Registration keys, unique per domain for as long as the process runs.
+    next_key: AtomicU64,
 }
 
 impl Segments {
     pub(crate) fn new() -> Self {
         Segments {
-            local: RwLock::new(vec![None; SEGMENT_IDS]),
-            remote: RwLock::new(HashMap::new()),
+            slots: RwLock::new(vec![None; 512]),
+            next_key: AtomicU64::new(0x1000),
         }
     }
 
-    pub(crate) fn local(&self, rank: Rank, id: SegmentId) -> Result<Arc<LocalSegment>> {
-        self.try_local(id)
-            .ok_or(Error::UnknownSegment { rank, segment: id })
+    /// A registration key no other registration of this process uses.
+    pub(crate) fn next_key(&self) -> u64 {
+        self.next_key.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Runs `f` on segment `id` under the table's read lock, without touching the segment's
-    /// reference count: the hot paths (delivering a notification, retiring a completion) use it.
-    /// `f` must not block.
-    pub(crate) fn with_local<R>(
+    /// The segment behind `table`, if it exists.
+    pub(crate) fn get(&self, table: Table) -> Option<Arc<LocalSegment>> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots[index(table)?].clone()
+    }
+
+    /// User segment `id` of this rank `me`.
+    pub(crate) fn user(&self, me: Rank, id: SegmentId) -> Result<Arc<LocalSegment>> {
+        self.get(Table::User(id)).ok_or(Error::UnknownSegment {
+            rank: me,
+            segment: id,
+        })
+    }
+
+    /// Runs `f` on the notification table behind `table` under the registry's read lock,
+    /// without touching the segment's reference count: delivering a notification uses it.
+    pub(crate) fn with_table<R>(
         &self,
-        id: SegmentId,
-        f: impl FnOnce(&LocalSegment) -> R,
+        table: Table,
+        f: impl FnOnce(&NotificationTable) -> R,
     ) -> Option<R> {
-        let table = self.local.read().unwrap_or_else(|e| e.into_inner());
-        table[usize::from(id)].as_deref().map(f)
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots[index(table)?].as_deref().map(|s| f(&s.notifications))
     }
 
-    pub(crate) fn try_local(&self, id: SegmentId) -> Option<Arc<LocalSegment>> {
-        let table = self.local.read().unwrap_or_else(|e| e.into_inner());
-        table[usize::from(id)].clone()
-    }
-
-    pub(crate) fn insert(&self, rank: Rank, id: SegmentId, seg: LocalSegment) -> Result<()> {
-        let mut table = self.local.write().unwrap_or_else(|e| e.into_inner());
-        let slot = &mut table[usize::from(id)];
+    fn insert(&self, me: Rank, seg: LocalSegment) -> Result<Arc<LocalSegment>> {
+        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let table = seg.table;
+        let slot = index(table).and_then(|i| slots.get_mut(i)).ok_or_else(|| {
+            Error::Protocol("a segment of the system table cannot be installed".into())
+        })?;
         if slot.is_some() {
-            return Err(Error::SegmentExists { rank, segment: id });
+            return Err(Error::SegmentExists {
+                rank: me,
+                segment: seg.id(),
+            });
         }
-        *slot = Some(Arc::new(seg));
-        Ok(())
+        let seg = Arc::new(seg);
+        *slot = Some(Arc::clone(&seg));
+        Ok(seg)
     }
 
-    /// Removes a local segment when nothing is in flight on it.
-    pub(crate) fn remove(&self, rank: Rank, id: SegmentId) -> Result<Arc<LocalSegment>> {
-        let mut table = self.local.write().unwrap_or_else(|e| e.into_inner());
-        let slot = &mut table[usize::from(id)];
-        let seg = slot
-            .as_ref()
-            .ok_or(Error::UnknownSegment { rank, segment: id })?;
-        let in_flight = seg.in_flight.load(Ordering::Acquire);
+    /// Installs a library segment under the lowest free local id (1..=255) that `make`
+    /// builds it for.
+    pub(crate) fn insert_library(
+        &self,
+        make: impl FnOnce(u8) -> Result<LocalSegment>,
+    ) -> Result<Arc<LocalSegment>> {
+        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let id = (1..=255u8)
+            .find(|&id| slots[256 + usize::from(id)].is_none())
+            .ok_or_else(|| Error::Limit("all 255 library segments of this rank exist".into()))?;
+        let seg = Arc::new(make(id)?);
+        slots[256 + usize::from(id)] = Some(Arc::clone(&seg));
+        Ok(seg)
+    }
+
+    /// Removes the segment behind `table` when nothing is in flight on it.
+    pub(crate) fn remove(&self, me: Rank, table: Table) -> Result<Arc<LocalSegment>> {
+        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let missing = || match table {
+            Table::User(id) | Table::Library(id) => Error::UnknownSegment {
+                rank: me,
+                segment: id,
+            },
+            Table::System => Error::Protocol("the system table is not a segment".into()),
+        };
+        let slot = index(table)
+            .and_then(|i| slots.get_mut(i))
+            .ok_or_else(missing)?;
+        let seg = slot.as_ref().ok_or_else(missing)?;
+        let in_flight = seg.in_flight();
         if in_flight > 0 {
             return Err(Error::SegmentBusy {
-                segment: id,
+                segment: seg.id(),
                 in_flight,
             });
         }
-        slot.take()
-            .ok_or(Error::UnknownSegment { rank, segment: id })
+        slot.take().ok_or_else(missing)
     }
 
-    pub(crate) fn ids(&self) -> Vec<SegmentId> {
-        let table = self.local.read().unwrap_or_else(|e| e.into_inner());
-        table
+    /// Removes the segment behind `table`, even with operations in flight (they keep its
+    /// memory and registration until they complete).
+    pub(crate) fn remove_even_busy(&self, table: Table) -> Option<Arc<LocalSegment>> {
+        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        slots.get_mut(index(table)?)?.take()
+    }
+
+    /// Ids of this rank's user segments, ascending.
+    pub(crate) fn user_ids(&self) -> Vec<SegmentId> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots[..256]
             .iter()
             .enumerate()
             .filter(|(_, s)| s.is_some())
             .map(|(i, _)| i as SegmentId)
             .collect()
     }
+}
 
-    pub(crate) fn cached_remote(&self, rank: Rank, id: SegmentId) -> Option<RemoteSegment> {
-        let cache = self.remote.read().unwrap_or_else(|e| e.into_inner());
-        cache.get(&(rank, id)).copied()
+impl Inner {
+    /// Registers `memory` (if any) and builds the segment for `table`.
+    pub(crate) fn new_segment(
+        &self,
+        table: Table,
+        memory: Option<SegmentMemory>,
+        notifications: u32,
+    ) -> Result<LocalSegment> {
+        let region = memory
+            .map(|m| Region::register(&self.ep, m, self.segments.next_key()))
+            .transpose()?;
+        Ok(LocalSegment {
+            table,
+            region,
+            notifications: NotificationTable::with_event(notifications, Arc::clone(&self.arrivals)),
+            synced: AtomicBool::new(false),
+        })
     }
 
-    pub(crate) fn cache_remote(&self, rank: Rank, id: SegmentId, seg: RemoteSegment) {
-        let mut cache = self.remote.write().unwrap_or_else(|e| e.into_inner());
-        cache.insert((rank, id), seg);
-    }
-
-    /// Forgets the cached descriptor of `rank`'s segment `id` (it was deleted).
-    pub(crate) fn forget_remote_of(&self, rank: Rank, id: SegmentId) {
-        let mut cache = self.remote.write().unwrap_or_else(|e| e.into_inner());
-        cache.remove(&(rank, id));
-    }
-
-    /// Forgets every cached descriptor of segment `id` (it is being created anew).
-    pub(crate) fn forget_remote(&self, id: SegmentId) {
-        let mut cache = self.remote.write().unwrap_or_else(|e| e.into_inner());
-        cache.retain(|&(_, seg), _| seg != id);
+    /// Removes this rank's segment behind `table`, unpublishes it and tells every other rank,
+    /// so that its next operation on the segment returns [`Error::UnknownSegment`] instead of
+    /// reaching a closed registration. Telling is best effort and never blocks: a peer the
+    /// provider has no room for now learns nothing (its accesses then fail at the provider).
+    pub(crate) fn delete_segment(&self, table: Table) -> Result<()> {
+        let Some(key) = table.descriptor() else {
+            return Err(Error::Protocol("the system table is not a segment".into()));
+        };
+        let seg = self.segments.remove(self.rank, table)?;
+        self.publish(key, None)?;
+        self.descriptors.forget(self.rank, key);
+        drop(seg);
+        let gone = WireNotification::segment_gone(self.rank, key);
+        for rank in (0..self.size).filter(|&r| r != self.rank) {
+            if self.health.known(rank).is_none() {
+                let _ = self.system_notify(rank, gone, Timeout::Test.deadline());
+            }
+        }
+        Ok(())
     }
 }
 
-impl crate::Context {
+impl Context {
     /// Creates segment `id` of `size` bytes on every rank (collective: all ranks call it with
     /// the same id), zero-filled, registered and published; returns once every rank has done so,
     /// or [`Error::Timeout`].
     ///
     /// The memory is a shared-memory file, so other ranks on this host could map it directly.
     /// Each rank may pass its own `size`. After a timeout the segment exists locally and calling
-    /// again (with the same id) finishes the synchronisation; creating a segment that already
-    /// exists is [`Error::SegmentExists`].
-    pub fn segment_create(
-        &self,
-        id: SegmentId,
-        size: u64,
-        timeout: gaspi_notifications::Timeout,
-    ) -> Result<()> {
+    /// again (with the same id) finishes the synchronisation.
+    ///
+    /// # Errors
+    /// [`Error::SegmentExists`] when the segment exists (and its creation finished);
+    /// [`Error::Segment`] when the memory cannot be allocated; [`Error::Timeout`] as above;
+    /// [`Error::RankFailed`] when a rank died; [`Error::CollectiveInProgress`] when a
+    /// collective of [`GROUP_ALL`](crate::GROUP_ALL) that timed out is still in flight.
+    pub fn segment_create(&self, id: SegmentId, size: u64, timeout: Timeout) -> Result<()> {
         let me = self.rank();
         self.create_with(id, timeout, || {
             let len = usize::try_from(size).map_err(|_| Error::OutOfBounds {
@@ -214,25 +342,27 @@ impl crate::Context {
         })
     }
 
-    /// Makes `len` bytes of user memory at `ptr` segment `id` on every rank (collective, like
+    /// Makes `memory` segment `id` on every rank (collective, like
     /// [`segment_create`](Self::segment_create), with the same timeout semantics).
     ///
-    /// # Safety
-    /// `ptr..ptr + len` must be valid for reads and writes and stay allocated, unmoved, until
-    /// [`segment_delete`](Self::segment_delete) returns for `id` (or the context is dropped).
-    /// Remote ranks write into it at any time: never hold a Rust reference into it across a
-    /// point where a remote write may land.
-    pub unsafe fn segment_bind(
+    /// Memory the user provides is bound with the `unsafe`
+    /// [`SegmentMemory::bind`](crate::SegmentMemory::bind), whose contract (the memory stays
+    /// valid and is never borrowed while remote ranks may write it) holds until the segment is
+    /// deleted or the context dropped, and until every operation that uses it completed.
+    ///
+    /// # Errors
+    /// As for [`segment_create`](Self::segment_create).
+    pub fn segment_bind(
         &self,
         id: SegmentId,
-        ptr: *mut u8,
-        len: usize,
-        timeout: gaspi_notifications::Timeout,
+        memory: SegmentMemory,
+        timeout: Timeout,
     ) -> Result<()> {
-        let me = self.rank();
+        let mut memory = Some(memory);
         self.create_with(id, timeout, || {
-            // SAFETY: the caller's contract is exactly bind's.
-            unsafe { SegmentMemory::bind(ptr, len) }.map_err(Error::segment(me, id))
+            memory
+                .take()
+                .ok_or_else(|| Error::Protocol("segment memory was taken twice".into()))
         })
     }
 
@@ -241,12 +371,23 @@ impl crate::Context {
     fn create_with(
         &self,
         id: SegmentId,
-        timeout: gaspi_notifications::Timeout,
+        timeout: Timeout,
         make: impl FnOnce() -> Result<SegmentMemory>,
     ) -> Result<()> {
         let me = self.rank();
-        match self.inner.segments.try_local(id) {
-            None => self.install(id, make()?)?,
+        let inner = &self.inner;
+        match inner.segments.get(Table::User(id)) {
+            None => {
+                let seg = inner.new_segment(
+                    Table::User(id),
+                    Some(make()?),
+                    inner.config.notifications,
+                )?;
+                let seg = inner.segments.insert(me, seg)?;
+                // Peers may have cached an earlier segment with this id, or its absence.
+                inner.descriptors.forget_everywhere(DescKey::Segment(id));
+                inner.publish(DescKey::Segment(id), Some(seg.descriptor()))?;
+            }
             Some(seg) if seg.synced.load(Ordering::Acquire) => {
                 return Err(Error::SegmentExists {
                     rank: me,
@@ -257,180 +398,228 @@ impl crate::Context {
             Some(_) => {}
         }
         self.barrier(timeout)?;
-        if let Some(seg) = self.inner.segments.try_local(id) {
+        // An answer cached while peers were still creating it may say "absent".
+        inner.descriptors.forget_everywhere(DescKey::Segment(id));
+        if let Some(seg) = inner.segments.get(Table::User(id)) {
             seg.synced.store(true, Ordering::Release);
         }
         Ok(())
     }
 
-    fn install(&self, id: SegmentId, memory: SegmentMemory) -> Result<()> {
-        let me = self.rank();
-        let inner = &self.inner;
-        // SAFETY: the registration is stored next to the memory in LocalSegment, whose field
-        // order drops the registration first.
-        let mr = unsafe {
-            MemoryRegion::register(
-                &inner.ep,
-                memory.as_ptr(),
-                memory.len(),
-                crate::context::USER_KEY_BASE + u64::from(id),
-            )?
-        };
-        let descriptor = RemoteSegment {
-            base: inner.ep.caps().rma_base(memory.as_ptr()),
-            key: mr.key(),
-            size: memory.len() as u64,
-        };
-        inner.segments.insert(
-            me,
-            id,
-            LocalSegment {
-                id,
-                mr,
-                memory,
-                notifications: NotificationTable::new(inner.config.notifications),
-                in_flight: AtomicU32::new(0),
-                synced: AtomicBool::new(false),
-            },
-        )?;
-        // Peers may have cached an earlier segment with this id.
-        inner.segments.forget_remote(id);
-        self.inner
-            .publish(layout::segment_descriptor(id), Some(descriptor))
-    }
-
-    /// Deletes this rank's segment `id` (local). Fails with [`Error::SegmentBusy`] while
-    /// operations from or into it are in flight on this rank.
+    /// Deletes this rank's segment `id` (local).
     ///
     /// Every other rank is told, so that its next operation on the segment returns
     /// [`Error::UnknownSegment`] instead of reaching a closed registration (which some providers
     /// handle badly: libfabric 1.17's tcp crashes the writer). An operation a peer posts before
     /// the news arrives is still the application's error: synchronise deletes with the peers
     /// that write into the segment.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`] when it does not exist; [`Error::SegmentBusy`] while
+    /// operations from or into it are in flight on this rank.
     pub fn segment_delete(&self, id: SegmentId) -> Result<()> {
-        let me = self.rank();
-        let seg = self.inner.segments.remove(me, id)?;
-        self.inner.publish(layout::segment_descriptor(id), None)?;
-        self.inner.segments.forget_remote_of(me, id);
-        drop(seg);
-        for rank in (0..self.size()).filter(|&r| r != me) {
-            // The deletion is done; telling peers is a courtesy that makes their later misuse
-            // a clean error. A peer that cannot be reached has no cached descriptor to fix.
-            let _ = self.system_notify(rank, WireNotification::segment_gone(me, id));
-        }
-        Ok(())
+        self.inner.delete_segment(Table::User(id))
     }
 
     /// Size in bytes of this rank's segment `id`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`] when it does not exist.
     pub fn segment_size(&self, id: SegmentId) -> Result<u64> {
-        Ok(self.inner.segments.local(self.rank(), id)?.memory.len() as u64)
+        Ok(self.inner.segments.user(self.rank(), id)?.len())
     }
 
-    /// Size in bytes of segment `id` on `rank` (looked up once, then cached).
-    pub fn segment_size_of(&self, rank: Rank, id: SegmentId) -> Result<u64> {
-        Ok(self.remote_segment(rank, id)?.size)
+    /// Size in bytes of segment `id` on `rank`, looked up once (within `timeout`) and cached.
+    ///
+    /// Looking a segment up before operations on it also makes their argument checks
+    /// immediate (see [`write`](Self::write)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::UnknownSegment`] when `rank` has no such segment;
+    /// [`Error::Timeout`] when the answer did not come in time (a later call finds the lookup
+    /// still going); [`Error::RankFailed`] when `rank` is dead.
+    pub fn segment_size_of(&self, rank: Rank, id: SegmentId, timeout: Timeout) -> Result<u64> {
+        self.check_rank(rank)?;
+        match self
+            .inner
+            .resolve(rank, DescKey::Segment(id), timeout.deadline())?
+        {
+            Known::Present(d) => Ok(d.size),
+            Known::Absent => Err(Error::UnknownSegment { rank, segment: id }),
+        }
     }
 
     /// Ids of this rank's segments, ascending.
     pub fn segment_list(&self) -> Vec<SegmentId> {
-        self.inner.segments.ids()
+        self.inner.segments.user_ids()
     }
 
     /// Copies `buf.len()` bytes out of segment `id` at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`]; [`Error::OutOfBounds`] when the range leaves the segment.
     pub fn segment_read(&self, id: SegmentId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let seg = self.inner.segments.local(self.rank(), id)?;
-        seg.memory
-            .read(offset, buf)
-            .map_err(|e| self.access_error(&seg, offset, buf.len() as u64, e))
+        let me = self.rank();
+        self.inner.segments.user(me, id)?.read(me, offset, buf)
     }
 
     /// Copies `data` into segment `id` at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`]; [`Error::OutOfBounds`] when the range leaves the segment.
     pub fn segment_write(&self, id: SegmentId, offset: u64, data: &[u8]) -> Result<()> {
-        let seg = self.inner.segments.local(self.rank(), id)?;
-        seg.memory
-            .write(offset, data)
-            .map_err(|e| self.access_error(&seg, offset, data.len() as u64, e))
+        let me = self.rank();
+        self.inner.segments.user(me, id)?.write(me, offset, data)
     }
 
-    /// Borrows `len` bytes of segment `id` at `offset`.
+    /// A handle on this rank's segment `id`: its memory (for zero-copy access), its
+    /// notifications, and [`Target`](crate::Target)s of the same segment on other ranks.
     ///
-    /// # Safety
-    /// Nothing may write the range while the slice lives: no remote write or read_notify
-    /// targeting it, no local write, and the segment must not be deleted. The usual way to know
-    /// this is the notification protocol of the application (the data's notification arrived
-    /// and the writer waits for a reply before writing again).
-    pub unsafe fn segment_slice(&self, id: SegmentId, offset: u64, len: u64) -> Result<&[u8]> {
-        let seg = self.inner.segments.local(self.rank(), id)?;
-        // SAFETY: the caller guarantees no writer and that the segment outlives the borrow; the
-        // memory itself is owned by the context (or the user's binding), not by the Arc dropped
-        // at the end of this function.
-        unsafe { seg.memory.slice(offset, len) }
-            .map(|s| {
-                // SAFETY: see above: the memory outlives the Arc by the caller's contract.
-                unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }
-            })
-            .map_err(|e| self.access_error(&seg, offset, len, e))
-    }
-
-    /// Mutably borrows `len` bytes of segment `id` at `offset`.
-    ///
-    /// # Safety
-    /// As [`segment_slice`](Self::segment_slice), and additionally nothing may read the range
-    /// (no RMA from it in flight, no remote read, no other borrow).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn segment_slice_mut(
-        &self,
-        id: SegmentId,
-        offset: u64,
-        len: u64,
-    ) -> Result<&mut [u8]> {
-        let seg = self.inner.segments.local(self.rank(), id)?;
-        // SAFETY: the caller guarantees exclusive access and that the segment outlives the
-        // borrow (see segment_slice).
-        unsafe { seg.memory.slice_mut(offset, len) }
-            .map(|s| {
-                // SAFETY: as above.
-                unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr(), s.len()) }
-            })
-            .map_err(|e| self.access_error(&seg, offset, len, e))
-    }
-
-    fn access_error(
-        &self,
-        seg: &LocalSegment,
-        offset: u64,
-        size: u64,
-        source: gaspi_segments::Error,
-    ) -> Error {
-        match source {
-            gaspi_segments::Error::OutOfBounds { .. } => Error::OutOfBounds {
-                rank: self.rank(),
-                segment: seg.id,
-                offset,
-                size,
-                segment_size: seg.memory.len() as u64,
-            },
-            source => Error::Segment {
-                rank: self.rank(),
-                segment: seg.id,
-                source,
-            },
-        }
+    /// # Errors
+    /// [`Error::UnknownSegment`] when it does not exist.
+    pub fn segment(&self, id: SegmentId) -> Result<Segment<'_>> {
+        let local = self.inner.segments.user(self.rank(), id)?;
+        Ok(Segment {
+            ctx: self,
+            shared: Arc::new(Shared::user(local)),
+        })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A handle on a segment of this rank: a user segment ([`Context::segment`]) or a library's
+/// ([`Library::segment_create`](crate::Library::segment_create)).
+///
+/// Cloning is cheap. The handle keeps the segment's memory mapped, so borrows of
+/// [`memory`](Self::memory) stay valid for as long as the handle lives; a library segment is
+/// deleted when its last handle is dropped.
+#[derive(Clone)]
+pub struct Segment<'a> {
+    pub(crate) ctx: &'a Context,
+    pub(crate) shared: Arc<Shared>,
+}
 
-    #[test]
-    fn descriptor_words_round_trip_and_absent_is_none() {
-        let d = RemoteSegment {
-            base: 0x7f00_0000_1000,
-            key: 42,
-            size: 1 << 20,
-        };
-        assert_eq!(RemoteSegment::from_words(d.to_words()), Some(d));
-        assert_eq!(RemoteSegment::from_words([1, 2, 3, 0]), None);
+impl std::fmt::Debug for Segment<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("table", &self.shared.local.table)
+            .field("len", &self.shared.local.len())
+            .finish()
+    }
+}
+
+impl<'a> Segment<'a> {
+    pub(crate) fn local(&self) -> &Arc<LocalSegment> {
+        &self.shared.local
+    }
+
+    /// Length in bytes (0 for a library's notification table without memory).
+    pub fn len(&self) -> u64 {
+        self.shared.local.len()
+    }
+
+    /// Whether the segment has no memory (a library's notification table).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The user segment id, or `None` for a library segment.
+    pub fn id(&self) -> Option<SegmentId> {
+        match self.shared.local.table {
+            Table::User(id) => Some(id),
+            Table::Library(_) | Table::System => None,
+        }
+    }
+
+    /// The memory, for zero-copy access through its `unsafe` slices (see
+    /// [`SegmentMemory`]'s aliasing model); `None` for a notification table without memory.
+    pub fn memory(&self) -> Option<&SegmentMemory> {
+        self.shared.local.region.as_ref().map(|r| r.memory())
+    }
+
+    /// Copies `buf.len()` bytes out of the segment at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves the segment.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.shared.local.read(self.ctx.rank(), offset, buf)
+    }
+
+    /// Copies `data` into the segment at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range leaves the segment.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.shared.local.write(self.ctx.rank(), offset, data)
+    }
+
+    /// Number of notifications in the segment's table.
+    pub fn notifications(&self) -> u32 {
+        self.shared.local.notifications.len()
+    }
+
+    /// Waits until one of the notifications `begin..begin + num` is set and returns its id,
+    /// like [`Context::notify_waitsome`].
+    ///
+    /// # Errors
+    /// As for [`Context::notify_waitsome`].
+    pub fn notify_waitsome(
+        &self,
+        begin: NotificationId,
+        num: u32,
+        timeout: Timeout,
+    ) -> Result<NotificationId> {
+        let ctx = self.ctx;
+        self.shared
+            .local
+            .notifications
+            .wait_some(begin, num, timeout, ctx.inner.waiter())
+            .map_err(|e| ctx.notification_error(self.shared.local.id(), e))
+    }
+
+    /// Atomically takes notification `id`, like [`Context::notify_reset`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidNotification`] when `id` is outside the table.
+    pub fn notify_reset(&self, id: NotificationId) -> Result<u32> {
+        self.shared
+            .local
+            .notifications
+            .reset(id)
+            .map_err(|e| self.ctx.notification_error(self.shared.local.id(), e))
+    }
+
+    /// The current value of notification `id`, like [`Context::notify_peek`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidNotification`] when `id` is outside the table.
+    pub fn notify_peek(&self, id: NotificationId) -> Result<u32> {
+        self.shared
+            .local
+            .notifications
+            .get(id)
+            .map_err(|e| self.ctx.notification_error(self.shared.local.id(), e))
+    }
+
+    /// The notifications `begin..begin + num` of this segment, for
+    /// [`Context::notify_wait_any`].
+    pub fn range(&self, begin: NotificationId, num: u32) -> crate::notify::NotificationRange<'_> {
+        crate::notify::NotificationRange {
+            table: &self.shared.local.notifications,
+            segment: self.shared.local.id(),
+            begin,
+            num,
+        }
+    }
+
+    /// The same segment on `rank` (for a library segment: a member of its group), resolved
+    /// within `timeout`, as a target for [`Batch`](crate::Batch) operations and atomics.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::NotInGroup`] for a library segment when `rank` is not
+    /// a member; [`Error::UnknownSegment`] when `rank` has no such segment; [`Error::Timeout`];
+    /// [`Error::RankFailed`].
+    pub fn target(&self, rank: Rank, timeout: Timeout) -> Result<crate::Target> {
+        let table = self.shared.table_on(rank, self.ctx.rank())?;
+        self.ctx.resolve_target(rank, table, timeout)
     }
 }

@@ -1,6 +1,8 @@
 //! Owns [`NotificationTable`]: the per-segment array of notification slots, how they are set,
 //! consumed and scanned, and how a scan keeps the chunk summary honest.
 
+use std::sync::Arc;
+
 use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
 use crate::sync::{AtomicU32, Ordering};
 use crate::{wait_until, Error, EventCount, Progress, Result, Timeout};
@@ -27,19 +29,33 @@ pub struct NotificationTable {
     slots: Box<[AtomicU32]>,
     len: u32,
     summary: Summary,
-    event: EventCount,
+    event: Arc<EventCount>,
 }
 
 impl NotificationTable {
     /// Creates a table of `len` unset notifications.
     #[must_use]
     pub fn new(len: u32) -> Self {
+        Self::with_event(len, Arc::new(EventCount::new()))
+    }
+
+    /// Creates a table of `len` unset notifications that notifies `event` on every set, so
+    /// that one waiter can watch several tables sharing it (see [`event`](Self::event)).
+    #[must_use]
+    pub fn with_event(len: u32, event: Arc<EventCount>) -> Self {
         Self {
             slots: (0..len).map(|_| AtomicU32::new(0)).collect(),
             len,
             summary: Summary::new(len),
-            event: EventCount::new(),
+            event,
         }
+    }
+
+    /// The event count every [`set`](Self::set) notifies: wait on it (with
+    /// [`wait_until`]) for conditions over several tables that share it.
+    #[must_use]
+    pub fn event(&self) -> &Arc<EventCount> {
+        &self.event
     }
 
     /// Number of notifications in the table.

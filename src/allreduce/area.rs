@@ -12,23 +12,20 @@
 //! `GROUP_ALL`) and its descriptor published in the system region, so peers can write into it
 //! before this member reaches the allreduce.
 
+use std::sync::Arc;
+
+use gaspi_fabric::{Region, Slice};
 use gaspi_segments::SegmentMemory;
 
 use super::schedule;
+use crate::engine::lookup::Descriptor;
+use crate::engine::Endpoint;
 use crate::error::{Error, Rank, Result};
-use crate::fabric::{Endpoint, MemoryRegion};
 use crate::group::GroupId;
-use crate::segment::RemoteSegment;
-
-/// Key requested for group `g`'s area: after the user segments' keys.
-const KEY_BASE: u64 = crate::context::USER_KEY_BASE + crate::segment::SEGMENT_IDS as u64;
 
 /// A group's allreduce area.
-///
-/// Field order is drop order: the registration goes before the memory.
 pub(crate) struct ReduceArea {
-    mr: MemoryRegion,
-    memory: SegmentMemory,
+    region: Arc<Region>,
     /// Bytes per slot.
     chunk: usize,
     /// Slots per bank.
@@ -46,12 +43,15 @@ impl std::fmt::Debug for ReduceArea {
 
 impl ReduceArea {
     /// The area for a group of `members`, or `None` if the group needs none (one member).
+    /// The area for a group of `members`, registered under `key`, or `None` if the group
+    /// needs none (one member).
     pub(crate) fn new(
         ep: &Endpoint,
         rank: Rank,
         group: GroupId,
         members: u32,
         chunk: usize,
+        key: u64,
     ) -> Result<Option<Self>> {
         let slots = schedule::slots(members);
         if slots == 0 {
@@ -60,30 +60,20 @@ impl ReduceArea {
         let len = 2 * 2 * slots as usize * chunk;
         let memory = SegmentMemory::allocate(len, &format!("reduce{group}"))
             .map_err(Error::segment(rank, 0))?;
-        // SAFETY: the memory is stored next to the registration and dropped after it (field
-        // order).
-        let mr = unsafe {
-            MemoryRegion::register(
-                ep,
-                memory.as_ptr(),
-                memory.len(),
-                KEY_BASE + u64::from(group),
-            )?
-        };
         Ok(Some(ReduceArea {
-            mr,
-            memory,
+            region: Region::register(ep, memory, key)?,
             chunk,
             slots,
         }))
     }
 
     /// What peers need to write into this area.
-    pub(crate) fn descriptor(&self, ep: &Endpoint) -> RemoteSegment {
-        RemoteSegment {
-            base: ep.caps().rma_base(self.memory.as_ptr()),
-            key: self.mr.key(),
-            size: self.memory.len() as u64,
+    pub(crate) fn descriptor(&self) -> Descriptor {
+        Descriptor {
+            base: self.region.base(),
+            key: self.region.key(),
+            size: self.region.len() as u64,
+            notifications: 0,
         }
     }
 
@@ -101,24 +91,21 @@ impl ReduceArea {
         self.recv_offset(bank, slot) + self.chunk as u64
     }
 
-    /// Copies `data` into the send slot and returns where it is, for the write.
-    pub(crate) fn stage(&self, rank: Rank, bank: u32, slot: u32, data: &[u8]) -> Result<*const u8> {
+    /// Copies `data` into the send slot and returns it, for the write.
+    pub(crate) fn stage(&self, rank: Rank, bank: u32, slot: u32, data: &[u8]) -> Result<Slice<'_>> {
         let offset = self.send_offset(bank, slot);
-        self.memory
+        self.region
+            .memory()
             .write(offset, data)
             .map_err(Error::segment(rank, 0))?;
-        Ok(self.memory.as_ptr().wrapping_add(offset as usize))
+        Ok(self.region.slice(offset, data.len() as u64)?)
     }
 
     /// Copies what the partner wrote into the receive slot out into `out`.
     pub(crate) fn received(&self, rank: Rank, bank: u32, slot: u32, out: &mut [u8]) -> Result<()> {
-        self.memory
+        self.region
+            .memory()
             .read(self.recv_offset(bank, slot), out)
             .map_err(Error::segment(rank, 0))
-    }
-
-    /// The local descriptor for writes from the send slots.
-    pub(crate) fn desc(&self) -> *mut std::ffi::c_void {
-        self.mr.desc()
     }
 }

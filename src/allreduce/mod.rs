@@ -19,9 +19,7 @@ mod area;
 mod op;
 mod schedule;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
+use gaspi_fabric::RemoteTarget;
 use gaspi_notifications::{Deadline, Timeout};
 
 pub(crate) use area::ReduceArea;
@@ -29,14 +27,12 @@ use op::{Builtin, Bytes, Folder, User};
 pub use op::{Element, ReduceOp, UserOp};
 use schedule::Fold;
 
-use crate::config::MAX_GROUPS;
 use crate::context::Context;
 use crate::dissemination::{bank_start, CollState, SLOTS_PER_GROUP};
+use crate::engine::lookup::{DescKey, Descriptor, Known};
+use crate::engine::Op;
 use crate::error::{Error, Rank, Result};
-use crate::fabric::RemoteTarget;
 use crate::group::{Group, GroupId};
-use crate::progress::{OpContext, OpKind};
-use crate::segment::{layout, RemoteSegment};
 use crate::wire::WireNotification;
 
 /// An allreduce in flight on a group.
@@ -61,42 +57,6 @@ impl std::fmt::Debug for Run {
             .field("step", &self.step)
             .field("sent", &self.sent)
             .finish()
-    }
-}
-
-/// Allreduce writes posted and completed, per group id. A run ends only when all its writes
-/// completed, so a send slot is never rewritten while the provider may still read it.
-pub(crate) struct Writes {
-    posted: [AtomicU64; MAX_GROUPS as usize],
-    done: [AtomicU64; MAX_GROUPS as usize],
-    failure: Mutex<Option<(Rank, String)>>,
-}
-
-impl Default for Writes {
-    fn default() -> Self {
-        Writes {
-            posted: std::array::from_fn(|_| AtomicU64::new(0)),
-            done: std::array::from_fn(|_| AtomicU64::new(0)),
-            failure: Mutex::new(None),
-        }
-    }
-}
-
-impl Writes {
-    /// Stops waiting for the writes of group `group` in flight.
-    fn give_up(&self, group: GroupId) {
-        let i = usize::from(group);
-        self.done[i].fetch_max(self.posted[i].load(Ordering::Acquire), Ordering::AcqRel);
-    }
-
-    /// Progress engine: a write of group `group` towards `rank` completed.
-    pub(crate) fn done(&self, group: GroupId, rank: Rank, failure: Option<String>) {
-        if let Some(reason) = failure {
-            *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some((rank, reason));
-        }
-        if let Some(done) = self.done.get(usize::from(group)) {
-            done.fetch_add(1, Ordering::AcqRel);
-        }
     }
 }
 
@@ -225,16 +185,16 @@ impl Context {
             }
             Err(Error::Timeout) => Err(Error::Timeout),
             Err(e) => {
-                // The area's send slots must outlive the writes from them, even if the group
-                // is deleted next; a write that cannot finish (a dead partner) is not waited
-                // for long.
+                // The area's send slots stay mapped while writes from them are in flight (the
+                // writes hold the area), but the group's next runs must not wait for writes
+                // towards a dead member, which may never complete (shm).
                 if self
                     .drain_reduce_writes(&g, Timeout::Millis(1_000).deadline())
                     .is_err()
                 {
-                    // Writes towards a dead member may never complete (shm); the group's next
-                    // runs must not wait for them.
-                    self.inner.reduce_writes.give_up(group);
+                    for rank in g.writes.tracker.targets() {
+                        g.writes.drop_rank(rank);
+                    }
                 }
                 state.abandon();
                 Err(e)
@@ -285,7 +245,8 @@ impl Context {
                 if let (Some(send), false) = (&step.send, run.sent) {
                     let data = &run.acc.as_ref()[bytes(send)];
                     let wire = WireNotification::system(slots + step.slot, tag);
-                    self.reduce_write(g, area, partner, (bank, step.slot), data, wire)?;
+                    let at = (bank, step.slot);
+                    self.reduce_write(g, area, partner, at, data, wire, deadline)?;
                     run.sent = true;
                 }
                 if let Some((recv, how)) = &step.recv {
@@ -325,7 +286,9 @@ impl Context {
     }
 
     /// Stages `data` in send slot `(bank, slot)` of `area` and writes it into the same slot's
-    /// receive side in `partner`'s area, with `wire` as the partner's notification.
+    /// receive side in `partner`'s area, with `wire` as the partner's notification, posting
+    /// under `deadline` (a timeout leaves the step unsent, for the next call to send).
+    #[allow(clippy::too_many_arguments)]
     fn reduce_write(
         &self,
         g: &Group,
@@ -334,8 +297,9 @@ impl Context {
         (bank, slot): (u32, u32),
         data: &[u8],
         wire: WireNotification,
+        deadline: Deadline,
     ) -> Result<()> {
-        let peer = self.peer_area(g, partner)?;
+        let peer = self.peer_area(g, partner, deadline)?;
         let offset = area.recv_offset(bank, slot);
         if offset + data.len() as u64 > peer.size {
             return Err(Error::Protocol(format!(
@@ -349,93 +313,73 @@ impl Context {
             addr: peer.base + offset,
             key: peer.key,
         };
-        if data.len() <= self.inner.ep.caps().inject_size {
+        let inner = &self.inner;
+        if data.len() <= inner.ep.caps().inject_size {
             // The provider copies the bytes at once: no staging, no completion to drain.
-            return self.post(partner, || {
-                self.inner
-                    .ep
-                    .inject_write(data, target, Some(wire.encode()))
+            return inner.inject_until(partner, deadline, || {
+                inner.ep.inject_write(data, target, Some(wire.encode()))
             });
         }
         let local = area.stage(self.rank(), bank, slot, data)?;
-        let context = OpContext {
-            kind: OpKind::Collective,
-            queue: 0,
-            segment: g.id,
-            rank: partner,
-        }
-        .encode();
-        let posted = &self.inner.reduce_writes.posted[usize::from(g.id)];
-        // Counted before posting: the completion may arrive before `post` returns.
-        posted.fetch_add(1, Ordering::AcqRel);
-        let result = self.post(partner, || {
-            // SAFETY: the staged bytes lie in the registered area, which the group (and so
-            // this call's `g`) keeps alive; the slot is rewritten only two runs later, after
-            // `drain_reduce_writes` saw this write complete.
-            unsafe {
-                self.inner.ep.write(
-                    local,
-                    data.len(),
-                    area.desc(),
-                    target,
-                    Some(wire.encode()),
-                    context,
-                    false,
-                )
-            }
+        // Counted before posting: the completion may arrive before the post returns.
+        g.writes.reserve(partner, 1)?;
+        let op = Op::to(partner, g.writes.clone());
+        let posted = inner.post_until(partner, deadline, op, |op| {
+            inner
+                .ep
+                .write(local, target, Some(wire.encode()), false, op)
         });
-        if result.is_err() {
-            posted.fetch_sub(1, Ordering::AcqRel);
+        if posted.is_err() {
+            g.writes.tracker.take(partner, 1);
         }
-        result
+        posted
     }
 
     /// Waits until every allreduce write of group `g` completed at this end.
     fn drain_reduce_writes(&self, g: &Group, deadline: Deadline) -> Result<()> {
-        let writes = &self.inner.reduce_writes;
-        let i = usize::from(g.id);
-        let drained =
-            || writes.done[i].load(Ordering::Acquire) >= writes.posted[i].load(Ordering::Acquire);
+        let writes = &g.writes;
         // Short runs inject every step and have nothing to drain: skip the wait's progress call
         // (a socket poll on tcp).
-        if drained()
-            && writes
-                .failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_none()
-        {
-            return Ok(());
+        if writes.outstanding() == 0 {
+            return writes.tracker.take_failure().map_or(Ok(()), Err);
         }
-        let waited =
-            self.inner
-                .watched_until(|| g.member_ranks(), deadline, || drained().then_some(()));
-        if let Some((rank, reason)) = writes
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            return Err(Error::RankFailed { rank, reason });
+        let waited = self.inner.watched_until(
+            || g.member_ranks(),
+            deadline,
+            || (writes.outstanding() == 0).then_some(()),
+        );
+        if let Some(e) = writes.tracker.take_failure() {
+            return Err(e);
         }
         waited
     }
 
-    /// Where `rank` receives group `g`'s allreduce data, read from its system region once.
-    fn peer_area(&self, g: &Group, rank: Rank) -> Result<RemoteSegment> {
-        let mut peers = g.peer_areas.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(area) = peers.get(&rank) {
+    /// Where `rank` receives group `g`'s allreduce data, read from its system region once,
+    /// within `deadline` (a lookup that timed out goes on, and the next call joins it).
+    fn peer_area(&self, g: &Group, rank: Rank, deadline: Deadline) -> Result<Descriptor> {
+        if let Some(area) = g
+            .peer_areas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&rank)
+        {
             return Ok(*area);
         }
-        let area = self
-            .descriptor(rank, layout::area_descriptor(g.id))?
-            .ok_or_else(|| {
-                Error::Protocol(format!(
-                    "rank {rank} has not published an allreduce area for group {}",
+        let area = match self.inner.resolve(rank, DescKey::Area(g.id), deadline)? {
+            Known::Present(area) => area,
+            // Areas are published before a commit's first message, so this member committed
+            // without one (another configuration, or it deleted the group).
+            Known::Absent => {
+                return Err(Error::Protocol(format!(
+                    "rank {rank} has no allreduce area for group {}",
                     g.id
-                ))
-            })?;
-        peers.insert(rank, area);
+                )))
+            }
+        };
+        g.peer_areas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(rank, area);
         Ok(area)
     }
 }

@@ -10,8 +10,21 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub const GASPIRUN: &str = env!("CARGO_BIN_EXE_gaspirun");
 pub const SELFTEST: &str = env!("CARGO_BIN_EXE_gaspi-selftest");
+
+/// `gaspirun`, from the `gaspi-launcher` package of this workspace: built next to this
+/// package's binaries by `cargo test --workspace` (or `cargo build --workspace`). Cargo only
+/// tells a package's tests where that package's own binaries are, hence the lookup.
+pub fn gaspirun_path() -> PathBuf {
+    let path = Path::new(SELFTEST).with_file_name("gaspirun");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (or build the launcher \
+         with `cargo build -p gaspi-launcher` in the same profile first)",
+        path.display()
+    );
+    path
+}
 
 /// The providers every scenario runs over.
 pub const PROVIDERS: [&str; 2] = ["tcp", "shm"];
@@ -152,7 +165,7 @@ pub fn gaspirun_with(
     program: &Path,
     args: &[&str],
 ) -> Finished {
-    let mut command = Command::new(GASPIRUN);
+    let mut command = Command::new(gaspirun_path());
     command
         .args(["-n", &ranks.to_string(), "--provider", provider])
         .args(["--timeout", &timeout_s.to_string()])

@@ -1,6 +1,11 @@
 //! `errors`: every kind of bad input is refused with its own `Error` variant, carrying the
 //! rank, segment, offset, size or id that was wrong, without panicking, without posting
 //! anything, and without breaking the context for the calls that follow.
+//!
+//! Checks that need a peer's segment descriptor are made at the call once the descriptor is
+//! known (the scenario looks it up first); an operation towards a segment never accessed
+//! before is accepted and its error reported by the queue's next wait (see
+//! `deferred_checks`).
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +34,11 @@ const SINK: SegmentId = 7;
 const GONE: SegmentId = 5;
 /// Never created.
 const NEVER: SegmentId = 9;
-/// Size of the writes that fill queues and keep segments busy.
-const CHUNK: u64 = 8;
+/// Created by every rank and never accessed before `deferred_checks`.
+const LATE: SegmentId = 10;
+/// Size of the writes that fill queues and keep segments busy: beyond every provider's
+/// inject size (shm: 4 KiB), so that they are tracked on their queue rather than injected.
+const CHUNK: u64 = 8192;
 const QUEUE: QueueId = 0;
 const TIMEOUT: Timeout = Timeout::Millis(30_000);
 
@@ -73,11 +81,23 @@ pub fn run(ctx: &Context) -> Outcome<String> {
         "queue depth is {}, the scenario configured {QUEUE_DEPTH}",
         ctx.queue_max()
     );
-    for (id, len) in [(SEG, SEG_LEN), (BUSY, 64), (SINK, 64), (GONE, 64)] {
+    for (id, len) in [
+        (SEG, SEG_LEN),
+        (BUSY, CHUNK),
+        (SINK, CHUNK),
+        (GONE, 64),
+        (LATE, 64),
+    ] {
         ctx.segment_create(id, len, TIMEOUT)
             .doing(|| format!("creating segment {id}"))?;
     }
     let mut checks = 0;
+    deferred_checks(ctx, &s, &mut checks)?;
+    // From here on the peer's descriptors are known: every check is made at the call.
+    for id in [SEG, SINK] {
+        ctx.segment_size_of(s.peer, id, TIMEOUT)
+            .doing(|| format!("looking up the peer's segment {id}"))?;
+    }
     bounds(ctx, &s, &mut checks)?;
     segments_and_ranks(ctx, &s, &mut checks)?;
     notifications(ctx, &s, &mut checks)?;
@@ -96,6 +116,56 @@ pub fn run(ctx: &Context) -> Outcome<String> {
         checks,
         note.unwrap_or_default()
     ))
+}
+
+/// Operations towards a peer's segment this rank never accessed are accepted at once (the
+/// descriptor lookup must not block a call without a timeout); what the lookup finds is
+/// reported by the queue's next wait, and once the answer is known the same calls fail at
+/// once.
+fn deferred_checks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
+    let peer = s.peer;
+    let note = Notification { id: 1, value: 1 };
+    ctx.write(local(SEG, 0), remote(peer, NEVER, 0), 8, QUEUE)
+        .doing(|| "first write to a segment the peer never created")?;
+    expect_err!(
+        checks,
+        "wait after a first write to a segment the peer never created",
+        ctx.wait(QUEUE, TIMEOUT),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "write to a segment the peer is known not to have",
+        ctx.write(local(SEG, 0), remote(peer, NEVER, 0), 8, QUEUE),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
+    expect_err!(
+        checks,
+        "write_notify of 0 bytes to a segment the peer is known not to have",
+        ctx.write_notify(local(SEG, 0), remote(peer, NEVER, 0), 0, note, QUEUE),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
+    ctx.write(local(SEG, 0), remote(peer, LATE, 60), 8, QUEUE)
+        .doing(|| "first write running past a segment never accessed before")?;
+    expect_err!(
+        checks,
+        "wait after a first write running past the peer's segment",
+        ctx.wait(QUEUE, TIMEOUT),
+        Error::OutOfBounds { rank, segment: LATE, offset: 60, size: 8, segment_size: 64 }
+            if rank == peer
+    );
+    expect_err!(
+        checks,
+        "the same write once the segment is known",
+        ctx.write(local(SEG, 0), remote(peer, LATE, 60), 8, QUEUE),
+        Error::OutOfBounds { rank, segment: LATE, offset: 60, size: 8, segment_size: 64 }
+            if rank == peer
+    );
+    ensure!(
+        ctx.queue_size(QUEUE).doing(|| "queue_size")? == 0,
+        "the refused first-touch operations left operations on queue {QUEUE}"
+    );
+    Ok(())
 }
 
 fn bounds(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
@@ -204,7 +274,7 @@ fn segments_and_ranks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     expect_err!(
         checks,
         "segment_size_of an unknown remote segment",
-        ctx.segment_size_of(peer, NEVER),
+        ctx.segment_size_of(peer, NEVER, TIMEOUT),
         Error::UnknownSegment { rank, segment: NEVER } if rank == peer
     );
     expect_err!(
@@ -234,7 +304,7 @@ fn segments_and_ranks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     expect_err!(
         checks,
         "segment_size_of rank == size",
-        ctx.segment_size_of(n, SEG),
+        ctx.segment_size_of(n, SEG, TIMEOUT),
         Error::InvalidRank { rank, .. } if rank == n
     );
     Ok(())
@@ -424,31 +494,51 @@ fn queues_and_lists(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
 
 fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     let me = s.me;
-    // SAFETY (all slice calls below): each range is refused before any memory is touched, so
-    // no reference into the segment is ever created.
+    let segment = ctx.segment(SEG).doing(|| "getting segment 0")?;
+    let memory = segment
+        .memory()
+        .ok_or_else(|| Failure("segment 0 has no memory".into()))?;
+    // SAFETY: the range runs past the segment, so it is refused before any memory is
+    // touched and no reference into the segment is created.
+    let past_end = unsafe { memory.slice(4000, 200) };
     expect_err!(
         checks,
-        "segment_slice running past the segment end",
-        unsafe { ctx.segment_slice(SEG, 4000, 200) },
-        Error::OutOfBounds { rank, segment: SEG, offset: 4000, size: 200, segment_size: SEG_LEN }
-            if rank == me
+        "a slice running past the segment end",
+        past_end,
+        gaspi::SegmentError::OutOfBounds {
+            offset: 4000,
+            size: 200,
+            len: SEG_LEN
+        }
+    );
+    // SAFETY: as above, the range's end overflows.
+    let overflowing = unsafe { memory.slice(u64::MAX, 1) };
+    expect_err!(
+        checks,
+        "a slice at offset u64::MAX",
+        overflowing,
+        gaspi::SegmentError::OutOfBounds {
+            offset: u64::MAX,
+            size: 1,
+            ..
+        }
+    );
+    // SAFETY: as above, the range starts at the segment's end.
+    let at_end = unsafe { memory.slice_mut(SEG_LEN, 1) };
+    expect_err!(
+        checks,
+        "a mutable slice at the segment end",
+        at_end,
+        gaspi::SegmentError::OutOfBounds {
+            offset: SEG_LEN,
+            size: 1,
+            ..
+        }
     );
     expect_err!(
         checks,
-        "segment_slice at offset u64::MAX",
-        unsafe { ctx.segment_slice(SEG, u64::MAX, 1) },
-        Error::OutOfBounds { rank, segment: SEG, offset: u64::MAX, size: 1, .. } if rank == me
-    );
-    expect_err!(
-        checks,
-        "segment_slice_mut at the segment end",
-        unsafe { ctx.segment_slice_mut(SEG, SEG_LEN, 1) },
-        Error::OutOfBounds { rank, segment: SEG, offset: SEG_LEN, size: 1, .. } if rank == me
-    );
-    expect_err!(
-        checks,
-        "segment_slice of an unknown segment",
-        unsafe { ctx.segment_slice(NEVER, 0, 1) },
+        "a handle on an unknown segment",
+        ctx.segment(NEVER),
         Error::UnknownSegment { rank, segment: NEVER } if rank == me
     );
     let mut buf = [0u8; 10];
@@ -580,7 +670,7 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     // deletes it: the deletion must reach the cache (a write through a stale descriptor would
     // hit a closed registration, which crashes libfabric 1.17's tcp provider).
     let gone_size = ctx
-        .segment_size_of(peer, GONE)
+        .segment_size_of(peer, GONE, TIMEOUT)
         .doing(|| "looking up the peer's segment GONE")?;
     if gone_size != 64 {
         return Err(Failure(format!(
@@ -596,12 +686,12 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     // the barrier completes (it takes another path). Drive progress until it has.
     let start = Instant::now();
     loop {
-        match ctx.segment_size_of(peer, GONE) {
+        match ctx.segment_size_of(peer, GONE, Timeout::Test) {
             Err(Error::UnknownSegment {
                 rank,
                 segment: GONE,
             }) if rank == peer => break,
-            Ok(_) if start.elapsed() < Duration::from_secs(10) => {
+            Ok(_) | Err(Error::Timeout) if start.elapsed() < Duration::from_secs(10) => {
                 ctx.wait(QUEUE, Timeout::Test)
                     .doing(|| "driving progress while the deletion news travels")?;
                 std::thread::sleep(Duration::from_millis(1));

@@ -149,6 +149,10 @@ fn write(ctx: &Context, stream: Stream, peer: Rank) -> Outcome<String> {
 
 /// The receiver: checks each slot when its notification appears, then hands it back.
 fn receive(ctx: &Context, stream: Stream) -> Outcome<String> {
+    let segment = ctx.segment(SEG).doing(|| "getting the segment")?;
+    let memory = segment
+        .memory()
+        .ok_or_else(|| Failure("segment 0 has no memory".into()))?;
     let mut want = vec![0u8; SLOT_LEN as usize];
     let mut next_in_slot: Vec<u64> = (0..u64::from(SLOTS)).collect();
     let mut bytes = 0u64;
@@ -171,8 +175,8 @@ fn receive(ctx: &Context, stream: Stream) -> Outcome<String> {
         stream.fill(seq, &mut want[..len]);
         // SAFETY: the writer does not touch this slot again before our acknowledgement, which
         // is sent only after the borrow ends; no local code writes the segment.
-        let data = unsafe { ctx.segment_slice(SEG, offset, len as u64) }
-            .doing(|| format!("borrowing slot {slot}"))?;
+        let data = unsafe { memory.slice(offset, len as u64) }
+            .map_err(|e| Failure(format!("borrowing slot {slot}: {e}")))?;
         compare(
             format_args!(
                 "message {seq} ({len} B) in slot {slot}, checked as its notification appeared"

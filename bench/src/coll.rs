@@ -1,0 +1,86 @@
+//! The collective side of the benchmark: group barrier and allreduce over all ranks, each call
+//! timed on its own, for the comparison with MPI (`bench/mpi/coll.c`).
+//!
+//! The iteration counts and warm-up mirror `bench/mpi/coll.c`: change both together.
+
+use std::time::{Duration, Instant};
+
+use gaspi::{Context, ReduceOp, Timeout, GROUP_ALL};
+
+use crate::api::figure;
+use crate::{Error, Figure, Result};
+
+const TIMEOUT: Timeout = Timeout::Millis(60_000);
+
+/// Timed calls for a payload of `bytes` (0: barrier), and the untimed warm-up calls before.
+fn iterations(bytes: usize) -> (usize, usize) {
+    let iters = match bytes {
+        0..=8 => 1000,
+        9..=65536 => 300,
+        _ => 100,
+    };
+    (iters / 10 + 1, iters)
+}
+
+/// Runs `one` (a call that returns its own duration) after its warm-up, all ranks entering
+/// together, and returns the timed durations.
+fn samples(
+    ctx: &Context,
+    bytes: usize,
+    mut one: impl FnMut() -> Result<Duration>,
+) -> Result<Vec<Duration>> {
+    let (warmup, iters) = iterations(bytes);
+    let mut samples = Vec::with_capacity(iters);
+    ctx.barrier(TIMEOUT)?;
+    for i in 0..warmup + iters {
+        let took = one()?;
+        if i >= warmup {
+            samples.push(took);
+        }
+    }
+    Ok(samples)
+}
+
+fn clocked(call: impl FnOnce() -> gaspi::Result<()>) -> Result<Duration> {
+    let start = Instant::now();
+    call()?;
+    Ok(start.elapsed())
+}
+
+/// Barrier of all ranks.
+pub(crate) fn barrier(ctx: &Context) -> Result<Vec<Figure>> {
+    let samples = samples(ctx, 0, || clocked(|| ctx.barrier(TIMEOUT)))?;
+    Ok(figure(ctx, "barrier", 0, samples))
+}
+
+/// Allreduce payloads (bytes of f64 per rank).
+pub(crate) const ALLREDUCE_SIZES: [usize; 3] = [8, 65536, 1 << 20];
+
+/// Allreduce (f64 sum) of `bytes` per rank over all ranks; every result is checked.
+pub(crate) fn allreduce(ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
+    let count = bytes / std::mem::size_of::<f64>();
+    let own = f64::from(ctx.rank() + 1);
+    let input: Vec<f64> = (0..count).map(|i| own * weight(i)).collect();
+    let mut output = vec![0.0; count];
+    let ranks = f64::from(ctx.size());
+    let rank_sum = ranks * (ranks + 1.0) / 2.0;
+    let samples = samples(ctx, bytes, || {
+        output.fill(0.0);
+        let took =
+            clocked(|| ctx.allreduce(GROUP_ALL, &input, &mut output, ReduceOp::Sum, TIMEOUT))?;
+        match (0..count).find(|&i| output[i] != rank_sum * weight(i)) {
+            None => Ok(took),
+            Some(i) => Err(Error::Check(format!(
+                "allreduce of {bytes} B: element {i} is {}, not {}",
+                output[i],
+                rank_sum * weight(i)
+            ))),
+        }
+    })?;
+    Ok(figure(ctx, "allreduce", bytes, samples))
+}
+
+/// Every element's sum over the ranks differs by its position, so a misplaced block shows.
+fn weight(i: usize) -> f64 {
+    (1 + i % 4) as f64
+}

@@ -1,0 +1,225 @@
+//! The benchmark behind `gaspi-bench`: gaspi and raw libfabric, side by side, in one run.
+//!
+//! Each figure is printed as one JSON line,
+//! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..,"iters":..}`
+//! (`iters`: the samples behind the median), so scripts can compare `lib: "gaspi"` with
+//! `lib: "raw-libfabric"` for the same bench, transport and size. The raw lines come from the
+//! same pattern written directly against libfabric (see [`raw`]); they are the yardstick for the
+//! runtime's overhead. The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the
+//! same keys (see [`coll`]).
+//!
+//! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
+//! (`gaspi-fabric`, and thus the same provider setup) as the runtime, with no runtime above it.
+
+#![warn(missing_docs)]
+
+mod api;
+mod coll;
+mod raw;
+
+use std::time::Duration;
+
+use gaspi::{Context, Timeout};
+
+/// Why a benchmark run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call of the runtime failed.
+    #[error(transparent)]
+    Gaspi(#[from] gaspi::Error),
+    /// A raw libfabric call failed.
+    #[error(transparent)]
+    Fabric(#[from] gaspi_fabric::Error),
+    /// Segment memory of the raw side failed.
+    #[error(transparent)]
+    Segment(#[from] gaspi_segments::Error),
+    /// The command line or the job does not fit the benchmark.
+    #[error("{0}")]
+    Usage(String),
+    /// A measured operation produced a wrong result, or none in time.
+    #[error("{0}")]
+    Check(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Ping-pong sizes (bytes).
+pub(crate) const PINGPONG_SIZES: [usize; 5] = [8, 64, 512, 4096, 65536];
+/// Streaming sizes (bytes).
+pub(crate) const BANDWIDTH_SIZES: [usize; 4] = [65536, 262_144, 1 << 20, 4 << 20];
+/// Bursts per streaming size and side.
+const BANDWIDTH_REPS: u32 = 9;
+/// Segment size used by both sides: the largest message plus room for flags and cards.
+pub(crate) const BUFFER: usize = (8 << 20) + 4096;
+
+/// One measured figure.
+#[derive(Debug, Clone)]
+pub(crate) struct Figure {
+    pub bench: &'static str,
+    pub lib: &'static str,
+    pub transport: String,
+    pub ranks: u32,
+    pub bytes: usize,
+    pub median: Duration,
+    pub iters: usize,
+    /// Which raw pattern produced a raw-libfabric figure.
+    pub variant: Option<&'static str>,
+}
+
+impl Figure {
+    fn json(&self) -> String {
+        let us = self.median.as_secs_f64() * 1e6;
+        let mib_s = if us > 0.0 {
+            self.bytes as f64 / (1 << 20) as f64 / (us / 1e6)
+        } else {
+            0.0
+        };
+        let variant = self
+            .variant
+            .map(|v| format!(",\"variant\":\"{v}\""))
+            .unwrap_or_default();
+        format!(
+            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}}}",
+            self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s, self.iters
+        )
+    }
+}
+
+/// Median of a non-empty sample (the caller measures at least one iteration).
+pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// The transport name used in the JSON lines: the user-facing provider name.
+fn transport(ctx: &Context) -> String {
+    ctx.config().provider.clone()
+}
+
+/// Every benchmark, in the order `all` runs them.
+const BENCHES: [&str; 4] = ["pingpong", "bandwidth", "barrier", "allreduce"];
+
+/// What one run measures.
+struct Choice {
+    benches: Vec<&'static str>,
+    gaspi_side: bool,
+    raw_side: bool,
+}
+
+impl Choice {
+    fn parse(args: &[String]) -> Result<Choice> {
+        let mut choice = Choice {
+            benches: Vec::new(),
+            gaspi_side: true,
+            raw_side: true,
+        };
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            match arg.as_str() {
+                "--only" => match rest.next().map(String::as_str) {
+                    Some("gaspi") => choice.raw_side = false,
+                    Some("raw") => choice.gaspi_side = false,
+                    other => {
+                        return Err(Error::Usage(format!(
+                            "--only takes gaspi or raw, not {other:?}"
+                        )))
+                    }
+                },
+                "all" => choice.benches.extend(BENCHES),
+                name => match BENCHES.iter().find(|&&b| b == name) {
+                    Some(&bench) => choice.benches.push(bench),
+                    None => {
+                        return Err(Error::Usage(format!(
+                            "unknown benchmark {name:?}: use {} or all",
+                            BENCHES.join(", ")
+                        )))
+                    }
+                },
+            }
+        }
+        if choice.benches.is_empty() {
+            choice.benches.extend(BENCHES);
+        }
+        Ok(choice)
+    }
+
+    fn wants(&self, bench: &str) -> bool {
+        self.benches.contains(&bench)
+    }
+}
+
+/// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`, or
+/// `all`, the default) and prints their figures on rank 0. `--only gaspi` or `--only raw`
+/// measures one side of the point-to-point benchmarks. Ranks beyond the first two take part in
+/// those only to synchronise; the collectives run on every rank.
+///
+/// # Errors
+///
+/// [`Error::Usage`] for a bad command line or a job of one rank; any failure of a measured
+/// operation or of its check.
+pub fn run(args: &[String]) -> Result<()> {
+    let choice = Choice::parse(args)?;
+    let ctx = Context::init()?;
+    if ctx.size() < 2 {
+        return Err(Error::Usage(
+            "gaspi-bench needs at least 2 ranks: gaspirun -n 2 gaspi-bench".into(),
+        ));
+    }
+    let mut figures = Vec::new();
+    if choice.wants("pingpong") || choice.wants("bandwidth") {
+        figures.extend(point_to_point(&ctx, &choice)?);
+    }
+    if choice.wants("barrier") {
+        figures.extend(coll::barrier(&ctx)?);
+    }
+    if choice.wants("allreduce") {
+        for &bytes in &coll::ALLREDUCE_SIZES {
+            figures.extend(coll::allreduce(&ctx, bytes)?);
+        }
+    }
+    for f in &figures {
+        println!("{}", f.json());
+    }
+    Ok(ctx.finalize(Timeout::Millis(60_000))?)
+}
+
+/// Ping-pong and streaming between ranks 0 and 1, gaspi and raw libfabric side by side.
+fn point_to_point(ctx: &Context, choice: &Choice) -> Result<Vec<Figure>> {
+    ctx.segment_create(api::SEGMENT, BUFFER as u64, Timeout::Millis(60_000))?;
+    let raw = raw::RawPair::connect(ctx)?;
+    let mut figures = Vec::new();
+    if choice.wants("pingpong") {
+        for &bytes in &PINGPONG_SIZES {
+            if choice.gaspi_side {
+                figures.extend(api::pingpong(ctx, bytes)?);
+            }
+            if choice.raw_side {
+                figures.extend(raw.pingpong(ctx, bytes)?);
+            }
+        }
+    }
+    if choice.wants("bandwidth") {
+        for &bytes in &BANDWIDTH_SIZES {
+            // Bursts alternate between the two sides, so that a machine whose speed drifts
+            // (a shared VM does) affects both alike.
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            for rep in 0..BANDWIDTH_REPS {
+                if choice.gaspi_side {
+                    ours.extend(api::bandwidth_burst(ctx, bytes, rep)?);
+                }
+                if choice.raw_side {
+                    theirs.extend(raw.bandwidth_burst(ctx, bytes, rep)?);
+                }
+            }
+            if choice.gaspi_side {
+                figures.extend(api::figure(ctx, "bandwidth", bytes, ours));
+            }
+            if choice.raw_side {
+                figures.extend(raw::figure(ctx, "bandwidth", bytes, theirs, "write+flag"));
+            }
+        }
+    }
+    Ok(figures)
+}

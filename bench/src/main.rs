@@ -1,0 +1,24 @@
+//! `gaspi-bench`: write_notify ping-pong latency and streaming bandwidth, beside the same
+//! patterns in raw libfabric, and the all-ranks barrier and allreduce, as JSON lines. Run it
+//! under a launcher:
+//!
+//! ```text
+//! gaspirun -n 2 --provider tcp gaspi-bench [pingpong|bandwidth|barrier|allreduce|all]...
+//! ```
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!(
+            "usage: gaspirun -n N [--provider tcp|shm] gaspi-bench [pingpong|bandwidth|barrier|allreduce|all]... [--only gaspi|raw]"
+        );
+        println!(
+            "Prints one JSON line per figure on rank 0, gaspi and raw-libfabric side by side."
+        );
+        return;
+    }
+    if let Err(e) = gaspi_bench::run(&args) {
+        eprintln!("gaspi-bench: {e}");
+        std::process::exit(1);
+    }
+}

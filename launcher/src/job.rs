@@ -1,0 +1,476 @@
+//! Running one job: starting the ranks, the event loop that serves PMI and watches exits,
+//! output and deadlines, and tearing everything down when a rank fails.
+//!
+//! Helper threads only block on one thing each (a PMI socket, an output pipe, a `waitid`, a
+//! `sigwait`) and report to the main thread over a channel. The main thread owns all state and
+//! makes every decision, so PMI traffic, exits and time limits are judged in one order. It is
+//! also the only thread that forks: the ranks' parent-death signal is tied to it.
+
+use std::io::{self, Write};
+use std::os::unix::net::UnixStream;
+use std::process::Child;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use super::options::{Options, Output};
+use super::output::{self, Target};
+use super::rank::{self, Exit, Started};
+use super::{leftovers, report, signals};
+use gaspi_pmi::server::{Action, KvsServer};
+use gaspi_pmi::wire::{LineReader, Message, ReadError, MAX_LINE};
+
+/// Time between SIGTERM and SIGKILL when the job is torn down.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long output may keep flowing after the last rank exited (from processes it left behind)
+/// before those are killed, and again before gaspirun stops waiting for it.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// A rank that does not take a PMI reply within this time is not reading its socket; the
+/// reply is dropped rather than stalling the launcher for all ranks.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Exit status when the time limit ends the job (as timeout(1) uses).
+const TIMEOUT_STATUS: u8 = 124;
+/// Exit status for failures of gaspirun itself.
+const INTERNAL_ERROR: u8 = 1;
+
+/// What the helper threads report.
+#[derive(Debug)]
+enum Event {
+    /// A PMI message from a rank.
+    Pmi(u32, Message),
+    /// A rank's PMI connection ended (closed or reset).
+    PmiClosed(u32),
+    /// A rank sent something that is not a PMI message.
+    PmiBroken(u32, String),
+    /// A rank's process ended (it is not reaped yet).
+    Exited(u32, Exit),
+    /// One forwarded output stream reached end of file.
+    OutputClosed,
+    /// gaspirun received a terminating signal.
+    Signal(Signal),
+}
+
+/// The launcher's view of one started rank.
+#[derive(Debug)]
+struct Rank {
+    /// The process; its pid doubles as its process-group id. Reaped only at the very end.
+    child: Child,
+    /// Where PMI replies go; `None` once the rank cannot be written to.
+    pmi: Option<UnixStream>,
+    /// The rank closed its PMI connection.
+    pmi_closed: bool,
+    /// How the process ended, once it did.
+    exit: Option<Exit>,
+}
+
+/// All state of a running job.
+struct Job {
+    ranks: Vec<Rank>,
+    kvs: KvsServer,
+    events: Sender<Event>,
+    /// Whether forwarded lines get a `[rank] ` prefix.
+    tag_output: bool,
+    /// Forwarded output streams not yet at end of file.
+    open_outputs: usize,
+    /// Exit status of the first failure.
+    failure: Option<u8>,
+    /// The job is being torn down.
+    ending: bool,
+    /// Survivors run on when a rank dies (`--keep-going`).
+    keep_going: bool,
+    /// When the job's time limit ends, and its length (for the message).
+    time_limit: Option<(Instant, Duration)>,
+    /// When to follow the SIGTERM of a teardown with SIGKILL.
+    kill_at: Option<Instant>,
+    /// When to stop waiting for output after the last rank exited.
+    drain_until: Option<Instant>,
+    leftovers_killed: bool,
+    output_abandoned: bool,
+}
+
+/// Runs the job `options` describes and returns gaspirun's exit status.
+pub(crate) fn run(options: Options) -> u8 {
+    // Before any thread exists: see `signals::block`.
+    let blocked = match signals::block() {
+        Ok(blocked) => blocked,
+        Err(e) => {
+            report(&format!("cannot block termination signals: {e}"));
+            return INTERNAL_ERROR;
+        }
+    };
+    let (events, received) = mpsc::channel();
+    let signal_events = events.clone();
+    blocked.deliver(move |signal| signal_events.send(Event::Signal(signal)).is_ok());
+
+    if let Output::Separate(dir) = &options.output {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            report(&format!("cannot create {}: {e}", dir.display()));
+            return INTERNAL_ERROR;
+        }
+    }
+    let pid = std::process::id();
+    let jobid = format!("gaspirun-{pid}");
+    let mut job = Job {
+        ranks: Vec::with_capacity(options.ranks as usize),
+        kvs: KvsServer::new(options.ranks, format!("kvs_{pid}_0")),
+        events,
+        tag_output: options.output == Output::Tagged,
+        open_outputs: 0,
+        failure: None,
+        ending: false,
+        keep_going: options.keep_going,
+        time_limit: options.timeout.map(|t| (Instant::now() + t, t)),
+        kill_at: None,
+        drain_until: None,
+        leftovers_killed: false,
+        output_abandoned: false,
+    };
+    for rank in 0..options.ranks {
+        match rank::spawn(&options, rank, &jobid) {
+            Ok(started) => job.adopt(rank, started),
+            Err(e) => {
+                let status = match e.kind() {
+                    io::ErrorKind::NotFound => 127,
+                    io::ErrorKind::PermissionDenied => 126,
+                    _ => INTERNAL_ERROR,
+                };
+                let program = options.program.to_string_lossy();
+                job.fail(
+                    status,
+                    format!("cannot start {program:?} as rank {rank}: {e}"),
+                );
+                break;
+            }
+        }
+    }
+    job.supervise(received)
+}
+
+impl Job {
+    /// Takes charge of a freshly started rank: threads for its PMI socket, its output and its
+    /// exit.
+    fn adopt(&mut self, rank: u32, started: Started) {
+        let Started { mut child, pmi } = started;
+        let reader = pmi.try_clone();
+        let connected = reader.as_ref().ok().map(|_| {
+            // Cannot fail: the timeout is not zero.
+            let _ = pmi.set_write_timeout(Some(REPLY_TIMEOUT));
+            pmi
+        });
+        if let Some(stdout) = child.stdout.take() {
+            self.forward(stdout, Target::Stdout, rank);
+        }
+        if let Some(stderr) = child.stderr.take() {
+            self.forward(stderr, Target::Stderr, rank);
+        }
+        let pid = child.id();
+        let events = self.events.clone();
+        thread::spawn(move || {
+            let exit = rank::wait_for_exit(pid);
+            // The receiver only goes away when gaspirun is exiting anyway.
+            let _ = events.send(Event::Exited(rank, exit));
+        });
+        self.ranks.push(Rank {
+            child,
+            pmi_closed: connected.is_none(),
+            pmi: connected,
+            exit: None,
+        });
+        match reader {
+            Ok(reader) => {
+                let events = self.events.clone();
+                thread::spawn(move || read_pmi(rank, reader, events));
+            }
+            // After the push, so that the teardown reaches this rank too.
+            Err(e) => self.fail(
+                INTERNAL_ERROR,
+                format!("cannot serve PMI to rank {rank}: {e}"),
+            ),
+        }
+    }
+
+    fn forward(&mut self, source: impl io::Read + Send + 'static, target: Target, rank: u32) {
+        let prefix = self.tag_output.then(|| format!("[{rank}] "));
+        let events = self.events.clone();
+        self.open_outputs += 1;
+        thread::spawn(move || {
+            output::forward(source, target, prefix);
+            // The receiver only goes away when gaspirun is exiting anyway.
+            let _ = events.send(Event::OutputClosed);
+        });
+    }
+
+    /// The event loop; returns gaspirun's exit status once every rank has ended.
+    fn supervise(mut self, received: Receiver<Event>) -> u8 {
+        loop {
+            if self.ranks.iter().all(|r| r.exit.is_some()) {
+                if self.open_outputs == 0 || self.output_abandoned {
+                    break;
+                }
+                self.drain_until
+                    .get_or_insert_with(|| Instant::now() + DRAIN_GRACE);
+            }
+            let event = match self.next_wake() {
+                None => Some(
+                    received
+                        .recv()
+                        .expect("the job holds a sender, so the channel stays connected"),
+                ),
+                Some(at) => {
+                    match received.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                        Ok(event) => Some(event),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            unreachable!("the job holds a sender, so the channel stays connected")
+                        }
+                    }
+                }
+            };
+            match event {
+                Some(event) => self.handle(event),
+                None => self.wake(Instant::now()),
+            }
+        }
+        // Nothing of the job may outlive gaspirun, not even what a successful rank left running.
+        self.signal_all(Signal::SIGKILL);
+        for rank in &mut self.ranks {
+            // The exit is known already; this only reaps the zombie.
+            let _ = rank.child.wait();
+        }
+        self.failure.unwrap_or(0)
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Pmi(rank, msg) => self.serve(rank, &msg),
+            Event::PmiClosed(rank) => {
+                let r = &mut self.ranks[rank as usize];
+                r.pmi_closed = true;
+                r.pmi = None;
+                self.check_barrier();
+            }
+            Event::PmiBroken(rank, why) => {
+                self.ranks[rank as usize].pmi = None;
+                self.fail(
+                    INTERNAL_ERROR,
+                    format!("rank {rank} broke the PMI protocol: {why}"),
+                );
+            }
+            Event::Exited(rank, exit) => {
+                leftovers::remove(self.ranks[rank as usize].child.id());
+                if exit.status != 0 {
+                    self.rank_died(exit.status, format!("rank {rank} {}", exit.description));
+                } else if self.kvs.is_initialized(rank)
+                    && !self.kvs.is_finalized(rank)
+                    && self
+                        .ranks
+                        .iter()
+                        .enumerate()
+                        .any(|(r, other)| r != rank as usize && other.exit.is_none())
+                {
+                    // A rank that joined the job and left without finalizing is a dead peer to
+                    // the others, whatever its status: end the job instead of letting the
+                    // survivors wait for it until their timeouts.
+                    self.rank_died(
+                        INTERNAL_ERROR,
+                        format!("rank {rank} exited without calling PMI finalize while other ranks still run"),
+                    );
+                }
+                self.ranks[rank as usize].exit = Some(exit);
+                self.check_barrier();
+            }
+            Event::OutputClosed => self.open_outputs -= 1,
+            Event::Signal(signal) => {
+                let name = signal.as_str();
+                if self.ending {
+                    // Asked twice: no more grace.
+                    self.signal_all(Signal::SIGKILL);
+                    self.kill_at = None;
+                } else {
+                    self.fail(
+                        (128 + signal as i32).clamp(0, 255) as u8,
+                        format!("received {name}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Handles one PMI request and delivers the replies.
+    fn serve(&mut self, rank: u32, msg: &Message) {
+        if self.ending {
+            // The job is going down; a reply could only let the rank run on a little longer.
+            return;
+        }
+        match self.kvs.handle(rank, msg) {
+            Ok(actions) => {
+                for action in actions {
+                    match action {
+                        Action::Reply(to, reply) => self.reply(to, &reply),
+                        Action::Abort(code) => {
+                            let status = match code & 0xff {
+                                0 => 1,
+                                status => status as u8,
+                            };
+                            self.fail(
+                                status,
+                                format!("rank {rank} called PMI abort with exit code {code}"),
+                            );
+                        }
+                    }
+                }
+            }
+            Err(why) => self.fail(INTERNAL_ERROR, format!("rank {rank} {why}")),
+        }
+        self.check_barrier();
+    }
+
+    fn reply(&mut self, to: u32, reply: &Message) {
+        let rank = &mut self.ranks[to as usize];
+        if let Some(socket) = &mut rank.pmi {
+            // A rank that stopped reading, or is gone, loses its connection; its exit (or the
+            // time limit) decides the job's fate. A vanished peer is an EPIPE error here, not a
+            // signal: Rust's runtime ignores SIGPIPE in binaries, and gaspirun is one.
+            if socket.write_all(reply.encode().as_bytes()).is_err() {
+                rank.pmi = None;
+            }
+        }
+    }
+
+    /// Fails the job when ranks wait in a barrier that some rank can no longer enter.
+    /// This applies under `--keep-going` too: PMI-1 has no way to tell the waiting ranks that
+    /// their barrier failed, so the job cannot go on.
+    fn check_barrier(&mut self) {
+        if self.ending {
+            return;
+        }
+        let waiting = self.kvs.barrier_waiters();
+        if waiting.is_empty() {
+            return;
+        }
+        let gone = (0..self.ranks.len() as u32)
+            .filter(|r| !waiting.contains(r))
+            .find_map(|r| self.cannot_enter_barrier(r).map(|why| (r, why)));
+        if let Some((rank, why)) = gone {
+            let waiting: Vec<String> = waiting.iter().map(u32::to_string).collect();
+            self.fail(
+                INTERNAL_ERROR,
+                format!(
+                    "rank(s) {} wait in a PMI barrier that rank {rank} can no longer enter: it {why}",
+                    waiting.join(", ")
+                ),
+            );
+        }
+    }
+
+    fn cannot_enter_barrier(&self, rank: u32) -> Option<String> {
+        let r = &self.ranks[rank as usize];
+        if let Some(exit) = &r.exit {
+            Some(exit.description.clone())
+        } else if self.kvs.is_finalized(rank) {
+            Some("already called PMI finalize".to_owned())
+        } else if r.pmi_closed {
+            Some("closed its PMI connection without calling finalize".to_owned())
+        } else {
+            None
+        }
+    }
+
+    /// A rank died: under `--keep-going` the failure is recorded for the exit status and the
+    /// other ranks run on (the runtime tells them which peer is gone); otherwise the job ends.
+    fn rank_died(&mut self, status: u8, message: String) {
+        if !self.keep_going {
+            return self.fail(status, message);
+        }
+        if self.ending {
+            return;
+        }
+        report(&format!(
+            "{message}; the other ranks keep running (--keep-going)"
+        ));
+        self.failure.get_or_insert(status);
+    }
+
+    /// Records the first failure, reports it, and starts tearing the job down.
+    fn fail(&mut self, status: u8, message: String) {
+        if self.ending {
+            return;
+        }
+        report(&format!("{message}; terminating the job"));
+        self.failure.get_or_insert(status);
+        self.ending = true;
+        self.signal_all(Signal::SIGTERM);
+        self.kill_at = Some(Instant::now() + KILL_GRACE);
+    }
+
+    /// Sends `signal` to the process group of every rank, including ranks that already exited:
+    /// their unreaped zombies keep the group ids valid, and group members may still run.
+    fn signal_all(&self, signal: Signal) {
+        for rank in &self.ranks {
+            // ESRCH (the group is empty) is expected and harmless.
+            let _ = killpg(Pid::from_raw(rank.child.id() as i32), signal);
+        }
+    }
+
+    /// The next moment something has to happen without an event.
+    fn next_wake(&self) -> Option<Instant> {
+        let limit = self.time_limit.filter(|_| !self.ending).map(|(at, _)| at);
+        [limit, self.kill_at, self.drain_until]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn wake(&mut self, now: Instant) {
+        if let Some((at, limit)) = self.time_limit {
+            if now >= at && !self.ending {
+                self.fail(
+                    TIMEOUT_STATUS,
+                    format!(
+                        "the job exceeded its time limit of {} s",
+                        limit.as_secs_f64()
+                    ),
+                );
+            }
+        }
+        if self.kill_at.is_some_and(|at| now >= at) {
+            self.signal_all(Signal::SIGKILL);
+            self.kill_at = None;
+        }
+        if self.drain_until.is_some_and(|at| now >= at) {
+            if self.leftovers_killed {
+                self.output_abandoned = true;
+                self.drain_until = None;
+            } else {
+                report("all ranks exited; killing processes they left behind");
+                self.signal_all(Signal::SIGKILL);
+                self.leftovers_killed = true;
+                self.drain_until = Some(now + DRAIN_GRACE);
+            }
+        }
+    }
+}
+
+/// Reads PMI messages from one rank until its connection ends.
+fn read_pmi(rank: u32, socket: UnixStream, events: Sender<Event>) {
+    let mut reader = LineReader::new(socket, MAX_LINE);
+    loop {
+        // No timeout: a rank may legitimately compute for hours between PMI calls.
+        let event = match reader.read_message(None) {
+            Ok(msg) => Event::Pmi(rank, msg),
+            Err(ReadError::Malformed(why)) => Event::PmiBroken(rank, why),
+            // A rank dying with replies unread resets the connection rather than closing it;
+            // either way it is gone, and its exit status tells why.
+            Err(ReadError::Closed | ReadError::Io(_) | ReadError::Timeout) => {
+                Event::PmiClosed(rank)
+            }
+        };
+        let last = !matches!(event, Event::Pmi(..));
+        if events.send(event).is_err() || last {
+            return;
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! End-to-end tests of `gaspirun` and of the PMI client across real processes.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const GASPIRUN: &str = env!("CARGO_BIN_EXE_gaspirun");
+const PMI_CHECK: &str = env!("CARGO_BIN_EXE_gaspi-pmi-check");
+
+/// A test run that takes longer than this is a hang.
+const HANG: Duration = Duration::from_secs(60);
+
+struct Finished {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Finished {
+    fn sorted_stdout(&self) -> Vec<&str> {
+        let mut lines: Vec<&str> = self.stdout.lines().collect();
+        lines.sort_unstable();
+        lines
+    }
+}
+
+/// Runs `command` to completion, killing it (and failing the test) if it hangs.
+fn finish(command: &mut Command) -> Finished {
+    let start = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the launcher starts");
+    let collect = |mut pipe: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut text = String::new();
+            pipe.read_to_string(&mut text).expect("output is UTF-8");
+            text
+        })
+    };
+    let stdout = collect(Box::new(child.stdout.take().expect("stdout is piped")));
+    let stderr = collect(Box::new(child.stderr.take().expect("stderr is piped")));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting works") {
+            break status;
+        }
+        if start.elapsed() > HANG {
+            let _ = child.kill();
+            panic!("{command:?} still runs after {HANG:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = start.elapsed();
+    Finished {
+        status: status.code(),
+        stdout: stdout.join().expect("reader thread"),
+        stderr: stderr.join().expect("reader thread"),
+        elapsed,
+    }
+}
+
+fn gaspirun(args: &[&str]) -> Finished {
+    finish(
+        Command::new(GASPIRUN)
+            .args(args)
+            .env_remove("GASPIRUN_TIMEOUT"),
+    )
+}
+
+#[test]
+fn output_lines_are_prefixed_with_the_rank() {
+    let run = gaspirun(&["-n", "3", "sh", "-c", "echo hi $PMI_RANK; echo oops >&2"]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(run.sorted_stdout(), ["[0] hi 0", "[1] hi 1", "[2] hi 2"]);
+    let mut errors: Vec<&str> = run.stderr.lines().collect();
+    errors.sort_unstable();
+    assert_eq!(errors, ["[0] oops", "[1] oops", "[2] oops"]);
+}
+
+#[test]
+fn ranks_get_their_environment_and_raw_output_is_unchanged() {
+    let script = r#"printf '{"rank":%s,"size":%s,"local":"%s/%s","provider":"%s","job":"%s","fd_open":%s}\n' \
+        "$PMI_RANK" "$PMI_SIZE" "$MPI_LOCALRANKID" "$MPI_LOCALNRANKS" "$GASPI_PROVIDER" \
+        "${PMI_JOBID:+set}" "$( [ -e /proc/self/fd/$PMI_FD ] && echo true || echo false )""#;
+    let run = gaspirun(&[
+        "-n",
+        "2",
+        "--provider",
+        "tcp",
+        "--no-prefix",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.sorted_stdout(),
+        [
+            r#"{"rank":0,"size":2,"local":"0/2","provider":"tcp","job":"set","fd_open":true}"#,
+            r#"{"rank":1,"size":2,"local":"1/2","provider":"tcp","job":"set","fd_open":true}"#,
+        ]
+    );
+}
+
+#[test]
+fn separate_output_writes_one_file_pair_per_rank() {
+    let dir = std::env::temp_dir().join(format!("gaspirun-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_str().expect("temp dir is UTF-8");
+    let run = gaspirun(&[
+        "-n",
+        "2",
+        "--separate-output",
+        dir_arg,
+        "sh",
+        "-c",
+        "echo out $PMI_RANK; echo err $PMI_RANK >&2",
+    ]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).expect("output file exists");
+    assert_eq!(read("rank.0.out"), "out 0\n");
+    assert_eq!(read("rank.1.out"), "out 1\n");
+    assert_eq!(read("rank.1.err"), "err 1\n");
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn first_failing_exit_code_is_returned_and_the_rest_is_killed() {
+    let run = gaspirun(&[
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        r#"if [ "$PMI_RANK" = 1 ]; then sleep 0.2; exit 3; fi; sleep 60"#,
+    ]);
+    assert_eq!(run.status, Some(3), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    assert!(
+        run.stderr.contains("rank 1 exited with status 3"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_counts_as_128_plus_signal() {
+    let run = gaspirun(&[
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        r#"if [ "$PMI_RANK" = 0 ]; then kill -9 $$; fi; sleep 60"#,
+    ]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    assert!(
+        run.stderr.contains("rank 0 was killed by signal 9"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn timeout_kills_the_job_promptly() {
+    let run = gaspirun(&["-n", "2", "--timeout", "0.5", "sleep", "100"]);
+    assert_eq!(run.status, Some(124), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    assert!(run.stderr.contains("time limit"), "{}", run.stderr);
+
+    let run = finish(
+        Command::new(GASPIRUN)
+            .args(["-n", "1", "sleep", "100"])
+            .env("GASPIRUN_TIMEOUT", "0.5"),
+    );
+    assert_eq!(run.status, Some(124), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+}
+
+#[test]
+fn nothing_the_ranks_started_survives_the_job() {
+    // Each rank reports the pid of a background sleep, then the job times out.
+    let run = gaspirun(&[
+        "-n",
+        "2",
+        "--no-prefix",
+        "--timeout",
+        "1",
+        "sh",
+        "-c",
+        "sleep 100 & echo $!; wait",
+    ]);
+    assert_eq!(run.status, Some(124), "{}", run.stderr);
+    let pids: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(pids.len(), 2, "{}", run.stdout);
+    for pid in pids {
+        // Gone, or a zombie waiting for a reaper that is not ours.
+        let stat = std::fs::read_to_string(Path::new("/proc").join(pid).join("stat"));
+        if let Ok(stat) = stat {
+            let state = stat.rsplit(')').next().unwrap_or_default().trim_start();
+            assert!(state.starts_with('Z'), "process {pid} still runs: {stat}");
+        }
+    }
+}
+
+#[test]
+fn usage_errors_exit_with_2() {
+    for args in [
+        &["-n", "0", "true"][..],
+        &["-n", "2"],
+        &["true"],
+        &["-n", "2", "--no-such-flag", "true"],
+        &["-n", "two", "true"],
+    ] {
+        let run = gaspirun(args);
+        assert_eq!(run.status, Some(2), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains("gaspirun --help"), "{}", run.stderr);
+    }
+    let help = gaspirun(&["--help"]);
+    assert_eq!(help.status, Some(0));
+    assert!(help.stdout.contains("Usage: gaspirun -n N"));
+    assert!(help.stdout.contains("--no-prefix"));
+}
+
+#[test]
+fn a_program_that_cannot_start_is_reported() {
+    let run = gaspirun(&["-n", "2", "/nonexistent/gaspi-program"]);
+    assert_eq!(run.status, Some(127), "{}", run.stderr);
+    assert!(run.stderr.contains("cannot start"), "{}", run.stderr);
+}
+
+#[test]
+fn pmi_client_exchanges_split_values_across_processes() {
+    let run = gaspirun(&["-n", "4", PMI_CHECK]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.sorted_stdout(),
+        ["[0] ok 0 4", "[1] ok 1 4", "[2] ok 2 4", "[3] ok 3 4"]
+    );
+}
+
+#[test]
+fn a_rank_leaving_without_finalize_does_not_hang_a_barrier() {
+    let run = gaspirun(&["-n", "3", PMI_CHECK, "leave-early"]);
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    // Whichever the launcher notices first: the barrier that cannot complete, or the rank that
+    // left without finalizing while the others still run.
+    assert!(
+        run.stderr.contains("can no longer enter")
+            || run.stderr.contains("exited without calling PMI finalize"),
+        "{}",
+        run.stderr
+    );
+
+    // Also when the missing rank never spoke PMI at all.
+    let script = format!(r#"if [ "$PMI_RANK" = 2 ]; then exit 0; fi; exec "{PMI_CHECK}""#);
+    let run = gaspirun(&["-n", "3", "sh", "-c", &script]);
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("rank 2 can no longer enter"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn keep_going_lets_the_other_ranks_finish_and_reports_the_death() {
+    // Rank 1 kills itself at once; the others finish their work a moment later.
+    let script = r#"if [ "$PMI_RANK" = 1 ]; then kill -9 $$; fi; sleep 2; echo done $PMI_RANK"#;
+    let run = gaspirun(&["-n", "3", "--keep-going", "sh", "-c", script]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert_eq!(run.sorted_stdout(), ["[0] done 0", "[2] done 2"]);
+    assert!(
+        run.stderr.contains(
+            "rank 1 was killed by signal 9 (SIGKILL); the other ranks keep running (--keep-going)"
+        ),
+        "{}",
+        run.stderr
+    );
+    // Without the option the same death ends the job before the others finish.
+    let run = gaspirun(&["-n", "3", "sh", "-c", script]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+#[test]
+fn keep_going_still_ends_a_job_stuck_in_a_pmi_barrier() {
+    // PMI-1 cannot tell the others that their barrier failed: the job must end, not hang.
+    let script = format!(r#"if [ "$PMI_RANK" = 2 ]; then kill -9 $$; fi; exec "{PMI_CHECK}""#);
+    let run = gaspirun(&["-n", "3", "--keep-going", "sh", "-c", &script]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    assert!(
+        run.stderr.contains("rank 2 can no longer enter"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn pmi_abort_ends_the_job_with_its_exit_code() {
+    let run = gaspirun(&["-n", "3", PMI_CHECK, "abort"]);
+    assert_eq!(run.status, Some(5), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+    // The abort request and the rank's exit race to the launcher; either names rank 2.
+    assert!(
+        run.stderr
+            .contains("rank 2 called PMI abort with exit code 5")
+            || run.stderr.contains("rank 2 exited with status 5"),
+        "{}",
+        run.stderr
+    );
+    // The client's own explanation reaches the terminal either way.
+    assert!(
+        run.stderr
+            .contains("[2] gaspi: rank 2 aborts the job (exit code 5)"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Needs MPICH's `mpiexec.hydra` (`scripts/setup.sh` installs the `mpich` package): a missing
+/// launcher fails the test rather than skipping it, so that CI cannot pass without running it.
+#[test]
+fn pmi_client_works_under_mpiexec_hydra() {
+    let found = Command::new("mpiexec.hydra")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "mpiexec.hydra is not installed: run scripts/setup.sh (it installs mpich)"
+    );
+    // Default: an inherited socket (PMI_FD); with -pmi-port: TCP (PMI_PORT + PMI_ID handshake).
+    for extra in [&[][..], &["-pmi-port"]] {
+        let run = finish(
+            Command::new("mpiexec.hydra")
+                .args(extra)
+                .args(["-n", "3", PMI_CHECK]),
+        );
+        assert_eq!(run.status, Some(0), "{extra:?}: {}", run.stderr);
+        assert_eq!(run.sorted_stdout(), ["ok 0 3", "ok 1 3", "ok 2 3"]);
+    }
+}

@@ -1,0 +1,252 @@
+//! Batches: completion tracking for a set of operations, independent of the user's queues.
+//!
+//! A library posts its operations on a [`Batch`] of its own and waits for exactly those,
+//! without touching (or being held up by) anything the user posted on the numbered queues.
+//! A batch is the same kind of queue as a user queue (see the `queue` module): bounded,
+//! ordered, never blocking when posting, watched for dead peers when waiting.
+
+use std::sync::Arc;
+
+use gaspi_notifications::Timeout;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::queue::{Dest, Kind, Label, Queue, Request};
+use crate::rma::Notification;
+use crate::segment::Segment;
+use crate::target::Target;
+
+/// A set of operations posted together and waited for together.
+///
+/// ```no_run
+/// # use gaspi::{Context, Notification, Timeout};
+/// # let ctx = Context::init()?;
+/// let seg = ctx.segment(0)?;
+/// let right = seg.target((ctx.rank() + 1) % ctx.size(), Timeout::Millis(1_000))?;
+/// let batch = ctx.batch();
+/// batch.write_notify(&seg, 0, &right, 4096, 64, Notification { id: 0, value: 1 })?;
+/// batch.wait(Timeout::Millis(1_000))?;
+/// # Ok::<(), gaspi::Error>(())
+/// ```
+pub struct Batch<'a> {
+    ctx: &'a Context,
+    queue: Arc<Queue>,
+}
+
+impl std::fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("outstanding", &self.queue.outstanding())
+            .field("depth", &self.queue.depth())
+            .finish()
+    }
+}
+
+impl Context {
+    /// A new, empty batch as deep as a queue ([`queue_max`](Self::queue_max)).
+    pub fn batch(&self) -> Batch<'_> {
+        self.batch_with_depth(self.inner.config.queue_depth)
+    }
+
+    /// A new, empty batch holding at most `depth` operations before posting returns
+    /// [`Error::BatchFull`].
+    pub fn batch_with_depth(&self, depth: u32) -> Batch<'_> {
+        Batch {
+            ctx: self,
+            queue: Queue::new(Label::Batch, depth.max(1), None),
+        }
+    }
+}
+
+impl Batch<'_> {
+    /// Writes `size` bytes of `src` at `src_offset` to `dst` at `dst_offset` (relative to the
+    /// target's range). Small writes are injected (complete at once), as on a queue.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] for either range; [`Error::BatchFull`]; [`Error::RankFailed`]
+    /// for a rank known dead; [`Error::OperationFailed`] when the provider refuses outright.
+    pub fn write(
+        &self,
+        src: &Segment<'_>,
+        src_offset: u64,
+        dst: &Target,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.write_with(src, src_offset, dst, dst_offset, size, None)
+    }
+
+    /// Writes like [`write`](Self::write), then sets `notification` in the target segment's
+    /// table; it never becomes visible before the data.
+    ///
+    /// # Errors
+    /// As for [`write`](Self::write), and [`Error::InvalidNotification`] /
+    /// [`Error::ZeroNotificationValue`] (checked against the target's table).
+    pub fn write_notify(
+        &self,
+        src: &Segment<'_>,
+        src_offset: u64,
+        dst: &Target,
+        dst_offset: u64,
+        size: u64,
+        notification: Notification,
+    ) -> Result<()> {
+        let wire = dst.wire(notification)?;
+        if size == 0 {
+            return self.notify(dst, notification);
+        }
+        self.write_with(src, src_offset, dst, dst_offset, size, Some(wire))
+    }
+
+    /// Writes like [`write`](Self::write), then sets `notification` in the table of another
+    /// segment `table` on the same rank (a library's table, while the data goes to a user's
+    /// segment): never visible before the data.
+    ///
+    /// # Errors
+    /// As for [`write_notify`](Self::write_notify), and [`Error::Buffers`] when `table` is on
+    /// another rank than `dst`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_notify_to(
+        &self,
+        src: &Segment<'_>,
+        src_offset: u64,
+        dst: &Target,
+        dst_offset: u64,
+        size: u64,
+        table: &Target,
+        notification: Notification,
+    ) -> Result<()> {
+        if table.rank != dst.rank {
+            return Err(Error::Buffers(format!(
+                "the notification's table is on rank {}, the data goes to rank {}",
+                table.rank, dst.rank
+            )));
+        }
+        let wire = table.wire(notification)?;
+        if size == 0 {
+            return self.notify(table, notification);
+        }
+        self.write_with(src, src_offset, dst, dst_offset, size, Some(wire))
+    }
+
+    fn write_with(
+        &self,
+        src: &Segment<'_>,
+        src_offset: u64,
+        dst: &Target,
+        dst_offset: u64,
+        size: u64,
+        data: Option<crate::wire::WireNotification>,
+    ) -> Result<()> {
+        let inner = &self.ctx.inner;
+        let local = src.local();
+        local.check(inner.rank, src_offset, size)?;
+        let target = dst.remote(dst_offset, size)?;
+        inner.post_on(
+            &self.queue,
+            Request {
+                rank: dst.rank,
+                kind: Kind::Write {
+                    src: Arc::clone(local),
+                    src_offset,
+                    dst: Dest::Ready(target),
+                    size,
+                    data,
+                },
+            },
+        )
+    }
+
+    /// Writes `size` bytes of `src` at `src_offset` to each of `dsts` (target, offset) with
+    /// `notification`, in order: one source, many destinations (a broadcast's fan-out).
+    /// Stops at the first refusal; what was posted before it stays posted.
+    ///
+    /// # Errors
+    /// As for [`write_notify`](Self::write_notify), for the first destination that fails.
+    pub fn write_notify_each(
+        &self,
+        src: &Segment<'_>,
+        src_offset: u64,
+        size: u64,
+        dsts: &[(Target, u64)],
+        notification: Notification,
+    ) -> Result<()> {
+        src.local().check(self.ctx.inner.rank, src_offset, size)?;
+        for (dst, dst_offset) in dsts {
+            self.write_notify(src, src_offset, dst, *dst_offset, size, notification)?;
+        }
+        Ok(())
+    }
+
+    /// Sets `notification` in `table`'s segment table, after every write this batch posted
+    /// earlier to that rank has landed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNotification`]; [`Error::ZeroNotificationValue`];
+    /// [`Error::BatchFull`]; [`Error::RankFailed`].
+    pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
+        let wire = table.wire(notification)?;
+        let check = Dest::Ready(table.remote(0, 0)?);
+        self.ctx
+            .inner
+            .notify_on(&self.queue, table.rank, check, wire)
+    }
+
+    /// Reads `size` bytes of `src` at `src_offset` into `dst` at `dst_offset`.
+    ///
+    /// # Errors
+    /// As for [`write`](Self::write).
+    pub fn read(
+        &self,
+        dst: &Segment<'_>,
+        dst_offset: u64,
+        src: &Target,
+        src_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        let inner = &self.ctx.inner;
+        let local = dst.local();
+        local.check(inner.rank, dst_offset, size)?;
+        let target = src.remote(src_offset, size)?;
+        inner.post_on(
+            &self.queue,
+            Request {
+                rank: src.rank,
+                kind: Kind::Read {
+                    dst: Arc::clone(local),
+                    dst_offset,
+                    src: Dest::Ready(target),
+                    size,
+                    then: None,
+                },
+            },
+        )
+    }
+
+    /// Operations posted (or waiting to be) and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        self.queue.outstanding()
+    }
+
+    /// Waits until every operation of the batch completed locally; reports the first that
+    /// failed. Like [`Context::wait`] for a queue: a dead target is named, its operations are
+    /// dropped, and the batch stays usable.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; [`Error::RankFailed`]; [`Error::OperationFailed`].
+    pub fn wait(&self, timeout: Timeout) -> Result<()> {
+        self.ctx.inner.wait_queue(&self.queue, timeout.deadline())
+    }
+
+    /// Whether every operation completed; drives progress once, never blocks.
+    ///
+    /// # Errors
+    /// As for [`wait`](Self::wait), except [`Error::Timeout`].
+    pub fn test(&self) -> Result<bool> {
+        match self.wait(Timeout::Test) {
+            Ok(()) => Ok(true),
+            Err(Error::Timeout) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Everything that runs under a caller's deadline: posting while the provider is busy, and the
+//! watched wait behind every call that waits on other ranks.
+//!
+//! Both follow the fault model (see the `health` module): nothing is posted to a rank known
+//! dead; a post the provider keeps refusing looks at its target's health every [`POST_LOOK`];
+//! a wait looks at the health of the ranks it depends on at least every [`CHECK_EVERY`], also
+//! under `Timeout::Block`. A deadline that passes is [`Error::Timeout`], whatever the peers
+//! are doing: only positive evidence of a death is [`Error::RankFailed`].
+
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::Backoff;
+use gaspi_fabric::{Posted, Refused};
+use gaspi_notifications::{Deadline, Timeout};
+
+use super::Op;
+use crate::context::Inner;
+use crate::error::{Error, Rank, Result};
+
+/// How long a watched wait sleeps at most before it looks at the health of its ranks again.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often a post that the provider keeps refusing looks at its target's health.
+pub(crate) const POST_LOOK: Duration = Duration::from_millis(100);
+
+/// What is left of `deadline`, as a timeout for the next wait of a multi-step operation.
+pub(crate) fn remaining(deadline: Deadline) -> Timeout {
+    if deadline.is_test() {
+        return Timeout::Test;
+    }
+    match deadline.remaining() {
+        None => Timeout::Block,
+        Some(left) if left.is_zero() => Timeout::Test,
+        Some(left) => Timeout::from(left),
+    }
+}
+
+impl Inner {
+    /// Tries `attempt` (which returns whether the provider accepted the operation) until it
+    /// succeeds or `deadline` passes, driving progress while the provider is busy.
+    ///
+    /// A `Timeout::Test` deadline makes two attempts with one progress call between them.
+    ///
+    /// # Errors
+    /// [`Error::RankFailed`] when `rank` is known dead or found dead while the provider
+    /// refuses; [`Error::Timeout`] when the deadline passed first; whatever `attempt` returns.
+    pub(crate) fn retry_until(
+        &self,
+        rank: Rank,
+        deadline: Deadline,
+        mut attempt: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
+        }
+        let backoff = Backoff::new();
+        let mut next_look: Option<Instant> = None;
+        let mut tries = 0u32;
+        loop {
+            if attempt()? {
+                return Ok(());
+            }
+            tries += 1;
+            if deadline.is_test() && tries >= 2 {
+                return Err(Error::Timeout);
+            }
+            if !self.progress() {
+                backoff.snooze();
+            }
+            let now = Instant::now();
+            let look = next_look.get_or_insert(now + POST_LOOK);
+            if now >= *look {
+                if let Some(dead) = self.look(rank) {
+                    return Err(dead);
+                }
+                *look = now + POST_LOOK;
+            }
+            if !deadline.is_test() && deadline.expired() {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// Posts the operation `op` towards `rank` with `post` (see [`retry_until`](Self::retry_until)).
+    pub(crate) fn post_until(
+        &self,
+        rank: Rank,
+        deadline: Deadline,
+        op: Op,
+        mut post: impl FnMut(Op) -> std::result::Result<(), Refused<Op>>,
+    ) -> Result<()> {
+        let mut op = Some(op);
+        self.retry_until(rank, deadline, || {
+            // `op` is only empty after a successful post, after which no attempt follows.
+            let Some(record) = op.take() else {
+                return Ok(true);
+            };
+            match self.submit(record, &mut post) {
+                Ok(()) => Ok(true),
+                Err(Refused::Busy(record)) => {
+                    op = Some(record);
+                    Ok(false)
+                }
+                Err(Refused::Failed(e, _)) => Err(e.into()),
+            }
+        })
+    }
+
+    /// Injects with `inject` (see [`retry_until`](Self::retry_until)).
+    pub(crate) fn inject_until(
+        &self,
+        rank: Rank,
+        deadline: Deadline,
+        mut inject: impl FnMut() -> gaspi_fabric::Result<Posted>,
+    ) -> Result<()> {
+        self.retry_until(rank, deadline, || Ok(inject()? == Posted::Yes))
+    }
+
+    /// Waits for `step` to succeed, bounded by `deadline`, watching the health of the ranks
+    /// `ranks()` yields: those whose death would make the wait hopeless.
+    ///
+    /// `step(slice)` waits at most `slice` and returns `None` when that ran out. It is called
+    /// with slices of at most [`CHECK_EVERY`] (with `Timeout::Test` once), and after each
+    /// unsuccessful one the ranks' health is looked at. A rank already known dead fails the
+    /// wait before it starts (after one last look at what it sent).
+    ///
+    /// # Errors
+    /// [`Error::RankFailed`] naming the first dead rank found, or [`Error::Timeout`] when the
+    /// deadline passed with every rank apparently alive.
+    pub(crate) fn watched<T, R: Iterator<Item = Rank>>(
+        &self,
+        ranks: impl Fn() -> R,
+        deadline: Deadline,
+        mut step: impl FnMut(Timeout) -> Option<T>,
+    ) -> Result<T> {
+        if let Some(e) = self.health.first_known(ranks()) {
+            return self.last_chance(&mut step).ok_or(e);
+        }
+        let cap = CHECK_EVERY.as_millis() as u64;
+        loop {
+            let slice = match remaining(deadline) {
+                Timeout::Block => Timeout::Millis(cap),
+                Timeout::Millis(ms) => Timeout::Millis(ms.min(cap)),
+                Timeout::Test => Timeout::Test,
+            };
+            if let Some(value) = step(slice) {
+                return Ok(value);
+            }
+            if let Some(e) = self.health.first_failed(ranks()) {
+                return self.last_chance(&mut step).ok_or(e);
+            }
+            if deadline.expired() {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// One more look at a watched wait whose ranks include a dead one: what the rank sent
+    /// before it died still counts (a barrier it completed has released its partners), and may
+    /// still wait in the completion queue of a rank that was descheduled meanwhile. Reads what
+    /// the queue holds (bounded: live peers may keep it busy), then tries `step` once.
+    fn last_chance<T>(&self, step: &mut impl FnMut(Timeout) -> Option<T>) -> Option<T> {
+        for _ in 0..64 {
+            if !self.progress() {
+                break;
+            }
+        }
+        step(Timeout::Test)
+    }
+
+    /// [`watched`](Self::watched) for a condition that the progress engine makes true: `poll`
+    /// is polled while driving progress, as in every wait of the runtime.
+    pub(crate) fn watched_until<T, R: Iterator<Item = Rank>>(
+        &self,
+        ranks: impl Fn() -> R,
+        deadline: Deadline,
+        mut poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        self.watched(ranks, deadline, |slice| {
+            gaspi_notifications::wait_until(
+                &self.events,
+                slice.deadline(),
+                &mut poll,
+                self.waiter(),
+            )
+            .ok()
+        })
+    }
+}

@@ -1,0 +1,388 @@
+//! Where peers' segments are: descriptors read lazily and asynchronously, then cached.
+//!
+//! Every rank publishes a descriptor (address, key, size) for each of its segments, library
+//! segments and allreduce areas in its system region, whose address every rank learnt at
+//! bootstrap. The first access towards `(rank, key)` reads that descriptor with one RDMA read
+//! into a landing slot of this rank's system region; the answer, present or absent, is
+//! cached. So discovery costs are proportional to the peers a rank talks to, never
+//! O(ranks × segments) up front.
+//!
+//! A lookup never blocks its starter: [`Descriptors::start`] posts it (or, when the provider
+//! is busy or no landing slot is free, schedules it for the progress engine) and returns a
+//! [`Lookup`] to look at later. Operations without a timeout park behind it in their queue;
+//! calls with a timeout wait for it under their own deadline ([`Inner::resolve`]). A lookup
+//! that a deadline abandoned stays in flight, and the next caller for the same descriptor
+//! joins it, so a peer that was stopped is found again once it resumes.
+//!
+//! An absent descriptor is cached too (as is the news of a deletion that a peer sends), so a
+//! repeated access to a segment a peer does not have fails at once. A segment id this rank
+//! creates forgets every cached answer for that id: creation is collective, so the peers
+//! create it too.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use gaspi_fabric::Refused;
+use gaspi_notifications::Deadline;
+
+use super::{Handler, Op, Outcome, Retry};
+use crate::context::Inner;
+use crate::error::{Error, Rank, Result, SegmentId};
+use crate::group::GroupId;
+use crate::sync::{lock, AtomicBool, Mutex};
+use crate::system::{layout, DESCRIPTOR_LEN};
+
+/// Which descriptor of a rank's system region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum DescKey {
+    /// A user segment.
+    Segment(SegmentId),
+    /// A library segment, by its local id on that rank.
+    Library(u8),
+    /// A group's allreduce area.
+    Area(GroupId),
+}
+
+impl DescKey {
+    /// Where the descriptor is in the system region.
+    pub(crate) fn offset(self) -> u64 {
+        match self {
+            DescKey::Segment(id) => layout::SEGMENTS + DESCRIPTOR_LEN * u64::from(id),
+            DescKey::Library(id) => layout::LIBRARY + DESCRIPTOR_LEN * u64::from(id),
+            DescKey::Area(group) => layout::AREAS + DESCRIPTOR_LEN * u64::from(group),
+        }
+    }
+}
+
+/// What a rank needs to access a remote registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Descriptor {
+    /// Added to the offset to form the RMA address (0 when the provider uses offsets).
+    pub(crate) base: u64,
+    pub(crate) key: u64,
+    pub(crate) size: u64,
+    /// Notifications in the segment's table (0 for an allreduce area, which has none).
+    pub(crate) notifications: u32,
+}
+
+impl Descriptor {
+    /// Encodes as the descriptor published in the system region: the last word is non-zero
+    /// for a present descriptor and carries the table size.
+    pub(crate) fn to_words(self) -> [u64; 4] {
+        [
+            self.base,
+            self.key,
+            self.size,
+            (u64::from(self.notifications) << 1) | 1,
+        ]
+    }
+
+    /// Decodes a published descriptor; `None` when absent.
+    pub(crate) fn from_words(words: [u64; 4]) -> Option<Self> {
+        (words[3] != 0).then_some(Descriptor {
+            base: words[0],
+            key: words[1],
+            size: words[2],
+            notifications: (words[3] >> 1) as u32,
+        })
+    }
+}
+
+/// A cached answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Known {
+    Present(Descriptor),
+    Absent,
+}
+
+/// How a lookup ended without an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LookupFailure {
+    /// The read failed at the provider.
+    Failed(String),
+    /// The rank is dead: nothing is posted to it.
+    Dead(String),
+}
+
+/// One descriptor read in flight (or waiting to be posted).
+pub(crate) struct Lookup {
+    pub(crate) rank: Rank,
+    pub(crate) key: DescKey,
+    state: Mutex<State>,
+    scheduled: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    /// Not posted yet: no landing slot was free, or the provider was busy.
+    Waiting,
+    /// Posted into landing slot `slot`.
+    Posted(u16),
+    Done(std::result::Result<Known, LookupFailure>),
+}
+
+impl Lookup {
+    /// The answer, once there is one.
+    pub(crate) fn result(&self) -> Option<std::result::Result<Known, LookupFailure>> {
+        match &*lock(&self.state) {
+            State::Done(result) => Some(result.clone()),
+            State::Waiting | State::Posted(_) => None,
+        }
+    }
+
+    /// The answer as the error (or descriptor) an operation on `segment` of the rank gets.
+    pub(crate) fn outcome(&self) -> Option<Result<Known>> {
+        self.result().map(|r| {
+            r.map_err(|failure| match failure {
+                LookupFailure::Failed(reason) => Error::OperationFailed {
+                    rank: self.rank,
+                    reason: format!("reading a segment descriptor failed: {reason}"),
+                },
+                LookupFailure::Dead(reason) => Error::RankFailed {
+                    rank: self.rank,
+                    reason,
+                },
+            })
+        })
+    }
+
+    /// Posts the read if it is waiting; returns whether it still waits.
+    fn post(self: &Arc<Self>, inner: &Inner) -> bool {
+        let mut state = lock(&self.state);
+        if !matches!(*state, State::Waiting) {
+            return false;
+        }
+        if let Some(Error::RankFailed { reason, .. }) = inner.health.known(self.rank) {
+            *state = State::Done(Err(LookupFailure::Dead(reason)));
+            drop(state);
+            inner.descriptors.finished(inner, self.rank, self.key);
+            return false;
+        }
+        let Some(slot) = inner.system.landing.take() else {
+            return true;
+        };
+        let target = inner.system.target(self.rank, self.key.offset());
+        let op = Op::to(self.rank, Arc::clone(self) as Arc<dyn Handler>);
+        let posted = match inner.system.landing(slot, DESCRIPTOR_LEN) {
+            Ok(landing) => inner.submit(op, |op| inner.ep.read(landing, target, op)),
+            Err(_) => Err(Refused::Busy(op)),
+        };
+        match posted {
+            Ok(()) => {
+                *state = State::Posted(slot);
+                false
+            }
+            Err(Refused::Busy(_)) => {
+                inner.system.landing.give(slot);
+                true
+            }
+            Err(Refused::Failed(e, _)) => {
+                inner.system.landing.give(slot);
+                *state = State::Done(Err(LookupFailure::Failed(e.to_string())));
+                drop(state);
+                inner.descriptors.finished(inner, self.rank, self.key);
+                false
+            }
+        }
+    }
+}
+
+impl Handler for Lookup {
+    fn complete(&self, inner: &Inner, _rank: Option<Rank>, outcome: Outcome<'_>) {
+        let mut state = lock(&self.state);
+        let State::Posted(slot) = *state else {
+            return;
+        };
+        let read = outcome
+            .map_err(|f| LookupFailure::Failed(f.message.clone()))
+            .and_then(|()| {
+                inner
+                    .system
+                    .read_words(layout::LANDING + DESCRIPTOR_LEN * u64::from(slot))
+                    .map_err(|e| LookupFailure::Failed(e.to_string()))
+            });
+        inner.system.landing.give(slot);
+        let answer = read.map(|words| match Descriptor::from_words(words) {
+            Some(d) => Known::Present(d),
+            None => Known::Absent,
+        });
+        // A group's area is cached with the group (a group id is reused by later groups).
+        if let (Ok(known), false) = (&answer, matches!(self.key, DescKey::Area(_))) {
+            let known = *known;
+            inner.descriptors.cache(self.rank, self.key, known);
+        }
+        *state = State::Done(answer);
+        drop(state);
+        inner.descriptors.finished(inner, self.rank, self.key);
+    }
+}
+
+impl Retry for Lookup {
+    fn scheduled(&self) -> &AtomicBool {
+        &self.scheduled
+    }
+
+    fn retry(&self, inner: &Inner) -> bool {
+        // The retry list holds the Arc; find it again to post with it.
+        match inner.descriptors.in_flight(self.rank, self.key) {
+            Some(me) => me.post(inner),
+            None => false,
+        }
+    }
+}
+
+/// The descriptor cache and the lookups in flight.
+#[derive(Default)]
+pub(crate) struct Descriptors {
+    cache: RwLock<HashMap<(Rank, DescKey), Known>>,
+    lookups: Mutex<HashMap<(Rank, DescKey), Arc<Lookup>>>,
+}
+
+impl Descriptors {
+    /// The cached answer for `key` of `rank`.
+    pub(crate) fn cached(&self, rank: Rank, key: DescKey) -> Option<Known> {
+        self.cache
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(rank, key))
+            .copied()
+    }
+
+    fn cache(&self, rank: Rank, key: DescKey, known: Known) {
+        self.cache
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((rank, key), known);
+    }
+
+    /// Forgets every answer about `key`, on every rank (this rank creates it anew).
+    pub(crate) fn forget_everywhere(&self, key: DescKey) {
+        self.cache
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&(_, k), _| k != key);
+    }
+
+    /// `rank` says it deleted `key`.
+    pub(crate) fn forget_deleted(&self, rank: Rank, key: DescKey) {
+        self.cache(rank, key, Known::Absent);
+    }
+
+    /// Forgets the answer about `key` of `rank`.
+    pub(crate) fn forget(&self, rank: Rank, key: DescKey) {
+        self.cache
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(rank, key));
+    }
+
+    fn in_flight(&self, rank: Rank, key: DescKey) -> Option<Arc<Lookup>> {
+        lock(&self.lookups).get(&(rank, key)).cloned()
+    }
+
+    /// The lookup of `key` of `rank` ended: later accesses use the cache (or look again
+    /// after a failure), and its waiters wake.
+    fn finished(&self, inner: &Inner, rank: Rank, key: DescKey) {
+        lock(&self.lookups).remove(&(rank, key));
+        inner.events.notify_all();
+    }
+
+    /// The lookup of `key` of `rank` in flight, or a new one, posted (or scheduled). `rank`
+    /// is another rank (this rank reads its own region directly).
+    pub(crate) fn start(&self, inner: &Inner, rank: Rank, key: DescKey) -> Arc<Lookup> {
+        let lookup = {
+            let mut lookups = lock(&self.lookups);
+            if let Some(l) = lookups.get(&(rank, key)) {
+                return Arc::clone(l);
+            }
+            let l = Arc::new(Lookup {
+                rank,
+                key,
+                state: Mutex::new(State::Waiting),
+                scheduled: AtomicBool::new(false),
+            });
+            lookups.insert((rank, key), Arc::clone(&l));
+            l
+        };
+        if lookup.post(inner) {
+            inner.engine.schedule(Arc::clone(&lookup) as Arc<dyn Retry>);
+        }
+        lookup
+    }
+}
+
+impl Inner {
+    /// The descriptor of `key` on `rank`: cached, read from this rank's own region, or looked
+    /// up under `deadline`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the answer did not come in time (the lookup goes on);
+    /// [`Error::RankFailed`] when `rank` is dead; [`Error::OperationFailed`] when the read
+    /// failed.
+    pub(crate) fn resolve(&self, rank: Rank, key: DescKey, deadline: Deadline) -> Result<Known> {
+        if let Some(known) = self.descriptors.cached(rank, key) {
+            return Ok(known);
+        }
+        if rank == self.rank {
+            return self.own_descriptor(key);
+        }
+        let lookup = self.descriptors.start(self, rank, key);
+        self.watched_until(|| std::iter::once(rank), deadline, || lookup.outcome())?
+    }
+
+    /// The answer for `key` of `rank` if it is known now, else the lookup that will tell.
+    pub(crate) fn resolve_later(
+        &self,
+        rank: Rank,
+        key: DescKey,
+    ) -> Result<std::result::Result<Known, Arc<Lookup>>> {
+        if let Some(known) = self.descriptors.cached(rank, key) {
+            return Ok(Ok(known));
+        }
+        if rank == self.rank {
+            return self.own_descriptor(key).map(Ok);
+        }
+        Ok(Err(self.descriptors.start(self, rank, key)))
+    }
+
+    /// This rank's own descriptor of `key`, from its system region.
+    pub(crate) fn own_descriptor(&self, key: DescKey) -> Result<Known> {
+        let words = self.system.read_words(key.offset())?;
+        Ok(match Descriptor::from_words(words) {
+            Some(d) => Known::Present(d),
+            None => Known::Absent,
+        })
+    }
+
+    /// Publishes `descriptor` (or its absence) for `key` in this rank's system region.
+    pub(crate) fn publish(&self, key: DescKey, descriptor: Option<Descriptor>) -> Result<()> {
+        let words = descriptor.map_or([0; 4], Descriptor::to_words);
+        self.system.write_words(key.offset(), words)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_words_round_trip_and_absent_is_none() {
+        let d = Descriptor {
+            base: 0x7f00_0000_1000,
+            key: 42,
+            size: 1 << 20,
+            notifications: 1 << 23,
+        };
+        assert_eq!(Descriptor::from_words(d.to_words()), Some(d));
+        assert_eq!(Descriptor::from_words([1, 2, 3, 0]), None);
+    }
+
+    #[test]
+    fn descriptor_tables_do_not_overlap() {
+        let last_segment = DescKey::Segment(255).offset() + DESCRIPTOR_LEN;
+        assert!(last_segment <= DescKey::Library(0).offset());
+        let last_library = DescKey::Library(255).offset() + DESCRIPTOR_LEN;
+        assert!(last_library <= DescKey::Area(0).offset());
+        assert!(DescKey::Area(255).offset() + DESCRIPTOR_LEN <= layout::LANDING);
+    }
+}

@@ -1,0 +1,288 @@
+//! The engine: how every operation of the runtime is posted, tracked, completed and waited for.
+//!
+//! * **Records and handlers.** Every operation posted to the fabric carries an [`Op`]: the
+//!   rank it goes to and its completion [`Handler`], an object of the service that posted it
+//!   (a queue, a lookup, a passive-message buffer, ...). The fabric layer keeps the record, and
+//!   the memory the operation uses, until the operation completes, and hands the record back;
+//!   the engine then calls the handler. There is no context word to decode.
+//! * **Progress** ([`Inner::progress`], this module): read the completion queue, dispatch
+//!   local completions to their handlers and remote notifications to their tables, then retry
+//!   the work the provider refused for now ([`Retry`]).
+//! * **Counting** ([`tracker`]): every completion tracking (queues, batches, collectives) is a
+//!   [`Tracker`](tracker::Tracker).
+//! * **Deadlines** ([`deadline`]): posting while the provider is busy, and every wait on
+//!   other ranks, run under the caller's deadline and watch the health of the ranks they
+//!   depend on.
+//! * **Descriptors** ([`lookup`]): where peers' segments are, read lazily and asynchronously.
+//! * **Who drives progress** ([`handoff`], [`thread`]): waiting threads poll; the progress
+//!   thread stands aside while they do and drives progress while nobody waits.
+
+pub(crate) mod deadline;
+pub(crate) mod handoff;
+pub(crate) mod lookup;
+pub(crate) mod thread;
+pub(crate) mod tracker;
+
+use std::sync::Arc;
+
+use gaspi_fabric::{Event, Failure};
+
+use crate::context::Inner;
+use crate::error::{Error, Rank};
+use crate::health::is_connection_loss;
+use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::wire::WireNotification;
+use handoff::Polling;
+
+/// The endpoint, with the engine's operation record.
+pub(crate) type Endpoint = gaspi_fabric::Endpoint<Op>;
+
+/// What the engine needs to know about an operation when it completes.
+pub(crate) struct Op {
+    handler: Arc<dyn Handler>,
+    /// The peer the operation talks to (`None` for posted receives, which any rank may fill).
+    rank: Option<Rank>,
+    /// Counted in [`Engine::in_flight`] (every operation but posted receive buffers).
+    counted: bool,
+}
+
+impl Op {
+    /// An operation towards `rank`, completed by `handler`.
+    pub(crate) fn to(rank: Rank, handler: Arc<dyn Handler>) -> Op {
+        Op {
+            handler,
+            rank: Some(rank),
+            counted: true,
+        }
+    }
+
+    /// A receive buffer, filled by any rank, completed by `handler`.
+    pub(crate) fn receive(handler: Arc<dyn Handler>) -> Op {
+        Op {
+            handler,
+            rank: None,
+            counted: false,
+        }
+    }
+}
+
+/// How an operation ended.
+pub(crate) type Outcome<'a> = Result<(), &'a Failure>;
+
+/// The completion handler of a kind of operation; implemented by the service that posts it.
+pub(crate) trait Handler: Send + Sync {
+    /// The operation towards `rank` completed (`Ok`) or failed.
+    fn complete(&self, inner: &Inner, rank: Option<Rank>, outcome: Outcome<'_>);
+
+    /// A posted receive got a message of `len` bytes (receive buffers only).
+    fn received(&self, inner: &Inner, len: usize) {
+        let _ = (inner, len);
+    }
+}
+
+/// Work the provider refused for now (a busy provider, a lookup still in flight): retried by
+/// the progress engine after every completion-queue read until done.
+pub(crate) trait Retry: Send + Sync {
+    /// The flag that says this is on the engine's retry list.
+    fn scheduled(&self) -> &AtomicBool;
+
+    /// Tries again; returns whether work is left.
+    fn retry(&self, inner: &Inner) -> bool;
+}
+
+/// The engine's own state, inside the context.
+#[derive(Default)]
+pub(crate) struct Engine {
+    /// Operations posted and not yet completed (receive buffers excepted): the progress thread
+    /// polls while there are any.
+    pub(crate) in_flight: AtomicUsize,
+    /// Who drives progress.
+    pub(crate) handoff: handoff::Handoff,
+    retries: Mutex<Vec<Arc<dyn Retry>>>,
+    any_retry: AtomicBool,
+}
+
+impl Engine {
+    /// Puts `work` on the retry list, unless it is there already.
+    pub(crate) fn schedule(&self, work: Arc<dyn Retry>) {
+        if !work.scheduled().swap(true, Ordering::AcqRel) {
+            lock(&self.retries).push(work);
+            self.any_retry.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether any work waits for a retry.
+    pub(crate) fn has_retries(&self) -> bool {
+        self.any_retry.load(Ordering::Acquire)
+    }
+}
+
+impl Inner {
+    /// Drives the provider once and handles what it completed, then retries refused work.
+    /// Returns whether the completion queue reported anything (what a retry posts shows up
+    /// there later). Never blocks.
+    pub(crate) fn progress(&self) -> bool {
+        let progressed = self.read_completions(None);
+        self.retry_refused();
+        progressed
+    }
+
+    /// Like [`progress`](Self::progress), but sleeps in the provider up to `ms` when nothing
+    /// is there (where the provider has a wait object).
+    pub(crate) fn progress_blocking(&self, ms: i32) -> bool {
+        let progressed = self.read_completions(Some(ms));
+        self.retry_refused();
+        progressed
+    }
+
+    fn read_completions(&self, sleep_ms: Option<i32>) -> bool {
+        let mut completed = false;
+        let dispatch = |event| self.dispatch(event, &mut completed);
+        let read = match sleep_ms {
+            None => self.ep.poll(dispatch),
+            Some(ms) => self.ep.wait(ms, dispatch),
+        };
+        match read {
+            Ok(0) => false,
+            Ok(_) => {
+                if completed {
+                    self.events.notify_all();
+                }
+                true
+            }
+            Err(e) => {
+                // A failing completion queue means the endpoint itself is broken: every wait
+                // runs into its own deadline, so the failure is recorded for all queues.
+                self.queues.fail_all(&Error::from(e));
+                self.events.notify_all();
+                true
+            }
+        }
+    }
+
+    fn dispatch(&self, event: Event<Op>, completed: &mut bool) {
+        match event {
+            Event::Remote { data } => self.deliver(WireNotification::decode(data)),
+            Event::Done(op) => {
+                *completed = true;
+                self.finish(op, Ok(()));
+            }
+            Event::Received { op, len } => {
+                *completed = true;
+                op.handler.received(self, len);
+            }
+            Event::Failed { op, failure } => {
+                *completed = true;
+                match op {
+                    Some(op) => {
+                        if let Some(rank) = op.rank {
+                            if is_connection_loss(failure.code, failure.prov_errno) {
+                                self.mark_failed(
+                                    rank,
+                                    format!("the connection to it broke: {}", failure.message),
+                                );
+                            }
+                        }
+                        self.finish(op, Err(&failure));
+                    }
+                    // Not attributable to any operation of ours: every queue learns of it.
+                    None => self.queues.fail_all(&Error::OperationFailed {
+                        rank: self.rank,
+                        reason: failure.message,
+                    }),
+                }
+            }
+            // The runtime posts every operation with a record.
+            Event::Untracked { .. } => {}
+        }
+    }
+
+    fn finish(&self, op: Op, outcome: Outcome<'_>) {
+        if op.counted {
+            self.engine.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        op.handler.complete(self, op.rank, outcome);
+    }
+
+    /// Retries the work on the retry list.
+    fn retry_refused(&self) {
+        if !self.engine.has_retries() {
+            return;
+        }
+        let work = {
+            let mut list = lock(&self.engine.retries);
+            self.engine.any_retry.store(false, Ordering::Release);
+            std::mem::take(&mut *list)
+        };
+        for item in work {
+            // Cleared before the retry, so work added meanwhile schedules it again.
+            item.scheduled().store(false, Ordering::Release);
+            if item.retry(self) {
+                self.engine.schedule(item);
+            }
+        }
+    }
+
+    /// Routes a notification that arrived as a remote write's completion data to its table.
+    fn deliver(&self, n: WireNotification) {
+        if let Some((rank, segment)) = n.gone() {
+            self.descriptors.forget_deleted(rank, segment);
+        } else if let Some(slot) = n.atomic_reply() {
+            self.atomics.replied(self, slot);
+        } else if n.is_system() {
+            // Ids and values come from our own runtime on the peer, so they are in range.
+            let _ = self.system_notifications.set(n.id, n.value);
+        } else {
+            // A notification for an id beyond this rank's table can only come from a peer with
+            // a different configuration; the origin validated against its own, equal, table.
+            // One for a segment this rank has deleted has nowhere to go: the sender violated
+            // the segment's lifetime (its data part was refused by the closed registration).
+            self.segments.with_table(n.table, |table| {
+                let _ = table.set(n.id, n.value);
+            });
+        }
+    }
+
+    /// A handle for one waiting call: drives progress and keeps the progress thread aside
+    /// while the call is polling.
+    pub(crate) fn waiter(&self) -> Waiter<'_> {
+        Waiter {
+            inner: self,
+            polling: self.engine.handoff.polling(),
+        }
+    }
+
+    /// Posts an operation with `post`, counting it in flight; a refused one is uncounted and
+    /// its record handed back.
+    pub(crate) fn submit(
+        &self,
+        op: Op,
+        post: impl FnOnce(Op) -> Result<(), gaspi_fabric::Refused<Op>>,
+    ) -> Result<(), gaspi_fabric::Refused<Op>> {
+        let counted = op.counted;
+        if counted {
+            self.engine.in_flight.fetch_add(1, Ordering::AcqRel);
+        }
+        let posted = post(op);
+        if posted.is_err() && counted {
+            self.engine.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        posted
+    }
+}
+
+/// A waiting user thread: drives progress while it polls (see [`handoff`]).
+pub(crate) struct Waiter<'a> {
+    inner: &'a Inner,
+    polling: Polling<'a>,
+}
+
+impl gaspi_notifications::Progress for Waiter<'_> {
+    fn progress(&mut self) -> bool {
+        self.inner.progress()
+    }
+
+    fn sleeping(&mut self, asleep: bool) {
+        self.polling.sleeping(asleep);
+    }
+}

@@ -1,0 +1,104 @@
+//! The progress thread: drives progress while no user thread waits.
+//!
+//! Both providers we target (tcp via `ofi_rxm`, and shm) need the application to drive data
+//! progress: a write into a rank only lands while that rank is inside libfabric. Waiting user
+//! threads poll themselves (see [`handoff`](super::handoff)); this thread covers the time when
+//! none does. It sleeps inside `fi_cq_sread` (the provider's wait object) and wakes when
+//! traffic arrives, so writes land while all user threads compute; where the provider has no
+//! wait object it polls with an exponential sleep (50 µs to 1 ms). While this rank's own
+//! operations are in flight it polls (yielding the core) instead, since they only move while
+//! somebody drives the provider.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::context::Inner;
+
+/// The background progress thread of a context.
+pub(crate) struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    inner: Arc<Inner>,
+}
+
+impl ProgressThread {
+    pub(crate) fn start(inner: Arc<Inner>) -> crate::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = {
+            let inner = Arc::clone(&inner);
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name(format!("gaspi-progress-{}", inner.rank))
+                .spawn(move || run(&inner, &stop))
+                .map_err(|e| crate::Error::io("spawning the progress thread", e))?
+        };
+        Ok(ProgressThread {
+            stop,
+            handle: Some(handle),
+            inner,
+        })
+    }
+}
+
+/// How long the progress thread stands aside, at most, before looking again whether a user
+/// thread still polls.
+const STAND_ASIDE: Duration = Duration::from_millis(1);
+
+/// How long the progress thread polls for operations in flight without seeing any progress
+/// before it sleeps in the provider instead: an operation towards a dead or stopped peer may
+/// not complete for a long time (shm), and polling for it would take a core for good.
+const STALL: Duration = Duration::from_millis(10);
+
+fn run(inner: &Inner, stop: &AtomicBool) {
+    const MAX_SLEEP: Duration = Duration::from_millis(1);
+    let mut sleep = Duration::from_micros(50);
+    let mut stalled_since: Option<Instant> = None;
+    while !stop.load(Ordering::Acquire) {
+        if inner.engine.handoff.stand_aside(Some(STAND_ASIDE)) {
+            continue;
+        }
+        let busy = inner.engine.in_flight.load(Ordering::Acquire) > 0 || inner.engine.has_retries();
+        if !busy {
+            stalled_since = None;
+        }
+        let stalled = stalled_since.is_some_and(|since| since.elapsed() > STALL);
+        if busy && !stalled {
+            // Our own operations are in flight, and with manual progress they move only while
+            // somebody drives the provider: sleeping in the wait object between socket events
+            // cost 30% of streaming bandwidth (measured, tcp and shm). Poll, yielding the core,
+            // until they complete.
+            if inner.progress() {
+                stalled_since = None;
+            } else {
+                stalled_since.get_or_insert_with(Instant::now);
+                std::thread::yield_now();
+            }
+        } else if inner.ep.cq_waitable() {
+            // A bounded sleep rather than an infinite one: a stop request is also signalled,
+            // but the bound keeps shutdown prompt even if a provider misses the signal.
+            if inner.progress_blocking(100) {
+                stalled_since = None;
+            }
+        } else if inner.progress() {
+            stalled_since = None;
+            sleep = Duration::from_micros(50);
+        } else {
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(MAX_SLEEP);
+        }
+    }
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.inner.ep.signal();
+        if let Some(handle) = self.handle.take() {
+            // A panic in the progress thread has already been reported by the panic hook;
+            // there is nothing more to do with it while shutting down.
+            let _ = handle.join();
+        }
+    }
+}

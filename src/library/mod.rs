@@ -1,0 +1,544 @@
+//! The library API: what a library built on gaspi (the collectives of `gaspi-coll`, or anyone's)
+//! needs to be a first-class client of the runtime, with nothing private to reach for.
+//!
+//! A [`Library`] is a namespace registered with the context under a name. Its resources never
+//! collide with, nor shift, the user's:
+//!
+//! * **Segments and notification tables** ([`Library::segment_create`],
+//!   [`Library::notifications_create`]) are created collectively over a [`Scope`] — a
+//!   committed user group or a library [`Team`] — not over the world. They live in a space of
+//!   local ids of their own (the user's segment ids 0..=255 stay the user's), and their
+//!   creation is a rendezvous keyed by the library, the scope and a sequence number, so it
+//!   never takes part in (or waits for) the user's barriers and collectives, and libraries may
+//!   create concurrently with each other and with the user. A library segment is deleted when
+//!   its last [`Segment`] handle is dropped.
+//! * **Teams** ([`Library::team`]) are the library's groups: they take no user group id.
+//!
+//! Everything else a library needs is on [`Context`] for libraries and users alike:
+//! [`Batch`](crate::Batch)es for completion tracking per set of operations,
+//! [`Target`](crate::Target)s resolved once for cheap posting (small payloads injected),
+//! [`Context::progress`], [`Context::notify_wait_any`] over several ranges with dead senders
+//! named, non-blocking atomics and atomics that notify, and the reduction operators
+//! ([`ReduceOp::apply`](crate::ReduceOp::apply), [`UserOp::apply`](crate::UserOp::apply)).
+//!
+//! As for every collective, the calls of one library over one scope must come in the same
+//! order on every member. Errors about a library segment name it by its local id on the rank
+//! concerned (a number in the library space, unrelated to the user's segment of that number).
+
+mod rendezvous;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Weak};
+
+use gaspi_notifications::Timeout;
+
+pub(crate) use rendezvous::{Mailbox, MESSAGE};
+
+use crate::config::MAX_NOTIFICATIONS;
+use crate::context::{Context, Inner};
+use crate::engine::lookup::DescKey;
+use crate::error::{Error, Rank, Result};
+use crate::group::{fingerprint, GroupId, Members};
+use crate::segment::{LocalSegment, Segment};
+use crate::sync::{lock, Mutex};
+use crate::wire::Table;
+use rendezvous::{hash, hash_bytes, Allgather, WIDTH};
+
+/// Bytes the runtime's internal messages may need in a job of `size` ranks.
+pub(crate) fn internal_room(size: u32) -> usize {
+    rendezvous::room(size)
+}
+
+/// The names of the libraries registered with a context.
+#[derive(Default)]
+pub(crate) struct Libraries {
+    names: Mutex<HashSet<String>>,
+}
+
+/// The ranks a library collective runs over.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'t> {
+    /// The members of a committed user group.
+    Group(GroupId),
+    /// The members of a library team.
+    Team(&'t Team<'t>),
+}
+
+impl From<GroupId> for Scope<'_> {
+    fn from(group: GroupId) -> Self {
+        Scope::Group(group)
+    }
+}
+
+impl<'t> From<&'t Team<'t>> for Scope<'t> {
+    fn from(team: &'t Team<'t>) -> Self {
+        Scope::Team(team)
+    }
+}
+
+/// What a creation makes; members that disagree are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Segment = 1,
+    Notifications = 2,
+    Team = 3,
+}
+
+/// A creation that timed out, to be continued.
+struct Creation {
+    kind: Kind,
+    gather: Allgather,
+    /// The segment installed for it (segments and tables).
+    segment: Option<Arc<LocalSegment>>,
+}
+
+/// A library's state.
+struct State {
+    name: String,
+    key: u64,
+    /// Creations made so far per scope: the sequence number of the next.
+    counts: Mutex<HashMap<u64, u64>>,
+    pending: Mutex<HashMap<u64, Creation>>,
+}
+
+/// A library's namespace in the runtime: see the [module documentation](self).
+///
+/// ```no_run
+/// # use gaspi::{Context, Notification, Timeout, GROUP_ALL};
+/// # let ctx = Context::init()?;
+/// let lib = ctx.library("my-collectives")?;
+/// let seg = lib.segment_create(GROUP_ALL, 1 << 20, 64, Timeout::Millis(5_000))?;
+/// let right = seg.target((ctx.rank() + 1) % ctx.size(), Timeout::Millis(5_000))?;
+/// let batch = ctx.batch();
+/// batch.write_notify(&seg, 0, &right, 0, 8, Notification { id: 0, value: 1 })?;
+/// seg.notify_waitsome(0, 1, Timeout::Millis(5_000))?;
+/// batch.wait(Timeout::Millis(5_000))?;
+/// # Ok::<(), gaspi::Error>(())
+/// ```
+pub struct Library<'a> {
+    ctx: &'a Context,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for Library<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Library")
+            .field("name", &self.state.name)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Registers a library under `name` (local: every rank that uses it registers it, under
+    /// the same name). The name identifies its collectives across ranks, so it must be the
+    /// same on every rank and unique among the libraries of a context.
+    ///
+    /// # Errors
+    /// [`Error::LibraryExists`] when a library of this name is registered (and not dropped).
+    pub fn library(&self, name: &str) -> Result<Library<'_>> {
+        let mut names = lock(&self.inner.libraries.names);
+        if !names.insert(name.to_owned()) {
+            return Err(Error::LibraryExists {
+                name: name.to_owned(),
+            });
+        }
+        Ok(Library {
+            ctx: self,
+            state: Arc::new(State {
+                name: name.to_owned(),
+                key: hash_bytes(name.as_bytes()),
+                counts: Mutex::new(HashMap::new()),
+                pending: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+impl Drop for Library<'_> {
+    fn drop(&mut self) {
+        lock(&self.ctx.inner.libraries.names).remove(&self.state.name);
+    }
+}
+
+/// A scope resolved: its members, its key, and this rank's index.
+struct Resolved {
+    members: Members,
+    key: u64,
+    me: u32,
+}
+
+impl<'a> Library<'a> {
+    /// The library's name.
+    pub fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    /// Creates a segment of `size` bytes (each member may pass its own) with a table of
+    /// `notifications` on every member of `scope` (collective over them); returns once every
+    /// member has it, or [`Error::Timeout`]: call again with the same arguments to continue.
+    ///
+    /// # Errors
+    /// [`Error::NotInGroup`] when this rank is not a member; [`Error::UnknownGroup`] /
+    /// [`Error::GroupNotCommitted`] for a bad group; [`Error::InvalidNotification`] for a
+    /// table size outside 1..=[`MAX_NOTIFICATIONS`]; [`Error::Limit`] when this rank has 255
+    /// library segments; [`Error::Segment`] when the memory cannot be allocated;
+    /// [`Error::LibraryBusy`] when another creation of this library over this scope timed out
+    /// and was not continued; [`Error::LibraryMismatch`] when members created different
+    /// things; [`Error::Timeout`]; [`Error::RankFailed`].
+    pub fn segment_create<'s>(
+        &self,
+        scope: impl Into<Scope<'s>>,
+        size: u64,
+        notifications: u32,
+        timeout: Timeout,
+    ) -> Result<Segment<'a>> {
+        self.create(scope.into(), Kind::Segment, size, notifications, timeout)
+    }
+
+    /// Creates a notification table of `count` notifications without memory on every member
+    /// of `scope`: a range of notifications of the library's own, for notify-only traffic.
+    /// Otherwise like [`segment_create`](Self::segment_create).
+    ///
+    /// # Errors
+    /// As for [`segment_create`](Self::segment_create).
+    pub fn notifications_create<'s>(
+        &self,
+        scope: impl Into<Scope<'s>>,
+        count: u32,
+        timeout: Timeout,
+    ) -> Result<Segment<'a>> {
+        self.create(scope.into(), Kind::Notifications, 0, count, timeout)
+    }
+
+    /// Creates a team of `members` (collective among them: each passes the same ranks, in any
+    /// order). A team takes no user group id; use it as the [`Scope`] of this library's
+    /// segments. A member whose partners never create the same team waits until its timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::NotInGroup`] when this rank is not among `members`;
+    /// [`Error::DuplicateMember`]; [`Error::Timeout`] (call again to continue);
+    /// [`Error::RankFailed`].
+    pub fn team(&self, members: &[Rank], timeout: Timeout) -> Result<Team<'a>> {
+        let ctx = self.ctx;
+        let mut set = BTreeSet::new();
+        for &rank in members {
+            ctx.check_rank(rank)?;
+            if !set.insert(rank) {
+                return Err(Error::DuplicateMember { group: 0, rank });
+            }
+        }
+        let members = Members::from_set(&set);
+        let me = members.index_of(ctx.rank()).ok_or(Error::NotInGroup {
+            group: 0,
+            rank: ctx.rank(),
+        })?;
+        let ranks: Vec<u64> = set.iter().map(|&r| u64::from(r)).collect();
+        let resolved = Resolved {
+            key: hash(&[&[0x7ea3], &ranks[..]].concat()),
+            members,
+            me,
+        };
+        let (key, _) = self.rendezvous(&resolved, Kind::Team, timeout, || Ok(None))?;
+        Ok(Team {
+            ctx,
+            members: Arc::new(resolved.members),
+            key,
+            me,
+        })
+    }
+
+    fn resolve(&self, scope: Scope<'_>) -> Result<Resolved> {
+        let ctx = self.ctx;
+        match scope {
+            Scope::Group(group) => {
+                let g = ctx.inner.groups.committed(group)?;
+                let me = g.members.index_of(ctx.rank()).ok_or(Error::NotInGroup {
+                    group,
+                    rank: ctx.rank(),
+                })?;
+                Ok(Resolved {
+                    key: hash(&[
+                        0x6790,
+                        u64::from(group),
+                        u64::from(fingerprint(group, &g.members)),
+                    ]),
+                    members: g.members.clone(),
+                    me,
+                })
+            }
+            Scope::Team(team) => Ok(Resolved {
+                key: team.key,
+                members: (*team.members).clone(),
+                me: team.me,
+            }),
+        }
+    }
+
+    fn create(
+        &self,
+        scope: Scope<'_>,
+        kind: Kind,
+        size: u64,
+        notifications: u32,
+        timeout: Timeout,
+    ) -> Result<Segment<'a>> {
+        let ctx = self.ctx;
+        let inner = &ctx.inner;
+        if notifications == 0 || notifications > MAX_NOTIFICATIONS {
+            return Err(Error::InvalidNotification {
+                rank: ctx.rank(),
+                segment: 0,
+                id: u64::from(notifications),
+                count: MAX_NOTIFICATIONS,
+            });
+        }
+        let resolved = self.resolve(scope)?;
+        let make = || -> Result<Option<Arc<LocalSegment>>> {
+            let memory = match kind {
+                Kind::Segment => {
+                    let len = usize::try_from(size).map_err(|_| Error::OutOfBounds {
+                        rank: ctx.rank(),
+                        segment: 0,
+                        offset: 0,
+                        size,
+                        segment_size: usize::MAX as u64,
+                    })?;
+                    Some(
+                        gaspi_segments::SegmentMemory::allocate(len, &self.state.name)
+                            .map_err(Error::segment(ctx.rank(), 0))?,
+                    )
+                }
+                Kind::Notifications | Kind::Team => None,
+            };
+            let seg = inner.segments.insert_library(|id| {
+                inner.new_segment(Table::Library(id), memory, notifications)
+            })?;
+            let key = DescKey::Library(seg.id());
+            inner.descriptors.forget_everywhere(key);
+            inner.publish(key, Some(seg.descriptor()))?;
+            Ok(Some(seg))
+        };
+        let (_, created) = self.rendezvous(&resolved, kind, timeout, make)?;
+        let (local, ids) = created.ok_or_else(|| {
+            Error::Protocol("a library segment creation ended without a segment".into())
+        })?;
+        Ok(Segment {
+            ctx,
+            shared: Arc::new(Shared {
+                local,
+                library: Some(Placement {
+                    members: resolved.members,
+                    ids,
+                    inner: Arc::downgrade(&ctx.inner),
+                }),
+            }),
+        })
+    }
+
+    /// Runs (or continues) the rendezvous of this library's next creation of `kind` over
+    /// `resolved`, installing what `make` builds first. Returns the rendezvous key and, for
+    /// segments, the segment with every member's local id.
+    #[allow(clippy::type_complexity)]
+    fn rendezvous(
+        &self,
+        resolved: &Resolved,
+        kind: Kind,
+        timeout: Timeout,
+        make: impl FnOnce() -> Result<Option<Arc<LocalSegment>>>,
+    ) -> Result<(u64, Option<(Arc<LocalSegment>, Vec<u8>)>)> {
+        let inner = &self.ctx.inner;
+        if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Finalized);
+        }
+        let mut pending = lock(&self.state.pending);
+        let mut creation = match pending.remove(&resolved.key) {
+            Some(c) if c.kind == kind => c,
+            Some(c) => {
+                let kind = c.kind;
+                pending.insert(resolved.key, c);
+                return Err(Error::LibraryBusy {
+                    library: self.state.name.clone(),
+                    pending: match kind {
+                        Kind::Segment => "segment creation",
+                        Kind::Notifications => "notification table creation",
+                        Kind::Team => "team creation",
+                    },
+                });
+            }
+            None => {
+                let seq = {
+                    let mut counts = lock(&self.state.counts);
+                    let count = counts.entry(resolved.key).or_insert(0);
+                    *count += 1;
+                    *count
+                };
+                let segment = make()?;
+                let key = hash(&[self.state.key, resolved.key, seq]);
+                let mut value = [0u8; WIDTH];
+                value[0] = segment.as_ref().map_or(0, |s| s.id());
+                value[1] = kind as u8;
+                Creation {
+                    kind,
+                    gather: Allgather::new(key, value),
+                    segment,
+                }
+            }
+        };
+        drop(pending);
+        let key = creation.gather.key();
+        let values =
+            match creation
+                .gather
+                .run(inner, &resolved.members, resolved.me, timeout.deadline())
+            {
+                Ok(values) => values,
+                Err(Error::Timeout) => {
+                    lock(&self.state.pending).insert(resolved.key, creation);
+                    return Err(Error::Timeout);
+                }
+                Err(e) => {
+                    if let Some(seg) = creation.segment {
+                        inner.drop_library_segment(seg.table);
+                    }
+                    return Err(e);
+                }
+            };
+        if let Some(index) = values.iter().position(|v| v[1] != kind as u8) {
+            if let Some(seg) = creation.segment {
+                inner.drop_library_segment(seg.table);
+            }
+            return Err(Error::LibraryMismatch {
+                library: self.state.name.clone(),
+                rank: resolved.members.rank_at(index as u32).unwrap_or(inner.rank),
+            });
+        }
+        let ids = values.iter().map(|v| v[0]).collect();
+        Ok((key, creation.segment.map(|seg| (seg, ids))))
+    }
+}
+
+/// A library's group of ranks, from [`Library::team`]: a [`Scope`] for the library's
+/// segments, with O(1) rank ↔ member-index maps.
+#[derive(Clone)]
+pub struct Team<'a> {
+    ctx: &'a Context,
+    members: Arc<Members>,
+    key: u64,
+    me: u32,
+}
+
+impl std::fmt::Debug for Team<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team")
+            .field("size", &self.members.len())
+            .field("me", &self.me)
+            .finish()
+    }
+}
+
+impl Team<'_> {
+    /// Number of members.
+    pub fn size(&self) -> u32 {
+        self.members.len()
+    }
+
+    /// This rank's member index.
+    pub fn index(&self) -> u32 {
+        self.me
+    }
+
+    /// The member index of `rank`, if it is a member.
+    pub fn index_of(&self, rank: Rank) -> Option<u32> {
+        self.members.index_of(rank)
+    }
+
+    /// The rank of member `index`, if there is one.
+    pub fn rank_of(&self, index: u32) -> Option<Rank> {
+        self.members.rank_at(index)
+    }
+
+    /// The members' ranks, ascending.
+    pub fn ranks(&self) -> Vec<Rank> {
+        let _ = self.ctx;
+        self.members.ranks()
+    }
+}
+
+/// Where a library segment is on each member.
+pub(crate) struct Placement {
+    members: Members,
+    /// Each member's local id of the segment, by member index.
+    ids: Vec<u8>,
+    inner: Weak<Inner>,
+}
+
+/// What a [`Segment`] handle shares: the segment, and for a library segment its placement
+/// (dropping the last handle deletes it).
+pub(crate) struct Shared {
+    pub(crate) local: Arc<LocalSegment>,
+    library: Option<Placement>,
+}
+
+impl Shared {
+    /// A user segment's.
+    pub(crate) fn user(local: Arc<LocalSegment>) -> Shared {
+        Shared {
+            local,
+            library: None,
+        }
+    }
+
+    /// The table of the same segment on `rank`.
+    pub(crate) fn table_on(&self, rank: Rank, me: Rank) -> Result<Table> {
+        match &self.library {
+            None => Ok(self.local.table),
+            Some(p) => {
+                let index = p
+                    .members
+                    .index_of(rank)
+                    .ok_or(Error::NotInGroup { group: 0, rank })?;
+                let _ = me;
+                p.ids
+                    .get(index as usize)
+                    .map(|&id| Table::Library(id))
+                    .ok_or_else(|| Error::Protocol("library segment ids are incomplete".into()))
+            }
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(inner) = self.library.as_ref().and_then(|p| p.inner.upgrade()) {
+            inner.drop_library_segment(self.local.table);
+        }
+    }
+}
+
+impl Inner {
+    /// Deletes library segment `table` whether or not operations on it are in flight (they
+    /// keep its memory until they complete).
+    pub(crate) fn drop_library_segment(&self, table: Table) {
+        if self.segments.remove_even_busy(table).is_some() {
+            if let Some(key) = table.descriptor() {
+                let _ = self.publish(key, None);
+                let gone = crate::wire::WireNotification::segment_gone(self.rank, key);
+                for rank in (0..self.size).filter(|&r| r != self.rank) {
+                    if self.health.known(rank).is_none() {
+                        let _ = self.system_notify(rank, gone, Timeout::Test.deadline());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Routes a runtime-internal message from `from`.
+    pub(crate) fn route_internal(&self, from: Rank, payload: &[u8]) {
+        match payload.first() {
+            Some(&crate::atomic::MESSAGE) => self.atomics.serve(self, from, payload),
+            Some(&MESSAGE) => self.mailbox.deliver(self, from, payload),
+            // Unknown kinds can only come from a peer of another version.
+            _ => {}
+        }
+    }
+}

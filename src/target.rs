@@ -1,0 +1,205 @@
+//! Prepared targets: a range of a segment on some rank, resolved and checked once, for cheap
+//! repeated posting ([`Batch`](crate::Batch)) and atomics.
+
+use gaspi_fabric::RemoteTarget;
+use gaspi_notifications::Timeout;
+
+use crate::atomic::{AtomicOp, AtomicRequest};
+use crate::context::Context;
+use crate::engine::lookup::{Descriptor, Known};
+use crate::error::{Error, Rank, Result, SegmentId};
+use crate::rma::Notification;
+use crate::wire::{Table, WireNotification};
+
+/// A range of a segment on some rank, resolved (its descriptor read) and checked once.
+///
+/// Offsets passed with a target are relative to the start of its range. A target stays valid
+/// while the segment exists; an operation through a target whose segment was deleted since
+/// fails at the provider (see [`Context::segment_delete`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub(crate) rank: Rank,
+    pub(crate) table: Table,
+    pub(crate) descriptor: Descriptor,
+    /// The range, within the segment.
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+}
+
+impl Target {
+    /// The rank the segment belongs to.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// Length of the range in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the range is empty (a notification table without memory).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Notifications in the segment's table.
+    pub fn notifications(&self) -> u32 {
+        self.descriptor.notifications
+    }
+
+    /// The part `offset..offset + len` of this target's range.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when it does not lie within the range.
+    pub fn range(&self, offset: u64, len: u64) -> Result<Target> {
+        self.check(offset, len)?;
+        Ok(Target {
+            start: self.start + offset,
+            len,
+            ..*self
+        })
+    }
+
+    pub(crate) fn segment(&self) -> SegmentId {
+        match self.table {
+            Table::User(id) | Table::Library(id) => id,
+            Table::System => 0,
+        }
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<()> {
+        if offset.checked_add(len).is_some_and(|end| end <= self.len) {
+            Ok(())
+        } else {
+            Err(Error::OutOfBounds {
+                rank: self.rank,
+                segment: self.segment(),
+                offset: self.start.saturating_add(offset),
+                size: len,
+                segment_size: self.descriptor.size,
+            })
+        }
+    }
+
+    /// Where `offset..offset + len` of the range is, checked.
+    pub(crate) fn remote(&self, offset: u64, len: u64) -> Result<RemoteTarget> {
+        self.check(offset, len)?;
+        Ok(RemoteTarget {
+            rank: self.rank,
+            addr: self.descriptor.base + self.start + offset,
+            key: self.descriptor.key,
+        })
+    }
+
+    /// `n` for this target's table, checked.
+    pub(crate) fn wire(&self, n: Notification) -> Result<WireNotification> {
+        if n.id >= self.descriptor.notifications {
+            return Err(Error::InvalidNotification {
+                rank: self.rank,
+                segment: self.segment(),
+                id: n.id.into(),
+                count: self.descriptor.notifications,
+            });
+        }
+        if n.value == 0 {
+            return Err(Error::ZeroNotificationValue {
+                rank: self.rank,
+                id: n.id,
+            });
+        }
+        Ok(WireNotification::new(self.table, n.id, n.value))
+    }
+}
+
+impl Context {
+    /// Segment `id` of `rank` as a [`Target`], its descriptor read within `timeout` (once:
+    /// later calls find it cached).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::UnknownSegment`]; [`Error::Timeout`] (the lookup goes
+    /// on, and the next call finds it); [`Error::RankFailed`].
+    pub fn target(&self, rank: Rank, id: SegmentId, timeout: Timeout) -> Result<Target> {
+        self.resolve_target(rank, Table::User(id), timeout)
+    }
+
+    pub(crate) fn resolve_target(
+        &self,
+        rank: Rank,
+        table: Table,
+        timeout: Timeout,
+    ) -> Result<Target> {
+        self.check_rank(rank)?;
+        let key = table
+            .descriptor()
+            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
+        let segment = match table {
+            Table::User(id) | Table::Library(id) => id,
+            Table::System => 0,
+        };
+        match self.inner.resolve(rank, key, timeout.deadline())? {
+            Known::Present(descriptor) => Ok(Target {
+                rank,
+                table,
+                descriptor,
+                start: 0,
+                len: descriptor.size,
+            }),
+            Known::Absent => Err(Error::UnknownSegment { rank, segment }),
+        }
+    }
+
+    /// Starts an atomic fetch-and-add on the u64 at `offset` of `target` (8-byte aligned),
+    /// which also sets `notification` in the target's table once the word changed, if given.
+    ///
+    /// # Errors
+    /// As for [`atomic_fetch_add_nb`](Self::atomic_fetch_add_nb); [`Error::OutOfBounds`]
+    /// when the word is outside the target's range.
+    pub fn atomic_fetch_add_at(
+        &self,
+        target: &Target,
+        offset: u64,
+        value: u64,
+        notification: Option<Notification>,
+    ) -> Result<AtomicRequest<'_>> {
+        self.atomic_at(target, offset, AtomicOp::FetchAdd(value), notification)
+    }
+
+    /// Starts an atomic compare-and-swap on the u64 at `offset` of `target`, which also sets
+    /// `notification` in the target's table once it happened, if given.
+    ///
+    /// # Errors
+    /// As for [`atomic_fetch_add_at`](Self::atomic_fetch_add_at).
+    pub fn atomic_compare_swap_at(
+        &self,
+        target: &Target,
+        offset: u64,
+        compare: u64,
+        new: u64,
+        notification: Option<Notification>,
+    ) -> Result<AtomicRequest<'_>> {
+        let op = AtomicOp::CompareSwap { compare, new };
+        self.atomic_at(target, offset, op, notification)
+    }
+
+    fn atomic_at(
+        &self,
+        target: &Target,
+        offset: u64,
+        op: AtomicOp,
+        notification: Option<Notification>,
+    ) -> Result<AtomicRequest<'_>> {
+        target.check(offset, 8)?;
+        let notify = notification
+            .map(|n| target.wire(n).map(|w| (w.id, w.value)))
+            .transpose()?;
+        let pending = self.inner.start_atomic(
+            target.rank,
+            target.table,
+            target.start + offset,
+            op,
+            notify,
+            Timeout::Test.deadline(),
+        )?;
+        Ok(self.atomic_request(pending))
+    }
+}
