@@ -103,6 +103,9 @@ impl Default for Config {
 
 impl Config {
     /// The defaults, overridden by the `GASPI_*` environment variables listed on each field.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable that does not parse or is out of range.
     pub fn from_env() -> Result<Self> {
         let mut cfg = Config::default();
         if let Some(p) = var("GASPI_PROVIDER") {
@@ -146,6 +149,9 @@ impl Config {
     }
 
     /// Checks every field against its limits.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first field out of range.
     pub fn validate(&self) -> Result<()> {
         if self.provider.is_empty() {
             return Err(Error::Config("provider must not be empty".into()));

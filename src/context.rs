@@ -145,6 +145,10 @@ impl Context {
     ///
     /// Started by `gaspirun`, `mpiexec.hydra` or `srun --mpi=pmi2`, the process learns its rank
     /// through PMI; started alone, it is rank 0 of a job of one.
+    ///
+    /// # Errors
+    /// As for [`init_with`](Self::init_with), and [`Error::Config`] for a bad `GASPI_*`
+    /// variable.
     pub fn init() -> Result<Context> {
         Self::init_with(Config::from_env()?)
     }

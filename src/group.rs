@@ -194,6 +194,9 @@ pub(crate) fn fingerprint(id: GroupId, members: &Members) -> u32 {
 impl Context {
     /// Creates an empty group and returns its id. Members create their groups in the same
     /// order, so that the ids agree.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when all `GASPI_MAX_GROUPS` groups exist.
     pub fn group_create(&self) -> Result<GroupId> {
         let mut slots = self.inner.groups.write();
         let (id, slot) = slots
@@ -211,6 +214,10 @@ impl Context {
     }
 
     /// Adds `rank` to group `group`, which must not be committed yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`]; [`Error::UnknownGroup`]; [`Error::GroupCommitted`];
+    /// [`Error::DuplicateMember`].
     pub fn group_add(&self, group: GroupId, rank: Rank) -> Result<()> {
         self.check_rank(rank)?;
         let mut slots = self.inner.groups.write();
@@ -231,6 +238,11 @@ impl Context {
     /// with [`Error::GroupMismatch`] when members disagree on the membership, and with
     /// [`Error::NotInGroup`] when this rank is not a member. After [`Error::Timeout`] call it
     /// again to continue.
+    ///
+    /// # Errors
+    /// As above, and [`Error::UnknownGroup`], [`Error::GroupCommitted`],
+    /// [`Error::RankFailed`] naming a dead member, [`Error::Segment`] / [`Error::Fabric`] when
+    /// the group's allreduce area cannot be set up.
     pub fn group_commit(&self, group: GroupId, timeout: Timeout) -> Result<()> {
         let me = self.rank();
         let g = {
@@ -289,6 +301,9 @@ impl Context {
     /// discarded, so the id starts clean when it is reused; one still in flight when the group
     /// is deleted can reach its successor, so delete a group only once its partners are done
     /// with it (or have given up).
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`]; [`Error::GroupCommitted`] for [`GROUP_ALL`].
     pub fn group_delete(&self, group: GroupId) -> Result<()> {
         if group == GROUP_ALL {
             return Err(Error::GroupCommitted { group });
@@ -310,21 +325,34 @@ impl Context {
     }
 
     /// Number of members of committed group `group`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`].
     pub fn group_size(&self, group: GroupId) -> Result<u32> {
         Ok(self.inner.groups.committed(group)?.members.len())
     }
 
     /// The members of committed group `group`, ascending.
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`].
     pub fn group_ranks(&self, group: GroupId) -> Result<Vec<Rank>> {
         Ok(self.inner.groups.committed(group)?.members.ranks())
     }
 
     /// The member index of `rank` in committed group `group` (`None` if it is not a member).
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`].
     pub fn group_index(&self, group: GroupId, rank: Rank) -> Result<Option<u32>> {
         Ok(self.inner.groups.committed(group)?.members.index_of(rank))
     }
 
     /// The rank at member index `index` of committed group `group`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`]; [`Error::InvalidRank`] for an
+    /// index beyond the members.
     pub fn group_rank(&self, group: GroupId, index: u32) -> Result<Rank> {
         let g = self.inner.groups.committed(group)?;
         g.members.rank_at(index).ok_or(Error::InvalidRank {
@@ -341,6 +369,11 @@ impl Context {
     /// Blocks until every member of committed group `group` has entered the barrier, or until
     /// `timeout`. After [`Error::Timeout`] call it again to continue the same barrier. Calls
     /// from several threads of one rank are serialised.
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
+    /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while an allreduce of the group is
+    /// in flight; [`Error::RankFailed`] naming a dead member.
     pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
         let mut state = g.state();
@@ -361,6 +394,9 @@ impl Context {
 
     /// Blocks until every rank has entered the barrier, or until `timeout`: the barrier of
     /// [`GROUP_ALL`], with the same semantics as [`group_barrier`](Self::group_barrier).
+    ///
+    /// # Errors
+    /// As for [`group_barrier`](Self::group_barrier).
     pub fn barrier(&self, timeout: Timeout) -> Result<()> {
         self.group_barrier(GROUP_ALL, timeout)
     }

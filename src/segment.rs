@@ -2,7 +2,7 @@
 //! calls, and the [`Segment`] handle through which libraries (and users) reach one.
 //!
 //! A segment is memory (from `gaspi-segments`) registered with the fabric (a
-//! [`Region`](gaspi_fabric::Region)) plus a notification table. User segments are named by
+//! [`Region`]) plus a notification table. User segments are named by
 //! their id (0..=255); library segments (see the `library` module) have local ids of their
 //! own in another space, so neither ever takes an id from the other. Other ranks find a
 //! segment through the descriptor this rank publishes in its system region (see

@@ -4,9 +4,9 @@
 //! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..,"iters":..}`
 //! (`iters`: the samples behind the median), so scripts can compare `lib: "gaspi"` with
 //! `lib: "raw-libfabric"` for the same bench, transport and size. The raw lines come from the
-//! same pattern written directly against libfabric (see [`raw`]); they are the yardstick for the
+//! same pattern written directly against libfabric (see the `raw` module); they are the yardstick for the
 //! runtime's overhead. The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the
-//! same keys (see [`coll`]).
+//! same keys (see the `coll` module).
 //!
 //! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
 //! (`gaspi-fabric`, and thus the same provider setup) as the runtime, with no runtime above it.

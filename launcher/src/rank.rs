@@ -139,7 +139,7 @@ pub(crate) fn wait_for_exit(pid: u32) -> Exit {
     }
 }
 
-/// The signal that killed the zombie `pid`, from the wait status that /proc/<pid>/stat shows
+/// The signal that killed the zombie `pid`, from the wait status that `/proc/<pid>/stat` shows
 /// as its 52nd field (Linux 3.5 and later).
 fn killed_by_from_proc(pid: u32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

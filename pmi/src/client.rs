@@ -81,6 +81,11 @@ impl PmiClient {
     /// `PMI_PORT` (`host:port`, with `PMI_ID` or `PMI_RANK`/`PMI_SIZE`). Returns `Ok(None)` when
     /// neither is set: the process was started without a launcher and runs as a single rank.
     /// Only one client per process can exist; a second call fails with [`Error::Bootstrap`].
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the variables are malformed, the connection or the init
+    /// handshake fails, or a client exists already; [`Error::Config`] for a malformed
+    /// `GASPI_BOOTSTRAP_TIMEOUT`; [`Error::Io`] when the inherited socket cannot be set up.
     pub fn from_env() -> Result<Option<PmiClient>> {
         let timeout = timeout_from_env()?;
         let (file, identity) = if let Some(fd) = env_var("PMI_FD") {
@@ -160,6 +165,10 @@ impl PmiClient {
     /// Keys are non-empty printable ASCII without `=` or `#`, at most the server's key length
     /// minus a few bytes; values are printable ASCII without `=` (e.g. hex), of any length:
     /// values longer than the server accepts are stored under several keys.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] for a key or value outside those rules, or when the process
+    /// manager refuses or does not answer in time.
     pub fn put(&mut self, key: &str, value: &str) -> Result<()> {
         self.check_key("put", key)?;
         if !value.bytes().all(is_token_byte) {
@@ -193,6 +202,10 @@ impl PmiClient {
 
     /// Waits until every rank of the job entered the barrier. Values put before it are visible
     /// to all ranks after it.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the process manager fails or does not answer in time (a rank
+    /// that never arrives makes the barrier time out).
     pub fn barrier(&mut self) -> Result<()> {
         self.request(Message::new("barrier_in"), "barrier_out", "")
             .map(drop)
@@ -202,6 +215,10 @@ impl PmiClient {
     ///
     /// PMI-1 has a single key-value space, so `rank_hint` only serves error messages; keys
     /// must be unique across ranks (e.g. contain the rank).
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the key was never put, or the process manager fails or does
+    /// not answer in time.
     pub fn get(&mut self, rank_hint: u32, key: &str) -> Result<String> {
         self.check_key("get", key)?;
         let header = self.get_stored(rank_hint, key)?;
@@ -236,6 +253,9 @@ impl PmiClient {
     }
 
     /// Tells the process manager this rank is done with PMI and closes the connection.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the process manager does not acknowledge in time.
     pub fn finalize(mut self) -> Result<()> {
         self.request(Message::new("finalize"), "finalize_ack", "")
             .map(drop)

@@ -75,8 +75,12 @@ impl KvsServer {
             .collect()
     }
 
-    /// Handles one message from `rank` (which must be below the job size). An `Err` is a
-    /// protocol violation the rank cannot recover from; the launcher treats it as a failure.
+    /// Handles one message from `rank` (which must be below the job size).
+    ///
+    /// # Errors
+    /// A description of the protocol violation (an unknown command, a missing argument, a
+    /// command out of order): the rank cannot recover from it, and the launcher treats it as
+    /// a failure.
     pub fn handle(&mut self, rank: u32, msg: &Message) -> Result<Vec<Action>, String> {
         let phase = self.phases[rank as usize];
         if phase != Phase::Active {

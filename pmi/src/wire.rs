@@ -50,6 +50,9 @@ impl Message {
     }
 
     /// Parses one line (without or with its trailing newline).
+    ///
+    /// # Errors
+    /// A description of what is malformed: no `cmd=`, a word without `=`, a line too long.
     pub fn parse(line: &str) -> Result<Message, String> {
         let mut tokens = line.split_ascii_whitespace();
         let first = tokens.next().ok_or_else(|| "empty PMI line".to_owned())?;
@@ -131,6 +134,11 @@ impl<S: Read + AsFd> LineReader<S> {
     }
 
     /// The next message; waits at most `timeout` for it (`None`: no limit).
+    ///
+    /// # Errors
+    /// [`ReadError::Timeout`], [`ReadError::Closed`] when the peer closed the connection,
+    /// [`ReadError::Malformed`] for a line that does not parse or is too long,
+    /// [`ReadError::Io`].
     pub fn read_message(&mut self, timeout: Option<Duration>) -> Result<Message, ReadError> {
         // A timeout too large to represent is no timeout.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));

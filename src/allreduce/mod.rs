@@ -1,8 +1,8 @@
 //! Allreduce over a group: every member contributes a vector and receives the element-wise
 //! reduction of all contributions, bitwise identical on every member.
 //!
-//! A call runs the [schedule](schedule) of its length as a resumable state machine. Each step
-//! copies the part to send into the group's registered [area](area) and writes it into the
+//! A call runs the [schedule] of its length as a resumable state machine. Each step
+//! copies the part to send into the group's registered [area] and writes it into the
 //! partner's area as one `fi_writedata` whose remote completion data is a system notification
 //! (so, as for `write_notify`, the notification is never seen before its data), then waits for
 //! the partner's notification and folds the received part in. The notification carries a tag
@@ -84,6 +84,14 @@ impl Context {
     /// After [`Error::Timeout`], call again with the same arguments to continue: the input is
     /// captured by the first call, and `output` is written only when the reduction completes.
     /// Bitwise and logical operators on floats are [`Error::Unsupported`].
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
+    /// [`Error::Buffers`] for input and output of different lengths; [`Error::Unsupported`];
+    /// [`Error::Timeout`] (call again to continue); [`Error::CollectiveInProgress`] while a
+    /// barrier or an allreduce with other arguments of the group is in flight;
+    /// [`Error::CollectiveMismatch`] naming a member that called with other arguments;
+    /// [`Error::RankFailed`] naming a dead member.
     pub fn allreduce<T: Element>(
         &self,
         group: GroupId,
@@ -97,6 +105,10 @@ impl Context {
 
     /// [`allreduce`](Self::allreduce) with a user-defined operator (see [`UserOp`] for what it
     /// must satisfy). The vector length must be a multiple of the operator's block.
+    ///
+    /// # Errors
+    /// As for [`allreduce`](Self::allreduce); [`Error::Buffers`] for a length that is not a
+    /// whole number of blocks; [`Error::Limit`] for a block larger than the allreduce chunk.
     pub fn allreduce_with<T: Element, F: Fn(&mut [T], &[T])>(
         &self,
         group: GroupId,
