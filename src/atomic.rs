@@ -22,7 +22,7 @@
 //! Either way, plain reads and writes of the word (local or RMA) are not atomic with respect
 //! to them. Each atomic in flight owns one of the system region's atomic slots (operand,
 //! compare, result and status words) until it completes, so up to
-//! [`ATOMIC_SLOTS`](crate::system::ATOMIC_SLOTS) atomics are in flight at once, and one that
+//! [`ATOMIC_SLOTS`] atomics are in flight at once, and one that
 //! timed out never holds up the next.
 
 use std::sync::{Arc, Weak};
@@ -579,13 +579,13 @@ impl AtomicRequest<'_> {
     /// / [`Error::OutOfBounds`] / [`Error::InvalidNotification`] when the target refused the
     /// word or the notification; [`Error::OperationFailed`].
     pub fn wait(&self, timeout: Timeout) -> Result<u64> {
+        self.wait_until(timeout.deadline())
+    }
+
+    fn wait_until(&self, deadline: Deadline) -> Result<u64> {
         let p = &self.pending;
         let inner = &self.ctx.inner;
-        let result = inner.watched_until(
-            || std::iter::once(p.rank),
-            timeout.deadline(),
-            || p.result(),
-        );
+        let result = inner.watched_until(|| std::iter::once(p.rank), deadline, || p.result());
         match result {
             Ok(Ok(old)) => Ok(old),
             Ok(Err(failure)) => Err(p.error(failure)),
@@ -603,8 +603,9 @@ impl Context {
     /// [`Error::OutOfBounds`] when the target has no such word; [`Error::Timeout`] (the atomic
     /// may still happen); [`Error::RankFailed`].
     pub fn atomic_fetch_add(&self, remote: Remote, value: u64, timeout: Timeout) -> Result<u64> {
-        self.atomic(remote, AtomicOp::FetchAdd(value), None, timeout)?
-            .wait(timeout)
+        let deadline = timeout.deadline();
+        self.atomic(remote, AtomicOp::FetchAdd(value), None, deadline)?
+            .wait_until(deadline)
     }
 
     /// Atomically replaces the u64 at `remote` (8-byte aligned) with `new` if it equals
@@ -620,13 +621,10 @@ impl Context {
         new: u64,
         timeout: Timeout,
     ) -> Result<u64> {
-        self.atomic(
-            remote,
-            AtomicOp::CompareSwap { compare, new },
-            None,
-            timeout,
-        )?
-        .wait(timeout)
+        let deadline = timeout.deadline();
+        let op = AtomicOp::CompareSwap { compare, new };
+        self.atomic(remote, op, None, deadline)?
+            .wait_until(deadline)
     }
 
     /// Starts [`atomic_fetch_add`](Self::atomic_fetch_add) without waiting: the request gives
@@ -636,7 +634,12 @@ impl Context {
     /// [`Error::InvalidRank`]; [`Error::Misaligned`]; [`Error::RankFailed`] for a rank known
     /// dead; [`Error::Limit`] when all atomic slots are in flight (wait for one of them).
     pub fn atomic_fetch_add_nb(&self, remote: Remote, value: u64) -> Result<AtomicRequest<'_>> {
-        self.atomic(remote, AtomicOp::FetchAdd(value), None, Timeout::Test)
+        self.atomic(
+            remote,
+            AtomicOp::FetchAdd(value),
+            None,
+            Timeout::Test.deadline(),
+        )
     }
 
     /// Starts [`atomic_compare_swap`](Self::atomic_compare_swap) without waiting.
@@ -649,12 +652,8 @@ impl Context {
         compare: u64,
         new: u64,
     ) -> Result<AtomicRequest<'_>> {
-        self.atomic(
-            remote,
-            AtomicOp::CompareSwap { compare, new },
-            None,
-            Timeout::Test,
-        )
+        let op = AtomicOp::CompareSwap { compare, new };
+        self.atomic(remote, op, None, Timeout::Test.deadline())
     }
 
     /// Starts a fetch-and-add that also sets `notification` in the target segment's table
@@ -672,7 +671,12 @@ impl Context {
     ) -> Result<AtomicRequest<'_>> {
         self.wire_notification(remote.rank, remote.segment, notification)?;
         let notify = Some((notification.id, notification.value));
-        self.atomic(remote, AtomicOp::FetchAdd(value), notify, Timeout::Test)
+        self.atomic(
+            remote,
+            AtomicOp::FetchAdd(value),
+            notify,
+            Timeout::Test.deadline(),
+        )
     }
 
     /// Starts a compare-and-swap that also sets `notification` in the target segment's
@@ -690,7 +694,7 @@ impl Context {
         self.wire_notification(remote.rank, remote.segment, notification)?;
         let notify = Some((notification.id, notification.value));
         let op = AtomicOp::CompareSwap { compare, new };
-        self.atomic(remote, op, notify, Timeout::Test)
+        self.atomic(remote, op, notify, Timeout::Test.deadline())
     }
 
     fn atomic(
@@ -698,7 +702,7 @@ impl Context {
         remote: Remote,
         op: AtomicOp,
         notify: Option<(NotificationId, u32)>,
-        timeout: Timeout,
+        deadline: Deadline,
     ) -> Result<AtomicRequest<'_>> {
         self.check_rank(remote.rank)?;
         let pending = self.inner.start_atomic(
@@ -707,7 +711,7 @@ impl Context {
             remote.offset,
             op,
             notify,
-            timeout.deadline(),
+            deadline,
         )?;
         Ok(AtomicRequest { ctx: self, pending })
     }

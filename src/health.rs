@@ -39,7 +39,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gaspi_notifications::Timeout;
@@ -47,7 +47,7 @@ use gaspi_notifications::Timeout;
 use crate::context::{Context, Inner};
 use crate::engine::{Handler, Op, Outcome};
 use crate::error::{Error, Rank, Result};
-use crate::sync::lock;
+use crate::sync::{lock, Mutex};
 use crate::system::{layout, SCRATCH_LEN};
 
 /// A rank's process is looked at no more often than this, however many calls ask: a caller that

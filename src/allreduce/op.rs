@@ -55,6 +55,39 @@ impl ReduceOp {
     fn code(self) -> u8 {
         self as u8
     }
+
+    /// Folds `other` into `acc` element by element: `acc[i] = acc[i] ⊕ other[i]` (for the
+    /// non-commutative cases, `acc` is the left operand). The same function the allreduce
+    /// folds with, for libraries that build their own reductions.
+    ///
+    /// ```
+    /// # use gaspi::ReduceOp;
+    /// let mut acc = [1i64, 5, -3];
+    /// ReduceOp::Max.apply(&mut acc, &[4, 2, -7])?;
+    /// assert_eq!(acc, [4, 5, -3]);
+    /// # Ok::<(), gaspi::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Buffers`] when the slices differ in length; [`Error::Unsupported`] for a
+    /// bitwise or logical operator on floats.
+    pub fn apply<T: Element>(self, acc: &mut [T], other: &[T]) -> Result<()> {
+        if acc.len() != other.len() {
+            return Err(Error::Buffers(format!(
+                "{} elements folded with {}",
+                acc.len(),
+                other.len()
+            )));
+        }
+        T::fold(self, other, acc, false).ok_or_else(|| unsupported::<T>(self))
+    }
+}
+
+fn unsupported<T>(op: ReduceOp) -> Error {
+    Error::Unsupported(format!(
+        "{op:?} needs integer elements, not {}",
+        std::any::type_name::<T>()
+    ))
 }
 
 /// A user-defined reduction operator: `function(acc, other)` must leave `acc ⊕ other` in `acc`,
@@ -103,6 +136,33 @@ impl<F> UserOp<F> {
     pub fn block(mut self, elements: usize) -> Self {
         self.block = elements;
         self
+    }
+
+    /// Folds `other` into `acc` (`acc = acc ⊕ other`, `acc` the left operand) with the user's
+    /// function, after the checks the allreduce makes.
+    ///
+    /// # Errors
+    /// [`Error::Buffers`] when the slices differ in length or are not a whole number of
+    /// blocks; [`Error::Unsupported`] for a block of zero elements.
+    pub fn apply<T>(&self, acc: &mut [T], other: &[T]) -> Result<()>
+    where
+        F: Fn(&mut [T], &[T]),
+    {
+        if self.block == 0 {
+            return Err(Error::Unsupported(
+                "a user operator's block must hold at least one element".into(),
+            ));
+        }
+        if acc.len() != other.len() || acc.len() % self.block != 0 {
+            return Err(Error::Buffers(format!(
+                "{} elements folded with {} in blocks of {}",
+                acc.len(),
+                other.len(),
+                self.block
+            )));
+        }
+        (self.function)(acc, other);
+        Ok(())
     }
 }
 
@@ -245,12 +305,7 @@ pub(crate) struct Builtin<T> {
 impl<T: Element> Builtin<T> {
     pub(crate) fn new(op: ReduceOp) -> Result<Self> {
         // Folding nothing tells whether the operator applies, without a second table of rules.
-        T::fold(op, &[], &mut [], false).ok_or_else(|| {
-            Error::Unsupported(format!(
-                "{op:?} needs integer elements, not {}",
-                std::any::type_name::<T>()
-            ))
-        })?;
+        T::fold(op, &[], &mut [], false).ok_or_else(|| unsupported::<T>(op))?;
         Ok(Builtin {
             op,
             _t: std::marker::PhantomData,
@@ -348,6 +403,33 @@ mod tests {
         assert_eq!(fold_pair(ReduceOp::LogicalOr, 5i32, 0), 1);
         assert_eq!(fold_pair(ReduceOp::LogicalXor, 5u64, 9), 0);
         assert_eq!(fold_pair(ReduceOp::Sum, 0.5f64, 0.25), 0.75);
+    }
+
+    #[test]
+    fn apply_folds_in_place_and_checks_its_arguments() {
+        let mut acc = [1u32, 2, 3];
+        ReduceOp::Sum
+            .apply(&mut acc, &[10, 20, 30])
+            .expect("applies");
+        assert_eq!(acc, [11, 22, 33]);
+        assert!(matches!(
+            ReduceOp::Sum.apply(&mut acc, &[1]),
+            Err(Error::Buffers(_))
+        ));
+        assert!(matches!(
+            ReduceOp::BitOr.apply(&mut [1.0f64], &[2.0]),
+            Err(Error::Unsupported(_))
+        ));
+        let concat = UserOp::new(|acc: &mut [u32], other: &[u32]| {
+            for (a, o) in acc.iter_mut().zip(other) {
+                *a = *a * 10 + *o;
+            }
+        })
+        .block(2);
+        let mut pair = [1u32, 2];
+        concat.apply(&mut pair, &[3, 4]).expect("applies");
+        assert_eq!(pair, [13, 24]);
+        assert!(concat.apply(&mut [1u32, 2, 3], &[1, 2, 3]).is_err());
     }
 
     #[test]
