@@ -43,9 +43,9 @@ pub struct Config {
     /// Operations a queue holds before it reports [`Error::QueueFull`] (`GASPI_QUEUE_DEPTH`,
     /// default 1,024, at most 65,536).
     pub queue_depth: u32,
-    /// How long posting an operation may keep retrying while the provider has no resources,
-    /// and how long internal one-off waits (a remote segment lookup) may take
-    /// (`GASPI_OP_TIMEOUT_MS`, default 30 s).
+    /// How long [`Context::init`](crate::Context::init) waits for every rank to be reachable
+    /// over the fabric (`GASPI_OP_TIMEOUT_MS`, default 30 s). Every other call runs under the
+    /// timeout its caller passes.
     pub op_timeout: Duration,
     /// Largest number of groups, the all-ranks group included (`GASPI_MAX_GROUPS`, default 32,
     /// at most [`MAX_GROUPS`]).

@@ -249,7 +249,7 @@ impl Context {
             let mut slots = self.inner.groups.write();
             let slot = slots
                 .get_mut(usize::from(group))
-                .ok_or(Error::UnknownGroup { group })?;
+                .ok_or_else(|| Error::UnknownGroup { group })?;
             match slot {
                 Slot::Building(set) => {
                     if !set.contains(&me) {
@@ -355,7 +355,7 @@ impl Context {
     /// index beyond the members.
     pub fn group_rank(&self, group: GroupId, index: u32) -> Result<Rank> {
         let g = self.inner.groups.committed(group)?;
-        g.members.rank_at(index).ok_or(Error::InvalidRank {
+        g.members.rank_at(index).ok_or_else(|| Error::InvalidRank {
             rank: index,
             size: g.members.len(),
         })
@@ -403,7 +403,7 @@ impl Context {
 
     fn run(&self, g: &Group, state: &mut CollState, timeout: Timeout) -> Result<()> {
         let me = self.rank();
-        let index = g.members.index_of(me).ok_or(Error::NotInGroup {
+        let index = g.members.index_of(me).ok_or_else(|| Error::NotInGroup {
             group: g.id,
             rank: me,
         })?;

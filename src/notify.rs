@@ -81,7 +81,7 @@ impl Context {
         self.inner
             .segments
             .with_table(Table::User(segment), |table| table.reset(id))
-            .ok_or(Error::UnknownSegment {
+            .ok_or_else(|| Error::UnknownSegment {
                 rank: self.rank(),
                 segment,
             })?
@@ -98,7 +98,7 @@ impl Context {
         self.inner
             .segments
             .with_table(Table::User(segment), |table| table.get(id))
-            .ok_or(Error::UnknownSegment {
+            .ok_or_else(|| Error::UnknownSegment {
                 rank: self.rank(),
                 segment,
             })?

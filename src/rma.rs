@@ -108,6 +108,9 @@ impl Context {
     /// [`Error::RankFailed`] for a rank known dead.
     pub fn write(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
         let q = self.prepare(remote.rank, queue)?;
+        if self.inner.try_inject(q, local, remote, size, None)? {
+            return Ok(());
+        }
         let request = self.write_request(local, remote, size, None)?;
         self.inner.post_on(q, request)
     }
@@ -132,6 +135,9 @@ impl Context {
             return self.notify(remote.rank, remote.segment, notification, queue);
         }
         let q = self.prepare(remote.rank, queue)?;
+        if self.inner.try_inject(q, local, remote, size, Some(wire))? {
+            return Ok(());
+        }
         let request = self.write_request(local, remote, size, Some(wire))?;
         self.inner.post_on(q, request)
     }
@@ -418,6 +424,42 @@ impl Inner {
         }
         q.reserve(request.rank, 1)?;
         q.submit(self, vec![request])
+    }
+
+    /// Injects a small write from `local` to `remote` at once, when it may be and everything
+    /// about it is known and valid; `Ok(false)` sends it down the general path (which also
+    /// reports whatever is wrong with it, in the usual order). Nothing is counted or
+    /// allocated on this path: a write_notify ping-pong runs on it.
+    pub(crate) fn try_inject(
+        &self,
+        q: &Queue,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        data: Option<WireNotification>,
+    ) -> Result<bool> {
+        if !self.may_inject(q, size) || self.health.known(remote.rank).is_some() {
+            return Ok(false);
+        }
+        let key = DescKey::Segment(remote.segment);
+        let Some(known) = self.descriptors.cached(remote.rank, key) else {
+            return Ok(false);
+        };
+        let Ok(target) = check_target(self, remote.rank, key, remote.offset, size, known) else {
+            return Ok(false);
+        };
+        let data = data.map(WireNotification::encode);
+        let injected = self
+            .segments
+            .with_segment(Table::User(local.segment), |seg| {
+                let source = seg.slice(self.rank, local.offset, size).ok()?;
+                Some(self.ep.inject_write_from(source, target, data))
+            })
+            .flatten();
+        match injected {
+            Some(posted) => Ok(posted? == Posted::Yes),
+            None => Ok(false),
+        }
     }
 
     /// Whether a write of `size` bytes on `q` may be injected: it fits, the provider orders

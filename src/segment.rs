@@ -181,10 +181,22 @@ impl Segments {
 
     /// User segment `id` of this rank `me`.
     pub(crate) fn user(&self, me: Rank, id: SegmentId) -> Result<Arc<LocalSegment>> {
-        self.get(Table::User(id)).ok_or(Error::UnknownSegment {
-            rank: me,
-            segment: id,
-        })
+        self.get(Table::User(id))
+            .ok_or_else(|| Error::UnknownSegment {
+                rank: me,
+                segment: id,
+            })
+    }
+
+    /// Runs `f` on the segment behind `table` under the registry's read lock, without
+    /// touching its reference count (the injection fast path). `f` must not block.
+    pub(crate) fn with_segment<R>(
+        &self,
+        table: Table,
+        f: impl FnOnce(&LocalSegment) -> R,
+    ) -> Option<R> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots[index(table)?].as_deref().map(f)
     }
 
     /// Runs `f` on the notification table behind `table` under the registry's read lock,

@@ -155,7 +155,7 @@ impl Context {
         let index = g
             .members
             .index_of(me)
-            .ok_or(Error::NotInGroup { group, rank: me })?;
+            .ok_or_else(|| Error::NotInGroup { group, rank: me })?;
         // A dead member makes the reduction hopeless, whatever state the group is in.
         if let Some(e) = self.inner.health.first_known(g.member_ranks()) {
             return Err(e);

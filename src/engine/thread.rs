@@ -6,8 +6,9 @@
 //! none does. It sleeps inside `fi_cq_sread` (the provider's wait object) and wakes when
 //! traffic arrives, so writes land while all user threads compute; where the provider has no
 //! wait object it polls with an exponential sleep (50 µs to 1 ms). While this rank's own
-//! operations are in flight it polls (yielding the core) instead, since they only move while
-//! somebody drives the provider.
+//! operations are in flight, or traffic arrived within the last [`FLOWING`], it polls
+//! (yielding the core) instead, since data only moves while somebody drives the provider: a streaming
+//! receiver pulls each chunk as it comes instead of paying a wake-up per socket event.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,47 +47,62 @@ impl ProgressThread {
 /// thread still polls.
 const STAND_ASIDE: Duration = Duration::from_millis(1);
 
-/// How long the progress thread polls for operations in flight without seeing any progress
-/// before it sleeps in the provider instead: an operation towards a dead or stopped peer may
-/// not complete for a long time (shm), and polling for it would take a core for good.
+/// How long the progress thread polls without seeing any progress before it sleeps in the
+/// provider instead: an operation towards a dead or stopped peer may not complete for a long
+/// time (shm), and polling for it would take a core for good; a rank whose traffic stopped is
+/// idle.
 const STALL: Duration = Duration::from_millis(10);
+
+/// How long after the last traffic the progress thread keeps polling although none of this
+/// rank's operations are in flight: long enough to cover the gaps between the chunks of a
+/// stream, short enough that a rank receiving now and then does not keep a core busy.
+const FLOWING: Duration = Duration::from_millis(1);
 
 fn run(inner: &Inner, stop: &AtomicBool) {
     const MAX_SLEEP: Duration = Duration::from_millis(1);
     let mut sleep = Duration::from_micros(50);
     let mut stalled_since: Option<Instant> = None;
+    // When the provider last reported anything.
+    let mut last_traffic: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         if inner.engine.handoff.stand_aside(Some(STAND_ASIDE)) {
             continue;
         }
-        let busy = inner.engine.in_flight.load(Ordering::Acquire) > 0 || inner.engine.has_retries();
-        if !busy {
+        let pending =
+            inner.engine.in_flight.load(Ordering::Acquire) > 0 || inner.engine.has_retries();
+        if !pending {
             stalled_since = None;
         }
         let stalled = stalled_since.is_some_and(|since| since.elapsed() > STALL);
-        if busy && !stalled {
-            // Our own operations are in flight, and with manual progress they move only while
-            // somebody drives the provider: sleeping in the wait object between socket events
-            // cost 30% of streaming bandwidth (measured, tcp and shm). Poll, yielding the core,
-            // until they complete.
-            if inner.progress() {
-                stalled_since = None;
-            } else {
-                stalled_since.get_or_insert_with(Instant::now);
+        let flowing = last_traffic.is_some_and(|at| at.elapsed() <= FLOWING);
+        let progressed = if (pending && !stalled) || flowing {
+            // Operations are in flight or traffic is flowing, and with manual progress data
+            // moves only while somebody drives the provider: sleeping in the wait object
+            // between socket events cost 30% of streaming bandwidth (measured, tcp and shm).
+            // Poll, yielding the core.
+            let progressed = inner.progress();
+            if !progressed {
+                if pending {
+                    stalled_since.get_or_insert_with(Instant::now);
+                }
                 std::thread::yield_now();
             }
+            progressed
         } else if inner.ep.cq_waitable() {
             // A bounded sleep rather than an infinite one: a stop request is also signalled,
             // but the bound keeps shutdown prompt even if a provider misses the signal.
-            if inner.progress_blocking(100) {
-                stalled_since = None;
-            }
+            inner.progress_blocking(100)
         } else if inner.progress() {
-            stalled_since = None;
             sleep = Duration::from_micros(50);
+            true
         } else {
             std::thread::sleep(sleep);
             sleep = (sleep * 2).min(MAX_SLEEP);
+            false
+        };
+        if progressed {
+            stalled_since = None;
+            last_traffic = Some(Instant::now());
         }
     }
 }

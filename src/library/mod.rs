@@ -228,10 +228,12 @@ impl<'a> Library<'a> {
             }
         }
         let members = Members::from_set(&set);
-        let me = members.index_of(ctx.rank()).ok_or(Error::NotInGroup {
-            group: 0,
-            rank: ctx.rank(),
-        })?;
+        let me = members
+            .index_of(ctx.rank())
+            .ok_or_else(|| Error::NotInGroup {
+                group: 0,
+                rank: ctx.rank(),
+            })?;
         let ranks: Vec<u64> = set.iter().map(|&r| u64::from(r)).collect();
         let resolved = Resolved {
             key: hash(&[&[0x7ea3], &ranks[..]].concat()),
@@ -252,10 +254,13 @@ impl<'a> Library<'a> {
         match scope {
             Scope::Group(group) => {
                 let g = ctx.inner.groups.committed(group)?;
-                let me = g.members.index_of(ctx.rank()).ok_or(Error::NotInGroup {
-                    group,
-                    rank: ctx.rank(),
-                })?;
+                let me = g
+                    .members
+                    .index_of(ctx.rank())
+                    .ok_or_else(|| Error::NotInGroup {
+                        group,
+                        rank: ctx.rank(),
+                    })?;
                 Ok(Resolved {
                     key: hash(&[
                         0x6790,
@@ -496,7 +501,7 @@ impl Shared {
                 let index = p
                     .members
                     .index_of(rank)
-                    .ok_or(Error::NotInGroup { group: 0, rank })?;
+                    .ok_or_else(|| Error::NotInGroup { group: 0, rank })?;
                 let _ = me;
                 p.ids
                     .get(index as usize)
