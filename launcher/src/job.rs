@@ -35,6 +35,10 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 const TIMEOUT_STATUS: u8 = 124;
 /// Exit status for failures of gaspirun itself.
 const INTERNAL_ERROR: u8 = 1;
+/// How long a rank whose PMI connection closed without finalize may take to exit before the
+/// closed connection is taken as its fate: a killed rank's connection and its exit reach the
+/// launcher in either order.
+const EXIT_GRACE: Duration = Duration::from_millis(200);
 
 /// What the helper threads report.
 #[derive(Debug)]
@@ -62,6 +66,10 @@ struct Rank {
     pmi: Option<UnixStream>,
     /// The rank closed its PMI connection.
     pmi_closed: bool,
+    /// When its PMI connection closed without finalize while the process still ran: its exit
+    /// (a kill, a crash) usually follows at once and says more, so the barrier check waits
+    /// [`EXIT_GRACE`] for it before blaming the closed connection.
+    pmi_closed_at: Option<Instant>,
     /// How the process ended, once it did.
     exit: Option<Exit>,
 }
@@ -176,6 +184,7 @@ impl Job {
         self.ranks.push(Rank {
             child,
             pmi_closed: connected.is_none(),
+            pmi_closed_at: None,
             pmi: connected,
             exit: None,
         });
@@ -250,6 +259,9 @@ impl Job {
                 let r = &mut self.ranks[rank as usize];
                 r.pmi_closed = true;
                 r.pmi = None;
+                if r.exit.is_none() {
+                    r.pmi_closed_at = Some(Instant::now());
+                }
                 self.check_barrier();
             }
             Event::PmiBroken(rank, why) => {
@@ -372,7 +384,7 @@ impl Job {
             Some(exit.description.clone())
         } else if self.kvs.is_finalized(rank) {
             Some("already called PMI finalize".to_owned())
-        } else if r.pmi_closed {
+        } else if r.pmi_closed && r.pmi_closed_at.is_none_or(|at| at.elapsed() >= EXIT_GRACE) {
             Some("closed its PMI connection without calling finalize".to_owned())
         } else {
             None
@@ -418,7 +430,14 @@ impl Job {
     /// The next moment something has to happen without an event.
     fn next_wake(&self) -> Option<Instant> {
         let limit = self.time_limit.filter(|_| !self.ending).map(|(at, _)| at);
-        [limit, self.kill_at, self.drain_until]
+        let grace = self
+            .ranks
+            .iter()
+            .filter(|r| r.exit.is_none())
+            .filter_map(|r| r.pmi_closed_at)
+            .map(|at| at + EXIT_GRACE)
+            .min();
+        [limit, self.kill_at, self.drain_until, grace]
             .into_iter()
             .flatten()
             .min()
@@ -439,6 +458,16 @@ impl Job {
         if self.kill_at.is_some_and(|at| now >= at) {
             self.signal_all(Signal::SIGKILL);
             self.kill_at = None;
+        }
+        let mut graced = false;
+        for r in &mut self.ranks {
+            if r.pmi_closed_at.is_some_and(|at| now >= at + EXIT_GRACE) {
+                r.pmi_closed_at = None;
+                graced = true;
+            }
+        }
+        if graced {
+            self.check_barrier();
         }
         if self.drain_until.is_some_and(|at| now >= at) {
             if self.leftovers_killed {
