@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -222,7 +221,7 @@ fn early_exit(ranks: u32, provider: &str, leave: &str) {
         ranks,
         provider,
         EARLY_EXIT_LIMIT_S,
-        Path::new(common::SELFTEST),
+        &common::selftest_path(),
         &["early-exit", "--leave", leave],
     );
     let pids: Vec<u32> = job
@@ -337,7 +336,7 @@ fn fault(ranks: u32, provider: &str) {
         ranks,
         provider,
         EARLY_EXIT_LIMIT_S,
-        Path::new(common::SELFTEST),
+        &common::selftest_path(),
         &["fault"],
     );
     let dead = ranks - 1;

@@ -1,6 +1,10 @@
+// Each test binary uses a different part of this runner.
+#![allow(dead_code)]
+
 //! The runner of the multi-process tests: starts a job of separate rank processes under
 //! `gaspirun` (or `mpiexec.hydra`), one job at a time, never lets it hang the test binary, and
-//! checks what the ranks reported.
+//! reads what the ranks reported. Other packages of the workspace (`coll/`) use it too, with
+//! `#[path]`: it finds every program through the test binary's own location.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -10,20 +14,37 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub const SELFTEST: &str = env!("CARGO_BIN_EXE_gaspi-selftest");
+/// `<target>/<profile>`, where cargo puts binaries and examples; test binaries live in its
+/// `deps`. Cargo tells a package's tests only where that package's own binaries are, and the
+/// launcher belongs to `gaspi-launcher`, hence the lookup.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary knows its path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in <target>/<profile>/deps")
+        .to_path_buf()
+}
 
-/// `gaspirun`, from the `gaspi-launcher` package of this workspace: built next to this
-/// package's binaries by `cargo test --workspace` (or `cargo build --workspace`). Cargo only
-/// tells a package's tests where that package's own binaries are, hence the lookup.
-pub fn gaspirun_path() -> PathBuf {
-    let path = Path::new(SELFTEST).with_file_name("gaspirun");
+/// A binary of this workspace, built in the same profile.
+fn binary(name: &str, package: &str) -> PathBuf {
+    let path = profile_dir().join(name);
     assert!(
         path.is_file(),
-        "{} is missing: run the tests with `cargo test --workspace` (or build the launcher \
-         with `cargo build -p gaspi-launcher` in the same profile first)",
+        "{} is missing: run the tests with `cargo test --workspace` (or build it with \
+         `cargo build -p {package}` in the same profile first)",
         path.display()
     );
     path
+}
+
+/// `gaspirun`, from the `gaspi-launcher` package.
+pub fn gaspirun_path() -> PathBuf {
+    binary("gaspirun", "gaspi-launcher")
+}
+
+/// `gaspi-selftest`, from the `gaspi` package.
+pub fn selftest_path() -> PathBuf {
+    binary("gaspi-selftest", "gaspi")
 }
 
 /// The providers every scenario runs over.
@@ -75,6 +96,37 @@ impl Finished {
                 self.report()
             );
         }
+    }
+}
+
+impl Finished {
+    /// The observations rank `rank` reported on its `data <scenario> rank R:` line, as a map
+    /// from key to value; panics (with the job's report) when there is no such line.
+    pub fn data(&self, scenario: &str, rank: u32) -> std::collections::HashMap<String, String> {
+        let marker = format!("data {scenario} rank {rank}: ");
+        let line = self
+            .stdout
+            .lines()
+            .find_map(|l| l.split_once(&marker).map(|(_, rest)| rest))
+            .unwrap_or_else(|| panic!("rank {rank} reported no data line\n{}", self.report()));
+        line.split("; ")
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    /// Value `key` of rank `rank`'s data, parsed; panics when missing or malformed.
+    pub fn datum<T: std::str::FromStr>(&self, scenario: &str, rank: u32, key: &str) -> T {
+        let data = self.data(scenario, rank);
+        let text = data
+            .get(key)
+            .unwrap_or_else(|| panic!("rank {rank} reported no {key:?}\n{}", self.report()));
+        text.parse().unwrap_or_else(|_| {
+            panic!(
+                "rank {rank}: {key}={text:?} does not parse\n{}",
+                self.report()
+            )
+        })
     }
 }
 
@@ -182,21 +234,19 @@ pub fn selftest(scenario: &str, ranks: u32, provider: &str) -> Finished {
 
 /// [`selftest`] with `VAR=value` settings (`env`) in every rank's environment.
 pub fn selftest_with_env(env: &[&str], scenario: &str, ranks: u32, provider: &str) -> Finished {
-    let args: Vec<&str> = env.iter().copied().chain([SELFTEST, scenario]).collect();
+    let selftest = selftest_path();
+    let selftest = selftest
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let args: Vec<&str> = env.iter().copied().chain([selftest, scenario]).collect();
     let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("env"), &args);
     job.assert_every_rank(ranks, |r| format!("ok {scenario} rank {r}: "));
     job
 }
 
-/// An example program, which `cargo test` builds next to the test binaries' directory.
+/// An example program of the package under test, which `cargo test` builds.
 pub fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary knows its path");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binaries live in <target>/<profile>/deps")
-        .join("examples")
-        .join(name);
+    let path = profile_dir().join("examples").join(name);
     assert!(
         path.exists(),
         "{} does not exist: examples are built by a plain `cargo test`, or by \

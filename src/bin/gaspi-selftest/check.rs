@@ -32,6 +32,116 @@ impl<T> Doing<T> for gaspi::Result<T> {
     }
 }
 
+/// What a scenario observed, for the test harness to judge: `key=value` pairs, printed on one
+/// line `data <scenario> rank R: key=value; key=value` after the `ok` line. Values are
+/// observations (counts, digests, error variants, elapsed milliseconds), never verdicts: the
+/// tests compare them with what they expect.
+#[derive(Debug, Default)]
+pub struct Data(Vec<(String, String)>);
+
+impl Data {
+    /// Records `value` under `key` (characters that would break the line are replaced).
+    pub fn put(&mut self, key: &str, value: impl Display) {
+        let clean = |s: String| s.replace([';', '=', '\n'], "_");
+        self.0
+            .push((clean(key.to_owned()), clean(value.to_string())));
+    }
+
+    /// Records how a call ended: `Ok`, or its error in the form of [`describe`].
+    pub fn outcome<T>(&mut self, key: &str, result: &gaspi::Result<T>) {
+        self.put(key, outcome(result));
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The `key=value; ...` line.
+    pub fn line(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// `Ok`, or the error of `result` as [`describe`] writes it.
+pub fn outcome<T>(result: &gaspi::Result<T>) -> String {
+    match result {
+        Ok(_) => "Ok".to_owned(),
+        Err(e) => describe(e),
+    }
+}
+
+/// An error as the tests match it: the variant and its identifying fields, e.g.
+/// `RankFailed(3)`, `UnknownSegment(1,9)`, `OutOfBounds(1,0,4096,1,4096)`, `Timeout`.
+pub fn describe(e: &gaspi::Error) -> String {
+    use gaspi::Error as E;
+    match e {
+        E::Timeout => "Timeout".into(),
+        E::FinalizeTimeout(_) => "FinalizeTimeout".into(),
+        E::RankFailed { rank, .. } => format!("RankFailed({rank})"),
+        E::OperationFailed { rank, .. } => format!("OperationFailed({rank})"),
+        E::UnknownSegment { rank, segment } => format!("UnknownSegment({rank},{segment})"),
+        E::OutOfBounds {
+            rank,
+            segment,
+            offset,
+            size,
+            segment_size,
+        } => format!("OutOfBounds({rank},{segment},{offset},{size},{segment_size})"),
+        E::InvalidRank { rank, size } => format!("InvalidRank({rank},{size})"),
+        E::InvalidQueue { queue, count } => format!("InvalidQueue({queue},{count})"),
+        E::QueueFull { queue, depth } => format!("QueueFull({queue},{depth})"),
+        E::BatchFull { depth } => format!("BatchFull({depth})"),
+        E::InvalidNotification {
+            rank, segment, id, ..
+        } => {
+            format!("InvalidNotification({rank},{segment},{id})")
+        }
+        E::ZeroNotificationValue { rank, id } => format!("ZeroNotificationValue({rank},{id})"),
+        E::CollectiveInProgress { group, .. } => format!("CollectiveInProgress({group})"),
+        E::CollectiveMismatch { group, rank } => format!("CollectiveMismatch({group},{rank})"),
+        E::GroupMismatch { group } => format!("GroupMismatch({group})"),
+        E::NotInGroup { group, rank } => format!("NotInGroup({group},{rank})"),
+        E::LibraryExists { name } => format!("LibraryExists({name})"),
+        E::LibraryBusy { library, .. } => format!("LibraryBusy({library})"),
+        E::LibraryMismatch { library, rank } => format!("LibraryMismatch({library},{rank})"),
+        E::Misaligned {
+            rank,
+            segment,
+            offset,
+        } => format!("Misaligned({rank},{segment},{offset})"),
+        other => {
+            // The variant's name: what its Debug form starts with.
+            let debug = format!("{other:?}");
+            debug
+                .split([' ', '(', '{'])
+                .next()
+                .unwrap_or("Error")
+                .to_owned()
+        }
+    }
+}
+
+/// A scenario's result: a summary for people, and data for the tests.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub summary: String,
+    pub data: Data,
+}
+
+impl From<String> for Report {
+    fn from(summary: String) -> Self {
+        Report {
+            summary,
+            data: Data::default(),
+        }
+    }
+}
+
 /// A 64-bit mixer (splitmix64): neighbouring inputs give unrelated outputs, so patterns of
 /// different seeds, and different words of one pattern, never resemble each other.
 pub fn mix(x: u64) -> u64 {

@@ -7,7 +7,9 @@
 //!
 //! Each subcommand is one scenario. Every rank runs it, checks what it received (every byte,
 //! every notification value, every error variant) and prints exactly one line
-//! `ok <scenario> rank R: <what was checked>`; on any mismatch it prints
+//! `ok <scenario> rank R: <what was checked>`, followed, for scenarios that report
+//! observations for the tests to judge, by one line `data <scenario> rank R: key=value; ...`
+//! (see `check::Data`); on any mismatch it prints
 //! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
 //! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
 //! check that the launcher and the survivors notice a rank that vanished. `fault` kills its
@@ -24,8 +26,10 @@ mod errors;
 mod fault;
 mod groups;
 mod integrity;
+mod library;
 mod options;
 mod passive;
+mod stopped;
 mod stress;
 mod threads;
 mod timeouts;
@@ -34,7 +38,7 @@ use std::process::ExitCode;
 
 use gaspi::{Config, Context, Timeout};
 
-use check::Failure;
+use check::{Failure, Report};
 use options::{Command, Options, Scenario};
 
 /// Bound for collective steps outside the scenarios (the final barrier): generous, because
@@ -65,35 +69,47 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         }
     };
     let me = ctx.rank();
-    let outcome = match scenario {
-        Scenario::Integrity => integrity::run(&ctx, opts),
-        Scenario::Stress => stress::run(&ctx, opts),
-        Scenario::Threads => threads::run(&ctx, opts),
-        Scenario::Timeouts => timeouts::run(&ctx),
-        Scenario::Groups => groups::run(&ctx),
-        Scenario::Allreduce => allreduce::run(&ctx),
-        Scenario::Passive => passive::run(&ctx),
-        Scenario::Atomics => atomics::run(&ctx),
-        Scenario::Errors => errors::run(&ctx),
+    let outcome: Result<Report, Failure> = match scenario {
+        Scenario::Integrity => integrity::run(&ctx, opts).map(Report::from),
+        Scenario::Stress => stress::run(&ctx, opts).map(Report::from),
+        Scenario::Threads => threads::run(&ctx, opts).map(Report::from),
+        Scenario::Timeouts => timeouts::run(&ctx).map(Report::from),
+        Scenario::Groups => groups::run(&ctx).map(Report::from),
+        Scenario::Allreduce => allreduce::run(&ctx).map(Report::from),
+        Scenario::Passive => passive::run(&ctx).map(Report::from),
+        Scenario::Atomics => atomics::run(&ctx).map(Report::from),
+        Scenario::Errors => errors::run(&ctx).map(Report::from),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
-        Scenario::Fault => fault::run(&ctx),
+        Scenario::Fault => fault::run(&ctx).map(Report::from),
+        Scenario::Stopped => stopped::run(&ctx),
+        Scenario::Library => library::run(&ctx),
     };
-    let outcome = outcome.and_then(|summary| {
+    let outcome = outcome.and_then(|mut report| {
         if scenario == Scenario::Timeouts {
             let resumed = timeouts::finalize_resumes_after_timeout(ctx)?;
-            return Ok(format!("{summary}; {resumed}"));
+            report.summary = format!("{}; {resumed}", report.summary);
+            return Ok(report);
         }
         if scenario == Scenario::Fault {
             let finalized = fault::finalize_reports_the_dead_rank(ctx)?;
-            return Ok(format!("{summary}; {finalized}"));
+            report.summary = format!("{}; {finalized}", report.summary);
+            return Ok(report);
+        }
+        if scenario == Scenario::Stopped {
+            let finalized = stopped::finalize_while_stopped(ctx, &mut report.data)?;
+            report.summary = format!("{}; {finalized}", report.summary);
+            return Ok(report);
         }
         ctx.finalize(FINALIZE_TIMEOUT)
             .map_err(|e| Failure(format!("finalize failed after the checks passed: {e}")))?;
-        Ok(summary)
+        Ok(report)
     });
     match outcome {
-        Ok(summary) => {
-            println!("ok {name} rank {me}: {summary}");
+        Ok(report) => {
+            println!("ok {name} rank {me}: {}", report.summary);
+            if !report.data.is_empty() {
+                println!("data {name} rank {me}: {}", report.data.line());
+            }
             ExitCode::SUCCESS
         }
         Err(Failure(message)) => {

@@ -64,6 +64,29 @@ Scenarios:
                see it Corrupt in state_vec, keep the data received before the
                kill, and go on in a group of their own. Run it under
                `gaspirun --keep-going`; the dead rank prints no `ok` line
+  stopped      the last rank stops itself (SIGSTOP) three times; meanwhile
+               rank 0 makes every call that waits on it with a 500 ms timeout
+               (barrier, group commit and barrier, allreduce, atomics,
+               proc_ping, queue and batch waits, segment lookups,
+               passive_send, notify_wait_any, library and user segment
+               creation, finalize): each must return Timeout in time and mark
+               nothing, then complete once rank 0 continues it (SIGCONT).
+               Prints its observations on a `data` line (2+ ranks)
+  library      two libraries and the user create segments, notification
+               tables, teams and groups concurrently from three threads: the
+               user's segment list and group ids are unchanged, a library
+               name cannot be registered twice, and user and library segments
+               of the same local id keep their own data and notifications;
+               then a ring of write_notify through a library segment,
+               write_notify_to (data into a user segment, notification into a
+               library table), write_notify_each, read, notify and
+               notify_wait_any over a user and a library range, each byte and
+               value checked; contributions gathered over a library team and
+               folded in member order with ReduceOp/UserOp::apply; atomics on
+               library and user words (exact totals; a notifying add is seen
+               with its new word); BatchFull, a notification beyond a table,
+               a target range outside its segment and a table of 0
+               notifications are refused
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -82,10 +105,12 @@ pub enum Scenario {
     Errors,
     EarlyExit,
     Fault,
+    Stopped,
+    Library,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 11] = [
+    const ALL: [Scenario; 13] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -97,6 +122,8 @@ impl Scenario {
         Scenario::Errors,
         Scenario::EarlyExit,
         Scenario::Fault,
+        Scenario::Stopped,
+        Scenario::Library,
     ];
 
     /// The subcommand naming this scenario.
@@ -113,6 +140,8 @@ impl Scenario {
             Scenario::Errors => "errors",
             Scenario::EarlyExit => "early-exit",
             Scenario::Fault => "fault",
+            Scenario::Stopped => "stopped",
+            Scenario::Library => "library",
         }
     }
 
