@@ -1,0 +1,207 @@
+//! The `library` scenario of `gaspi-selftest` as real jobs: two libraries and the user share a
+//! context, then move data through the library API (see `src/bin/gaspi-selftest/library.rs`).
+//!
+//! Each rank checks what it received itself; these tests judge what the ranks report on their
+//! `data` lines against values computed here from the rank count, and check across ranks that
+//! an error about a library segment names it by its local id on the rank concerned.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+
+use common::{selftest, Finished, PROVIDERS};
+
+const SCENARIO: &str = "library";
+/// Mirrors of the scenario's constants.
+const SIZE: u64 = 64 << 10;
+const ERR_SIZE: u64 = 1 << 20;
+const TABLE: u32 = 64;
+const ADDS: u64 = 40;
+const EACH_VALUE: u32 = 77;
+const LIBRARY_SEGMENTS: [&str; 6] = [
+    "a_ring_id",
+    "a_atom_id",
+    "a_err_id",
+    "a_table_id",
+    "b_first_id",
+    "b_second_id",
+];
+
+/// Rank `rank`'s value of `key` as text; panics with the job's output when missing.
+fn text(job: &Finished, data: &HashMap<String, String>, rank: u32, key: &str) -> String {
+    data.get(key)
+        .unwrap_or_else(|| panic!("rank {rank} reported no {key:?}\n{}", job.report()))
+        .clone()
+}
+
+fn library(ranks: u32, provider: &str) {
+    assert!(PROVIDERS.contains(&provider));
+    let job = selftest(SCENARIO, ranks, provider);
+    let n = u64::from(ranks);
+    let all: Vec<_> = (0..ranks).map(|r| job.data(SCENARIO, r)).collect();
+    for (rank, data) in (0..ranks).zip(&all) {
+        let left = (rank + ranks - 1) % ranks;
+        let right = (rank + 1) % ranks;
+        let expect = |key: &str, want: String| {
+            assert_eq!(
+                text(&job, data, rank, key),
+                want,
+                "rank {rank}: {key}\n{}",
+                job.report()
+            );
+        };
+        let num = |key: &str| job.datum::<u64>(SCENARIO, rank, key);
+
+        // Namespaces: the user's ids are what they would be without libraries.
+        expect("user_segments", "0,1,2,3".into());
+        expect("user_groups", "1,2".into());
+        expect("second_register", "LibraryExists(lib-a)".into());
+        expect("team_all", format!("{ranks}:{rank}"));
+        let even = if rank % 2 == 0 {
+            format!("{}:{}", ranks.div_ceil(2), rank / 2)
+        } else {
+            "none".into()
+        };
+        expect("team_even", even);
+        let ids: BTreeSet<u64> = LIBRARY_SEGMENTS.iter().map(|key| num(key)).collect();
+        assert_eq!(
+            ids.len(),
+            6,
+            "rank {rank}: library local ids {ids:?} repeat\n{}",
+            job.report()
+        );
+        assert!(
+            ids.iter().all(|id| (1..=255).contains(id)),
+            "rank {rank}: library local ids {ids:?}\n{}",
+            job.report()
+        );
+        let shared: Vec<String> = ids
+            .iter()
+            .filter(|&&id| id <= 3)
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            !shared.is_empty(),
+            "rank {rank}: no library id {ids:?} equals a user segment id, so the separation \
+             check proved little\n{}",
+            job.report()
+        );
+        expect("shared_ids", shared.join(","));
+        // Nine segments with memory, each checked whole; the table's own notification.
+        assert_eq!(num("separate_bytes"), 9 * SIZE, "rank {rank}");
+        assert_eq!(num("separate_notifications"), 10, "rank {rank}");
+
+        // Data paths: values name the sender (its rank + 1).
+        let from_left = u64::from(left) + 1;
+        assert_eq!(num("ring_value"), from_left, "rank {rank}: ring");
+        assert_eq!(num("ring_bytes"), 6000, "rank {rank}: ring");
+        assert_eq!(num("read_bytes"), 6000, "rank {rank}: read");
+        assert_eq!(
+            num("to_user_value"),
+            from_left,
+            "rank {rank}: write_notify_to"
+        );
+        assert_eq!(num("to_user_bytes"), 3000, "rank {rank}: write_notify_to");
+        assert_eq!(
+            num("to_user_user_table"),
+            0,
+            "rank {rank}: write_notify_to set the user segment's notification"
+        );
+        if rank == 0 {
+            assert_eq!(num("each_sent"), n - 1, "rank 0: write_notify_each");
+        } else {
+            assert_eq!(num("each_value"), u64::from(EACH_VALUE), "rank {rank}");
+            assert_eq!(num("each_bytes"), 5000, "rank {rank}: write_notify_each");
+        }
+        expect("wait_any", format!("0:5:{from_left},1:10:{from_left}"));
+        assert_eq!(num("wait_any_bytes"), 100, "rank {rank}: notify_wait_any");
+        assert_eq!(num("table_value"), from_left, "rank {rank}: Batch::notify");
+
+        // The reduction folded in member order: sums, maxima and the ordered product of the
+        // matrices of x -> (r + 1) x + 1.
+        let vector = |f: &dyn Fn(u64) -> u64| -> String {
+            (1..=4u64)
+                .map(|i| f(i).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        expect("reduce_sum", vector(&|i| i * n * (n + 1) / 2));
+        expect("reduce_max", vector(&|i| i * n));
+        let (mut p, mut q) = (1u64, 0u64);
+        for m in 1..=n {
+            (p, q) = (p * m, p + q);
+        }
+        expect("reduce_product", format!("{p},{q},0,1"));
+        expect("apply_errors", "Buffers,Unsupported,Buffers".into());
+
+        // Atomics: exact totals from the rank count; the notifying adds of the left neighbour.
+        assert_eq!(
+            num("atomic_lib_total"),
+            ADDS * n * (n + 1) / 2,
+            "rank {rank}: every rank added rank + 1, {ADDS} times"
+        );
+        assert_eq!(
+            num("atomic_user_total"),
+            ADDS * n,
+            "rank {rank}: every rank added 1, {ADDS} times"
+        );
+        expect("atomic_fetched", format!("{ADDS}:{ADDS}"));
+        let word = 1000 * from_left;
+        expect("notified_lib", format!("{from_left}:{word}"));
+        expect("notified_user", format!("{from_left}:{word}"));
+
+        // Errors, the library segments named by their ids on the right neighbour.
+        let on_right = |key: &str| text(&job, &all[right as usize], right, key);
+        expect("batch_full", "BatchFull(1)".into());
+        expect(
+            "notify_beyond",
+            format!(
+                "InvalidNotification({right},{},{TABLE})",
+                on_right("a_table_id")
+            ),
+        );
+        expect(
+            "range_outside",
+            format!(
+                "OutOfBounds({right},{},{},16,{ERR_SIZE})",
+                on_right("a_err_id"),
+                ERR_SIZE - 8
+            ),
+        );
+        expect(
+            "zero_notifications",
+            format!("InvalidNotification({rank},0,0)"),
+        );
+        expect("zero_table", format!("InvalidNotification({rank},0,0)"));
+    }
+}
+
+#[test]
+fn library_2_tcp() {
+    library(2, "tcp");
+}
+
+#[test]
+fn library_2_shm() {
+    library(2, "shm");
+}
+
+#[test]
+fn library_3_tcp() {
+    library(3, "tcp");
+}
+
+#[test]
+fn library_3_shm() {
+    library(3, "shm");
+}
+
+#[test]
+fn library_4_tcp() {
+    library(4, "tcp");
+}
+
+#[test]
+fn library_4_shm() {
+    library(4, "shm");
+}
