@@ -1,0 +1,226 @@
+//! Broadcasts from every root, of 0 bytes to 1 MiB, blocking and not, and reports a digest of
+//! everything each rank received. Run with `gaspirun -n 4 --provider shm broadcast`.
+//!
+//! Every rank prints one line, `data broadcast rank R: key=value; ...`:
+//!
+//! * `broadcasts` and `digest`: the main plan (see `plan.rs`) over `GROUP_ALL`, 50 rounds of
+//!   0, 1, 4096 and 1 MiB bytes from a root that moves on with every broadcast, in the three
+//!   forms (blocking, non-blocking polled with `test`, non-blocking with `wait`), and a last
+//!   broadcast whose root joins late while the others call with a short timeout and resume;
+//!   the digest covers every buffer after its broadcast;
+//! * `late_timeouts`: how many of those short calls timed out before it completed;
+//! * `mismatch`: what the broadcast in the middle of the plan, where rank 0 sends 64 bytes and
+//!   the others pass 32, reported (`root/root_len/len` of the `LengthMismatch`, or `none`);
+//! * `sub_broadcasts` and `sub_digest`: a shorter plan on a second broadcast object over the
+//!   group of every rank but 0 (`none` on rank 0 and in a job of one).
+//!
+//! `broadcast fault DEAD ROOT` (under `gaspirun --keep-going`): after one broadcast, rank
+//! DEAD exits without finalizing; the survivors then broadcast from ROOT and report
+//! `data fault rank R: outcome=...` (`ok`, `failed:<rank>` for a `RankFailed`,
+//! `aborted:<cause>:<parent>`, or `error:<message>`) and `digest` (of their buffer
+//! afterwards; the root sends `plan::fill(ROOT, 1)`), then meet in a group of survivors.
+
+#![forbid(unsafe_code)]
+
+mod plan;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use gaspi::{Context, Rank, Timeout, GROUP_ALL};
+use gaspi_coll::{Broadcast, Collectives, Error};
+use plan::{Digest, Form, Step};
+
+const TIMEOUT: Timeout = Timeout::Millis(30_000);
+
+type Outcome<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] => run(),
+        ["fault", dead, root] => match (dead.parse(), root.parse()) {
+            (Ok(dead), Ok(root)) => fault(dead, root),
+            _ => Err("fault DEAD ROOT: ranks are numbers".into()),
+        },
+        _ => Err("usage: broadcast [fault DEAD ROOT]".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("broadcast: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Outcome<()> {
+    let ctx = Context::init()?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    let coll = Collectives::new(&ctx)?;
+    let mut bcast = Broadcast::new(&coll, GROUP_ALL, plan::MAX_BYTES, TIMEOUT)?;
+    let all: Vec<Rank> = (0..n).collect();
+    let mut digest = Digest::default();
+    let mut late_timeouts = 0;
+    let mut mismatch = "none".to_owned();
+    let steps = plan::steps(n, plan::ROUNDS, true);
+    for step in &steps {
+        if step.round == plan::MISMATCH_AFTER && step.len == plan::LENGTHS[0] {
+            mismatch = mismatched(&mut bcast, me)?;
+        }
+        let got = broadcast(&mut bcast, &all, me, step)?;
+        digest.add(&got.data);
+        late_timeouts += got.timeouts;
+    }
+    // Every rank but 0: a group whose member indices are not its ranks.
+    let sub: Vec<Rank> = (1..n).collect();
+    let group = ctx.group_create()?;
+    for &rank in &sub {
+        ctx.group_add(group, rank)?;
+    }
+    let (sub_broadcasts, sub_digest) = if sub.contains(&me) {
+        ctx.group_commit(group, TIMEOUT)?;
+        let mut bcast = Broadcast::new(&coll, group, plan::MAX_BYTES, TIMEOUT)?;
+        let mut digest = Digest::default();
+        let steps = plan::steps(sub.len() as u32, plan::SUB_ROUNDS, false);
+        for step in &steps {
+            digest.add(&broadcast(&mut bcast, &sub, me, step)?.data);
+        }
+        (steps.len().to_string(), digest.hex())
+    } else {
+        ("none".to_owned(), "none".to_owned())
+    };
+    println!(
+        "data broadcast rank {me}: broadcasts={}; digest={}; late_timeouts={late_timeouts}; \
+         mismatch={mismatch}; sub_broadcasts={sub_broadcasts}; sub_digest={sub_digest}",
+        steps.len(),
+        digest.hex()
+    );
+    drop(bcast);
+    drop(coll);
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+/// What a member got from one broadcast.
+struct Got {
+    data: Vec<u8>,
+    /// Calls that timed out before it completed (the late step).
+    timeouts: u32,
+}
+
+/// Runs `step` on this member `me` of the group `members`: the root fills its buffer from the
+/// plan, the others start from bytes that differ from anything a root sends.
+fn broadcast(bcast: &mut Broadcast<'_>, members: &[Rank], me: Rank, step: &Step) -> Outcome<Got> {
+    let root = members[step.root as usize];
+    let mut data = plan::initial(me, step.len);
+    if me == root {
+        plan::fill(root, step.round, &mut data);
+    }
+    let mut timeouts = 0;
+    match step.form {
+        Form::Blocking => bcast.broadcast(root, &mut data, TIMEOUT)?,
+        Form::Polled => {
+            let give_up = Instant::now() + Duration::from_secs(30);
+            let mut handle = bcast.broadcast_nb(root, &mut data)?;
+            while !handle.test()? {
+                if Instant::now() > give_up {
+                    return Err(
+                        format!("round {}: test never reported completion", step.round).into(),
+                    );
+                }
+                std::thread::yield_now();
+            }
+        }
+        Form::Waited => bcast.broadcast_nb(root, &mut data)?.wait(TIMEOUT)?,
+        Form::Late if me == root => {
+            std::thread::sleep(Duration::from_millis(plan::LATE_MS));
+            bcast.broadcast(root, &mut data, TIMEOUT)?;
+        }
+        Form::Late => {
+            let give_up = Instant::now() + Duration::from_secs(30);
+            loop {
+                match bcast.broadcast(root, &mut data, Timeout::Millis(plan::LATE_POLL_MS)) {
+                    Ok(()) => break,
+                    Err(e) if e.is_timeout() && Instant::now() < give_up => timeouts += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(Got { data, timeouts })
+}
+
+/// Rank 0 broadcasts [`plan::MISMATCH_LEN`] bytes while the others pass half as many; returns
+/// what this rank was told.
+fn mismatched(bcast: &mut Broadcast<'_>, me: Rank) -> Outcome<String> {
+    let len = if me == 0 {
+        plan::MISMATCH_LEN
+    } else {
+        plan::MISMATCH_LEN / 2
+    };
+    let mut data = vec![0u8; len];
+    match bcast.broadcast(0, &mut data, TIMEOUT) {
+        Ok(()) => Ok("none".to_owned()),
+        Err(Error::LengthMismatch {
+            root,
+            root_len,
+            len,
+            ..
+        }) => Ok(format!("{root}/{root_len}/{len}")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn fault(dead: Rank, root: Rank) -> Outcome<()> {
+    let ctx = Context::init()?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    if dead >= n || root >= n {
+        return Err(format!("fault {dead} {root}: a job of {n} ranks").into());
+    }
+    let coll = Collectives::new(&ctx)?;
+    let mut bcast = Broadcast::new(&coll, GROUP_ALL, plan::FAULT_LEN as u64, TIMEOUT)?;
+    let mut data = plan::initial(me, plan::FAULT_LEN);
+    if me == root {
+        plan::fill(root, 0, &mut data);
+    }
+    // Once before the death: every member has resolved its neighbours in this tree.
+    bcast.broadcast(root, &mut data, TIMEOUT)?;
+    ctx.barrier(TIMEOUT)?;
+    if me == dead {
+        // Without finalizing, as a crash would.
+        std::process::exit(3);
+    }
+    data = plan::initial(me, plan::FAULT_LEN);
+    if me == root {
+        plan::fill(root, 1, &mut data);
+    }
+    let start = Instant::now();
+    let outcome = match bcast.broadcast(root, &mut data, TIMEOUT) {
+        Ok(()) => "ok".to_owned(),
+        Err(Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => format!("failed:{rank}"),
+        Err(Error::Aborted { cause, parent }) => format!("aborted:{cause}:{parent}"),
+        Err(e) => format!("error:{e}"),
+    };
+    let elapsed = start.elapsed();
+    let mut received = Digest::default();
+    received.add(&data);
+    // The survivors meet, so that none leaves before what it sent has arrived.
+    let group = ctx.group_create()?;
+    for rank in (0..n).filter(|&r| r != dead) {
+        ctx.group_add(group, rank)?;
+    }
+    ctx.group_commit(group, TIMEOUT)?;
+    ctx.group_barrier(group, TIMEOUT)?;
+    println!(
+        "data fault rank {me}: outcome={outcome}; digest={}; elapsed_ms={}",
+        received.hex(),
+        elapsed.as_millis()
+    );
+    drop(bcast);
+    drop(coll);
+    match ctx.finalize(TIMEOUT) {
+        Ok(()) | Err(gaspi::Error::RankFailed { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,131 @@
+//! The crate's single error type: the runtime's errors, wrapped unchanged, and what a collective
+//! itself can detect (bad arguments, members that disagree, a broadcast abandoned upstream).
+
+use gaspi::{GroupId, Rank};
+
+/// Everything that can go wrong in a collective of this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The runtime failed: among others [`gaspi::Error::Timeout`] (call again to continue) and
+    /// [`gaspi::Error::RankFailed`] naming a dead member.
+    #[error(transparent)]
+    Gaspi(#[from] gaspi::Error),
+
+    /// A buffer longer than the collective was built for.
+    #[error("rank {rank}: {len} bytes exceed the maximum of {max} this collective was built for")]
+    TooLarge {
+        /// The rank that passed the buffer.
+        rank: Rank,
+        /// Its length.
+        len: u64,
+        /// The maximum given at construction.
+        max: u64,
+    },
+
+    /// The maximum size asked for at construction cannot be allocated on this platform.
+    #[error("a staging area for {max} bytes cannot be addressed on this platform")]
+    Unaddressable {
+        /// The maximum asked for.
+        max: u64,
+    },
+
+    /// The root of a broadcast is not a member of its group.
+    #[error("root {root} is not a member of group {group}")]
+    RootNotMember {
+        /// The group of the collective.
+        group: GroupId,
+        /// The root passed.
+        root: Rank,
+    },
+
+    /// This member passed a buffer whose length differs from the root's. The data was still
+    /// forwarded to this member's children, so the others are not held up; this member's buffer
+    /// is left as it was.
+    #[error("rank {rank} passed {len} bytes, but root {root} broadcast {root_len}")]
+    LengthMismatch {
+        /// This rank.
+        rank: Rank,
+        /// The root.
+        root: Rank,
+        /// The root's length.
+        root_len: u64,
+        /// This member's length.
+        len: u64,
+    },
+
+    /// The message this member received was sent by a broadcast with another root: members
+    /// called the broadcast with different roots.
+    #[error("rank {rank} expected a broadcast from root {root}, but rank {parent} forwarded one from root {got}")]
+    RootMismatch {
+        /// This rank.
+        rank: Rank,
+        /// The root this member passed.
+        root: Rank,
+        /// The member that forwarded the message.
+        parent: Rank,
+        /// The root the message came from.
+        got: Rank,
+    },
+
+    /// A notification from `rank` belongs to another broadcast than the one in progress:
+    /// members made different numbers of broadcasts on this object.
+    #[error(
+        "rank {rank} is out of step: its message carries sequence tag {got}, expected {expected}"
+    )]
+    OutOfStep {
+        /// The member that sent the notification.
+        rank: Rank,
+        /// The tag of the broadcast in progress here.
+        expected: u32,
+        /// The tag it carried.
+        got: u32,
+    },
+
+    /// An earlier call on this object timed out with other arguments; call again with these to
+    /// finish it first.
+    #[error("a broadcast from root {root} of {len} bytes timed out and is still in progress; call again with these arguments to finish it")]
+    InProgress {
+        /// The root of the broadcast in progress.
+        root: Rank,
+        /// Its length on this member.
+        len: u64,
+    },
+
+    /// An ancestor in the broadcast tree could not take part, so `parent` abandoned the
+    /// broadcast and told this member instead of sending it data. `cause` is the rank
+    /// responsible: a dead member, or the member that failed for another reason.
+    #[error(
+        "the broadcast was abandoned upstream because of rank {cause} (told by rank {parent})"
+    )]
+    Aborted {
+        /// The rank that caused the abandonment.
+        cause: Rank,
+        /// The member that told this one.
+        parent: Rank,
+    },
+
+    /// The broadcast of a [`BroadcastHandle`](crate::BroadcastHandle) already ended with an
+    /// error, reported by an earlier call.
+    #[error("this broadcast already ended with an error")]
+    Ended,
+
+    /// An earlier broadcast on this object failed (with an error other than a timeout or a
+    /// length mismatch), so its members are no longer in step: build a new object.
+    #[error("an earlier broadcast (sequence {seq}) on this object failed; build a new one")]
+    Abandoned {
+        /// The sequence number of the broadcast that failed (the first is 1).
+        seq: u64,
+    },
+}
+
+impl Error {
+    /// True for a timeout of the runtime: the call may be repeated to continue.
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Gaspi(e) if e.is_timeout())
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

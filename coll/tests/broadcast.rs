@@ -1,0 +1,238 @@
+//! The broadcast as real jobs of separate processes under `gaspirun`, over `tcp` and `shm`:
+//! the `broadcast` example runs its plan and reports, per rank, a digest of everything it
+//! received and what its error cases returned; these tests compute from the same plan (the
+//! example's `plan.rs`, included here) what each rank must have received, and compare.
+
+#![forbid(unsafe_code)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+// Only the parts of the plan that decide what ranks must report are used here.
+#[allow(dead_code)]
+#[path = "../examples/broadcast/plan.rs"]
+mod plan;
+
+use std::collections::HashMap;
+
+use common::{example, gaspirun, gaspirun_with, JOB_TIMEOUT_S, PROVIDERS};
+use plan::{Digest, ROUNDS, SUB_ROUNDS};
+
+/// The digest a member of the group `members` (ranks by member index) must report after the
+/// plan of `rounds` rounds: every broadcast's data, in order.
+fn expected(members: &[u32], rounds: u32, late: bool) -> (usize, String) {
+    let steps = plan::steps(members.len() as u32, rounds, late);
+    let mut digest = Digest::default();
+    let mut buf = Vec::new();
+    for step in &steps {
+        buf.resize(step.len, 0);
+        plan::fill(members[step.root as usize], step.round, &mut buf);
+        digest.add(&buf);
+    }
+    (steps.len(), digest.hex())
+}
+
+fn value<'m>(data: &'m HashMap<String, String>, key: &str, rank: u32, report: &str) -> &'m str {
+    data.get(key)
+        .unwrap_or_else(|| panic!("rank {rank} reported no {key:?}\n{report}"))
+}
+
+fn broadcast(ranks: u32, provider: &str) {
+    assert!(PROVIDERS.contains(&provider));
+    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, &example("broadcast"), &[]);
+    let report = job.report();
+    assert!(job.status.success(), "the job failed\n{report}");
+    let all: Vec<u32> = (0..ranks).collect();
+    let (broadcasts, digest) = expected(&all, ROUNDS, true);
+    let sub: Vec<u32> = (1..ranks).collect();
+    let late_root = ranks - 1;
+    for rank in 0..ranks {
+        let data = job.data("broadcast", rank);
+        let get = |key| value(&data, key, rank, &report);
+        assert_eq!(
+            get("broadcasts"),
+            broadcasts.to_string(),
+            "rank {rank}\n{report}"
+        );
+        assert_eq!(
+            get("digest"),
+            digest,
+            "rank {rank} received other bytes\n{report}"
+        );
+        let mismatch = if rank == 0 {
+            "none".to_owned()
+        } else {
+            format!("0/{}/{}", plan::MISMATCH_LEN, plan::MISMATCH_LEN / 2)
+        };
+        assert_eq!(get("mismatch"), mismatch, "rank {rank}\n{report}");
+        let timeouts: u32 = get("late_timeouts").parse().expect("a count");
+        if rank == late_root {
+            assert_eq!(
+                timeouts, 0,
+                "the late root waits without a timeout\n{report}"
+            );
+        } else {
+            // The root joins LATE_MS late: calls with LATE_POLL_MS must have timed out
+            // and been resumed.
+            assert!(timeouts >= 1, "rank {rank} never timed out\n{report}");
+        }
+        if sub.contains(&rank) {
+            let (broadcasts, digest) = expected(&sub, SUB_ROUNDS, false);
+            assert_eq!(
+                get("sub_broadcasts"),
+                broadcasts.to_string(),
+                "rank {rank}\n{report}"
+            );
+            assert_eq!(
+                get("sub_digest"),
+                digest,
+                "rank {rank} in the subgroup\n{report}"
+            );
+        } else {
+            assert_eq!(get("sub_broadcasts"), "none", "rank {rank}\n{report}");
+            assert_eq!(get("sub_digest"), "none", "rank {rank}\n{report}");
+        }
+    }
+}
+
+/// One test per rank count and provider.
+macro_rules! broadcast_tests {
+    ($($test:ident: $ranks:literal, $provider:literal;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                broadcast($ranks, $provider);
+            }
+        )*
+    };
+}
+
+broadcast_tests! {
+    broadcast_1_tcp: 1, "tcp";
+    broadcast_1_shm: 1, "shm";
+    broadcast_2_tcp: 2, "tcp";
+    broadcast_2_shm: 2, "shm";
+    broadcast_3_tcp: 3, "tcp";
+    broadcast_3_shm: 3, "shm";
+    broadcast_4_tcp: 4, "tcp";
+    broadcast_4_shm: 4, "shm";
+    broadcast_5_tcp: 5, "tcp";
+    broadcast_5_shm: 5, "shm";
+}
+
+/// What a survivor of the fault scenario must report.
+enum Survivor {
+    /// The broadcast completed: the root's second message arrived.
+    Completed,
+    /// `RankFailed` naming the dead rank (a dead parent or child); the buffer is untouched.
+    Failed,
+    /// Abandoned upstream because of the dead rank, told by this parent.
+    Aborted { parent: u32 },
+}
+
+/// Four ranks, rank `dead` exits after the first broadcast, the survivors broadcast from
+/// `root`; `expected` lists every survivor's outcome.
+fn fault(provider: &str, dead: u32, root: u32, expected: &[(u32, Survivor)]) {
+    const RANKS: u32 = 4;
+    let args = ["fault".to_owned(), dead.to_string(), root.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = gaspirun_with(
+        &["--keep-going"],
+        RANKS,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("broadcast"),
+        &args,
+    );
+    let report = job.report();
+    assert_eq!(
+        job.status.code(),
+        Some(3),
+        "the dead rank's status\n{report}"
+    );
+    assert!(
+        !job.stdout.contains(&format!("data fault rank {dead}:")),
+        "the dead rank cannot report\n{report}"
+    );
+    assert_eq!(expected.len() as u32, RANKS - 1);
+    let mut sent = vec![0u8; plan::FAULT_LEN];
+    plan::fill(root, 1, &mut sent);
+    for (rank, survivor) in expected {
+        let data = job.data("fault", *rank);
+        let get = |key| value(&data, key, *rank, &report);
+        let (outcome, buffer) = match survivor {
+            Survivor::Completed => ("ok".to_owned(), sent.clone()),
+            Survivor::Failed => (format!("failed:{dead}"), untouched(*rank, root, &sent)),
+            Survivor::Aborted { parent } => (
+                format!("aborted:{dead}:{parent}"),
+                untouched(*rank, root, &sent),
+            ),
+        };
+        assert_eq!(get("outcome"), outcome, "rank {rank}\n{report}");
+        let mut digest = Digest::default();
+        digest.add(&buffer);
+        assert_eq!(
+            get("digest"),
+            digest.hex(),
+            "rank {rank}'s buffer\n{report}"
+        );
+    }
+}
+
+/// The buffer of a member whose broadcast failed: as it was before (the root's holds what it
+/// sent).
+fn untouched(rank: u32, root: u32, sent: &[u8]) -> Vec<u8> {
+    if rank == root {
+        sent.to_vec()
+    } else {
+        plan::initial(rank, plan::FAULT_LEN)
+    }
+}
+
+/// Root 0 over 4 ranks: 0 serves 2 then 1, and 2 serves 3. Rank 2 dies: its parent 0 serves
+/// its live child 1 and then names 2, and its child 3 names it.
+fn dead_inner_member(provider: &str) {
+    let failed = || Survivor::Failed;
+    fault(
+        provider,
+        2,
+        0,
+        &[(0, failed()), (1, Survivor::Completed), (3, failed())],
+    );
+}
+
+/// The root dies: its children 2 and 1 name it, and 2 tells its child 3, which would
+/// otherwise wait for its timeout.
+fn dead_root(provider: &str) {
+    let failed = || Survivor::Failed;
+    fault(
+        provider,
+        0,
+        0,
+        &[
+            (1, failed()),
+            (2, failed()),
+            (3, Survivor::Aborted { parent: 2 }),
+        ],
+    );
+}
+
+#[test]
+fn fault_dead_inner_member_tcp() {
+    dead_inner_member("tcp");
+}
+
+#[test]
+fn fault_dead_inner_member_shm() {
+    dead_inner_member("shm");
+}
+
+#[test]
+fn fault_dead_root_tcp() {
+    dead_root("tcp");
+}
+
+#[test]
+fn fault_dead_root_shm() {
+    dead_root("shm");
+}
