@@ -53,6 +53,12 @@ const STAND_ASIDE: Duration = Duration::from_millis(1);
 /// idle.
 const STALL: Duration = Duration::from_millis(10);
 
+/// How long the progress thread sleeps in the provider's wait object at a time.
+const SLEEP_MS: i32 = 100;
+
+/// A sleep in the wait object that ends sooner than this was ended by traffic.
+const EARLY_WAKE: Duration = Duration::from_millis(50);
+
 /// How long after the last traffic the progress thread keeps polling although none of this
 /// rank's operations are in flight: long enough to cover the gaps between the chunks of a
 /// stream, short enough that a rank receiving now and then does not keep a core busy.
@@ -90,8 +96,12 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             progressed
         } else if inner.ep.cq_waitable() {
             // A bounded sleep rather than an infinite one: a stop request is also signalled,
-            // but the bound keeps shutdown prompt even if a provider misses the signal.
-            inner.progress_blocking(100)
+            // but the bound keeps shutdown prompt even if a provider misses the signal. A
+            // sleep that ends early without a completion was ended by socket traffic (the
+            // chunks of a large write arriving produce no completion until the last): that
+            // is traffic too, and polling pulls the rest without a wake-up per chunk.
+            let slept = Instant::now();
+            inner.progress_blocking(SLEEP_MS) || slept.elapsed() < EARLY_WAKE
         } else if inner.progress() {
             sleep = Duration::from_micros(50);
             true

@@ -73,7 +73,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Integrity => integrity::run(&ctx, opts).map(Report::from),
         Scenario::Stress => stress::run(&ctx, opts).map(Report::from),
         Scenario::Threads => threads::run(&ctx, opts).map(Report::from),
-        Scenario::Timeouts => timeouts::run(&ctx).map(Report::from),
+        Scenario::Timeouts => timeouts::run(&ctx),
         Scenario::Groups => groups::run(&ctx).map(Report::from),
         Scenario::Allreduce => allreduce::run(&ctx).map(Report::from),
         Scenario::Passive => passive::run(&ctx).map(Report::from),

@@ -1,12 +1,13 @@
 //! `timeouts`: waiting calls honour `Timeout::Test` and `Timeout::Millis`, report
-//! `Error::Timeout`, and complete when called again once the awaited event happens.
+//! `Error::Timeout`, and complete when called again once the awaited event happens; and a rank
+//! that waits for nothing uses next to no CPU (its progress thread included).
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use gaspi::{Context, Error, Notification, SegmentId, Timeout};
 
-use crate::check::{ensure, Doing, Failure, Outcome};
+use crate::check::{ensure, Data, Doing, Failure, Outcome, Report};
 
 const SEG: SegmentId = 0;
 /// Never sent by anyone: waits on it must time out.
@@ -23,7 +24,7 @@ const TEST_MAX_LIMIT: Duration = Duration::from_millis(100);
 const MILLIS: u64 = 200;
 const MILLIS_LIMIT: Duration = Duration::from_millis(700);
 
-pub fn run(ctx: &Context) -> Outcome<String> {
+pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.segment_create(SEG, 64, TIMEOUT)
         .doing(|| "creating the segment")?;
     let mut checked = vec![test_never_waits(ctx)?];
@@ -33,7 +34,53 @@ pub fn run(ctx: &Context) -> Outcome<String> {
     checked.push(repeat_after_timeout_completes(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     checked.push(barrier_resumes_after_timeout(ctx)?);
-    Ok(checked.join("; "))
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    let mut data = Data::default();
+    idle(ctx, &mut data)?;
+    Ok(Report {
+        summary: checked.join("; "),
+        data,
+    })
+}
+
+/// How long every rank waits for a notification nobody sends while its CPU time is counted.
+const IDLE: u64 = 2_000;
+
+/// Every rank waits [`IDLE`] ms for a notification nobody sends; reports the wait's wall time
+/// and the CPU time the whole process (the progress thread included) used meanwhile.
+fn idle(ctx: &Context, data: &mut Data) -> Outcome {
+    let before = cpu_ms()?;
+    let start = Instant::now();
+    match ctx.notify_waitsome(SEG, SILENT, 1, Timeout::Millis(IDLE)) {
+        Err(Error::Timeout) => {}
+        other => {
+            return Err(Failure(format!(
+                "an idle wait for a notification nobody sends: expected Timeout, got {other:?}"
+            )))
+        }
+    }
+    data.put("idle_wall_ms", start.elapsed().as_millis());
+    data.put("idle_cpu_ms", cpu_ms()? - before);
+    Ok(())
+}
+
+/// CPU time this process has used so far (user and system, all threads), in ms.
+fn cpu_ms() -> Outcome<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")
+        .map_err(|e| Failure(format!("reading /proc/self/stat: {e}")))?;
+    // Fields 14 and 15 (utime, stime) follow the parenthesised command name, which may hold
+    // spaces; they count ticks of USER_HZ, which Linux fixes at 100 for /proc.
+    let rest = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| Failure(format!("malformed /proc/self/stat: {stat}")))?;
+    let field = |n: usize| -> Outcome<u64> {
+        rest.split_ascii_whitespace()
+            .nth(n - 3)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| Failure(format!("no field {n} in /proc/self/stat: {stat}")))
+    };
+    Ok((field(14)? + field(15)?) * 10)
 }
 
 /// The last rank finalizes 300 ms late; the others' `finalize(Millis(50))` must time out and
