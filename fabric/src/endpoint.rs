@@ -82,6 +82,8 @@ pub struct Endpoint<T> {
     av: *mut sys::fid_av,
     ep: *mut sys::fid_ep,
     cq_waitable: bool,
+    /// Post injects through `fi_writemsg` with a context (see [`Endpoint::open`]).
+    inject_with_context: bool,
     /// Contexts of posted receives not completed yet, for [`cancel_receives`](Self::cancel_receives).
     receives: Mutex<HashSet<usize>>,
     _ops: PhantomData<fn(T) -> T>,
@@ -184,6 +186,14 @@ impl<T> Endpoint<T> {
     /// vector and endpoint. `require_unordered` ignores write ordering the provider would
     /// grant; `atomics` asks for `FI_ATOMIC` (taken when available).
     ///
+    /// Over rxm (`tcp;ofi_rxm` and its kin) a bare inject reaches the connection's endpoint
+    /// without a context, and if the connection breaks, libfabric 1.17's rxm dereferences that
+    /// null context when it reads the failure, crashing the process (ofiwg/libfabric#7396;
+    /// seen here when a peer dies). So there [`inject_write`](Self::inject_write) posts
+    /// `fi_writemsg(FI_INJECT)` with an untracked context instead: rxm copies the bytes into a
+    /// buffer of its own whose failure it can report, and its completion comes back as an
+    /// [`Event::Untracked`] with tag 0.
+    ///
     /// # Errors
     ///
     /// [`Error::ProviderUnavailable`] when no provider of that name gives an RDM endpoint with
@@ -195,6 +205,7 @@ impl<T> Endpoint<T> {
         cq_size: usize,
     ) -> Result<Self> {
         let (info, caps) = info::select(provider, require_unordered, atomics)?;
+        let inject_with_context = caps.provider.contains("ofi_rxm");
         let fi = info.as_ptr();
         let mut domain = Domain {
             fabric: ptr::null_mut(),
@@ -220,6 +231,7 @@ impl<T> Endpoint<T> {
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
             cq_waitable: false,
+            inject_with_context,
             receives: Mutex::new(HashSet::new()),
             _ops: PhantomData,
         };
@@ -495,11 +507,36 @@ impl<T> Endpoint<T> {
         }
     }
 
-    /// `fi_inject_writedata` with `data`, else `fi_inject_write`.
+    /// An inject, bare or (over rxm) with a context: see the provider note on
+    /// [`open`](Self::open).
     ///
     /// # Safety
     /// `local..local + len` must be valid for reads for the call (inject copies it).
     unsafe fn inject(
+        &self,
+        local: *const u8,
+        len: usize,
+        target: RemoteTarget,
+        data: Option<u64>,
+    ) -> Result<Posted> {
+        // SAFETY: guaranteed by the caller; rxm is the provider whose bare injects need the
+        // context.
+        unsafe {
+            if self.inject_with_context {
+                self.inject_with_context(local, len, target, data)
+            } else {
+                self.bare_inject(local, len, target, data)
+            }
+        }
+    }
+
+    /// `fi_inject_writedata` with `data`, else `fi_inject_write`, as a C program would call it.
+    ///
+    /// # Safety
+    /// `local..local + len` must be valid for reads for the call (inject copies it), and over
+    /// rxm the connection to `target.rank` must not break while the write is in flight (see
+    /// [`inject`](Self::inject)).
+    unsafe fn bare_inject(
         &self,
         local: *const u8,
         len: usize,
@@ -531,6 +568,48 @@ impl<T> Endpoint<T> {
         posted("fi_inject_write", ret)
     }
 
+    /// The inject of [`inject`](Self::inject) as `fi_writemsg(FI_INJECT)` with an untracked
+    /// context.
+    ///
+    /// # Safety
+    /// `local..local + len` must be valid for reads for the call (inject copies it).
+    unsafe fn inject_with_context(
+        &self,
+        local: *const u8,
+        len: usize,
+        target: RemoteTarget,
+        data: Option<u64>,
+    ) -> Result<Posted> {
+        let iov = sys::iovec {
+            iov_base: local as *mut c_void,
+            iov_len: len,
+        };
+        let rma_iov = sys::fi_rma_iov {
+            addr: target.addr,
+            len,
+            key: target.key,
+        };
+        let msg = sys::fi_msg_rma {
+            msg_iov: &iov,
+            desc: ptr::null_mut(),
+            iov_count: 1,
+            addr: u64::from(target.rank),
+            rma_iov: &rma_iov,
+            rma_iov_count: 1,
+            context: UNTRACKED as *mut c_void,
+            data: data.unwrap_or(0),
+        };
+        let mut flags = u64::from(sys::FI_INJECT);
+        if data.is_some() {
+            flags |= u64::from(sys::FI_REMOTE_CQ_DATA);
+        }
+        // SAFETY: the iovecs point to `len` readable bytes (guaranteed by the caller) and live
+        // for the call, which copies them (FI_INJECT); the odd context is never taken for a
+        // box; the endpoint is open.
+        let ret = unsafe { sys::fi_writemsg(self.ep, &msg, flags) };
+        posted("fi_writemsg(FI_INJECT)", ret)
+    }
+
     /// Posts a write like [`write`](Self::write) (without delivery completion), but with no
     /// record: its completion is reported as [`Event::Untracked`] carrying `tag`. This is the
     /// bare libfabric call, for yardsticks that measure libfabric itself.
@@ -559,8 +638,33 @@ impl<T> Endpoint<T> {
         posted("fi_write", ret)
     }
 
+    /// The bare `fi_inject_write` (or `fi_inject_writedata` with `data`) of `bytes`, as a C
+    /// program would post it: no completion, whatever the provider. This is for yardsticks
+    /// that measure libfabric itself; everything else uses [`inject_write`](Self::inject_write).
+    ///
+    /// # Safety
+    /// Over rxm (`tcp;ofi_rxm`), libfabric 1.17 crashes the process if the connection to
+    /// `target.rank` breaks while this write is in flight (ofiwg/libfabric#7396): call it only
+    /// where no peer can fail or be stopped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Fabric`] when the provider refuses the write (`-FI_EAGAIN` is
+    /// [`Posted::Again`]).
+    pub unsafe fn inject_untracked(
+        &self,
+        bytes: &[u8],
+        target: RemoteTarget,
+        data: Option<u64>,
+    ) -> Result<Posted> {
+        // SAFETY: inject copies `bytes` before returning; the connection is the caller's.
+        unsafe { self.bare_inject(bytes.as_ptr(), bytes.len(), target, data) }
+    }
+
     /// Posts a small write (at most [`Capabilities::inject_size`] bytes) whose bytes are copied
-    /// before the call returns; it generates no completion at the origin.
+    /// before the call returns. It generates no completion of its own, except over rxm, where
+    /// it may report an [`Event::Untracked`] with tag 0 (see the provider note on
+    /// [`open`](Self::open)).
     ///
     /// # Errors
     ///
