@@ -100,6 +100,79 @@ fn timeouts_4_shm() {
     timeouts(4, "shm");
 }
 
+/// `dead-read` under `gaspirun --keep-going`: the victim dies with a read from it in flight
+/// (over shm such a read stalls every later read of the rank that posted it); the survivors'
+/// allreduce on a group of their own and their finalize end by their deadlines and name no live
+/// rank. Before the runtime ran every internal step under the caller's deadline, the allreduce
+/// overran its 15 s to 30 s and named a live survivor, and finalize blocked about 20 s.
+fn dead_read(provider: &str) {
+    const RANKS: u32 = 3;
+    let victim = RANKS - 1;
+    let selftest = common::selftest_path();
+    let job = gaspirun_with(
+        &["--keep-going"],
+        RANKS,
+        provider,
+        EARLY_EXIT_LIMIT_S,
+        &selftest,
+        &["dead-read"],
+    );
+    assert_eq!(
+        job.status.code(),
+        Some(137),
+        "the victim was killed\n{}",
+        job.report()
+    );
+    let slack = 900;
+    for rank in 0..victim {
+        let data = job.data("dead-read", rank);
+        let get = |key: &str| data.get(key).map(String::as_str).unwrap_or("missing");
+        let millis = |key: &str| -> u64 { get(key).parse().unwrap_or(u64::MAX) };
+        if rank == 0 {
+            assert_eq!(get("read_wait_stopped"), "Timeout", "{}", job.report());
+        }
+        assert_eq!(get("commit"), "Ok", "rank {rank}\n{}", job.report());
+        match get("allreduce") {
+            "Ok" => assert_eq!(get("sum"), "3", "rank {rank}\n{}", job.report()),
+            "Timeout" => {}
+            other => panic!("rank {rank}: allreduce gave {other}\n{}", job.report()),
+        }
+        assert!(
+            millis("allreduce_ms") <= 3_000 + slack,
+            "rank {rank}: the allreduce took {} ms\n{}",
+            get("allreduce_ms"),
+            job.report()
+        );
+        // The victim, or a survivor that finalized first and exited: never a live rank.
+        let dead: Vec<String> = (0..RANKS)
+            .filter(|&r| r != rank)
+            .map(|r| format!("RankFailed({r})"))
+            .collect();
+        assert!(
+            dead.iter().any(|d| d == get("finalize")),
+            "rank {rank}: finalize gave {}\n{}",
+            get("finalize"),
+            job.report()
+        );
+        assert!(
+            millis("finalize_ms") <= 2_000 + 1_500,
+            "rank {rank}: finalize took {} ms\n{}",
+            get("finalize_ms"),
+            job.report()
+        );
+    }
+}
+
+#[test]
+fn dead_read_3_tcp() {
+    dead_read("tcp");
+}
+
+#[test]
+fn dead_read_3_shm() {
+    dead_read("shm");
+}
+
 /// The `atomics` scenario with provider atomics (`FI_ATOMIC`) instead of target-executed ones.
 fn provider_atomics(ranks: u32, provider: &str) {
     let job = common::selftest_with_env(&["GASPI_ATOMICS=1"], "atomics", ranks, provider);

@@ -21,6 +21,7 @@
 mod allreduce;
 mod atomics;
 mod check;
+mod dead_read;
 mod early_exit;
 mod errors;
 mod fault;
@@ -83,6 +84,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Fault => fault::run(&ctx).map(Report::from),
         Scenario::Stopped => stopped::run(&ctx),
         Scenario::Library => library::run(&ctx),
+        Scenario::DeadRead => dead_read::run(&ctx),
     };
     let outcome = outcome.and_then(|mut report| {
         if scenario == Scenario::Timeouts {
@@ -92,6 +94,11 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         }
         if scenario == Scenario::Fault {
             let finalized = fault::finalize_reports_the_dead_rank(ctx)?;
+            report.summary = format!("{}; {finalized}", report.summary);
+            return Ok(report);
+        }
+        if scenario == Scenario::DeadRead {
+            let finalized = dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?;
             report.summary = format!("{}; {finalized}", report.summary);
             return Ok(report);
         }

@@ -87,6 +87,11 @@ Scenarios:
                with its new word); BatchFull, a notification beyond a table,
                a target range outside its segment and a table of 0
                notifications are refused
+  dead-read    the last rank stops, rank 0 posts a read from it that goes
+               unanswered, then kills it (SIGKILL); the survivors commit a
+               group and run an allreduce on it with a 3 s timeout, then
+               finalize with a 2 s timeout: each must end by its deadline and
+               name no live rank (needs 3+ ranks and `gaspirun --keep-going`)
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -107,10 +112,11 @@ pub enum Scenario {
     Fault,
     Stopped,
     Library,
+    DeadRead,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 13] = [
+    const ALL: [Scenario; 14] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -124,6 +130,7 @@ impl Scenario {
         Scenario::Fault,
         Scenario::Stopped,
         Scenario::Library,
+        Scenario::DeadRead,
     ];
 
     /// The subcommand naming this scenario.
@@ -142,6 +149,7 @@ impl Scenario {
             Scenario::Fault => "fault",
             Scenario::Stopped => "stopped",
             Scenario::Library => "library",
+            Scenario::DeadRead => "dead-read",
         }
     }
 

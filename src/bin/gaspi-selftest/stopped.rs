@@ -303,7 +303,7 @@ fn close_phase(ctx: &Context, role: Role, data: &mut Data) -> Outcome {
 }
 
 /// Stops this process (all its threads) until someone sends SIGCONT.
-fn stop_myself() -> Outcome {
+pub fn stop_myself() -> Outcome {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours; SIGSTOP on our own
     // pid stops every thread until rank 0 sends SIGCONT.
     let rc = unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
@@ -378,7 +378,7 @@ fn cont(pid: libc::pid_t) -> i32 {
 /// The state letters of the threads of `pid` (`T` when stopped), `None` when the process is
 /// gone. Every thread counts: the process shows stopped as soon as its main thread is, while
 /// its progress thread may still be on its way to the stop.
-fn thread_states(pid: libc::pid_t) -> Option<String> {
+pub fn thread_states(pid: libc::pid_t) -> Option<String> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let states: String = tasks
         .filter_map(|task| {
