@@ -198,20 +198,19 @@ fn allreduce_small_chunks_5_tcp() {
     common::selftest_with_env(&["GASPI_REDUCE_CHUNK=4096"], "allreduce", 5, "tcp");
 }
 
-/// The digest of the order-sensitive f64 sums that rank 0 of an `allreduce` job printed.
+/// The digest of the order-sensitive f64 sums of an `allreduce` job, the same on every rank.
 fn allreduce_digest(ranks: u32, provider: &str) -> String {
     let job = selftest("allreduce", ranks, provider);
-    let line = job
-        .stdout
-        .lines()
-        .find(|l| l.contains("ok allreduce rank 0:"))
-        .unwrap_or_else(|| panic!("no rank 0 line\n{}", job.report()));
-    let digest = line
-        .split("digest=")
-        .nth(1)
-        .and_then(|rest| rest.get(..16))
-        .unwrap_or_else(|| panic!("no digest in {line:?}"));
-    digest.to_string()
+    let digest: String = job.datum("allreduce", 0, "digest");
+    for rank in 1..ranks {
+        assert_eq!(
+            job.datum::<String>("allreduce", rank, "digest"),
+            digest,
+            "rank {rank}\n{}",
+            job.report()
+        );
+    }
+    digest
 }
 
 /// Floating-point allreduce results are bitwise identical across runs and providers for the
@@ -227,17 +226,14 @@ fn allreduce_is_bitwise_reproducible_across_runs() {
 /// writes, notifications parked until the queue drains), forced on tcp and shm, which do order.
 fn integrity_unordered(provider: &str) {
     let job = common::selftest_with_env(&["GASPI_FORCE_UNORDERED=1"], "integrity", 2, provider);
-    let unordered = job
-        .stdout
-        .lines()
-        .filter(|l| l.contains("provider write ordering used: false"))
-        .count();
-    assert_eq!(
-        unordered,
-        2,
-        "the forced path was not taken\n{}",
-        job.report()
-    );
+    for rank in 0..2 {
+        assert!(
+            !job.datum::<bool>("integrity", rank, "ordered_writes"),
+            "rank {rank}: the forced path was not taken\n{}",
+            job.report()
+        );
+        assert!(job.datum::<u64>("integrity", rank, "verified_bytes") > 0);
+    }
 }
 
 #[test]
@@ -252,11 +248,13 @@ fn integrity_unordered_2_shm() {
 
 fn errors(ranks: u32, provider: &str) {
     let job = selftest("errors", ranks, provider);
-    assert!(
-        !job.stdout.contains("never let"),
-        "QueueFull was only reached with a list\n{}",
-        job.report()
-    );
+    for rank in 0..ranks {
+        assert!(
+            job.datum::<bool>("errors", rank, "single_writes_filled_queue"),
+            "rank {rank}: QueueFull was only reached with a list\n{}",
+            job.report()
+        );
+    }
 }
 
 #[test]
@@ -283,17 +281,12 @@ fn errors_4_shm() {
 fn stress(ranks: u32, provider: &str) {
     let job = selftest("stress", ranks, provider);
     for receiver in (1..ranks).step_by(2) {
-        let marker = format!("ok stress rank {receiver}: ");
-        let line = job
-            .stdout
-            .lines()
-            .find(|l| l.contains(&marker))
-            .expect("selftest checked that every rank reported");
-        let bytes: u64 = line
-            .split(['(', ')'])
-            .find_map(|part| part.strip_suffix(" bytes")?.parse().ok())
-            .unwrap_or_else(|| panic!("no byte count in {line:?}"));
-        assert!(bytes >= 50_000_000, "only {bytes} bytes verified: {line}");
+        let bytes: u64 = job.datum("stress", receiver, "verified_bytes");
+        assert!(
+            bytes >= 50_000_000,
+            "rank {receiver} verified only {bytes} bytes\n{}",
+            job.report()
+        );
     }
 }
 
@@ -337,10 +330,8 @@ fn early_exit(ranks: u32, provider: &str, leave: &str) {
     let pids: Vec<u32> = job
         .stdout
         .lines()
-        .filter_map(|l| {
-            let (_, rest) = l.split_once(" pid ")?;
-            rest.split(':').next()?.parse().ok()
-        })
+        .filter(|l| l.contains("data early-exit rank "))
+        .filter_map(|l| l.split_once("pid=")?.1.split(';').next()?.parse().ok())
         .collect();
     let survivors = reap_survivors(&pids);
     assert_eq!(
@@ -450,14 +441,7 @@ fn fault(ranks: u32, provider: &str) {
         &["fault"],
     );
     let dead = ranks - 1;
-    let pid: u32 = job
-        .stdout
-        .lines()
-        .find_map(|l| {
-            let rest = l.split_once(&format!("fault rank {dead} pid "))?.1;
-            rest.split(':').next()?.parse().ok()
-        })
-        .unwrap_or_else(|| panic!("rank {dead} reports its pid\n{}", job.report()));
+    let pid: u32 = job.datum("fault", dead, "pid");
     assert!(
         reap_survivors(&[pid]).is_empty(),
         "the killed rank still runs\n{}",
@@ -482,35 +466,83 @@ fn fault(ranks: u32, provider: &str) {
         job.elapsed,
         job.report()
     );
+    let failed = format!("RankFailed({dead})");
+    let only_dead_corrupt: String = (0..ranks)
+        .map(|r| if r == dead { 'C' } else { 'H' })
+        .collect();
     for rank in 0..dead {
-        let line = job
-            .stdout
-            .lines()
-            .find(|l| l.contains(&format!("ok fault rank {rank}: ")))
-            .unwrap_or_else(|| panic!("survivor {rank} reports ok\n{}", job.report()));
-        for checked in [
-            format!("while rank {dead} was stopped a barrier timed out"),
-            "nothing was marked, and the barrier completed once it resumed".to_owned(),
-            format!("on GROUP_ALL failed naming rank {dead}"),
-            format!("state_vec marks rank {dead} and only it Corrupt"),
-            format!("proc_ping fails for rank {dead}"),
-            "a write to it fails at once".to_owned(),
-            "the data received before the kill is intact".to_owned(),
-            format!("the {dead} survivors committed a group"),
-            format!("finalize failed naming rank {dead}"),
-        ] {
-            assert!(line.contains(&checked), "{checked:?} missing in {line:?}");
-        }
+        let data = job.data("fault", rank);
+        let get = |key: &str| data.get(key).map(String::as_str).unwrap_or("missing");
+        let millis = |key: &str| -> u64 { get(key).parse().unwrap_or(u64::MAX) };
+        let expect = |key: &str, want: &str| {
+            assert_eq!(get(key), want, "rank {rank}: {key}\n{}", job.report());
+        };
+        // While the last rank was stopped: timeouts, and nothing marked.
+        expect("stopped_barrier", "Timeout");
+        assert!(
+            ["Ok", "Timeout"].contains(&get("stopped_ping")),
+            "rank {rank}: stopped_ping {}\n{}",
+            get("stopped_ping"),
+            job.report()
+        );
+        expect("stopped_state_vec", &"H".repeat(ranks as usize));
+        expect("resumed_barrier", "Ok");
+        // After its death: failures naming it, within two barrier timeouts.
+        expect("barrier", &failed);
+        assert!(
+            millis("barrier_ms") < 4_500,
+            "rank {rank}\n{}",
+            job.report()
+        );
+        expect("barrier_again", &failed);
+        assert!(
+            millis("barrier_again_ms") < 100,
+            "rank {rank}\n{}",
+            job.report()
+        );
+        expect("state_vec", &only_dead_corrupt);
+        expect("ping_dead", &failed);
+        expect("ping_live", "Ok");
+        expect("write_dead", &failed);
+        assert!(
+            millis("write_dead_ms") < 100,
+            "rank {rank}\n{}",
+            job.report()
+        );
+        expect("before_bytes", "65536");
+        expect("before_differing", "0");
+        // The survivors go on without it.
+        expect("survivors_commit", "Ok");
+        expect("survivors_barrier", "Ok");
+        expect("survivors_allreduce", "Ok");
+        expect(
+            "survivors_sum",
+            &(u64::from(dead) * u64::from(dead - 1) / 2).to_string(),
+        );
+        expect("allreduce_all", &failed);
+        expect("ring_from", &((rank + dead - 1) % dead).to_string());
+        expect("passive_dead", &failed);
+        expect("passive_from", &((rank + dead - 1) % dead).to_string());
+        expect("passive_intact", "true");
+        expect("finalize", &failed);
+        assert!(
+            millis("finalize_ms") < 4_500,
+            "rank {rank}\n{}",
+            job.report()
+        );
     }
     let streamer = dead - 1;
     if streamer != 0 {
-        assert!(
-            job.stdout
-                .lines()
-                .any(|l| l.contains(&format!("ok fault rank {streamer}: "))
-                    && l.contains("; streaming ")),
-            "rank {streamer} streamed into the dying rank\n{}",
+        let stream = job.data("fault", streamer);
+        assert_eq!(
+            stream.get("stream").map(String::as_str),
+            Some(failed.as_str()),
+            "rank {streamer} streamed into the dying rank until a write failed naming it\n{}",
             job.report()
+        );
+        assert_eq!(
+            stream.get("stream_queue_after").map(String::as_str),
+            Some("Ok")
         );
     }
     assert!(

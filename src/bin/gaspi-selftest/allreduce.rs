@@ -6,21 +6,22 @@
 //! allreduce returned. Float inputs of the per-operator checks are chosen so that every sum and
 //! product is exact; the order-sensitive check instead sums values of wildly different
 //! magnitudes and proves, with a second allreduce over the result's bit patterns, that every
-//! member got the same bits. Rank 0 prints a digest of those bits, which the integration test
-//! compares across two runs.
+//! member got the same bits. Every rank reports a digest of those bits on its data line, which
+//! the integration test compares across runs and providers.
 
 use std::time::Duration;
 
 use gaspi::{Context, Element, Error, GroupId, ReduceOp, Timeout, UserOp, GROUP_ALL};
 
-use crate::check::{ensure, mix, seed, Doing, Failure, Outcome};
+use crate::check::{ensure, mix, seed, Data, Doing, Failure, Outcome, Report};
 
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
 /// Lengths of the per-operator checks: one element, a few, and enough for Rabenseifner.
 const LENGTHS: [usize; 3] = [1, 7, 2500];
 
-pub fn run(ctx: &Context) -> Outcome<String> {
+pub fn run(ctx: &Context) -> Outcome<Report> {
     let mut done = Vec::new();
+    let mut data = Data::default();
     let mut ops = 0;
     ops += builtins::<i32>(ctx)?;
     ops += builtins::<u32>(ctx)?;
@@ -30,7 +31,9 @@ pub fn run(ctx: &Context) -> Outcome<String> {
     ops += builtins::<f64>(ctx)?;
     done.push(format!("{ops} operator/type pairs at lengths {LENGTHS:?}"));
     done.push(long_vector(ctx)?);
-    done.push(identical_bits(ctx)?);
+    let digest = identical_bits(ctx)?;
+    data.put("digest", format!("{digest:016x}"));
+    done.push("order-sensitive f64 sums identical on every member".to_owned());
     done.push(matrices(ctx, GROUP_ALL, 1)?);
     done.push(matrices(ctx, GROUP_ALL, 3000)?);
     done.push(commutative_user_op(ctx)?);
@@ -38,7 +41,10 @@ pub fn run(ctx: &Context) -> Outcome<String> {
     done.push(resumed_after_timeouts(ctx)?);
     done.push(misuse(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
-    Ok(done.join("; "))
+    Ok(Report {
+        summary: done.join("; "),
+        data,
+    })
 }
 
 /// Element types with a local reference for every operator the runtime applies to them.
@@ -154,7 +160,7 @@ fn long_vector(ctx: &Context) -> Outcome<String> {
 }
 
 /// Sums that depend on the order of addition: every member must get the same bits.
-fn identical_bits(ctx: &Context) -> Outcome<String> {
+fn identical_bits(ctx: &Context) -> Outcome<u64> {
     let me = ctx.rank();
     let sum = |len: u64| -> Outcome<Vec<f64>> {
         let input: Vec<f64> = (0..len)
@@ -184,9 +190,7 @@ fn identical_bits(ctx: &Context) -> Outcome<String> {
         );
         digest = bits.iter().fold(digest, |acc, &b| mix(acc ^ b));
     }
-    Ok(format!(
-        "order-sensitive f64 sums identical on every member, digest={digest:016x}"
-    ))
+    Ok(digest)
 }
 
 /// `a · b` for 2×2 matrices stored row-major, wrapping.

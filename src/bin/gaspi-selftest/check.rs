@@ -65,6 +65,25 @@ impl Data {
             .collect::<Vec<_>>()
             .join("; ")
     }
+
+    /// Prints the data line of `scenario` for `rank` now and flushes it, for a rank that will
+    /// not live to report at the end (it exits, aborts or is killed).
+    pub fn print_now(&self, scenario: &str, rank: u32) {
+        println!("data {scenario} rank {rank}: {}", self.line());
+        // The line must leave before the process does; a closed stdout has no reader anyway.
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    }
+}
+
+/// The state vector as one letter per rank: `H` healthy, `C` corrupt.
+pub fn states(ctx: &gaspi::Context) -> String {
+    ctx.state_vec()
+        .iter()
+        .map(|s| match s {
+            gaspi::State::Healthy => 'H',
+            gaspi::State::Corrupt => 'C',
+        })
+        .collect()
 }
 
 /// `Ok`, or the error of `result` as [`describe`] writes it.

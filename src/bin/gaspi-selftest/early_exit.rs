@@ -6,13 +6,13 @@
 //! ends the job promptly, with a non-zero status; at the latest, the survivors' barrier fails.
 //! Either way the job fails, so this scenario never prints an `ok` line: the caller (the test
 //! suite) checks that `gaspirun` returned non-zero quickly and that no rank process survived.
-//! Every rank prints its pid first, so that the caller can check the latter.
+//! Every rank prints its pid first, on its data line, so that the caller can check the latter.
 
 use std::time::{Duration, Instant};
 
 use gaspi::{Context, Timeout};
 
-use crate::check::Failure;
+use crate::check::{Data, Failure};
 use crate::options::Leave;
 
 /// Well beyond the 30 s the test suite allows for the whole job, so that a job ended by this
@@ -22,7 +22,9 @@ const SURVIVOR_TIMEOUT: Duration = Duration::from_secs(45);
 /// Runs the scenario; returns only on the survivors, with the failure they observed.
 pub fn run(ctx: &Context, leave: Leave) -> Failure {
     let (me, n) = (ctx.rank(), ctx.size());
-    println!("early-exit rank {me} pid {}: started", std::process::id());
+    let mut data = Data::default();
+    data.put("pid", std::process::id());
+    data.print_now("early-exit", me);
     // Everyone has reported its pid before anyone leaves: on a loaded machine a rank could
     // otherwise be killed between init and its report.
     if let Err(e) = ctx.barrier(Timeout::from(SURVIVOR_TIMEOUT)) {

@@ -25,15 +25,19 @@
 //!   fails naming it);
 //! * `finalize` returns `RankFailed` naming the dead rank instead of hanging, and the process
 //!   exits normally.
+//!
+//! Besides failing on the first broken check, every rank reports what it observed on its data
+//! line (the dead rank its pid, just before the kill) for `tests/multiprocess.rs` to judge.
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use gaspi::{
     local, remote, Context, Error, Notification, Rank, ReduceOp, State, Timeout, GROUP_ALL,
 };
 
-use crate::check::{compare, ensure, fill_pattern, seed, Doing, Failure, Outcome};
+use crate::check::{
+    compare, ensure, fill_pattern, outcome, seed, states, Data, Doing, Failure, Outcome, Report,
+};
 
 const SEGMENT: u8 = 0;
 const BLOCK: u64 = 64 << 10;
@@ -49,27 +53,27 @@ const BARRIER_TIMEOUT_MS: u64 = 2_000;
 const FAIL_WITHIN: Duration = Duration::from_millis(2 * BARRIER_TIMEOUT_MS + 500);
 
 /// Runs the scenario up to (not including) finalize; the dead rank never returns.
-pub fn run(ctx: &Context) -> Outcome<String> {
+pub fn run(ctx: &Context) -> Outcome<Report> {
     let (me, n) = (ctx.rank(), ctx.size());
     ensure!(n >= 2, "fault needs at least 2 ranks, got {n}");
     let dead = n - 1;
+    let mut data = Data::default();
     ctx.segment_create(SEGMENT, 3 * BLOCK, TIMEOUT)
         .doing(|| "segment_create")?;
     let before = exchange(ctx, me, (me + 1) % n, (me + n - 1) % n, BEFORE, 0)?;
     ctx.barrier(TIMEOUT)
         .doing(|| "the barrier before the stop")?;
-    let mut checked = Vec::new();
     if me == dead {
         stop_for_a_while()?;
     } else {
-        checked.push(stopped_is_not_dead(ctx, dead)?);
+        stopped_is_not_dead(ctx, dead, &mut data)?;
     }
-    ctx.barrier(TIMEOUT)
-        .doing(|| "the barrier before the kill")?;
+    let resumed = ctx.barrier(TIMEOUT);
+    data.outcome("resumed_barrier", &resumed);
+    resumed.doing(|| "the barrier before the kill")?;
     if me == dead {
-        println!("fault rank {me} pid {}: killing itself", std::process::id());
-        // The line must leave before the process does.
-        let _ = std::io::stdout().flush();
+        data.put("pid", std::process::id());
+        data.print_now("fault", me);
         // SAFETY: kill(2) on our own pid; SIGKILL ends the process here.
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);
@@ -77,27 +81,45 @@ pub fn run(ctx: &Context) -> Outcome<String> {
         unreachable!("SIGKILL cannot be caught");
     }
     if me + 1 == dead && me != 0 {
-        checked.push(stream_until_failure(ctx, dead)?);
+        stream_until_failure(ctx, dead, &mut data)?;
     }
-    checked.push(barrier_fails(ctx, me, dead)?);
-    checked.push(states(ctx, dead)?);
-    checked.push(pings(ctx, me, dead)?);
+    barrier_fails(ctx, me, dead, &mut data)?;
+    let states = states(ctx);
+    data.put("state_vec", &states);
+    ensure!(
+        states.len() == n as usize
+            && states
+                .chars()
+                .enumerate()
+                .all(|(r, s)| (r as Rank == dead) == (s == 'C')),
+        "state_vec is {states}: expected only rank {dead} Corrupt"
+    );
+    pings(ctx, me, dead, &mut data)?;
     let start = Instant::now();
     let write = ctx.write(local(SEGMENT, SOURCE), remote(dead, SEGMENT, AFTER), 64, 0);
+    let took = start.elapsed();
+    data.outcome("write_dead", &write);
+    data.put("write_dead_ms", took.as_millis());
     expect_failed("a write to the dead rank", write, dead)?;
     ensure!(
-        start.elapsed() < Duration::from_millis(100),
-        "a write to a rank known dead took {:?}",
-        start.elapsed()
+        took < Duration::from_millis(100),
+        "a write to a rank known dead took {took:?}"
     );
-    checked.push("a write to it fails at once".into());
     let mut got = vec![0u8; BLOCK as usize];
     ctx.segment_read(SEGMENT, BEFORE, &mut got)
         .doing(|| "segment_read")?;
+    let differing = got.iter().zip(&before).filter(|(g, w)| g != w).count();
+    data.put("before_bytes", got.len());
+    data.put("before_differing", differing);
     compare("the block received before the kill", &got, &before)?;
-    checked.push("the data received before the kill is intact".into());
-    checked.push(survivors_go_on(ctx, me, dead)?);
-    Ok(checked.join("; "))
+    survivors_go_on(ctx, me, dead, &mut data)?;
+    Ok(Report {
+        summary: format!(
+            "the survivors saw the stop of rank {dead} as timeouts and its death as \
+             RankFailed naming it, then went on without it"
+        ),
+        data,
+    })
 }
 
 /// How long the last rank stays stopped (SIGSTOP) before a helper resumes it.
@@ -123,18 +145,18 @@ fn stop_for_a_while() -> Outcome {
 
 /// While the last rank is stopped, waits involving it time out and nothing marks it: a
 /// stopped (or slow) process is not a dead one.
-fn stopped_is_not_dead(ctx: &Context, stopped: Rank) -> Outcome<String> {
-    match ctx.barrier(Timeout::Millis(1_000)) {
-        Err(Error::Timeout) => {}
-        other => {
-            return Err(Failure(format!(
-                "barrier(Millis(1000)) while rank {stopped} is stopped: expected Timeout, got \
-                 {other:?}"
-            )))
-        }
-    }
+fn stopped_is_not_dead(ctx: &Context, stopped: Rank, data: &mut Data) -> Outcome {
+    let barrier = ctx.barrier(Timeout::Millis(1_000));
+    data.outcome("stopped_barrier", &barrier);
     // The ping may still be answered if the rank had not stopped yet; it must not fail.
     let ping = ctx.proc_ping(stopped, Timeout::Millis(500));
+    data.outcome("stopped_ping", &ping);
+    data.put("stopped_state_vec", states(ctx));
+    ensure!(
+        matches!(barrier, Err(Error::Timeout)),
+        "barrier(Millis(1000)) while rank {stopped} is stopped: expected Timeout, got \
+         {barrier:?}"
+    );
     ensure!(
         matches!(ping, Ok(()) | Err(Error::Timeout)),
         "proc_ping of the stopped rank {stopped}: expected Timeout (or Ok), got {ping:?}"
@@ -144,11 +166,7 @@ fn stopped_is_not_dead(ctx: &Context, stopped: Rank) -> Outcome<String> {
         "state_vec while rank {stopped} is stopped: {:?}",
         ctx.state_vec()
     );
-    Ok(format!(
-        "while rank {stopped} was stopped a barrier timed out, proc_ping gave {}, nothing was \
-         marked, and the barrier completed once it resumed",
-        if ping.is_ok() { "Ok" } else { "Timeout" }
-    ))
+    Ok(())
 }
 
 /// Writes a block to `right` with `write_notify` (notification value `round + 1`), waits for
@@ -194,7 +212,7 @@ fn exchange(
 }
 
 /// Keeps writing to `dead` as it dies: the write or the wait for its queue must fail naming it.
-fn stream_until_failure(ctx: &Context, dead: Rank) -> Outcome<String> {
+fn stream_until_failure(ctx: &Context, dead: Rank, data: &mut Data) -> Outcome {
     let size = if ctx.provider().starts_with("shm") {
         8
     } else {
@@ -220,17 +238,17 @@ fn stream_until_failure(ctx: &Context, dead: Rank) -> Outcome<String> {
             "{writes} writes to the dead rank {dead} completed in 20 s"
         );
     };
-    expect_failed::<()>("streaming writes to the dying rank", Err(failure), dead)?;
+    let failure: gaspi::Result<()> = Err(failure);
+    data.put("streamed_writes", writes);
+    data.outcome("stream", &failure);
     // The queue dropped the dead rank's operations: it is empty and usable again.
-    ctx.wait(1, Timeout::Test)
-        .doing(|| "waiting for queue 1 after its failure")?;
-    Ok(format!(
-        "streaming {size} B writes to it failed naming it after {writes} writes, and the queue \
-         is usable again"
-    ))
+    let again = ctx.wait(1, Timeout::Test);
+    data.outcome("stream_queue_after", &again);
+    expect_failed("streaming writes to the dying rank", failure, dead)?;
+    again.doing(|| "waiting for queue 1 after its failure")
 }
 
-fn barrier_fails(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
+fn barrier_fails(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcome {
     let timeout = if me == 0 {
         Timeout::Block
     } else {
@@ -239,6 +257,8 @@ fn barrier_fails(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
     let start = Instant::now();
     let result = ctx.barrier(timeout);
     let took = start.elapsed();
+    data.outcome("barrier", &result);
+    data.put("barrier_ms", took.as_millis());
     expect_failed(&format!("barrier({timeout:?}) on GROUP_ALL"), result, dead)?;
     ensure!(
         took < FAIL_WITHIN,
@@ -246,99 +266,64 @@ fn barrier_fails(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
     );
     // Calling it again reports the same death at once instead of waiting.
     let start = Instant::now();
-    expect_failed("a second GROUP_ALL barrier", ctx.barrier(timeout), dead)?;
-    ensure!(
-        start.elapsed() < Duration::from_millis(100),
-        "a second GROUP_ALL barrier took {:?}",
-        start.elapsed()
-    );
-    Ok(format!(
-        "barrier({timeout:?}) on GROUP_ALL failed naming rank {dead} after {} ms",
-        took.as_millis()
-    ))
+    let again = ctx.barrier(timeout);
+    data.outcome("barrier_again", &again);
+    data.put("barrier_again_ms", start.elapsed().as_millis());
+    expect_failed("a second GROUP_ALL barrier", again, dead)
 }
 
-fn states(ctx: &Context, dead: Rank) -> Outcome<String> {
-    let states = ctx.state_vec();
-    ensure!(
-        states.len() == ctx.size() as usize,
-        "state_vec has {} entries for {} ranks",
-        states.len(),
-        ctx.size()
-    );
-    for (r, state) in states.iter().enumerate() {
-        let want = if r as Rank == dead {
-            State::Corrupt
-        } else {
-            State::Healthy
-        };
-        ensure!(
-            *state == want,
-            "state_vec[{r}] is {state:?}, expected {want:?}"
-        );
-    }
-    Ok(format!("state_vec marks rank {dead} and only it Corrupt"))
-}
-
-fn pings(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
+fn pings(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcome {
     let ping = ctx.proc_ping(dead, Timeout::Millis(1_000));
-    expect_failed("proc_ping of the dead rank", ping, dead)?;
+    data.outcome("ping_dead", &ping);
     let other = (me + 1) % dead;
-    ctx.proc_ping(other, TIMEOUT)
-        .doing(|| format!("proc_ping of the live rank {other}"))?;
-    Ok(format!(
-        "proc_ping fails for rank {dead} and succeeds for rank {other}"
-    ))
+    let live = ctx.proc_ping(other, TIMEOUT);
+    data.outcome("ping_live", &live);
+    expect_failed("proc_ping of the dead rank", ping, dead)?;
+    live.doing(|| format!("proc_ping of the live rank {other}"))
 }
 
 /// A group of the survivors, its barrier, and a write_notify ring among them.
-fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank) -> Outcome<String> {
+fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcome {
     let group = ctx.group_create().doing(|| "group_create")?;
     for r in 0..dead {
         ctx.group_add(group, r)
             .doing(|| format!("group_add({r})"))?;
     }
-    ctx.group_commit(group, TIMEOUT)
-        .doing(|| "committing the group of the survivors")?;
-    ctx.group_barrier(group, TIMEOUT)
-        .doing(|| "the barrier of the survivors")?;
+    let commit = ctx.group_commit(group, TIMEOUT);
+    data.outcome("survivors_commit", &commit);
+    commit.doing(|| "committing the group of the survivors")?;
+    let barrier = ctx.group_barrier(group, TIMEOUT);
+    data.outcome("survivors_barrier", &barrier);
+    barrier.doing(|| "the barrier of the survivors")?;
     let mut sum = [0u64];
-    ctx.allreduce(group, &[u64::from(me)], &mut sum, ReduceOp::Sum, TIMEOUT)
-        .doing(|| "allreduce among the survivors")?;
-    ensure!(
-        sum[0] == u64::from(dead) * u64::from(dead - 1) / 2,
-        "allreduce among the survivors gave {}",
-        sum[0]
-    );
-    expect_failed(
-        "allreduce on GROUP_ALL",
-        ctx.allreduce(GROUP_ALL, &[1u64], &mut sum, ReduceOp::Sum, TIMEOUT),
-        dead,
-    )?;
+    let reduced = ctx.allreduce(group, &[u64::from(me)], &mut sum, ReduceOp::Sum, TIMEOUT);
+    data.outcome("survivors_allreduce", &reduced);
+    reduced.doing(|| "allreduce among the survivors")?;
+    data.put("survivors_sum", sum[0]);
+    let on_all = ctx.allreduce(GROUP_ALL, &[1u64], &mut sum, ReduceOp::Sum, TIMEOUT);
+    data.outcome("allreduce_all", &on_all);
+    expect_failed("allreduce on GROUP_ALL", on_all, dead)?;
     let right = (me + 1) % dead;
     let left = (me + dead - 1) % dead;
     exchange(ctx, me, right, left, AFTER, 1)?;
+    data.put("ring_from", left);
     let message = format!("from {me} after the death of {dead}");
-    expect_failed(
-        "passive_send to the dead rank",
-        ctx.passive_send(dead, message.as_bytes(), TIMEOUT),
-        dead,
-    )?;
+    let to_dead = ctx.passive_send(dead, message.as_bytes(), TIMEOUT);
+    data.outcome("passive_dead", &to_dead);
+    expect_failed("passive_send to the dead rank", to_dead, dead)?;
     ctx.passive_send(right, message.as_bytes(), TIMEOUT)
         .doing(|| format!("passive_send to rank {right}"))?;
     let (from, got) = ctx.passive_receive(TIMEOUT).doing(|| "passive_receive")?;
     let want = format!("from {left} after the death of {dead}");
+    data.put("passive_from", from);
+    data.put("passive_intact", got == want.as_bytes());
     ensure!(
         from == left && got == want.as_bytes(),
         "passive message from rank {from}: {:?}, expected {want:?} from rank {left}",
         String::from_utf8_lossy(&got)
     );
     ctx.group_barrier(group, TIMEOUT)
-        .doing(|| "the barrier of the survivors after the ring")?;
-    Ok(format!(
-        "the {dead} survivors committed a group, passed its barrier, an allreduce (refused on \
-         GROUP_ALL), a write_notify ring and passive messages (refused towards rank {dead})"
-    ))
+        .doing(|| "the barrier of the survivors after the ring")
 }
 
 fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Rank) -> Outcome {
@@ -351,15 +336,14 @@ fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Ra
 }
 
 /// Finalize with a dead rank: `RankFailed` naming it, promptly, with resources released.
-pub fn finalize_reports_the_dead_rank(ctx: Context) -> Outcome<String> {
+pub fn finalize_reports_the_dead_rank(ctx: Context, data: &mut Data) -> Outcome<String> {
     let dead = ctx.size() - 1;
     let start = Instant::now();
     let result = ctx.finalize(Timeout::Millis(BARRIER_TIMEOUT_MS));
+    let took = start.elapsed();
+    data.put("finalize", outcome(&result));
+    data.put("finalize_ms", took.as_millis());
     expect_failed("finalize", result, dead)?;
-    ensure!(
-        start.elapsed() < FAIL_WITHIN,
-        "finalize took {:?} to fail",
-        start.elapsed()
-    );
+    ensure!(took < FAIL_WITHIN, "finalize took {took:?} to fail");
     Ok(format!("finalize failed naming rank {dead}"))
 }

@@ -12,7 +12,9 @@ use gaspi::{
     local, remote, Context, Error, ListEntry, Notification, QueueId, Rank, SegmentId, Timeout,
 };
 
-use crate::check::{compare, ensure, fill_pattern, human, invert, seed, Doing, Outcome};
+use crate::check::{
+    compare, ensure, fill_pattern, human, invert, seed, Data, Doing, Outcome, Report,
+};
 use crate::options::Options;
 
 /// Where every rank's outgoing data lives, from offset 0.
@@ -133,7 +135,7 @@ fn pieces(size: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
+pub fn run(ctx: &Context, opts: &Options) -> Outcome<Report> {
     let (me, n) = (ctx.rank(), ctx.size());
     let right = (me + 1) % n;
     let left = (me + n - 1) % n;
@@ -176,16 +178,22 @@ pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
         ctx.barrier(TIMEOUT)
             .doing(|| format!("{case}: barrier after"))?;
     }
-    Ok(format!(
-        "{} cases ({} operations, sizes 1 B..{}; writes from rank {left}, reads from rank \
-         {right}): {} verified byte by byte, guard bytes intact, every notification id and \
-         value as sent; provider write ordering used: {}",
-        cases.len(),
-        Op::ALL.len(),
-        human(largest),
-        human(verified),
-        ctx.ordered_writes()
-    ))
+    let mut data = Data::default();
+    data.put("cases", cases.len());
+    data.put("verified_bytes", verified);
+    data.put("ordered_writes", ctx.ordered_writes());
+    Ok(Report {
+        summary: format!(
+            "{} cases ({} operations, sizes 1 B..{}; writes from rank {left}, reads from rank \
+             {right}): {} verified byte by byte, guard bytes intact, every notification id \
+             and value as sent",
+            cases.len(),
+            Op::ALL.len(),
+            human(largest),
+            human(verified),
+        ),
+        data,
+    })
 }
 
 /// Writes our source pattern and poisons our target range; leaves in `want` what must arrive.

@@ -71,17 +71,17 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
     };
     let me = ctx.rank();
     let outcome: Result<Report, Failure> = match scenario {
-        Scenario::Integrity => integrity::run(&ctx, opts).map(Report::from),
-        Scenario::Stress => stress::run(&ctx, opts).map(Report::from),
+        Scenario::Integrity => integrity::run(&ctx, opts),
+        Scenario::Stress => stress::run(&ctx, opts),
         Scenario::Threads => threads::run(&ctx, opts).map(Report::from),
         Scenario::Timeouts => timeouts::run(&ctx),
         Scenario::Groups => groups::run(&ctx).map(Report::from),
-        Scenario::Allreduce => allreduce::run(&ctx).map(Report::from),
+        Scenario::Allreduce => allreduce::run(&ctx),
         Scenario::Passive => passive::run(&ctx).map(Report::from),
         Scenario::Atomics => atomics::run(&ctx).map(Report::from),
-        Scenario::Errors => errors::run(&ctx).map(Report::from),
+        Scenario::Errors => errors::run(&ctx),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
-        Scenario::Fault => fault::run(&ctx).map(Report::from),
+        Scenario::Fault => fault::run(&ctx),
         Scenario::Stopped => stopped::run(&ctx),
         Scenario::Library => library::run(&ctx),
         Scenario::DeadRead => dead_read::run(&ctx),
@@ -93,7 +93,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
             return Ok(report);
         }
         if scenario == Scenario::Fault {
-            let finalized = fault::finalize_reports_the_dead_rank(ctx)?;
+            let finalized = fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?;
             report.summary = format!("{}; {finalized}", report.summary);
             return Ok(report);
         }

@@ -8,8 +8,11 @@ Usage: gaspirun -n N [--provider P] gaspi-selftest <scenario> [options]
        gaspi-selftest --help
 
 Every rank runs the scenario, verifies what it received and prints one line
-`ok <scenario> rank R: <what was checked>`. On any mismatch it prints
-`FAIL <scenario> rank R: ...` on stderr and exits with status 1.
+`ok <scenario> rank R: <what was checked>`, then, for most scenarios, one line
+`data <scenario> rank R: key=value; ...` with what it observed (counts,
+digests, the error each call returned, elapsed milliseconds) for the test
+suite to judge. On any mismatch it prints `FAIL <scenario> rank R: ...` on
+stderr and exits with status 1.
 
 Scenarios:
   integrity    every operation (write, write_notify, read, read_notify,
@@ -37,7 +40,7 @@ Scenarios:
   allreduce    every operator on every element type at 1, 7 and 2,500
                elements, checked against a local reference; 300,000 u64
                (many chunks); order-sensitive f64 sums bitwise identical on
-               every member (rank 0 prints their digest); non-commutative
+               every member (each reports their digest); non-commutative
                2x2 matrix products in rank order, on all ranks and on the odd
                ranks; a commutative user operator; timeouts while the last
                rank is late, then resumed; misuse and a length mismatch
@@ -70,8 +73,8 @@ Scenarios:
                proc_ping, queue and batch waits, segment lookups,
                passive_send, notify_wait_any, library and user segment
                creation, finalize): each must return Timeout in time and mark
-               nothing, then complete once rank 0 continues it (SIGCONT).
-               Prints its observations on a `data` line (2+ ranks)
+               nothing, then complete once rank 0 continues it (SIGCONT)
+               (2+ ranks)
   library      two libraries and the user create segments, notification
                tables, teams and groups concurrently from three threads: the
                user's segment list and group ids are unchanged, a library

@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use gaspi::{
     local, remote, Context, Error, GroupId, Notification, NotificationId, QueueId, Rank, ReduceOp,
-    Segment, SegmentId, State, Timeout, GROUP_ALL,
+    Segment, SegmentId, Timeout, GROUP_ALL,
 };
 
-use crate::check::{describe, fill_pattern, seed, Data, Doing, Failure, Outcome, Report};
+use crate::check::{describe, fill_pattern, seed, states, Data, Doing, Failure, Outcome, Report};
 
 /// The timeout of every call made while the victim is stopped.
 const SHORT: Timeout = Timeout::Millis(500);
@@ -395,16 +395,6 @@ pub fn thread_states(pid: libc::pid_t) -> Option<String> {
 }
 
 /// `state_vec` as one letter per rank: `H` healthy, `C` corrupt.
-fn states(ctx: &Context) -> String {
-    ctx.state_vec()
-        .iter()
-        .map(|s| match s {
-            State::Healthy => 'H',
-            State::Corrupt => 'C',
-        })
-        .collect()
-}
-
 /// Runs `call`, records how it ended under `key` and its duration under `<key>_ms`.
 fn timed<T>(
     data: &mut Data,

@@ -11,7 +11,9 @@
 
 use gaspi::{local, remote, Context, Error, Notification, QueueId, Rank, SegmentId, Timeout};
 
-use crate::check::{compare, ensure, fill_pattern, human, seed, Doing, Failure, Outcome};
+use crate::check::{
+    compare, ensure, fill_pattern, human, seed, Data, Doing, Failure, Outcome, Report,
+};
 use crate::options::Options;
 
 const SEG: SegmentId = 0;
@@ -61,7 +63,7 @@ fn value(seq: u64) -> Outcome<u32> {
         .map_err(|_| Failure(format!("message {seq} exceeds the u32 value space")))
 }
 
-pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
+pub fn run(ctx: &Context, opts: &Options) -> Outcome<Report> {
     let (me, n) = (ctx.rank(), ctx.size());
     ctx.segment_create(SEG, u64::from(SLOTS) * SLOT_LEN, TIMEOUT)
         .doing(|| "creating the ring segment")?;
@@ -72,11 +74,13 @@ pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
     };
     value(stream(me).total)?;
     if me % 2 == 0 && me + 1 < n {
-        write(ctx, stream(me), me + 1)
+        write(ctx, stream(me), me + 1).map(Report::from)
     } else if me % 2 == 1 {
         receive(ctx, stream(me - 1))
     } else {
-        Ok("no partner (last rank of an odd-sized job), idle".into())
+        Ok(Report::from(
+            "no partner (last rank of an odd-sized job), idle".to_owned(),
+        ))
     }
 }
 
@@ -148,7 +152,7 @@ fn write(ctx: &Context, stream: Stream, peer: Rank) -> Outcome<String> {
 }
 
 /// The receiver: checks each slot when its notification appears, then hands it back.
-fn receive(ctx: &Context, stream: Stream) -> Outcome<String> {
+fn receive(ctx: &Context, stream: Stream) -> Outcome<Report> {
     let segment = ctx.segment(SEG).doing(|| "getting the segment")?;
     let memory = segment
         .memory()
@@ -207,13 +211,19 @@ fn receive(ctx: &Context, stream: Stream) -> Outcome<String> {
             )))
         }
     }
-    Ok(format!(
-        "{} notifications from rank {} each checked the moment it appeared: {} x 64 KiB + {} x \
-         8..256 B, {} ({bytes} bytes) verified, no loss, duplicate or reordering",
-        stream.total,
-        stream.writer,
-        stream.blocks,
-        stream.total - stream.blocks,
-        human(bytes)
-    ))
+    let mut data = Data::default();
+    data.put("messages", stream.total);
+    data.put("verified_bytes", bytes);
+    Ok(Report {
+        summary: format!(
+            "{} notifications from rank {} each checked the moment it appeared: {} x 64 KiB + \
+             {} x 8..256 B, {} verified, no loss, duplicate or reordering",
+            stream.total,
+            stream.writer,
+            stream.blocks,
+            stream.total - stream.blocks,
+            human(bytes)
+        ),
+        data,
+    })
 }
