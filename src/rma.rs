@@ -442,7 +442,7 @@ impl Inner {
             return Ok(false);
         }
         let key = DescKey::Segment(remote.segment);
-        let Some(known) = self.descriptors.cached(remote.rank, key) else {
+        let Some(known) = self.known_now(remote.rank, key) else {
             return Ok(false);
         };
         let Ok(target) = check_target(self, remote.rank, key, remote.offset, size, known) else {

@@ -16,6 +16,7 @@
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex};
 
@@ -894,7 +895,9 @@ impl<T> Endpoint<T> {
 
     fn read_cq(&self, timeout_ms: Option<i32>, mut each: impl FnMut(Event<T>)) -> Result<usize> {
         const BATCH: usize = 16;
-        let mut raw = [sys::fi_cq_data_entry::default(); BATCH];
+        // Uninitialised: zeroing 16 entries (640 bytes) on every poll of an idle queue cost a
+        // measurable share of a shared-memory ping-pong.
+        let mut raw = [MaybeUninit::<sys::fi_cq_data_entry>::uninit(); BATCH];
         // SAFETY: raw has room for BATCH entries of the format the queue was opened with.
         let ret = unsafe {
             match timeout_ms {
@@ -911,6 +914,8 @@ impl<T> Endpoint<T> {
         if ret >= 0 {
             let n = ret as usize;
             for entry in &raw[..n] {
+                // SAFETY: fi_cq_read wrote the first `n` entries.
+                let entry = unsafe { entry.assume_init_ref() };
                 if entry.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 {
                     // A remote event's context is not ours to read.
                     each(Event::Remote { data: entry.data });

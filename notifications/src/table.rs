@@ -141,7 +141,7 @@ impl NotificationTable {
         let end = self.range_end(begin, num)?;
         wait_until(
             &self.event,
-            timeout.deadline(),
+            timeout.lazy_deadline(),
             || self.scan(begin, end),
             progress,
         )

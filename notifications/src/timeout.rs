@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 pub enum Timeout {
     /// Wait for as long as it takes.
     Block,
-    /// Make one progress attempt, check the condition once, and return; never blocks.
+    /// Check the condition, and if it does not hold make one progress attempt and check it
+    /// again; never blocks.
     Test,
     /// Wait at most this many milliseconds.
     ///
@@ -37,6 +38,23 @@ impl Timeout {
     }
 }
 
+impl Timeout {
+    /// Like [`deadline`](Self::deadline), but a [`Timeout::Millis`] deadline is counted from
+    /// the first time a wait finds its condition unmet ([`wait_until`](crate::wait_until)
+    /// starts it then) rather than from now: a wait that succeeds at once never reads the
+    /// clock, which costs about as much as the rest of such a wait (tens of nanoseconds in a
+    /// VM). The wait times out no earlier than asked, and later only by its first look.
+    #[must_use]
+    pub fn lazy_deadline(self) -> Deadline {
+        match self {
+            Timeout::Millis(ms) if ms > 0 => Deadline {
+                kind: Kind::After(Duration::from_millis(ms)),
+            },
+            other => other.deadline(),
+        }
+    }
+}
+
 impl From<Duration> for Timeout {
     /// Converts to [`Timeout::Millis`], rounding up to whole milliseconds so that the wait is
     /// never shorter than asked for.
@@ -57,6 +75,9 @@ enum Kind {
     Never,
     Test,
     At(Instant),
+    /// This long after [`Deadline::start`] (see [`Timeout::lazy_deadline`]); until then, this
+    /// long from whenever it is looked at.
+    After(Duration),
 }
 
 impl Deadline {
@@ -65,7 +86,7 @@ impl Deadline {
     #[must_use]
     pub fn expired(self) -> bool {
         match self.kind {
-            Kind::Never => false,
+            Kind::Never | Kind::After(_) => false,
             Kind::Test => true,
             Kind::At(at) => Instant::now() >= at,
         }
@@ -74,9 +95,21 @@ impl Deadline {
     /// Like [`expired`](Self::expired), against a clock reading the caller already has.
     pub(crate) fn expired_at(self, now: Instant) -> bool {
         match self.kind {
-            Kind::Never => false,
+            Kind::Never | Kind::After(_) => false,
             Kind::Test => true,
             Kind::At(at) => now >= at,
+        }
+    }
+
+    /// Starts a deadline of [`Timeout::lazy_deadline`] now (reading the clock); any other
+    /// deadline stays as it is, without a clock reading.
+    pub(crate) fn start(&mut self) {
+        if let Kind::After(wait) = self.kind {
+            *self = Instant::now()
+                .checked_add(wait)
+                .map_or(Deadline { kind: Kind::Never }, |at| Deadline {
+                    kind: Kind::At(at),
+                });
         }
     }
 
@@ -87,6 +120,7 @@ impl Deadline {
             Kind::Never => None,
             Kind::Test => Some(Duration::ZERO),
             Kind::At(at) => Some(at.saturating_duration_since(Instant::now())),
+            Kind::After(wait) => Some(wait),
         }
     }
 
@@ -100,13 +134,17 @@ impl Deadline {
     /// The earlier of this deadline and `max` from now; `max` too long to represent leaves the
     /// deadline as it is.
     pub(crate) fn capped(self, max: Duration) -> Deadline {
-        let Some(cap) = Instant::now().checked_add(max) else {
-            return self;
+        let now = Instant::now();
+        let Some(cap) = now.checked_add(max) else {
+            let mut started = self;
+            started.start();
+            return started;
         };
         let kind = match self.kind {
             Kind::Never => Kind::At(cap),
             Kind::Test => Kind::Test,
             Kind::At(at) => Kind::At(at.min(cap)),
+            Kind::After(wait) => Kind::At(now.checked_add(wait).map_or(cap, |at| at.min(cap))),
         };
         Deadline { kind }
     }
@@ -167,6 +205,32 @@ mod tests {
         assert_eq!(Timeout::from(Duration::from_millis(7)), Timeout::Millis(7));
         assert_eq!(Timeout::from(Duration::ZERO), Timeout::Millis(0));
         assert_eq!(Timeout::from(Duration::MAX), Timeout::Millis(u64::MAX));
+    }
+
+    #[test]
+    fn lazy_deadline_counts_from_its_start() {
+        assert!(Timeout::Millis(0).lazy_deadline().is_test());
+        assert!(Timeout::Test.lazy_deadline().is_test());
+        assert_eq!(Timeout::Block.lazy_deadline().remaining(), None);
+        let mut lazy = Timeout::Millis(5).lazy_deadline();
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(!lazy.expired(), "not started: the 5 ms have not begun");
+        lazy.start();
+        assert!(!lazy.expired());
+        assert!(lazy
+            .remaining()
+            .is_some_and(|left| left <= Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(6));
+        assert!(lazy.expired());
+        let capped = Timeout::Millis(60_000)
+            .lazy_deadline()
+            .capped(Duration::from_millis(1));
+        assert!(capped
+            .remaining()
+            .is_some_and(|left| left <= Duration::from_millis(1)));
+        let mut huge = Timeout::Millis(u64::MAX).lazy_deadline();
+        huge.start();
+        assert!(!huge.expired());
     }
 
     #[test]

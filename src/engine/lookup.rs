@@ -349,6 +349,16 @@ impl Inner {
         Ok(Err(self.descriptors.start(self, rank, key)))
     }
 
+    /// The answer for `key` of `rank` if it is known without asking anyone (cached, or this
+    /// rank's own), for fast paths that fall back to [`resolve_later`](Self::resolve_later).
+    pub(crate) fn known_now(&self, rank: Rank, key: DescKey) -> Option<Known> {
+        self.descriptors.cached(rank, key).or_else(|| {
+            (rank == self.rank)
+                .then(|| self.own_descriptor(key).ok())
+                .flatten()
+        })
+    }
+
     /// This rank's own descriptor of `key`, from its system region.
     pub(crate) fn own_descriptor(&self, key: DescKey) -> Result<Known> {
         let words = self.system.read_words(key.offset())?;

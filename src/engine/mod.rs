@@ -248,7 +248,7 @@ impl Inner {
     pub(crate) fn waiter(&self) -> Waiter<'_> {
         Waiter {
             inner: self,
-            polling: self.engine.handoff.polling(),
+            polling: None,
         }
     }
 
@@ -274,15 +274,22 @@ impl Inner {
 /// A waiting user thread: drives progress while it polls (see [`handoff`]).
 pub(crate) struct Waiter<'a> {
     inner: &'a Inner,
-    polling: Polling<'a>,
+    /// Counted from its first progress call: a wait whose condition already holds costs the
+    /// hand-off nothing.
+    polling: Option<Polling<'a>>,
 }
 
 impl gaspi_notifications::Progress for Waiter<'_> {
     fn progress(&mut self) -> bool {
+        if self.polling.is_none() {
+            self.polling = Some(self.inner.engine.handoff.polling());
+        }
         self.inner.progress()
     }
 
     fn sleeping(&mut self, asleep: bool) {
-        self.polling.sleeping(asleep);
+        if let Some(polling) = &mut self.polling {
+            polling.sleeping(asleep);
+        }
     }
 }
