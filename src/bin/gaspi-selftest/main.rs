@@ -87,28 +87,21 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::DeadRead => dead_read::run(&ctx),
     };
     let outcome = outcome.and_then(|mut report| {
-        if scenario == Scenario::Timeouts {
-            let resumed = timeouts::finalize_resumes_after_timeout(ctx)?;
-            report.summary = format!("{}; {resumed}", report.summary);
-            return Ok(report);
-        }
-        if scenario == Scenario::Fault {
-            let finalized = fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?;
-            report.summary = format!("{}; {finalized}", report.summary);
-            return Ok(report);
-        }
-        if scenario == Scenario::DeadRead {
-            let finalized = dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?;
-            report.summary = format!("{}; {finalized}", report.summary);
-            return Ok(report);
-        }
-        if scenario == Scenario::Stopped {
-            let finalized = stopped::finalize_while_stopped(ctx, &mut report.data)?;
-            report.summary = format!("{}; {finalized}", report.summary);
-            return Ok(report);
-        }
-        ctx.finalize(FINALIZE_TIMEOUT)
-            .map_err(|e| Failure(format!("finalize failed after the checks passed: {e}")))?;
+        // Scenarios whose finalize is itself a check say what it showed; the others must
+        // simply finalize.
+        let finalized = match scenario {
+            Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx)?,
+            Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?,
+            Scenario::DeadRead => dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?,
+            Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data)?,
+            _ => {
+                ctx.finalize(FINALIZE_TIMEOUT).map_err(|e| {
+                    Failure(format!("finalize failed after the checks passed: {e}"))
+                })?;
+                return Ok(report);
+            }
+        };
+        report.summary = format!("{}; {finalized}", report.summary);
         Ok(report)
     });
     match outcome {
