@@ -64,11 +64,16 @@ impl Drop for Domain {
 /// never have it.
 const UNTRACKED: usize = 1;
 
+/// The context of an untracked operation with `tag` (which loses its top bit).
+fn untracked(tag: usize) -> *mut c_void {
+    ((tag << 1) | UNTRACKED) as *mut c_void
+}
+
 /// What an accepted operation's context points to.
 struct OpBox<T> {
     op: T,
     /// Keeps the memory the operation uses registered and mapped until it completes.
-    _keep: Option<Arc<Region>>,
+    _keep: Arc<Region>,
     /// A posted receive, listed in `Endpoint::receives` for cancellation.
     receive: bool,
 }
@@ -114,15 +119,6 @@ pub enum Refused<T> {
     Busy(T),
     /// The provider refused the operation.
     Failed(Error, T),
-}
-
-impl<T> Refused<T> {
-    /// The record of the refused operation.
-    pub fn into_op(self) -> T {
-        match self {
-            Refused::Busy(op) | Refused::Failed(_, op) => op,
-        }
-    }
 }
 
 /// Where a remote access goes: the peer, the address in its registration, and the key.
@@ -192,8 +188,9 @@ impl<T> Endpoint<T> {
     /// null context when it reads the failure, crashing the process (ofiwg/libfabric#7396;
     /// seen here when a peer dies). So there [`inject_write`](Self::inject_write) posts
     /// `fi_writemsg(FI_INJECT)` with an untracked context instead: rxm copies the bytes into a
-    /// buffer of its own whose failure it can report, and its completion comes back as an
-    /// [`Event::Untracked`] with tag 0.
+    /// buffer of its own whose failure it can report, and its completion (or failure) comes
+    /// back as an [`Event::Untracked`] whose tag is the target rank
+    /// ([`injects_report`](Self::injects_report) says whether this endpoint does so).
     ///
     /// # Errors
     ///
@@ -288,6 +285,12 @@ impl<T> Endpoint<T> {
         &self.caps
     }
 
+    /// Whether an [`inject_write`](Self::inject_write) reports its completion or failure as an
+    /// [`Event::Untracked`] tagged with the target rank (over rxm; see [`open`](Self::open)).
+    pub fn injects_report(&self) -> bool {
+        self.inject_with_context
+    }
+
     /// Whether [`wait`](Self::wait) can sleep in the provider (a file-descriptor wait object).
     pub fn cq_waitable(&self) -> bool {
         self.cq_waitable
@@ -374,13 +377,13 @@ impl<T> Endpoint<T> {
         &self,
         call: &'static str,
         op: T,
-        keep: Option<Arc<Region>>,
+        keep: &Arc<Region>,
         receive: bool,
         post: impl FnOnce(*mut c_void) -> isize,
     ) -> Result<(), Refused<T>> {
         let boxed = Box::new(OpBox {
             op,
-            _keep: keep,
+            _keep: Arc::clone(keep),
             receive,
         });
         let context = Box::into_raw(boxed);
@@ -426,40 +429,15 @@ impl<T> Endpoint<T> {
         op: T,
     ) -> Result<(), Refused<T>> {
         let (local, len, desc) = (src.ptr(), src.len, src.region.desc());
-        let keep = Some(Arc::clone(src.region));
         if delivery_complete {
-            return self.post_op("fi_writemsg", op, keep, false, |context| {
-                let iov = libc::iovec {
-                    iov_base: local as *mut c_void,
-                    iov_len: len,
-                };
-                let mut desc = desc;
-                let rma = sys::fi_rma_iov {
-                    addr: target.addr,
-                    len,
-                    key: target.key,
-                };
-                let msg = sys::fi_msg_rma {
-                    msg_iov: &iov as *const libc::iovec as *const sys::iovec,
-                    desc: &mut desc,
-                    iov_count: 1,
-                    addr: u64::from(target.rank),
-                    rma_iov: &rma,
-                    rma_iov_count: 1,
-                    context,
-                    data: data.unwrap_or(0),
-                };
-                let mut flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
-                if data.is_some() {
-                    flags |= sys::FI_REMOTE_CQ_DATA as u64;
-                }
-                // SAFETY: msg and everything it points to live until the call returns (the
-                // provider copies the descriptors); the payload lies in a registered region
+            return self.post_op("fi_writemsg", op, src.region, false, |context| {
+                let flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
+                // SAFETY: the payload lies in a registered region (bounds checked by Slice)
                 // that the boxed context keeps alive until the write completes.
-                unsafe { sys::fi_writemsg(self.ep, &msg, flags) }
+                unsafe { self.write_msg(local, len, desc, target, data, context, flags) }
             });
         }
-        self.post_op("fi_write", op, keep, false, |context| {
+        self.post_op("fi_write", op, src.region, false, |context| {
             // SAFETY: the payload lies in a registered region (bounds checked by Slice) that
             // the boxed context keeps alive until the write completes.
             unsafe { self.rma_write(local, len, desc, target, data, context) }
@@ -569,8 +547,8 @@ impl<T> Endpoint<T> {
         posted("fi_inject_write", ret)
     }
 
-    /// The inject of [`inject`](Self::inject) as `fi_writemsg(FI_INJECT)` with an untracked
-    /// context.
+    /// The inject of [`inject`](Self::inject) as `fi_writemsg(FI_INJECT)`, with an untracked
+    /// context whose tag is the target rank.
     ///
     /// # Safety
     /// `local..local + len` must be valid for reads for the call (inject copies it).
@@ -581,6 +559,41 @@ impl<T> Endpoint<T> {
         target: RemoteTarget,
         data: Option<u64>,
     ) -> Result<Posted> {
+        let context = untracked(target.rank as usize);
+        // SAFETY: guaranteed by the caller; FI_INJECT copies the payload (no descriptor
+        // needed) and the odd context is never taken for a box.
+        let ret = unsafe {
+            self.write_msg(
+                local,
+                len,
+                ptr::null_mut(),
+                target,
+                data,
+                context,
+                u64::from(sys::FI_INJECT),
+            )
+        };
+        posted("fi_writemsg(FI_INJECT)", ret)
+    }
+
+    /// `fi_writemsg` of one local range to `target` with `flags` (plus `FI_REMOTE_CQ_DATA`
+    /// with `data`).
+    ///
+    /// # Safety
+    /// `local..local + len` must be valid for reads for as long as the provider uses it
+    /// (`FI_INJECT`: the call; otherwise until the completion), `desc` its registration
+    /// descriptor where the provider needs one, and `context` a context the caller owns.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn write_msg(
+        &self,
+        local: *const u8,
+        len: usize,
+        mut desc: *mut c_void,
+        target: RemoteTarget,
+        data: Option<u64>,
+        context: *mut c_void,
+        mut flags: u64,
+    ) -> isize {
         let iov = sys::iovec {
             iov_base: local as *mut c_void,
             iov_len: len,
@@ -592,28 +605,26 @@ impl<T> Endpoint<T> {
         };
         let msg = sys::fi_msg_rma {
             msg_iov: &iov,
-            desc: ptr::null_mut(),
+            desc: &mut desc,
             iov_count: 1,
             addr: u64::from(target.rank),
             rma_iov: &rma_iov,
             rma_iov_count: 1,
-            context: UNTRACKED as *mut c_void,
+            context,
             data: data.unwrap_or(0),
         };
-        let mut flags = u64::from(sys::FI_INJECT);
         if data.is_some() {
             flags |= u64::from(sys::FI_REMOTE_CQ_DATA);
         }
-        // SAFETY: the iovecs point to `len` readable bytes (guaranteed by the caller) and live
-        // for the call, which copies them (FI_INJECT); the odd context is never taken for a
-        // box; the endpoint is open.
-        let ret = unsafe { sys::fi_writemsg(self.ep, &msg, flags) };
-        posted("fi_writemsg(FI_INJECT)", ret)
+        // SAFETY: msg and everything it points to live until the call returns (the provider
+        // copies the descriptors); the rest is the caller's guarantee.
+        unsafe { sys::fi_writemsg(self.ep, &msg, flags) }
     }
 
     /// Posts a write like [`write`](Self::write) (without delivery completion), but with no
-    /// record: its completion is reported as [`Event::Untracked`] carrying `tag`. This is the
-    /// bare libfabric call, for yardsticks that measure libfabric itself.
+    /// record: its completion is reported as [`Event::Untracked`] carrying `tag` (whose top
+    /// bit is lost). This is the bare libfabric call, for yardsticks that measure libfabric
+    /// itself.
     ///
     /// # Safety
     /// Nothing keeps `src`'s region alive for the operation: the caller must keep the region
@@ -631,7 +642,7 @@ impl<T> Endpoint<T> {
         data: Option<u64>,
         tag: usize,
     ) -> Result<Posted> {
-        let context = ((tag << 1) | UNTRACKED) as *mut c_void;
+        let context = untracked(tag);
         let (local, len, desc) = (src.ptr(), src.len, src.region.desc());
         // SAFETY: the payload lies in a registered region (bounds checked by Slice) that the
         // caller keeps alive until the completion; the odd context is never taken for a box.
@@ -663,9 +674,9 @@ impl<T> Endpoint<T> {
     }
 
     /// Posts a small write (at most [`Capabilities::inject_size`] bytes) whose bytes are copied
-    /// before the call returns. It generates no completion of its own, except over rxm, where
-    /// it may report an [`Event::Untracked`] with tag 0 (see the provider note on
-    /// [`open`](Self::open)).
+    /// before the call returns. It generates no completion of its own, except where
+    /// [`injects_report`](Self::injects_report): then an [`Event::Untracked`] tagged with the
+    /// target rank.
     ///
     /// # Errors
     ///
@@ -706,8 +717,7 @@ impl<T> Endpoint<T> {
     /// [`Refused`] with the record when the provider did not accept the read.
     pub fn read(&self, dst: Slice<'_>, target: RemoteTarget, op: T) -> Result<(), Refused<T>> {
         let (local, len, desc) = (dst.ptr(), dst.len, dst.region.desc());
-        let keep = Some(Arc::clone(dst.region));
-        self.post_op("fi_read", op, keep, false, |context| {
+        self.post_op("fi_read", op, dst.region, false, |context| {
             // SAFETY: the destination lies in a registered region (bounds checked by Slice)
             // that the boxed context keeps alive until the read completes.
             unsafe {
@@ -732,8 +742,7 @@ impl<T> Endpoint<T> {
     /// [`Refused`] with the record when the provider did not accept the send.
     pub fn send(&self, src: Slice<'_>, rank: u32, op: T) -> Result<(), Refused<T>> {
         let (local, len, desc) = (src.ptr(), src.len, src.region.desc());
-        let keep = Some(Arc::clone(src.region));
-        self.post_op("fi_send", op, keep, false, |context| {
+        self.post_op("fi_send", op, src.region, false, |context| {
             // SAFETY: the payload lies in a registered region (bounds checked by Slice) that
             // the boxed context keeps alive until the send completes.
             unsafe {
@@ -757,8 +766,7 @@ impl<T> Endpoint<T> {
     /// [`Refused`] with the record when the provider did not accept the buffer.
     pub fn post_recv(&self, dst: Slice<'_>, op: T) -> Result<(), Refused<T>> {
         let (local, len, desc) = (dst.ptr(), dst.len, dst.region.desc());
-        let keep = Some(Arc::clone(dst.region));
-        self.post_op("fi_recv", op, keep, true, |context| {
+        self.post_op("fi_recv", op, dst.region, true, |context| {
             // SAFETY: the buffer lies in a registered region (bounds checked by Slice) that
             // the boxed context keeps alive until the receive completes; FI_ADDR_UNSPEC
             // accepts any sender.
@@ -806,8 +814,7 @@ impl<T> Endpoint<T> {
             return Err(Refused::Failed(e, op));
         }
         let desc = operand.region.desc();
-        let keep = Some(Arc::clone(operand.region));
-        self.post_op("fi_atomic", op, keep, false, |context| {
+        self.post_op("fi_atomic", op, operand.region, false, |context| {
             // SAFETY: the words lie in one registered region (checked above, bounds checked by
             // Slice) that the boxed context keeps alive until the atomic completes.
             unsafe {

@@ -90,7 +90,7 @@ fn fabric_error(call: &'static str, ret: i64) -> Error {
 }
 
 /// libfabric's description of error number `code`.
-pub fn strerror(code: i32) -> String {
+pub(crate) fn strerror(code: i32) -> String {
     // SAFETY: fi_strerror returns a pointer to a static, NUL-terminated string for any input.
     unsafe { CStr::from_ptr(sys::fi_strerror(code)) }
         .to_string_lossy()
@@ -111,5 +111,3 @@ fn api_version() -> u32 {
     (sys::FI_MAJOR_VERSION << 16) | sys::FI_MINOR_VERSION
 }
 
-/// libfabric's `EAGAIN` as a positive number.
-pub const FI_EAGAIN: i32 = sys::FI_EAGAIN as i32;

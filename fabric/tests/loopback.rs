@@ -52,11 +52,11 @@ impl Loop {
             .poll(|event| match event {
                 Event::Done(op) => seen.0.push(op),
                 Event::Remote { data } => seen.1.push(data),
-                // Over rxm an inject reports its completion untracked, with tag 0.
+                // Where injects report, untracked and tagged with the target rank (0 here).
                 Event::Untracked {
                     tag: 0,
                     failure: None,
-                } if self.ep.caps().provider.contains("ofi_rxm") => {}
+                } if self.ep.injects_report() => {}
                 other => panic!("unexpected event {other:?}"),
             })
             .expect("polling");

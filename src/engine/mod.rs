@@ -176,12 +176,7 @@ impl Inner {
                 match op {
                     Some(op) => {
                         if let Some(rank) = op.rank {
-                            if is_connection_loss(failure.code, failure.prov_errno) {
-                                self.mark_failed(
-                                    rank,
-                                    format!("the connection to it broke: {}", failure.message),
-                                );
-                            }
+                            self.connection_failed(rank, &failure);
                         }
                         self.finish(op, Err(&failure));
                     }
@@ -192,8 +187,24 @@ impl Inner {
                     }),
                 }
             }
-            // The runtime posts every operation with a record.
-            Event::Untracked { .. } => {}
+            // An injected write, where the provider reports those (rxm), tagged with its
+            // target rank: its failure is evidence like any other operation's; its success
+            // needs nothing.
+            Event::Untracked { tag, failure } => {
+                if let (Some(failure), Ok(rank)) = (failure, Rank::try_from(tag)) {
+                    self.connection_failed(rank, &failure);
+                }
+            }
+        }
+    }
+
+    /// Marks `rank` dead when `failure` of an operation towards it says the connection broke.
+    fn connection_failed(&self, rank: Rank, failure: &gaspi_fabric::Failure) {
+        if is_connection_loss(failure.code, failure.prov_errno) {
+            self.mark_failed(
+                rank,
+                format!("the connection to it broke: {}", failure.message),
+            );
         }
     }
 
