@@ -85,7 +85,7 @@ pub use config::{
 };
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
-pub use gaspi_notifications::Timeout;
+pub use gaspi_notifications::{Deadline, Timeout};
 pub use gaspi_segments::{Error as SegmentError, SegmentMemory};
 pub use group::{GroupId, GROUP_ALL};
 pub use health::State;

@@ -31,12 +31,10 @@
 //! header catches members that passed different roots; the length in the header catches
 //! lengths that differ from the root's, at no extra cost.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 
-use gaspi::{Batch, Context, GroupId, Notification, Rank, Segment, Target, Timeout};
+use gaspi::{Batch, Context, Deadline, GroupId, Notification, Rank, Segment, Target, Timeout};
 
-use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::tree::{self, Member, Place};
 use crate::Collectives;
@@ -92,7 +90,7 @@ pub struct Broadcast<'c> {
     staging: Segment<'c>,
     batch: Batch<'c>,
     /// The staging areas of the other members, by member index, resolved on first use.
-    targets: HashMap<u32, Target>,
+    targets: Vec<Option<Target>>,
     /// The sequence number of the latest broadcast begun (0: none yet).
     seq: u64,
     state: State,
@@ -179,10 +177,9 @@ impl<'c> Broadcast<'c> {
         let staging =
             coll.library()
                 .segment_create(group, size, n.saturating_add(CREDITS), timeout)?;
-        let me = members
-            .binary_search(&ctx.rank())
-            .ok()
-            .and_then(|i| u32::try_from(i).ok())
+        // Only members get this far: segment_create refuses the others.
+        let me = ctx
+            .group_index(group, ctx.rank())?
             .ok_or(gaspi::Error::NotInGroup {
                 group,
                 rank: ctx.rank(),
@@ -190,7 +187,7 @@ impl<'c> Broadcast<'c> {
         Ok(Broadcast {
             ctx,
             group,
-            targets: HashMap::new(),
+            targets: vec![None; members.len()],
             members,
             me,
             max: max_bytes,
@@ -237,7 +234,7 @@ impl<'c> Broadcast<'c> {
     /// dead parent or child, [`gaspi::Error::OutOfBounds`] when a child's staging area is
     /// smaller than the message, [`gaspi::Error::BatchFull`] and the provider's errors.
     pub fn broadcast(&mut self, root: Rank, buf: &mut [u8], timeout: Timeout) -> Result<()> {
-        self.advance(root, buf, Budget::start(timeout))
+        self.advance(root, buf, timeout.deadline())
     }
 
     /// Starts a broadcast like [`broadcast`](Self::broadcast) and returns at once; the handle
@@ -262,9 +259,9 @@ impl<'c> Broadcast<'c> {
         Ok(handle)
     }
 
-    /// Runs the state machine of the broadcast with these arguments as far as `budget` lets
+    /// Runs the state machine of the broadcast with these arguments as far as `deadline` lets
     /// it, beginning one when none is in progress.
-    fn advance(&mut self, root: Rank, buf: &mut [u8], budget: Budget) -> Result<()> {
+    fn advance(&mut self, root: Rank, buf: &mut [u8], deadline: Deadline) -> Result<()> {
         let mut run = match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => self.begin(root, buf.len())?,
             State::Running(run) if run.root == root && run.len == buf.len() => run,
@@ -281,7 +278,7 @@ impl<'c> Broadcast<'c> {
                 return Err(Error::Abandoned { seq: self.seq });
             }
         };
-        match self.drive(&mut run, buf, budget) {
+        match self.drive(&mut run, buf, deadline) {
             Ok(()) => self.finish(&run, buf),
             Err(e) if e.is_timeout() => {
                 self.state = State::Running(run);
@@ -298,10 +295,8 @@ impl<'c> Broadcast<'c> {
     /// Checks the arguments of a new broadcast and sets it up.
     fn begin(&mut self, root: Rank, len: usize) -> Result<Run> {
         let root_index = self
-            .members
-            .binary_search(&root)
-            .ok()
-            .and_then(|i| u32::try_from(i).ok())
+            .ctx
+            .group_index(self.group, root)?
             .ok_or(Error::RootNotMember {
                 group: self.group,
                 root,
@@ -327,11 +322,11 @@ impl<'c> Broadcast<'c> {
         })
     }
 
-    fn drive(&mut self, run: &mut Run, buf: &[u8], budget: Budget) -> Result<()> {
+    fn drive(&mut self, run: &mut Run, buf: &[u8], deadline: Deadline) -> Result<()> {
         loop {
             match run.step {
                 Step::Start => {
-                    self.start(run, buf, budget)?;
+                    self.start(run, buf, deadline)?;
                     run.step = if run.place.parent.is_some() {
                         Step::Receive
                     } else {
@@ -339,15 +334,15 @@ impl<'c> Broadcast<'c> {
                     };
                 }
                 Step::Receive => {
-                    self.receive(run, budget)?;
+                    self.receive(run, deadline)?;
                     run.step = Step::Forward;
                 }
                 Step::Forward => {
-                    self.forward(run, budget)?;
+                    self.forward(run, deadline)?;
                     run.step = Step::Complete;
                 }
                 Step::Complete => {
-                    self.batch.wait(budget.left())?;
+                    self.batch.wait(deadline.left())?;
                     return match run.dead_child.take() {
                         Some(e) => Err(e.into()),
                         None => Ok(()),
@@ -357,25 +352,28 @@ impl<'c> Broadcast<'c> {
         }
     }
 
-    /// The staging area of `member`, resolved within `budget` the first time.
-    fn target(&mut self, member: Member, budget: Budget) -> Result<Target> {
-        if let Some(target) = self.targets.get(&member.index) {
+    /// The staging area of `member`, resolved within `deadline` the first time.
+    fn target(&mut self, member: Member, deadline: Deadline) -> Result<Target> {
+        let slot = member.index as usize;
+        if let Some(Some(target)) = self.targets.get(slot) {
             return Ok(*target);
         }
-        let target = self.staging.target(member.rank, budget.left())?;
-        self.targets.insert(member.index, target);
+        let target = self.staging.target(member.rank, deadline.left())?;
+        if let Some(cached) = self.targets.get_mut(slot) {
+            *cached = Some(target);
+        }
         Ok(target)
     }
 
-    fn start(&mut self, run: &Run, buf: &[u8], budget: Budget) -> Result<()> {
+    fn start(&mut self, run: &Run, buf: &[u8], deadline: Deadline) -> Result<()> {
         // Resolved before anything is posted, so that this step can be repeated after a
         // timeout, and so that an abort can reach every child without waiting.
         for &child in &run.place.children {
-            self.target(child, budget)?;
+            self.target(child, deadline)?;
         }
         match run.place.parent {
             Some(parent) => {
-                let parent = self.target(parent, budget)?;
+                let parent = self.target(parent, deadline)?;
                 let credit = Notification {
                     id: CREDITS + self.me,
                     value: tag(self.seq),
@@ -393,13 +391,13 @@ impl<'c> Broadcast<'c> {
         Ok(())
     }
 
-    fn receive(&mut self, run: &mut Run, budget: Budget) -> Result<()> {
+    fn receive(&mut self, run: &mut Run, deadline: Deadline) -> Result<()> {
         let Some(Member { rank: parent, .. }) = run.place.parent else {
             return Ok(());
         };
         let arrival =
             self.ctx
-                .notify_wait_any(&[self.staging.range(DATA, 2)], &[parent], budget.left())?;
+                .notify_wait_any(&[self.staging.range(DATA, 2)], &[parent], deadline.left())?;
         let value = self.staging.notify_reset(arrival.id)?;
         if arrival.id == ABORT {
             return Err(Error::Aborted {
@@ -431,25 +429,23 @@ impl<'c> Broadcast<'c> {
         Ok(())
     }
 
-    fn forward(&mut self, run: &mut Run, budget: Budget) -> Result<()> {
+    fn forward(&mut self, run: &mut Run, deadline: Deadline) -> Result<()> {
         let expected = tag(self.seq);
         let data = Notification {
             id: DATA,
             value: expected,
         };
         loop {
-            // Everything that may time out comes before the first credit is taken: a credit
-            // taken is a child that must be served in this same call.
-            let mut targets = Vec::with_capacity(run.pending.len());
-            for &child in &run.pending {
-                targets.push(self.target(child, budget)?);
-            }
+            // A credit taken is a child that must be served in this same call: nothing here
+            // may time out, and nothing does, since `start` resolved every child's target.
             let mut ready = Vec::new();
             let mut waiting = Vec::new();
-            for (&child, target) in run.pending.iter().zip(targets) {
+            for &child in &run.pending {
                 match self.staging.notify_reset(CREDITS + child.index)? {
                     0 => waiting.push(child),
-                    credit if credit == expected => ready.push((target, 0)),
+                    credit if credit == expected => {
+                        ready.push((self.target(child, deadline)?, 0));
+                    }
                     credit => {
                         return Err(Error::OutOfStep {
                             rank: child.rank,
@@ -475,7 +471,7 @@ impl<'c> Broadcast<'c> {
                 .map(|child| self.staging.range(CREDITS + child.index, 1))
                 .collect();
             let senders: Vec<Rank> = run.pending.iter().map(|child| child.rank).collect();
-            match self.ctx.notify_wait_any(&ranges, &senders, budget.left()) {
+            match self.ctx.notify_wait_any(&ranges, &senders, deadline.left()) {
                 Ok(_) => {}
                 // Its live siblings are served before the death is reported.
                 Err(e @ gaspi::Error::RankFailed { rank, .. }) if senders.contains(&rank) => {
@@ -517,7 +513,7 @@ impl<'c> Broadcast<'c> {
             return;
         };
         for child in &run.pending {
-            if let Some(target) = self.targets.get(&child.index) {
+            if let Some(Some(target)) = self.targets.get(child.index as usize) {
                 let _ = self.batch.notify(target, Notification { id: ABORT, value });
             }
         }
@@ -570,24 +566,24 @@ impl BroadcastHandle<'_, '_> {
     /// # Errors
     /// As for [`test`](Self::test), and [`gaspi::Error::Timeout`].
     pub fn wait(&mut self, timeout: Timeout) -> Result<()> {
-        self.run(Budget::start(timeout))
+        self.run(timeout.deadline())
     }
 
     fn step(&mut self) -> Result<bool> {
-        match self.run(Budget::Test) {
+        match self.run(Timeout::Test.deadline()) {
             Ok(()) => Ok(true),
             Err(e) if e.is_timeout() => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    fn run(&mut self, budget: Budget) -> Result<()> {
+    fn run(&mut self, deadline: Deadline) -> Result<()> {
         match self.outcome {
             Outcome::Done => return Ok(()),
             Outcome::Failed => return Err(Error::Ended),
             Outcome::Running => {}
         }
-        let result = self.bcast.advance(self.root, self.buf, budget);
+        let result = self.bcast.advance(self.root, self.buf, deadline);
         match &result {
             Ok(()) => self.outcome = Outcome::Done,
             Err(e) if e.is_timeout() => {}

@@ -48,7 +48,6 @@
 #![warn(missing_docs)]
 
 mod broadcast;
-mod budget;
 mod error;
 mod tree;
 

@@ -139,12 +139,7 @@ impl NotificationTable {
         progress: impl Progress,
     ) -> Result<u32> {
         let end = self.range_end(begin, num)?;
-        wait_until(
-            &self.event,
-            timeout.lazy_deadline(),
-            || self.scan(begin, end),
-            progress,
-        )
+        wait_until(&self.event, timeout, || self.scan(begin, end), progress)
     }
 
     fn slot(&self, id: u32) -> Result<&AtomicU32> {

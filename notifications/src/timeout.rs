@@ -38,20 +38,10 @@ impl Timeout {
     }
 }
 
-impl Timeout {
-    /// Like [`deadline`](Self::deadline), but a [`Timeout::Millis`] deadline is counted from
-    /// the first time a wait finds its condition unmet ([`wait_until`](crate::wait_until)
-    /// starts it then) rather than from now: a wait that succeeds at once never reads the
-    /// clock, which costs about as much as the rest of such a wait (tens of nanoseconds in a
-    /// VM). The wait times out no earlier than asked, and later only by its first look.
-    #[must_use]
-    pub fn lazy_deadline(self) -> Deadline {
-        match self {
-            Timeout::Millis(ms) if ms > 0 => Deadline {
-                kind: Kind::After(Duration::from_millis(ms)),
-            },
-            other => other.deadline(),
-        }
+impl From<Timeout> for Deadline {
+    /// [`Timeout::deadline`]: counted from now.
+    fn from(timeout: Timeout) -> Self {
+        timeout.deadline()
     }
 }
 
@@ -75,9 +65,6 @@ enum Kind {
     Never,
     Test,
     At(Instant),
-    /// This long after [`Deadline::start`] (see [`Timeout::lazy_deadline`]); until then, this
-    /// long from whenever it is looked at.
-    After(Duration),
 }
 
 impl Deadline {
@@ -86,7 +73,7 @@ impl Deadline {
     #[must_use]
     pub fn expired(self) -> bool {
         match self.kind {
-            Kind::Never | Kind::After(_) => false,
+            Kind::Never => false,
             Kind::Test => true,
             Kind::At(at) => Instant::now() >= at,
         }
@@ -95,21 +82,9 @@ impl Deadline {
     /// Like [`expired`](Self::expired), against a clock reading the caller already has.
     pub(crate) fn expired_at(self, now: Instant) -> bool {
         match self.kind {
-            Kind::Never | Kind::After(_) => false,
+            Kind::Never => false,
             Kind::Test => true,
             Kind::At(at) => now >= at,
-        }
-    }
-
-    /// Starts a deadline of [`Timeout::lazy_deadline`] now (reading the clock); any other
-    /// deadline stays as it is, without a clock reading.
-    pub(crate) fn start(&mut self) {
-        if let Kind::After(wait) = self.kind {
-            *self = Instant::now()
-                .checked_add(wait)
-                .map_or(Deadline { kind: Kind::Never }, |at| Deadline {
-                    kind: Kind::At(at),
-                });
         }
     }
 
@@ -120,7 +95,21 @@ impl Deadline {
             Kind::Never => None,
             Kind::Test => Some(Duration::ZERO),
             Kind::At(at) => Some(at.saturating_duration_since(Instant::now())),
-            Kind::After(wait) => Some(wait),
+        }
+    }
+
+    /// What is left of this deadline, as the timeout of the next wait of a call made of
+    /// several waits (so that together they keep to the call's timeout): `Block` for none,
+    /// `Test` once it has passed, else the milliseconds left, rounded up.
+    #[must_use]
+    pub fn left(self) -> Timeout {
+        match self.kind {
+            Kind::Never => Timeout::Block,
+            Kind::Test => Timeout::Test,
+            Kind::At(at) => match at.saturating_duration_since(Instant::now()) {
+                left if left.is_zero() => Timeout::Test,
+                left => Timeout::from(left),
+            },
         }
     }
 
@@ -134,17 +123,13 @@ impl Deadline {
     /// The earlier of this deadline and `max` from now; `max` too long to represent leaves the
     /// deadline as it is.
     pub(crate) fn capped(self, max: Duration) -> Deadline {
-        let now = Instant::now();
-        let Some(cap) = now.checked_add(max) else {
-            let mut started = self;
-            started.start();
-            return started;
+        let Some(cap) = Instant::now().checked_add(max) else {
+            return self;
         };
         let kind = match self.kind {
             Kind::Never => Kind::At(cap),
             Kind::Test => Kind::Test,
             Kind::At(at) => Kind::At(at.min(cap)),
-            Kind::After(wait) => Kind::At(now.checked_add(wait).map_or(cap, |at| at.min(cap))),
         };
         Deadline { kind }
     }
@@ -208,29 +193,19 @@ mod tests {
     }
 
     #[test]
-    fn lazy_deadline_counts_from_its_start() {
-        assert!(Timeout::Millis(0).lazy_deadline().is_test());
-        assert!(Timeout::Test.lazy_deadline().is_test());
-        assert_eq!(Timeout::Block.lazy_deadline().remaining(), None);
-        let mut lazy = Timeout::Millis(5).lazy_deadline();
-        std::thread::sleep(Duration::from_millis(10));
-        assert!(!lazy.expired(), "not started: the 5 ms have not begun");
-        lazy.start();
-        assert!(!lazy.expired());
-        assert!(lazy
-            .remaining()
-            .is_some_and(|left| left <= Duration::from_millis(5)));
-        std::thread::sleep(Duration::from_millis(6));
-        assert!(lazy.expired());
-        let capped = Timeout::Millis(60_000)
-            .lazy_deadline()
-            .capped(Duration::from_millis(1));
-        assert!(capped
-            .remaining()
-            .is_some_and(|left| left <= Duration::from_millis(1)));
-        let mut huge = Timeout::Millis(u64::MAX).lazy_deadline();
-        huge.start();
-        assert!(!huge.expired());
+    fn waits_share_what_is_left() {
+        assert_eq!(Timeout::Block.deadline().left(), Timeout::Block);
+        assert_eq!(Timeout::Test.deadline().left(), Timeout::Test);
+        assert_eq!(Timeout::Millis(0).deadline().left(), Timeout::Test);
+        let deadline = Timeout::Millis(50).deadline();
+        assert!(matches!(deadline.left(), Timeout::Millis(ms) if (1..=50).contains(&ms)));
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(deadline.left(), Timeout::Test);
+        let huge = Timeout::Millis(u64::MAX).deadline().left();
+        assert!(
+            matches!(huge, Timeout::Block | Timeout::Millis(1_000_000..)),
+            "{huge:?}"
+        );
     }
 
     #[test]

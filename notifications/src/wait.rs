@@ -112,9 +112,8 @@ impl<F: FnMut() -> bool> Progress for F {
 /// notify `event`; that just ends the next sleep early.
 ///
 /// With a [`Timeout::Test`](crate::Timeout::Test) deadline this makes at most one progress
-/// attempt and two polls and never blocks. A deadline of
-/// [`Timeout::lazy_deadline`](crate::Timeout::lazy_deadline) starts when the first round finds
-/// the condition unmet.
+/// attempt and two polls and never blocks. A [`Timeout`](crate::Timeout) passed as `deadline`
+/// starts counting once the first poll found the condition unmet.
 ///
 /// # Errors
 ///
@@ -122,15 +121,16 @@ impl<F: FnMut() -> bool> Progress for F {
 /// the wait can be repeated.
 pub fn wait_until<T>(
     event: &EventCount,
-    mut deadline: Deadline,
+    deadline: impl Into<Deadline>,
     mut poll: impl FnMut() -> Option<T>,
     mut progress: impl Progress,
 ) -> Result<T> {
-    // A condition that already holds needs no progress call, which costs about as much as
-    // the rest of such a wait.
+    // A condition that already holds needs no progress call and no clock reading, which
+    // together cost more than the rest of such a wait.
     if let Some(value) = poll() {
         return Ok(value);
     }
+    let deadline = deadline.into();
     let mut spin = Spin::start();
     let mut slice = MIN_SLICE;
     loop {
@@ -144,8 +144,6 @@ pub fn wait_until<T>(
         if deadline.is_test() {
             return Err(Error::Timeout);
         }
-        // The wait is real: a lazy deadline starts now (a no-op once started).
-        deadline.start();
         if progressed {
             // More events are likely to follow: spin afresh. The deadline is looked at on the
             // spin's next look at the clock, a few polls from now.
@@ -300,7 +298,7 @@ mod tests {
         let progress_calls = Cell::new(0);
         let result = wait_until(
             &event,
-            Timeout::Millis(1_000).lazy_deadline(),
+            Timeout::Millis(1_000),
             || Some(7),
             || {
                 progress_calls.set(progress_calls.get() + 1);

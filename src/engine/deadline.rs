@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 use gaspi_fabric::{Posted, Refused};
-use gaspi_notifications::{Deadline, Timeout};
+use gaspi_notifications::{Deadline, EventCount, Timeout};
 
 use super::Op;
 use crate::context::Inner;
@@ -21,18 +21,6 @@ use crate::error::{Error, Rank, Result};
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often a post that the provider keeps refusing looks at its target's health.
 pub(crate) const POST_LOOK: Duration = Duration::from_millis(100);
-
-/// What is left of `deadline`, as a timeout for the next wait of a multi-step operation.
-pub(crate) fn remaining(deadline: Deadline) -> Timeout {
-    if deadline.is_test() {
-        return Timeout::Test;
-    }
-    match deadline.remaining() {
-        None => Timeout::Block,
-        Some(left) if left.is_zero() => Timeout::Test,
-        Some(left) => Timeout::from(left),
-    }
-}
 
 impl Inner {
     /// Tries `attempt` (which returns whether the provider accepted the operation) until it
@@ -137,7 +125,7 @@ impl Inner {
         }
         let cap = CHECK_EVERY.as_millis() as u64;
         loop {
-            let slice = match remaining(deadline) {
+            let slice = match deadline.left() {
                 Timeout::Block => Timeout::Millis(cap),
                 Timeout::Millis(ms) => Timeout::Millis(ms.min(cap)),
                 Timeout::Test => Timeout::Test,
@@ -173,16 +161,21 @@ impl Inner {
         &self,
         ranks: impl Fn() -> R,
         deadline: Deadline,
+        poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        self.watched_until_on(&self.events, ranks, deadline, poll)
+    }
+
+    /// [`watched_until`](Self::watched_until) for a condition whose changes `event` announces.
+    pub(crate) fn watched_until_on<T, R: Iterator<Item = Rank>>(
+        &self,
+        event: &EventCount,
+        ranks: impl Fn() -> R,
+        deadline: Deadline,
         mut poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
         self.watched(ranks, deadline, |slice| {
-            gaspi_notifications::wait_until(
-                &self.events,
-                slice.deadline(),
-                &mut poll,
-                self.waiter(),
-            )
-            .ok()
+            gaspi_notifications::wait_until(event, slice, &mut poll, self.waiter()).ok()
         })
     }
 }
