@@ -171,10 +171,7 @@ impl Pending {
     }
 
     fn segment(&self) -> SegmentId {
-        match self.table {
-            Table::User(id) | Table::Library(id) => id,
-            Table::System => 0,
-        }
+        self.table.id()
     }
 
     fn error(&self, failure: Failure) -> Error {
@@ -299,17 +296,7 @@ impl Handler for Pending {
         };
         if let (Ok(_), Some((id, value))) = (&result, self.notify) {
             let wire = WireNotification::new(self.table, id, value);
-            inner.outbox.send(
-                inner,
-                Write {
-                    target: inner
-                        .system
-                        .target(self.rank, crate::system::layout::SCRATCH),
-                    bytes: [0; crate::outbox::MAX_BYTES],
-                    len: crate::system::SCRATCH_LEN as usize,
-                    data: wire.encode(),
-                },
-            );
+            inner.outbox.notify(inner, self.rank, wire);
         }
         self.finish(inner, result);
     }
@@ -322,6 +309,17 @@ impl Retry for Pending {
 
     fn retry(&self, inner: &Inner) -> bool {
         self.advance(inner)
+    }
+}
+
+/// What an executed atomic's `status` (and the word `old` beside it) means.
+fn status_result(status: u64, old: u64) -> std::result::Result<u64, Failure> {
+    match status {
+        OK => Ok(old),
+        NO_SEGMENT => Err(Failure::NoSegment),
+        BAD_RANGE => Err(Failure::OutOfBounds { size: old }),
+        BAD_NOTIFICATION => Err(Failure::BadNotification),
+        other => Err(Failure::Failed(format!("unknown atomic status {other}"))),
     }
 }
 
@@ -353,13 +351,7 @@ impl Atomics {
             .read_word(base + STATUS)
             .and_then(|status| Ok((status, inner.system.read_word(base + RESULT)?)))
             .map_err(|e| Failure::Failed(e.to_string()))
-            .and_then(|(status, old)| match status {
-                OK => Ok(old),
-                NO_SEGMENT => Err(Failure::NoSegment),
-                BAD_RANGE => Err(Failure::OutOfBounds { size: old }),
-                BAD_NOTIFICATION => Err(Failure::BadNotification),
-                other => Err(Failure::Failed(format!("unknown atomic status {other}"))),
-            });
+            .and_then(|(status, old)| status_result(status, old));
         pending.finish(inner, result);
     }
 
@@ -439,10 +431,7 @@ impl Inner {
         notify: Option<(NotificationId, u32)>,
         deadline: Deadline,
     ) -> Result<Arc<Pending>> {
-        let segment = match table {
-            Table::User(id) | Table::Library(id) => id,
-            Table::System => 0,
-        };
+        let segment = table.id();
         if offset % 8 != 0 {
             return Err(Error::Misaligned {
                 rank,
@@ -483,13 +472,7 @@ impl Inner {
             self.start_provider_atomic(&pending)?;
         } else if rank == self.rank {
             let (old, status) = execute(self, table, offset, op, notify);
-            let result = match status {
-                OK => Ok(old),
-                NO_SEGMENT => Err(Failure::NoSegment),
-                BAD_NOTIFICATION => Err(Failure::BadNotification),
-                _ => Err(Failure::OutOfBounds { size: old }),
-            };
-            pending.finish(self, result);
+            pending.finish(self, status_result(status, old));
         } else {
             lock(&self.atomics.waiting)[usize::from(slot)] = Some(Arc::clone(&pending));
             let request = Request {
@@ -524,9 +507,13 @@ impl Inner {
             return Err(e);
         }
         let key = pending.table.descriptor().unwrap_or(DescKey::Segment(0));
-        let phase = match self.resolve_later(pending.rank, key)? {
-            Ok(known) => Phase::Unposted(known),
-            Err(lookup) => Phase::Resolving(lookup),
+        let phase = match self.resolve_later(pending.rank, key) {
+            Ok(Ok(known)) => Phase::Unposted(known),
+            Ok(Err(lookup)) => Phase::Resolving(lookup),
+            Err(e) => {
+                self.system.atomics.give(pending.slot);
+                return Err(e);
+            }
         };
         *lock(&pending.phase) = phase;
         if pending.advance(self) {
@@ -559,7 +546,8 @@ impl AtomicRequest<'_> {
         self.pending.rank
     }
 
-    /// The word's old value if the atomic completed; drives progress once, never blocks.
+    /// The word's old value if the atomic completed; drives progress once when not, never
+    /// blocks.
     ///
     /// # Errors
     /// As for [`wait`](Self::wait), except [`Error::Timeout`].

@@ -141,7 +141,7 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let local = src.local();
         local.check(inner.rank, src_offset, size)?;
-        let target = dst.remote(dst_offset, size)?;
+        let target = dst.remote(inner, dst_offset, size)?;
         inner.post_on(
             &self.queue,
             Request {
@@ -186,7 +186,7 @@ impl Batch<'_> {
     /// [`Error::BatchFull`]; [`Error::RankFailed`].
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
-        let check = Dest::Ready(table.remote(0, 0)?);
+        let check = Dest::Ready(table.remote(&self.ctx.inner, 0, 0)?);
         self.ctx
             .inner
             .notify_on(&self.queue, table.rank, check, wire)
@@ -207,7 +207,7 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let local = dst.local();
         local.check(inner.rank, dst_offset, size)?;
-        let target = src.remote(src_offset, size)?;
+        let target = src.remote(inner, src_offset, size)?;
         inner.post_on(
             &self.queue,
             Request {
@@ -238,7 +238,7 @@ impl Batch<'_> {
         self.ctx.inner.wait_queue(&self.queue, timeout.deadline())
     }
 
-    /// Whether every operation completed; drives progress once, never blocks.
+    /// Whether every operation completed; drives progress once when not, never blocks.
     ///
     /// # Errors
     /// As for [`wait`](Self::wait), except [`Error::Timeout`].

@@ -172,18 +172,14 @@ fn parse_stat(text: &str) -> Option<Stat> {
 fn host_identity() -> Option<u64> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let pidns = std::fs::read_link("/proc/self/ns/pid").ok()?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in boot
+    let identity = boot
         .trim()
         .as_bytes()
         .iter()
         .chain(b"/")
         .chain(pidns.as_os_str().as_encoded_bytes())
-    {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Some(h | 1)
+        .copied();
+    Some(crate::fnv::fnv1a(identity) | 1)
 }
 
 /// Whether an error completion says the connection to the peer is gone. `err` is the

@@ -62,6 +62,7 @@ mod context;
 mod dissemination;
 mod engine;
 mod error;
+mod fnv;
 mod group;
 mod health;
 pub mod library;

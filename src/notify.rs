@@ -143,12 +143,18 @@ impl Context {
         for &rank in senders {
             self.check_rank(rank)?;
         }
-        for r in ranges {
-            r.table
+        // Validates every range; what is already set is returned without watching anyone.
+        let mut first = None;
+        for (range, r) in ranges.iter().enumerate() {
+            let set = r
+                .table
                 .first_set(r.begin, r.num)
                 .map_err(|e| self.notification_error(r.segment, e))?;
+            first = first.or(set.map(|id| Arrival { range, id }));
         }
-        let inner = &self.inner;
+        if let Some(arrival) = first {
+            return Ok(arrival);
+        }
         let scan = || {
             ranges.iter().enumerate().find_map(|(range, r)| {
                 // Validated above; a range cannot turn invalid while borrowed.
@@ -156,18 +162,11 @@ impl Context {
                 Some(Arrival { range, id })
             })
         };
-        inner.watched(
+        self.inner.watched_until_on(
+            &self.inner.arrivals,
             || senders.iter().copied(),
             timeout.deadline(),
-            |slice| {
-                gaspi_notifications::wait_until(
-                    &inner.arrivals,
-                    slice.deadline(),
-                    scan,
-                    inner.waiter(),
-                )
-                .ok()
-            },
+            scan,
         )
     }
 

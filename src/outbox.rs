@@ -14,7 +14,10 @@ use gaspi_fabric::{Posted, RemoteTarget};
 
 use crate::context::Inner;
 use crate::engine::Retry;
+use crate::error::Rank;
 use crate::sync::{lock, AtomicBool, Mutex};
+use crate::system::{layout, SCRATCH_LEN};
+use crate::wire::WireNotification;
 
 /// Bytes an outbox write carries at most.
 pub(crate) const MAX_BYTES: usize = 16;
@@ -58,6 +61,22 @@ impl Outbox {
         if let Some(me) = self.me.upgrade() {
             inner.engine.schedule(me as Arc<dyn Retry>);
         }
+    }
+}
+
+impl Outbox {
+    /// Sends notification `wire` to `rank` as a notification-only write into its scratch
+    /// word, through the outbox.
+    pub(crate) fn notify(&self, inner: &Inner, rank: Rank, wire: WireNotification) {
+        self.send(
+            inner,
+            Write {
+                target: inner.system.target(rank, layout::SCRATCH),
+                bytes: [0; MAX_BYTES],
+                len: SCRATCH_LEN as usize,
+                data: wire.encode(),
+            },
+        );
     }
 }
 

@@ -27,10 +27,10 @@ use gaspi_fabric::{Posted, Refused, RemoteTarget};
 
 use crate::config::MAX_QUEUES;
 use crate::context::Inner;
-use crate::engine::lookup::{DescKey, Known, Lookup};
+use crate::engine::lookup::{DescKey, Descriptor, Known, Lookup};
 use crate::engine::tracker::Tracker;
 use crate::engine::{Handler, Op, Outcome, Retry};
-use crate::error::{Error, NotificationId, QueueId, Rank, Result};
+use crate::error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 use crate::segment::LocalSegment;
 use crate::sync::{lock, AtomicBool, AtomicU32, Mutex, Ordering};
 use crate::wire::WireNotification;
@@ -159,7 +159,11 @@ impl Queue {
     /// while nothing is parked and each can go, the rest parked. An immediate refusal by the
     /// provider is returned (with the reservations of that request and the following ones
     /// given back); everything else is reported by the next wait.
-    pub(crate) fn submit(&self, inner: &Inner, requests: Vec<Request>) -> Result<()> {
+    pub(crate) fn submit(
+        &self,
+        inner: &Inner,
+        requests: impl IntoIterator<Item = Request, IntoIter: ExactSizeIterator>,
+    ) -> Result<()> {
         let mut requests = requests.into_iter();
         while self.parked_len.load(Ordering::Acquire) == 0 {
             let Some(mut request) = requests.next() else {
@@ -329,10 +333,22 @@ pub(crate) fn check_target(
     let segment = match key {
         DescKey::Segment(id) | DescKey::Library(id) | DescKey::Area(id) => id,
     };
-    let d = match known {
-        Known::Present(d) => d,
-        Known::Absent => return Err(Error::UnknownSegment { rank, segment }),
-    };
+    match known {
+        Known::Present(d) => place(inner, rank, segment, &d, offset, size),
+        Known::Absent => Err(Error::UnknownSegment { rank, segment }),
+    }
+}
+
+/// Where `offset..offset + size` of segment `segment` (described by `d`) on `rank` is: within
+/// the segment, and no larger than the provider's largest message.
+pub(crate) fn place(
+    inner: &Inner,
+    rank: Rank,
+    segment: SegmentId,
+    d: &Descriptor,
+    offset: u64,
+    size: u64,
+) -> Result<RemoteTarget> {
     let fits = offset.checked_add(size).is_some_and(|end| end <= d.size);
     let max = inner.ep.caps().max_msg_size;
     if !fits || size > max {

@@ -279,8 +279,7 @@ impl Context {
         n: Notification,
     ) -> Result<WireNotification> {
         self.check_rank(rank)?;
-        self.inner
-            .check_notification(rank, segment, self.inner.config.notifications, n)?;
+        check_notification(rank, segment, self.inner.config.notifications, n)?;
         Ok(WireNotification::new(Table::User(segment), n.id, n.value))
     }
 
@@ -378,28 +377,6 @@ impl Inner {
         })
     }
 
-    /// Checks notification `n` for table `segment` (of `count` ids) on `rank`.
-    pub(crate) fn check_notification(
-        &self,
-        rank: Rank,
-        segment: SegmentId,
-        count: u32,
-        n: Notification,
-    ) -> Result<()> {
-        if n.id >= count {
-            return Err(Error::InvalidNotification {
-                rank,
-                segment,
-                id: n.id.into(),
-                count,
-            });
-        }
-        if n.value == 0 {
-            return Err(Error::ZeroNotificationValue { rank, id: n.id });
-        }
-        Ok(())
-    }
-
     /// Posts one write or read on `q`: injected when it is a small write that can go at once,
     /// else counted on the queue and posted (or parked).
     pub(crate) fn post_on(&self, q: &Queue, request: Request) -> Result<()> {
@@ -423,7 +400,7 @@ impl Inner {
             }
         }
         q.reserve(request.rank, 1)?;
-        q.submit(self, vec![request])
+        q.submit(self, [request])
     }
 
     /// Injects a small write from `local` to `remote` at once, when it may be and everything
@@ -494,7 +471,7 @@ impl Inner {
         q.reserve(rank, 1)?;
         q.submit(
             self,
-            vec![Request {
+            [Request {
                 rank,
                 kind: Kind::Notify { check, wire },
             }],
@@ -515,14 +492,22 @@ impl Inner {
 
     /// Waits until everything on `q` completed (see [`Context::wait`]).
     pub(crate) fn wait_queue(&self, q: &Queue, deadline: Deadline) -> Result<()> {
+        // Nothing outstanding (short writes are injected): no ranks to list and watch, and no
+        // progress call (a socket poll on tcp).
+        if q.outstanding() == 0 {
+            return q.tracker.take_failure().map_or(Ok(()), Err);
+        }
         let result = self.watched_until(
             || q.tracker.targets().into_iter(),
             deadline,
             || (q.outstanding() == 0).then_some(()),
         );
-        for rank in q.tracker.targets() {
-            if self.health.known(rank).is_some() {
-                q.drop_rank(rank);
+        if result.is_err() {
+            // A dead rank's operations never complete: drop them so the queue is usable.
+            for rank in q.tracker.targets() {
+                if self.health.known(rank).is_some() {
+                    q.drop_rank(rank);
+                }
             }
         }
         if let Some(e) = q.tracker.take_failure() {
@@ -554,4 +539,25 @@ impl Inner {
             self.ep.inject_write(&scratch, target, Some(wire.encode()))
         })
     }
+}
+
+/// Checks notification `n` for table `segment` (of `count` ids) on `rank`.
+pub(crate) fn check_notification(
+    rank: Rank,
+    segment: SegmentId,
+    count: u32,
+    n: Notification,
+) -> Result<()> {
+    if n.id >= count {
+        return Err(Error::InvalidNotification {
+            rank,
+            segment,
+            id: n.id.into(),
+            count,
+        });
+    }
+    if n.value == 0 {
+        return Err(Error::ZeroNotificationValue { rank, id: n.id });
+    }
+    Ok(())
 }

@@ -40,10 +40,7 @@ impl LocalSegment {
 
     /// The segment's id as errors name it (a library segment's local id).
     pub(crate) fn id(&self) -> SegmentId {
-        match self.table {
-            Table::User(id) | Table::Library(id) => id,
-            Table::System => 0,
-        }
+        self.table.id()
     }
 
     /// Operations from or into this segment still in flight: each holds the region.
@@ -306,21 +303,26 @@ impl Inner {
 
     /// Removes this rank's segment behind `table`, unpublishes it and tells every other rank,
     /// so that its next operation on the segment returns [`Error::UnknownSegment`] instead of
-    /// reaching a closed registration. Telling is best effort and never blocks: a peer the
-    /// provider has no room for now learns nothing (its accesses then fail at the provider).
+    /// reaching a closed registration. Telling never blocks: news the provider has no room
+    /// for now waits in the outbox.
     pub(crate) fn delete_segment(&self, table: Table) -> Result<()> {
         let Some(key) = table.descriptor() else {
             return Err(Error::Protocol("the system table is not a segment".into()));
         };
         let seg = self.segments.remove(self.rank, table)?;
+        drop(seg);
+        self.announce_gone(table, key)
+    }
+
+    /// Withdraws this rank's descriptor of the removed segment behind `table` and tells every
+    /// live peer, which forgets it (the news goes through the outbox: it never blocks and is
+    /// not lost when the provider is busy).
+    pub(crate) fn announce_gone(&self, table: Table, key: DescKey) -> Result<()> {
         self.publish(key, None)?;
         self.descriptors.forget(self.rank, key);
-        drop(seg);
-        let gone = WireNotification::segment_gone(self.rank, key);
+        let gone = WireNotification::segment_gone(self.rank, table);
         for rank in (0..self.size).filter(|&r| r != self.rank) {
-            if self.health.known(rank).is_none() {
-                let _ = self.system_notify(rank, gone, Timeout::Test.deadline());
-            }
+            self.outbox.notify(self, rank, gone);
         }
         Ok(())
     }
@@ -631,7 +633,7 @@ impl<'a> Segment<'a> {
     /// a member; [`Error::UnknownSegment`] when `rank` has no such segment; [`Error::Timeout`];
     /// [`Error::RankFailed`].
     pub fn target(&self, rank: Rank, timeout: Timeout) -> Result<crate::Target> {
-        let table = self.shared.table_on(rank, self.ctx.rank())?;
+        let table = self.shared.table_on(rank)?;
         self.ctx.resolve_target(rank, table, timeout)
     }
 }

@@ -5,10 +5,11 @@ use gaspi_fabric::RemoteTarget;
 use gaspi_notifications::Timeout;
 
 use crate::atomic::{AtomicOp, AtomicRequest};
-use crate::context::Context;
+use crate::context::{Context, Inner};
 use crate::engine::lookup::{Descriptor, Known};
 use crate::error::{Error, Rank, Result, SegmentId};
-use crate::rma::Notification;
+use crate::queue::place;
+use crate::rma::{check_notification, Notification};
 use crate::wire::{Table, WireNotification};
 
 /// A range of a segment on some rank, resolved (its descriptor read) and checked once.
@@ -61,10 +62,7 @@ impl Target {
     }
 
     pub(crate) fn segment(&self) -> SegmentId {
-        match self.table {
-            Table::User(id) | Table::Library(id) => id,
-            Table::System => 0,
-        }
+        self.table.id()
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<()> {
@@ -81,32 +79,23 @@ impl Target {
         }
     }
 
-    /// Where `offset..offset + len` of the range is, checked.
-    pub(crate) fn remote(&self, offset: u64, len: u64) -> Result<RemoteTarget> {
+    /// Where `offset..offset + len` of the range is, checked against the range and, as for
+    /// every transfer, the provider's largest message.
+    pub(crate) fn remote(&self, inner: &Inner, offset: u64, len: u64) -> Result<RemoteTarget> {
         self.check(offset, len)?;
-        Ok(RemoteTarget {
-            rank: self.rank,
-            addr: self.descriptor.base + self.start + offset,
-            key: self.descriptor.key,
-        })
+        place(
+            inner,
+            self.rank,
+            self.segment(),
+            &self.descriptor,
+            self.start + offset,
+            len,
+        )
     }
 
     /// `n` for this target's table, checked.
     pub(crate) fn wire(&self, n: Notification) -> Result<WireNotification> {
-        if n.id >= self.descriptor.notifications {
-            return Err(Error::InvalidNotification {
-                rank: self.rank,
-                segment: self.segment(),
-                id: n.id.into(),
-                count: self.descriptor.notifications,
-            });
-        }
-        if n.value == 0 {
-            return Err(Error::ZeroNotificationValue {
-                rank: self.rank,
-                id: n.id,
-            });
-        }
+        check_notification(self.rank, self.segment(), self.descriptor.notifications, n)?;
         Ok(WireNotification::new(self.table, n.id, n.value))
     }
 }
@@ -132,10 +121,7 @@ impl Context {
         let key = table
             .descriptor()
             .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
-        let segment = match table {
-            Table::User(id) | Table::Library(id) => id,
-            Table::System => 0,
-        };
+        let segment = table.id();
         match self.inner.resolve(rank, key, timeout.deadline())? {
             Known::Present(descriptor) => Ok(Target {
                 rank,

@@ -27,6 +27,15 @@ pub(crate) enum Table {
 }
 
 impl Table {
+    /// The segment id errors name for this table (a library segment's local id; the system
+    /// table, which is no segment, 0).
+    pub(crate) fn id(self) -> SegmentId {
+        match self {
+            Table::User(id) | Table::Library(id) => id,
+            Table::System => 0,
+        }
+    }
+
     /// The descriptor of the segment that owns this table, if it is a segment's.
     pub(crate) fn descriptor(self) -> Option<DescKey> {
         match self {
@@ -77,13 +86,9 @@ impl WireNotification {
     /// "Rank `rank` deleted its segment `key`": peers drop their cached descriptor, so a
     /// later access fails cleanly with `UnknownSegment` instead of hitting a closed
     /// registration.
-    pub(crate) fn segment_gone(rank: Rank, key: DescKey) -> Self {
-        let (library, id) = match key {
-            DescKey::Segment(id) => (0, id),
-            DescKey::Library(id) => (1, id),
-            // Areas go with their group, which peers learn about by other means.
-            DescKey::Area(_) => (0, 0),
-        };
+    pub(crate) fn segment_gone(rank: Rank, table: Table) -> Self {
+        let library = u32::from(matches!(table, Table::Library(_)));
+        let id = table.id();
         // Ranks are below MAX_RANKS (checked at init), so the value is non-zero and fits.
         Self::system(
             SEGMENT_GONE,
@@ -164,11 +169,11 @@ mod tests {
             WireNotification::decode(WireNotification::segment_gone(rank, key).encode())
         };
         assert_eq!(
-            gone(70_000, DescKey::Segment(200)).gone(),
+            gone(70_000, Table::User(200)).gone(),
             Some((70_000, DescKey::Segment(200)))
         );
         assert_eq!(
-            gone(MAX_RANKS - 1, DescKey::Library(255)).gone(),
+            gone(MAX_RANKS - 1, Table::Library(255)).gone(),
             Some((MAX_RANKS - 1, DescKey::Library(255)))
         );
         assert_eq!(WireNotification::system(3, 9).gone(), None);

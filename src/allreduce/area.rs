@@ -42,7 +42,6 @@ impl std::fmt::Debug for ReduceArea {
 }
 
 impl ReduceArea {
-    /// The area for a group of `members`, or `None` if the group needs none (one member).
     /// The area for a group of `members`, registered under `key`, or `None` if the group
     /// needs none (one member).
     pub(crate) fn new(

@@ -201,7 +201,8 @@ impl Context {
                 // writes hold the area), but the group's next runs must not wait for writes
                 // towards a dead member, which may never complete (shm).
                 if self
-                    .drain_reduce_writes(&g, Timeout::Millis(1_000).deadline())
+                    .inner
+                    .wait_queue(&g.writes, Timeout::Millis(1_000).deadline())
                     .is_err()
                 {
                     for rank in g.writes.tracker.targets() {
@@ -289,7 +290,7 @@ impl Context {
                 run.step += 1;
                 run.sent = false;
             }
-            self.drain_reduce_writes(g, deadline)?;
+            self.inner.wait_queue(&g.writes, deadline)?;
             *epoch += 1;
             run.step = 0;
             run.chunk += 1;
@@ -348,24 +349,6 @@ impl Context {
     }
 
     /// Waits until every allreduce write of group `g` completed at this end.
-    fn drain_reduce_writes(&self, g: &Group, deadline: Deadline) -> Result<()> {
-        let writes = &g.writes;
-        // Short runs inject every step and have nothing to drain: skip the wait's progress call
-        // (a socket poll on tcp).
-        if writes.outstanding() == 0 {
-            return writes.tracker.take_failure().map_or(Ok(()), Err);
-        }
-        let waited = self.inner.watched_until(
-            || g.member_ranks(),
-            deadline,
-            || (writes.outstanding() == 0).then_some(()),
-        );
-        if let Some(e) = writes.tracker.take_failure() {
-            return Err(e);
-        }
-        waited
-    }
-
     /// Where `rank` receives group `g`'s allreduce data, read from its system region once,
     /// within `deadline` (a lookup that timed out goes on, and the next call joins it).
     fn peer_area(&self, g: &Group, rank: Rank, deadline: Deadline) -> Result<Descriptor> {

@@ -28,6 +28,7 @@
 mod rendezvous;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 
 use gaspi_notifications::Timeout;
@@ -42,12 +43,9 @@ use crate::group::{fingerprint, GroupId, Members};
 use crate::segment::{LocalSegment, Segment};
 use crate::sync::{lock, Mutex};
 use crate::wire::Table;
-use rendezvous::{hash, hash_bytes, Allgather, WIDTH};
-
-/// Bytes the runtime's internal messages may need in a job of `size` ranks.
-pub(crate) fn internal_room(size: u32) -> usize {
-    rendezvous::room(size)
-}
+use crate::fnv::{fnv1a, fnv1a_words};
+use rendezvous::{Allgather, WIDTH};
+pub(crate) use rendezvous::room as internal_room;
 
 /// The names of the libraries registered with a context.
 #[derive(Default)]
@@ -146,7 +144,7 @@ impl Context {
             ctx: self,
             state: Arc::new(State {
                 name: name.to_owned(),
-                key: hash_bytes(name.as_bytes()),
+                key: fnv1a(name.bytes()),
                 counts: Mutex::new(HashMap::new()),
                 pending: Mutex::new(HashMap::new()),
             }),
@@ -234,15 +232,14 @@ impl<'a> Library<'a> {
                 group: 0,
                 rank: ctx.rank(),
             })?;
-        let ranks: Vec<u64> = set.iter().map(|&r| u64::from(r)).collect();
         let resolved = Resolved {
-            key: hash(&[&[0x7ea3], &ranks[..]].concat()),
+            key: fnv1a_words(std::iter::once(0x7ea3).chain(set.iter().map(|&r| u64::from(r)))),
             members,
             me,
         };
         let (key, _) = self.rendezvous(&resolved, Kind::Team, timeout, || Ok(None))?;
         Ok(Team {
-            ctx,
+            ctx: PhantomData,
             members: Arc::new(resolved.members),
             key,
             me,
@@ -262,7 +259,7 @@ impl<'a> Library<'a> {
                         rank: ctx.rank(),
                     })?;
                 Ok(Resolved {
-                    key: hash(&[
+                    key: fnv1a_words([
                         0x6790,
                         u64::from(group),
                         u64::from(fingerprint(group, &g.members)),
@@ -371,14 +368,16 @@ impl<'a> Library<'a> {
                 });
             }
             None => {
+                // Built before the creation is counted: a rank whose allocation or install
+                // fails here must not fall out of step with the other members' sequence.
+                let segment = make()?;
                 let seq = {
                     let mut counts = lock(&self.state.counts);
                     let count = counts.entry(resolved.key).or_insert(0);
                     *count += 1;
                     *count
                 };
-                let segment = make()?;
-                let key = hash(&[self.state.key, resolved.key, seq]);
+                let key = fnv1a_words([self.state.key, resolved.key, seq]);
                 let mut value = [0u8; WIDTH];
                 value[0] = segment.as_ref().map_or(0, |s| s.id());
                 value[1] = kind as u8;
@@ -426,7 +425,8 @@ impl<'a> Library<'a> {
 /// segments, with O(1) rank ↔ member-index maps.
 #[derive(Clone)]
 pub struct Team<'a> {
-    ctx: &'a Context,
+    /// A team is a scope of one context.
+    ctx: PhantomData<&'a Context>,
     members: Arc<Members>,
     key: u64,
     me: u32,
@@ -464,7 +464,6 @@ impl Team<'_> {
 
     /// The members' ranks, ascending.
     pub fn ranks(&self) -> Vec<Rank> {
-        let _ = self.ctx;
         self.members.ranks()
     }
 }
@@ -494,7 +493,7 @@ impl Shared {
     }
 
     /// The table of the same segment on `rank`.
-    pub(crate) fn table_on(&self, rank: Rank, me: Rank) -> Result<Table> {
+    pub(crate) fn table_on(&self, rank: Rank) -> Result<Table> {
         match &self.library {
             None => Ok(self.local.table),
             Some(p) => {
@@ -502,7 +501,6 @@ impl Shared {
                     .members
                     .index_of(rank)
                     .ok_or_else(|| Error::NotInGroup { group: 0, rank })?;
-                let _ = me;
                 p.ids
                     .get(index as usize)
                     .map(|&id| Table::Library(id))
@@ -526,13 +524,9 @@ impl Inner {
     pub(crate) fn drop_library_segment(&self, table: Table) {
         if self.segments.remove_even_busy(table).is_some() {
             if let Some(key) = table.descriptor() {
-                let _ = self.publish(key, None);
-                let gone = crate::wire::WireNotification::segment_gone(self.rank, key);
-                for rank in (0..self.size).filter(|&r| r != self.rank) {
-                    if self.health.known(rank).is_none() {
-                        let _ = self.system_notify(rank, gone, Timeout::Test.deadline());
-                    }
-                }
+                // Dropping a handle cannot report an error; the system region is ours and
+                // always writable, so there is none to report.
+                let _ = self.announce_gone(table, key);
             }
         }
     }
