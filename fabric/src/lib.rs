@@ -110,4 +110,3 @@ fn check(call: &'static str, ret: i32) -> Result<()> {
 fn api_version() -> u32 {
     (sys::FI_MAJOR_VERSION << 16) | sys::FI_MINOR_VERSION
 }
-
