@@ -39,13 +39,13 @@ use crate::config::MAX_NOTIFICATIONS;
 use crate::context::{Context, Inner};
 use crate::engine::lookup::DescKey;
 use crate::error::{Error, Rank, Result};
+use crate::fnv::{fnv1a, fnv1a_words};
 use crate::group::{fingerprint, GroupId, Members};
 use crate::segment::{LocalSegment, Segment};
 use crate::sync::{lock, Mutex};
 use crate::wire::Table;
-use crate::fnv::{fnv1a, fnv1a_words};
-use rendezvous::{Allgather, WIDTH};
 pub(crate) use rendezvous::room as internal_room;
+use rendezvous::{Allgather, WIDTH};
 
 /// The names of the libraries registered with a context.
 #[derive(Default)]
