@@ -2,6 +2,7 @@
 //! comparison that says where and how data differed.
 
 use std::fmt::Display;
+use std::time::{Duration, Instant};
 
 /// A failed check, with a message precise enough to debug from a job log.
 #[derive(Debug)]
@@ -52,6 +53,22 @@ impl Data {
         self.put(key, outcome(result));
     }
 
+    /// Runs `call`, records how it ended under `key` (as [`outcome`](Self::outcome) does) and
+    /// how long it took under `<key>_ms`; returns its result and that duration, for the
+    /// scenarios that also bound it themselves.
+    pub fn timed<T>(
+        &mut self,
+        key: &str,
+        call: impl FnOnce() -> gaspi::Result<T>,
+    ) -> (gaspi::Result<T>, Duration) {
+        let start = Instant::now();
+        let result = call();
+        let took = start.elapsed();
+        self.outcome(key, &result);
+        self.put(&format!("{key}_ms"), took.as_millis());
+        (result, took)
+    }
+
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -84,6 +101,13 @@ pub fn states(ctx: &gaspi::Context) -> String {
             gaspi::State::Corrupt => 'C',
         })
         .collect()
+}
+
+/// The fields of a `/proc/<pid>/stat` line from field 3, the state, on. They follow the command
+/// name in parentheses, which may hold anything, spaces and ')' included: hence the last ')'.
+pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_ascii_whitespace())
 }
 
 /// `Ok`, or the error of `result` as [`describe`] writes it.

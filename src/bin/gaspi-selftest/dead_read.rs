@@ -13,24 +13,25 @@
 //! `gaspirun --keep-going`; the victim prints no `ok` line. Observations go to the data line
 //! for `tests/multiprocess.rs` to judge.
 
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use gaspi::{local, remote, Context, ReduceOp, Timeout};
 
-use gaspi::{local, remote, Context, Error, Notification, ReduceOp, Timeout};
-
-use crate::check::{describe, outcome, Data, Doing, Failure, Outcome, Report};
-use crate::stopped::{stop_myself, thread_states};
+use crate::check::{describe, Data, Doing, Failure, Outcome, Report};
+use crate::victim::{Handshake, Stopped};
 
 const SEG: u8 = 0;
 const SEG_LEN: u64 = 64 << 10;
-/// Where the victim's pid lands on rank 0.
-const PID_AT: u64 = 0;
+/// The victim's pid at offset 0 with notification 0; survivor `r` tells it to stop with
+/// notification `1 + r`.
+const HANDSHAKE: Handshake = Handshake {
+    segment: SEG,
+    pid_at: 0,
+    pid_id: 0,
+    go: 1,
+    queue: 0,
+};
 /// The read from the victim: larger than shm's inject size, so it needs the victim.
 const READ_AT: u64 = 32 << 10;
 const READ_LEN: u64 = 16 << 10;
-const PID_ID: u32 = 0;
-/// Survivor `r` tells the victim to stop with notification `GO_BASE + r`.
-const GO_BASE: u32 = 1;
 const TIMEOUT: Timeout = Timeout::Millis(30_000);
 /// The allreduce's timeout among the survivors.
 pub const ALLREDUCE_MS: u64 = 3_000;
@@ -48,42 +49,17 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.segment_create(SEG, SEG_LEN, TIMEOUT)
         .doing(|| "segment_create")?;
     if me == victim {
-        let pid = u64::from(std::process::id());
-        ctx.segment_write(SEG, PID_AT, &pid.to_le_bytes())
-            .doing(|| "writing the pid")?;
-        let note = Notification {
-            id: PID_ID,
-            value: 1,
-        };
-        ctx.write_notify(local(SEG, PID_AT), remote(0, SEG, PID_AT), 8, note, 0)
-            .doing(|| "sending the pid")?;
-        ctx.wait(0, TIMEOUT)
-            .doing(|| "waiting for the pid's write")?;
+        HANDSHAKE.send_pid(ctx, TIMEOUT)?;
     }
     ctx.barrier(TIMEOUT)
         .doing(|| "the barrier before the stop")?;
     if me == victim {
-        // Every survivor has left the barrier (it says so), so none needs us any more.
-        for r in 0..victim {
-            let id = ctx
-                .notify_waitsome(SEG, GO_BASE + r, 1, TIMEOUT)
-                .doing(|| format!("waiting for rank {r} to say stop"))?;
-            ctx.notify_reset(SEG, id).doing(|| "notify_reset")?;
-        }
-        stop_myself()?;
+        HANDSHAKE.stop_when_told(ctx, 1, TIMEOUT)?;
         return Err(Failure("the victim was continued instead of killed".into()));
     }
-    ctx.notify(
-        victim,
-        SEG,
-        Notification {
-            id: GO_BASE + me,
-            value: 1,
-        },
-        0,
-    )
-    .doing(|| "telling the victim to stop")?;
-    ctx.wait(0, TIMEOUT).doing(|| "waiting for the notify")?;
+    HANDSHAKE.tell_to_stop(ctx, victim, 1)?;
+    ctx.wait(HANDSHAKE.queue, TIMEOUT)
+        .doing(|| "waiting for the notify")?;
     let mut data = Data::default();
     if me == 0 {
         kill_with_a_read_in_flight(ctx, victim, &mut data)?;
@@ -99,37 +75,11 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
 
 /// Rank 0: posts a read from the stopped victim, checks it goes unanswered, and kills it.
 fn kill_with_a_read_in_flight(ctx: &Context, victim: u32, data: &mut Data) -> Outcome {
-    ctx.notify_waitsome(SEG, PID_ID, 1, TIMEOUT)
-        .doing(|| "waiting for the victim's pid")?;
-    let mut pid = [0u8; 8];
-    ctx.segment_read(SEG, PID_AT, &mut pid)
-        .doing(|| "reading the pid")?;
-    let pid = libc::pid_t::try_from(u64::from_le_bytes(pid))
-        .map_err(|_| Failure("the victim's pid does not fit pid_t".into()))?;
-    let start = Instant::now();
-    loop {
-        match thread_states(pid) {
-            Some(states) if states.chars().all(|s| s == 'T') => break,
-            Some(_) if start.elapsed() < Duration::from_secs(10) => sleep(Duration::from_millis(1)),
-            other => {
-                return Err(Failure(format!(
-                    "the victim's process {pid} did not stop: {other:?}"
-                )))
-            }
-        }
-    }
+    let stop = Stopped::wait_for(HANDSHAKE.receive_pid(ctx, TIMEOUT)?)?;
     ctx.read(local(SEG, READ_AT), remote(victim, SEG, 0), READ_LEN, 1)
         .doing(|| "posting the read from the stopped victim")?;
     data.outcome("read_wait_stopped", &ctx.wait(1, Timeout::Millis(300)));
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; `pid` is the
-    // victim of this job, which sent it (positive, so never a process group).
-    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
-        return Err(Failure(format!(
-            "SIGKILL to the victim: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
+    stop.kill()
 }
 
 /// Every survivor: a group of the survivors, and an allreduce on it within its timeout.
@@ -141,16 +91,16 @@ fn survivors(ctx: &Context, victim: u32, data: &mut Data) -> Outcome {
     }
     data.outcome("commit", &ctx.group_commit(group, TIMEOUT));
     let mut sum = [0u64];
-    let start = Instant::now();
-    let reduced = ctx.allreduce(
-        group,
-        &[u64::from(ctx.rank()) + 1],
-        &mut sum,
-        ReduceOp::Sum,
-        Timeout::Millis(ALLREDUCE_MS),
-    );
-    data.put("allreduce_ms", start.elapsed().as_millis());
-    data.outcome("allreduce", &reduced);
+    let input = [u64::from(ctx.rank()) + 1];
+    let (reduced, _) = data.timed("allreduce", || {
+        ctx.allreduce(
+            group,
+            &input,
+            &mut sum,
+            ReduceOp::Sum,
+            Timeout::Millis(ALLREDUCE_MS),
+        )
+    });
     if reduced.is_ok() {
         data.put("sum", sum[0]);
     }
@@ -159,14 +109,7 @@ fn survivors(ctx: &Context, victim: u32, data: &mut Data) -> Outcome {
 
 /// `finalize` with the victim dead: it must end within its timeout and a look, naming it.
 pub fn finalize_names_the_dead_rank(ctx: Context, data: &mut Data) -> Outcome<String> {
-    let start = Instant::now();
-    let result = ctx.finalize(Timeout::Millis(FINALIZE_MS));
-    data.put("finalize_ms", start.elapsed().as_millis());
-    let described = match &result {
-        Err(Error::FinalizeTimeout(_)) => "FinalizeTimeout".to_owned(),
-        other => outcome(other),
-    };
-    data.put("finalize", &described);
+    let (result, _) = data.timed("finalize", || ctx.finalize(Timeout::Millis(FINALIZE_MS)));
     Ok(match result {
         Err(e) => format!("finalize ended with {}", describe(&e)),
         Ok(()) => "finalize completed".into(),

@@ -36,8 +36,9 @@ use gaspi::{
 };
 
 use crate::check::{
-    compare, ensure, fill_pattern, outcome, seed, states, Data, Doing, Failure, Outcome, Report,
+    compare, ensure, fill_pattern, seed, states, Data, Doing, Failure, Outcome, Report,
 };
+use crate::victim::stop_myself;
 
 const SEGMENT: u8 = 0;
 const BLOCK: u64 = 64 << 10;
@@ -95,11 +96,9 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         "state_vec is {states}: expected only rank {dead} Corrupt"
     );
     pings(ctx, me, dead, &mut data)?;
-    let start = Instant::now();
-    let write = ctx.write(local(SEGMENT, SOURCE), remote(dead, SEGMENT, AFTER), 64, 0);
-    let took = start.elapsed();
-    data.outcome("write_dead", &write);
-    data.put("write_dead_ms", took.as_millis());
+    let (write, took) = data.timed("write_dead", || {
+        ctx.write(local(SEGMENT, SOURCE), remote(dead, SEGMENT, AFTER), 64, 0)
+    });
     expect_failed("a write to the dead rank", write, dead)?;
     ensure!(
         took < Duration::from_millis(100),
@@ -133,10 +132,7 @@ fn stop_for_a_while() -> Outcome {
         .args(["-c", &format!("sleep {STOPPED}; kill -CONT {pid}")])
         .spawn()
         .map_err(|e| Failure(format!("starting the helper that resumes us: {e}")))?;
-    // SAFETY: kill(2) on our own pid; SIGSTOP stops every thread until SIGCONT.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGSTOP);
-    }
+    stop_myself()?;
     waker
         .wait()
         .map_err(|e| Failure(format!("waiting for the helper: {e}")))?;
@@ -254,21 +250,14 @@ fn barrier_fails(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcom
     } else {
         Timeout::Millis(BARRIER_TIMEOUT_MS)
     };
-    let start = Instant::now();
-    let result = ctx.barrier(timeout);
-    let took = start.elapsed();
-    data.outcome("barrier", &result);
-    data.put("barrier_ms", took.as_millis());
+    let (result, took) = data.timed("barrier", || ctx.barrier(timeout));
     expect_failed(&format!("barrier({timeout:?}) on GROUP_ALL"), result, dead)?;
     ensure!(
         took < FAIL_WITHIN,
         "barrier({timeout:?}) on GROUP_ALL took {took:?} to fail (bound {FAIL_WITHIN:?})"
     );
     // Calling it again reports the same death at once instead of waiting.
-    let start = Instant::now();
-    let again = ctx.barrier(timeout);
-    data.outcome("barrier_again", &again);
-    data.put("barrier_again_ms", start.elapsed().as_millis());
+    let (again, _) = data.timed("barrier_again", || ctx.barrier(timeout));
     expect_failed("a second GROUP_ALL barrier", again, dead)
 }
 
@@ -338,11 +327,9 @@ fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Ra
 /// Finalize with a dead rank: `RankFailed` naming it, promptly, with resources released.
 pub fn finalize_reports_the_dead_rank(ctx: Context, data: &mut Data) -> Outcome<String> {
     let dead = ctx.size() - 1;
-    let start = Instant::now();
-    let result = ctx.finalize(Timeout::Millis(BARRIER_TIMEOUT_MS));
-    let took = start.elapsed();
-    data.put("finalize", outcome(&result));
-    data.put("finalize_ms", took.as_millis());
+    let (result, took) = data.timed("finalize", || {
+        ctx.finalize(Timeout::Millis(BARRIER_TIMEOUT_MS))
+    });
     expect_failed("finalize", result, dead)?;
     ensure!(took < FAIL_WITHIN, "finalize took {took:?} to fail");
     Ok(format!("finalize failed naming rank {dead}"))

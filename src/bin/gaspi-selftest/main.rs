@@ -34,6 +34,7 @@ mod stopped;
 mod stress;
 mod threads;
 mod timeouts;
+mod victim;
 
 use std::process::ExitCode;
 

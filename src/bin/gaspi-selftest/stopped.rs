@@ -25,29 +25,34 @@
 //! Only one collective of `GROUP_ALL` can time out per stop: `segment_create` and `finalize`
 //! continue a timed-out `GROUP_ALL` barrier instead of starting their own. Hence the phases.
 
-use std::thread::sleep;
-use std::time::{Duration, Instant};
-
 use gaspi::{
     local, remote, Context, Error, GroupId, Notification, NotificationId, QueueId, Rank, ReduceOp,
     Segment, SegmentId, Timeout, GROUP_ALL,
 };
 
-use crate::check::{describe, fill_pattern, seed, states, Data, Doing, Failure, Outcome, Report};
+use crate::check::{
+    describe, fill_pattern, outcome, seed, states, Data, Doing, Failure, Outcome, Report,
+};
+use crate::victim::{Handshake, Stopped};
 
 /// The timeout of every call made while the victim is stopped.
 const SHORT: Timeout = Timeout::Millis(500);
 /// The timeout of calls that must complete: generous for a loaded 2-core machine. It is
 /// finite so that a stuck call fails the job with a message.
 const LONG: Timeout = Timeout::Millis(20_000);
-/// How long rank 0 waits for the victim to show up stopped in `/proc`.
-const STOP_LIMIT: Duration = Duration::from_secs(10);
 
 /// Segment 0: the pid, the data that rank 0 reads from the victim, the notifications.
 const MAIN: SegmentId = 0;
 const MAIN_SIZE: u64 = 64 << 10;
-/// Where the victim's pid lands on rank 0 (and where the victim keeps it).
-const PID_AT: u64 = 0;
+/// The pid at offset 0 with notification 0; "go ahead and stop" from rank `r` with
+/// notification `16 + r`, its value the phase number.
+const HANDSHAKE: Handshake = Handshake {
+    segment: MAIN,
+    pid_at: 0,
+    pid_id: 0,
+    go: 16,
+    queue: GO_QUEUE,
+};
 /// The victim's pattern, which rank 0 reads (the queue read the first half, the batch the
 /// second).
 const SOURCE: u64 = 4096;
@@ -55,13 +60,9 @@ const READ_LEN: u64 = 64;
 /// Where rank 0's reads land.
 const QUEUE_READ_AT: u64 = 8192;
 const BATCH_READ_AT: u64 = 12288;
-/// Notification ids of segment 0.
-const PID_ID: NotificationId = 0;
 /// Set by the victim once continued, for `notify_wait_any`.
 const ANY_ID: NotificationId = 1;
 const ANY_VALUE: u32 = 77;
-/// "Go ahead and stop" from rank `r` to the victim: id `GO + r`, value the phase number.
-const GO: NotificationId = 16;
 
 /// Segments never accessed by rank 0 before the stop that uses them.
 const ATOMIC_BLOCKING: SegmentId = 1;
@@ -125,13 +126,13 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     let victim = n - 1;
     let role = role(me, victim);
     let mut data = Data::default();
-    let pid = setup(ctx, role, victim)?;
+    setup(ctx, role, victim)?;
     let groups = groups(ctx, role, victim)?;
     let lib = ctx.library("stopped").doing(|| "registering the library")?;
 
     open_phase(ctx, role, victim, 1)?;
     if role == Role::Checker {
-        let mut stop = Stopped::wait_for(pid)?;
+        let stop = Stopped::wait_for(HANDSHAKE.read_pid(ctx)?)?;
         collectives_while_stopped(ctx, &groups, &mut data);
         data.put("state_vec_collectives", states(ctx));
         stop.resume()?;
@@ -143,7 +144,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     // Dropping its last handle deletes a library segment: each rank keeps its own until all
     // are done with the others'.
     let _lib_segment = match role {
-        Role::Checker => one_sided(ctx, victim, pid, &lib, &mut data)?,
+        Role::Checker => one_sided(ctx, victim, &lib, &mut data)?,
         Role::Victim => one_sided_victim(ctx, &lib, &mut data)?,
         Role::Bystander => {
             let seg = lib.segment_create(GROUP_ALL, PLAIN_SIZE, LIBRARY_NOTIFICATIONS, LONG);
@@ -169,8 +170,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     Ok(Report { summary, data })
 }
 
-/// Creates the segments, and brings the victim's pid to rank 0 (returned there, 0 elsewhere).
-fn setup(ctx: &Context, role: Role, victim: Rank) -> Outcome<libc::pid_t> {
+/// Creates the segments, and brings the victim's pid to rank 0.
+fn setup(ctx: &Context, role: Role, victim: Rank) -> Outcome {
     for (id, victim_size) in [
         (MAIN, MAIN_SIZE),
         (ATOMIC_BLOCKING, PLAIN_SIZE),
@@ -192,51 +193,19 @@ fn setup(ctx: &Context, role: Role, victim: Rank) -> Outcome<libc::pid_t> {
             fill_pattern(seed(&[u64::from(victim)]), &mut pattern);
             ctx.segment_write(MAIN, SOURCE, &pattern)
                 .doing(|| "writing the pattern")?;
-            let pid = u64::from(std::process::id());
-            ctx.segment_write(MAIN, PID_AT, &pid.to_le_bytes())
-                .doing(|| "writing the pid")?;
-            ctx.write_notify(
-                local(MAIN, PID_AT),
-                remote(0, MAIN, PID_AT),
-                8,
-                Notification {
-                    id: PID_ID,
-                    value: 1,
-                },
-                GO_QUEUE,
-            )
-            .doing(|| "sending the pid to rank 0")?;
-            ctx.wait(GO_QUEUE, LONG)
-                .doing(|| "waiting for the pid's write")?;
-            Ok(0)
+            HANDSHAKE.send_pid(ctx, LONG)
         }
         Role::Checker => {
-            ctx.notify_waitsome(MAIN, PID_ID, 1, LONG)
-                .doing(|| format!("waiting for the pid of rank {victim}"))?;
-            ctx.notify_reset(MAIN, PID_ID)
-                .doing(|| "resetting the pid's notification")?;
-            let pid = read_pid(ctx)?;
+            HANDSHAKE.receive_pid(ctx, LONG)?;
             // Resolved now, so that the reads checked while it is stopped need no lookup.
             ctx.segment(MAIN)
                 .doing(|| "segment(0)")?
                 .target(victim, LONG)
                 .doing(|| format!("resolving segment 0 of rank {victim}"))?;
-            Ok(pid)
+            Ok(())
         }
-        Role::Bystander => Ok(0),
+        Role::Bystander => Ok(()),
     }
-}
-
-/// The victim's pid, as it wrote it into rank 0's segment 0.
-fn read_pid(ctx: &Context) -> Outcome<libc::pid_t> {
-    let mut bytes = [0u8; 8];
-    ctx.segment_read(MAIN, PID_AT, &mut bytes)
-        .doing(|| "reading the pid")?;
-    let pid = u64::from_le_bytes(bytes);
-    libc::pid_t::try_from(pid)
-        .ok()
-        .filter(|&p| p > 0)
-        .ok_or_else(|| Failure(format!("the victim sent pid {pid}")))
 }
 
 fn groups(ctx: &Context, role: Role, victim: Rank) -> Outcome<Groups> {
@@ -269,28 +238,11 @@ fn groups(ctx: &Context, role: Role, victim: Rank) -> Outcome<Groups> {
 fn open_phase(ctx: &Context, role: Role, victim: Rank, phase: u32) -> Outcome {
     ctx.barrier(LONG)
         .doing(|| format!("the barrier opening phase {phase}"))?;
-    if role != Role::Victim {
-        let go = Notification {
-            id: GO + ctx.rank(),
-            value: phase,
-        };
-        return ctx
-            .notify(victim, MAIN, go, GO_QUEUE)
-            .doing(|| format!("telling rank {victim} to stop (phase {phase})"));
+    if role == Role::Victim {
+        HANDSHAKE.stop_when_told(ctx, phase, LONG)
+    } else {
+        HANDSHAKE.tell_to_stop(ctx, victim, phase)
     }
-    for r in 0..victim {
-        ctx.notify_waitsome(MAIN, GO + r, 1, LONG)
-            .doing(|| format!("waiting for rank {r} to pass the barrier of phase {phase}"))?;
-        let value = ctx
-            .notify_reset(MAIN, GO + r)
-            .doing(|| "resetting a go notification")?;
-        if value != phase {
-            return Err(Failure(format!(
-                "go from rank {r}: value {value}, expected phase {phase}"
-            )));
-        }
-    }
-    stop_myself()
 }
 
 /// Waits for the go notifications to complete; the victim is running again by now.
@@ -300,113 +252,6 @@ fn close_phase(ctx: &Context, role: Role, data: &mut Data) -> Outcome {
     }
     ctx.wait(GO_QUEUE, LONG)
         .map_err(|e| fail(data, "waiting for the go notification", &e))
-}
-
-/// Stops this process (all its threads) until someone sends SIGCONT.
-pub fn stop_myself() -> Outcome {
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; SIGSTOP on our own
-    // pid stops every thread until rank 0 sends SIGCONT.
-    let rc = unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-    if rc != 0 {
-        return Err(Failure(format!(
-            "stopping myself: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
-}
-
-/// The victim stopped (`/proc` says so) until [`resume`](Self::resume) or drop: it is
-/// continued on every path, so a failed check never leaves the job hanging.
-struct Stopped {
-    pid: libc::pid_t,
-    resumed: bool,
-}
-
-impl Stopped {
-    fn wait_for(pid: libc::pid_t) -> Outcome<Stopped> {
-        // Made first: a failure below still continues the victim.
-        let guard = Stopped {
-            pid,
-            resumed: false,
-        };
-        let start = Instant::now();
-        loop {
-            match thread_states(pid) {
-                Some(states) if states.chars().all(|s| s == 'T') => return Ok(guard),
-                Some(states) if start.elapsed() > STOP_LIMIT => {
-                    return Err(Failure(format!(
-                        "the victim's process {pid} did not stop within {STOP_LIMIT:?} (its \
-                         threads: {states})"
-                    )))
-                }
-                Some(_) => sleep(Duration::from_millis(1)),
-                None => return Err(Failure(format!("the victim's process {pid} is gone"))),
-            }
-        }
-    }
-
-    fn resume(&mut self) -> Outcome {
-        self.resumed = true;
-        if cont(self.pid) != 0 {
-            return Err(Failure(format!(
-                "SIGCONT to the victim's process {}: {}",
-                self.pid,
-                std::io::Error::last_os_error()
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        if !self.resumed {
-            // Nothing better to do with a failure here: the launcher's time limit remains.
-            let _ = cont(self.pid);
-        }
-    }
-}
-
-/// Sends SIGCONT to `pid`; returns kill(2)'s result.
-fn cont(pid: libc::pid_t) -> i32 {
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; `pid` is the victim
-    // of this job, which sent it (checked positive, so never a process group).
-    unsafe { libc::kill(pid, libc::SIGCONT) }
-}
-
-/// The state letters of the threads of `pid` (`T` when stopped), `None` when the process is
-/// gone. Every thread counts: the process shows stopped as soon as its main thread is, while
-/// its progress thread may still be on its way to the stop.
-pub fn thread_states(pid: libc::pid_t) -> Option<String> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let states: String = tasks
-        .filter_map(|task| {
-            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
-            // The command name (in parentheses) may contain anything; the state follows the
-            // last ')'.
-            let (_, rest) = stat.rsplit_once(')')?;
-            rest.trim_start().chars().next()
-        })
-        .collect();
-    // A thread that ended between the listing and the read is left out; no thread at all
-    // means the process is gone.
-    (!states.is_empty()).then_some(states)
-}
-
-/// `state_vec` as one letter per rank: `H` healthy, `C` corrupt.
-/// Runs `call`, records how it ended under `key` and its duration under `<key>_ms`.
-fn timed<T>(
-    data: &mut Data,
-    key: &str,
-    call: impl FnOnce() -> gaspi::Result<T>,
-) -> gaspi::Result<T> {
-    let start = Instant::now();
-    let result = call();
-    let took = start.elapsed().as_millis();
-    data.outcome(key, &result);
-    data.put(&format!("{key}_ms"), took);
-    result
 }
 
 /// Records how a call after the victim resumed ended, under `<key>_after`; an error ends the
@@ -447,14 +292,12 @@ fn reduce_input(rank: Rank) -> [u64; 2] {
 /// Rank 0, victim stopped: each collective with it times out. Each runs on its own group (or
 /// `GROUP_ALL`), so no timed-out one holds up the next.
 fn collectives_while_stopped(ctx: &Context, groups: &Groups, data: &mut Data) {
-    let _ = timed(data, "barrier", || ctx.barrier(SHORT));
-    let _ = timed(data, "group_commit", || ctx.group_commit(groups.new, SHORT));
-    let _ = timed(data, "group_barrier", || {
-        ctx.group_barrier(groups.pair, SHORT)
-    });
+    let _ = data.timed("barrier", || ctx.barrier(SHORT));
+    let _ = data.timed("group_commit", || ctx.group_commit(groups.new, SHORT));
+    let _ = data.timed("group_barrier", || ctx.group_barrier(groups.pair, SHORT));
     let mut sum = [0u64; 2];
     let input = reduce_input(ctx.rank());
-    let _ = timed(data, "allreduce", || {
+    let _ = data.timed("allreduce", || {
         ctx.allreduce(groups.fresh, &input, &mut sum, ReduceOp::Sum, SHORT)
     });
 }
@@ -491,7 +334,6 @@ fn collectives(ctx: &Context, role: Role, groups: &Groups, data: &mut Data) -> O
 fn one_sided<'a>(
     ctx: &'a Context,
     victim: Rank,
-    pid: libc::pid_t,
     lib: &gaspi::Library<'a>,
     data: &mut Data,
 ) -> Outcome<Segment<'a>> {
@@ -502,16 +344,16 @@ fn one_sided<'a>(
     let batch = ctx.batch();
     let team_members = [0, victim];
 
-    let mut stop = Stopped::wait_for(pid)?;
+    let stop = Stopped::wait_for(HANDSHAKE.read_pid(ctx)?)?;
     let blocking = remote(victim, ATOMIC_BLOCKING, 0);
-    let _ = timed(data, "atomic_fetch_add", || {
+    let _ = data.timed("atomic_fetch_add", || {
         ctx.atomic_fetch_add(blocking, 1, SHORT)
     });
     let request = ctx.atomic_fetch_add_nb(remote(victim, ATOMIC_NB, 0), 2);
     data.outcome("atomic_fetch_add_nb_start", &request);
     let request = request.map_err(|e| fail(data, "starting atomic_fetch_add_nb", &e))?;
-    let _ = timed(data, "atomic_fetch_add_nb", || request.wait(SHORT));
-    let _ = timed(data, "proc_ping", || ctx.proc_ping(victim, SHORT));
+    let _ = data.timed("atomic_fetch_add_nb", || request.wait(SHORT));
+    let _ = data.timed("proc_ping", || ctx.proc_ping(victim, SHORT));
     ctx.read(
         local(MAIN, QUEUE_READ_AT),
         remote(victim, MAIN, SOURCE),
@@ -519,16 +361,16 @@ fn one_sided<'a>(
         READ_QUEUE,
     )
     .map_err(|e| fail(data, "posting the read from the victim", &e))?;
-    let _ = timed(data, "wait_queue", || ctx.wait(READ_QUEUE, SHORT));
-    let _ = timed(data, "segment_size_of", || {
+    let _ = data.timed("wait_queue", || ctx.wait(READ_QUEUE, SHORT));
+    let _ = data.timed("segment_size_of", || {
         ctx.segment_size_of(victim, SIZE_OF, SHORT)
     });
-    let _ = timed(data, "target", || ctx.target(victim, TARGET, SHORT));
+    let _ = data.timed("target", || ctx.target(victim, TARGET, SHORT));
     // The read above is still unanswered: over shm this send queues behind it.
-    let _ = timed(data, "passive_send", || {
+    let _ = data.timed("passive_send", || {
         ctx.passive_send(victim, WHILE_STOPPED.as_bytes(), SHORT)
     });
-    let _ = timed(data, "notify_wait_any", || {
+    let _ = data.timed("notify_wait_any", || {
         ctx.notify_wait_any(&[main.range(ANY_ID, 1)], &[victim], SHORT)
     });
     batch
@@ -540,12 +382,12 @@ fn one_sided<'a>(
             READ_LEN,
         )
         .map_err(|e| fail(data, "posting the batch read from the victim", &e))?;
-    let _ = timed(data, "batch_wait", || batch.wait(SHORT));
-    let lib_segment = timed(data, "lib_segment_create", || {
+    let _ = data.timed("batch_wait", || batch.wait(SHORT));
+    let (lib_segment, _) = data.timed("lib_segment_create", || {
         lib.segment_create(GROUP_ALL, PLAIN_SIZE, LIBRARY_NOTIFICATIONS, SHORT)
     });
-    let team = timed(data, "lib_team", || lib.team(&team_members, SHORT));
-    let created = timed(data, "segment_create", || {
+    let (team, _) = data.timed("lib_team", || lib.team(&team_members, SHORT));
+    let (created, _) = data.timed("segment_create", || {
         ctx.segment_create(CREATED, PLAIN_SIZE, SHORT)
     });
     data.put("state_vec_one_sided", states(ctx));
@@ -682,22 +524,16 @@ pub fn finalize_while_stopped(ctx: Context, data: &mut Data) -> Outcome<String> 
             "finalized".into()
         });
     }
-    let mut stop = Stopped::wait_for(read_pid(&ctx)?)?;
-    let start = Instant::now();
-    let result = ctx.finalize(SHORT);
-    data.put("finalize_ms", start.elapsed().as_millis());
+    let stop = Stopped::wait_for(HANDSHAKE.read_pid(&ctx)?)?;
+    let (result, _) = data.timed("finalize", || ctx.finalize(SHORT));
     let ctx = match result {
-        Err(Error::FinalizeTimeout(ctx)) => {
-            data.put("finalize", "FinalizeTimeout");
-            ctx
-        }
+        Err(Error::FinalizeTimeout(ctx)) => ctx,
         other => {
-            data.outcome("finalize", &other);
             stop.resume()?;
             return Err(Failure(format!(
                 "finalize(Millis(500)) with the victim stopped: expected FinalizeTimeout, got \
                  {}; recorded so far: {}",
-                crate::check::outcome(&other),
+                outcome(&other),
                 data.line()
             )));
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use gaspi::{Context, Error, Notification, SegmentId, Timeout};
 
-use crate::check::{ensure, Data, Doing, Failure, Outcome, Report};
+use crate::check::{ensure, stat_fields, Data, Doing, Failure, Outcome, Report};
 
 const SEG: SegmentId = 0;
 /// Never sent by anyone: waits on it must time out.
@@ -68,14 +68,13 @@ fn idle(ctx: &Context, data: &mut Data) -> Outcome {
 fn cpu_ms() -> Outcome<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat")
         .map_err(|e| Failure(format!("reading /proc/self/stat: {e}")))?;
-    // Fields 14 and 15 (utime, stime) follow the parenthesised command name, which may hold
-    // spaces; they count ticks of USER_HZ, which Linux fixes at 100 for /proc.
-    let rest = stat
-        .rsplit_once(") ")
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| Failure(format!("malformed /proc/self/stat: {stat}")))?;
+    // Fields 14 and 15 (utime, stime) count ticks of USER_HZ, which Linux fixes at 100 for
+    // /proc.
+    let fields =
+        stat_fields(&stat).ok_or_else(|| Failure(format!("malformed /proc/self/stat: {stat}")))?;
     let field = |n: usize| -> Outcome<u64> {
-        rest.split_ascii_whitespace()
+        fields
+            .clone()
             .nth(n - 3)
             .and_then(|f| f.parse().ok())
             .ok_or_else(|| Failure(format!("no field {n} in /proc/self/stat: {stat}")))

@@ -1,0 +1,205 @@
+//! The victim of the scenarios that stop a rank (`stopped`, `dead-read`, `fault`): it sends
+//! rank 0 its pid and stops itself (SIGSTOP) once told; rank 0 waits until `/proc` shows every
+//! thread of it stopped, then continues it (SIGCONT) or kills it (SIGKILL).
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use gaspi::{local, remote, Context, Notification, NotificationId, QueueId, SegmentId, Timeout};
+
+use crate::check::{stat_fields, Doing, Failure, Outcome};
+
+/// How long rank 0 waits for the victim to show up stopped in `/proc`.
+const STOP_LIMIT: Duration = Duration::from_secs(10);
+
+/// Where a scenario's victim and the other ranks meet: the same on every rank.
+pub struct Handshake {
+    /// The segment that carries the pid and the notifications.
+    pub segment: SegmentId,
+    /// Where the victim's pid lands on rank 0 (and where the victim keeps it).
+    pub pid_at: u64,
+    /// The notification announcing the pid to rank 0.
+    pub pid_id: NotificationId,
+    /// "Go ahead and stop" from rank `r` to the victim: notification `go + r`.
+    pub go: NotificationId,
+    /// The queue of the pid's write and of the go notifications.
+    pub queue: QueueId,
+}
+
+impl Handshake {
+    /// The victim: writes its pid into rank 0's segment, notifies it, and waits for the write.
+    pub fn send_pid(&self, ctx: &Context, timeout: Timeout) -> Outcome {
+        let pid = u64::from(std::process::id());
+        ctx.segment_write(self.segment, self.pid_at, &pid.to_le_bytes())
+            .doing(|| "writing the pid")?;
+        let note = Notification {
+            id: self.pid_id,
+            value: 1,
+        };
+        ctx.write_notify(
+            local(self.segment, self.pid_at),
+            remote(0, self.segment, self.pid_at),
+            8,
+            note,
+            self.queue,
+        )
+        .doing(|| "sending the pid to rank 0")?;
+        ctx.wait(self.queue, timeout)
+            .doing(|| "waiting for the pid's write")
+    }
+
+    /// Rank 0: waits for the victim's pid and takes its notification.
+    pub fn receive_pid(&self, ctx: &Context, timeout: Timeout) -> Outcome<Pid> {
+        ctx.notify_waitsome(self.segment, self.pid_id, 1, timeout)
+            .doing(|| "waiting for the victim's pid")?;
+        ctx.notify_reset(self.segment, self.pid_id)
+            .doing(|| "resetting the pid's notification")?;
+        self.read_pid(ctx)
+    }
+
+    /// Rank 0: the pid the victim sent, as it landed in the segment.
+    pub fn read_pid(&self, ctx: &Context) -> Outcome<Pid> {
+        let mut bytes = [0u8; 8];
+        ctx.segment_read(self.segment, self.pid_at, &mut bytes)
+            .doing(|| "reading the pid")?;
+        let sent = u64::from_le_bytes(bytes);
+        // Zero or less would make kill(2) signal a process group (or every process we may
+        // signal), never the victim alone.
+        libc::pid_t::try_from(sent)
+            .ok()
+            .filter(|&pid| pid > 0)
+            .map(Pid)
+            .ok_or_else(|| Failure(format!("the victim sent pid {sent}")))
+    }
+
+    /// Every rank but the victim: tells it to stop (`round` tells the stops of a scenario
+    /// apart). The notification's completion is left to the caller's queue.
+    pub fn tell_to_stop(&self, ctx: &Context, victim: gaspi::Rank, round: u32) -> Outcome {
+        let go = Notification {
+            id: self.go + ctx.rank(),
+            value: round,
+        };
+        ctx.notify(victim, self.segment, go, self.queue)
+            .doing(|| format!("telling rank {victim} to stop (round {round})"))
+    }
+
+    /// The victim, the last rank: waits until every other rank told it to stop in `round`,
+    /// then stops until continued. Each tells it once past a barrier, so none of them can
+    /// still need a message of the victim's.
+    pub fn stop_when_told(&self, ctx: &Context, round: u32, timeout: Timeout) -> Outcome {
+        for r in 0..ctx.rank() {
+            ctx.notify_waitsome(self.segment, self.go + r, 1, timeout)
+                .doing(|| format!("waiting for rank {r} to say stop (round {round})"))?;
+            let value = ctx
+                .notify_reset(self.segment, self.go + r)
+                .doing(|| "resetting a go notification")?;
+            if value != round {
+                return Err(Failure(format!(
+                    "go from rank {r}: value {value}, expected round {round}"
+                )));
+            }
+        }
+        stop_myself()
+    }
+}
+
+/// The victim's process: its pid is positive, so a signal to it never reaches a group.
+#[derive(Debug, Clone, Copy)]
+pub struct Pid(libc::pid_t);
+
+impl Pid {
+    /// Sends `signal` (named `name` in the error) to the victim.
+    fn signal(self, signal: libc::c_int, name: &str) -> Outcome {
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours; the pid is
+        // positive (see `read_pid`), so only the victim's process is signalled.
+        if unsafe { libc::kill(self.0, signal) } != 0 {
+            return Err(Failure(format!(
+                "{name} to the victim's process {}: {}",
+                self.0,
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Stops this process (all its threads) until someone sends SIGCONT.
+pub fn stop_myself() -> Outcome {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; SIGSTOP on our own
+    // pid stops every thread until SIGCONT.
+    if unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) } != 0 {
+        return Err(Failure(format!(
+            "stopping myself: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// The victim stopped (`/proc` says so) until [`resume`](Self::resume) or
+/// [`kill`](Self::kill); dropped otherwise, it is continued, so a failed check never leaves
+/// the job hanging.
+pub struct Stopped {
+    pid: Pid,
+    done: bool,
+}
+
+impl Stopped {
+    /// Waits until every thread of the victim shows stopped.
+    pub fn wait_for(pid: Pid) -> Outcome<Stopped> {
+        // Made first: a failure below still continues the victim.
+        let guard = Stopped { pid, done: false };
+        let start = Instant::now();
+        loop {
+            match thread_states(pid.0) {
+                Some(states) if states.chars().all(|s| s == 'T') => return Ok(guard),
+                Some(states) if start.elapsed() > STOP_LIMIT => {
+                    return Err(Failure(format!(
+                        "the victim's process {} did not stop within {STOP_LIMIT:?} (its \
+                         threads: {states})",
+                        pid.0
+                    )))
+                }
+                Some(_) => sleep(Duration::from_millis(1)),
+                None => return Err(Failure(format!("the victim's process {} is gone", pid.0))),
+            }
+        }
+    }
+
+    /// Continues the victim.
+    pub fn resume(mut self) -> Outcome {
+        self.done = true;
+        self.pid.signal(libc::SIGCONT, "SIGCONT")
+    }
+
+    /// Kills the victim.
+    pub fn kill(mut self) -> Outcome {
+        self.done = true;
+        self.pid.signal(libc::SIGKILL, "SIGKILL")
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if !self.done {
+            // Nothing better to do with a failure here: the launcher's time limit remains.
+            let _ = self.pid.signal(libc::SIGCONT, "SIGCONT");
+        }
+    }
+}
+
+/// The state letters of the threads of `pid` (`T` when stopped), `None` when the process is
+/// gone. Every thread counts: the process shows stopped as soon as its main thread is, while
+/// its progress thread may still be on its way to the stop.
+fn thread_states(pid: libc::pid_t) -> Option<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let states: String = tasks
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            stat_fields(&stat)?.next()?.chars().next()
+        })
+        .collect();
+    // A thread that ended between the listing and the read is left out; no thread at all
+    // means the process is gone.
+    (!states.is_empty()).then_some(states)
+}
