@@ -7,9 +7,9 @@
 
 mod common;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
-use common::{selftest, Finished, PROVIDERS};
+use common::{selftest, RankData, PROVIDERS};
 
 const SCENARIO: &str = "library";
 /// Mirrors of the scenario's constants.
@@ -27,30 +27,18 @@ const LIBRARY_SEGMENTS: [&str; 6] = [
     "b_second_id",
 ];
 
-/// Rank `rank`'s value of `key` as text; panics with the job's output when missing.
-fn text(job: &Finished, data: &HashMap<String, String>, rank: u32, key: &str) -> String {
-    data.get(key)
-        .unwrap_or_else(|| panic!("rank {rank} reported no {key:?}\n{}", job.report()))
-        .clone()
-}
-
 fn library(ranks: u32, provider: &str) {
     assert!(PROVIDERS.contains(&provider));
     let job = selftest(SCENARIO, ranks, provider);
     let n = u64::from(ranks);
-    let all: Vec<_> = (0..ranks).map(|r| job.data(SCENARIO, r)).collect();
+    let all: Vec<RankData> = (0..ranks).map(|r| job.data(SCENARIO, r)).collect();
     for (rank, data) in (0..ranks).zip(&all) {
         let left = (rank + ranks - 1) % ranks;
         let right = (rank + 1) % ranks;
         let expect = |key: &str, want: String| {
-            assert_eq!(
-                text(&job, data, rank, key),
-                want,
-                "rank {rank}: {key}\n{}",
-                job.report()
-            );
+            assert_eq!(data.get(key), want, "rank {rank}: {key}\n{}", job.report());
         };
-        let num = |key: &str| job.datum::<u64>(SCENARIO, rank, key);
+        let num = |key: &str| data.parse::<u64>(key);
 
         // Namespaces: the user's ids are what they would be without libraries.
         expect("user_segments", "0,1,2,3".into());
@@ -151,7 +139,7 @@ fn library(ranks: u32, provider: &str) {
         expect("notified_user", format!("{from_left}:{word}"));
 
         // Errors, the library segments named by their ids on the right neighbour.
-        let on_right = |key: &str| text(&job, &all[right as usize], right, key);
+        let on_right = |key: &str| all[right as usize].get(key);
         expect("batch_full", "BatchFull(1)".into());
         expect(
             "notify_beyond",

@@ -65,8 +65,9 @@ scenario_tests! {
 fn timeouts(ranks: u32, provider: &str) {
     let job = selftest("timeouts", ranks, provider);
     for rank in 0..ranks {
-        let wall: u64 = job.datum("timeouts", rank, "idle_wall_ms");
-        let cpu: u64 = job.datum("timeouts", rank, "idle_cpu_ms");
+        let data = job.data("timeouts", rank);
+        let wall: u64 = data.parse("idle_wall_ms");
+        let cpu: u64 = data.parse("idle_cpu_ms");
         assert!(
             wall >= 2_000,
             "rank {rank} waited only {wall} ms\n{}",
@@ -126,21 +127,19 @@ fn dead_read(provider: &str) {
     let slack = 900;
     for rank in 0..victim {
         let data = job.data("dead-read", rank);
-        let get = |key: &str| data.get(key).map(String::as_str).unwrap_or("missing");
-        let millis = |key: &str| -> u64 { get(key).parse().unwrap_or(u64::MAX) };
         if rank == 0 {
-            assert_eq!(get("read_wait_stopped"), "Timeout", "{}", job.report());
+            assert_eq!(data.get("read_wait_stopped"), "Timeout", "{}", job.report());
         }
-        assert_eq!(get("commit"), "Ok", "rank {rank}\n{}", job.report());
-        match get("allreduce") {
-            "Ok" => assert_eq!(get("sum"), "3", "rank {rank}\n{}", job.report()),
+        assert_eq!(data.get("commit"), "Ok", "rank {rank}\n{}", job.report());
+        match data.get("allreduce") {
+            "Ok" => assert_eq!(data.get("sum"), "3", "rank {rank}\n{}", job.report()),
             "Timeout" => {}
             other => panic!("rank {rank}: allreduce gave {other}\n{}", job.report()),
         }
+        let allreduce_ms: u64 = data.parse("allreduce_ms");
         assert!(
-            millis("allreduce_ms") <= 3_000 + slack,
-            "rank {rank}: the allreduce took {} ms\n{}",
-            get("allreduce_ms"),
+            allreduce_ms <= 3_000 + slack,
+            "rank {rank}: the allreduce took {allreduce_ms} ms\n{}",
             job.report()
         );
         // The victim, or a survivor that finalized first and exited: never a live rank.
@@ -148,16 +147,16 @@ fn dead_read(provider: &str) {
             .filter(|&r| r != rank)
             .map(|r| format!("RankFailed({r})"))
             .collect();
+        let finalize = data.get("finalize");
         assert!(
-            dead.iter().any(|d| d == get("finalize")),
-            "rank {rank}: finalize gave {}\n{}",
-            get("finalize"),
+            dead.iter().any(|d| d == finalize),
+            "rank {rank}: finalize gave {finalize}\n{}",
             job.report()
         );
+        let finalize_ms: u64 = data.parse("finalize_ms");
         assert!(
-            millis("finalize_ms") <= 2_000 + 1_500,
-            "rank {rank}: finalize took {} ms\n{}",
-            get("finalize_ms"),
+            finalize_ms <= 2_000 + 1_500,
+            "rank {rank}: finalize took {finalize_ms} ms\n{}",
             job.report()
         );
     }
@@ -201,10 +200,10 @@ fn allreduce_small_chunks_5_tcp() {
 /// The digest of the order-sensitive f64 sums of an `allreduce` job, the same on every rank.
 fn allreduce_digest(ranks: u32, provider: &str) -> String {
     let job = selftest("allreduce", ranks, provider);
-    let digest: String = job.datum("allreduce", 0, "digest");
+    let digest = job.data("allreduce", 0).get("digest").to_owned();
     for rank in 1..ranks {
         assert_eq!(
-            job.datum::<String>("allreduce", rank, "digest"),
+            job.data("allreduce", rank).get("digest"),
             digest,
             "rank {rank}\n{}",
             job.report()
@@ -227,12 +226,13 @@ fn allreduce_is_bitwise_reproducible_across_runs() {
 fn integrity_unordered(provider: &str) {
     let job = common::selftest_with_env(&["GASPI_FORCE_UNORDERED=1"], "integrity", 2, provider);
     for rank in 0..2 {
+        let data = job.data("integrity", rank);
         assert!(
-            !job.datum::<bool>("integrity", rank, "ordered_writes"),
+            !data.parse::<bool>("ordered_writes"),
             "rank {rank}: the forced path was not taken\n{}",
             job.report()
         );
-        assert!(job.datum::<u64>("integrity", rank, "verified_bytes") > 0);
+        assert!(data.parse::<u64>("verified_bytes") > 0);
     }
 }
 
@@ -250,7 +250,8 @@ fn errors(ranks: u32, provider: &str) {
     let job = selftest("errors", ranks, provider);
     for rank in 0..ranks {
         assert!(
-            job.datum::<bool>("errors", rank, "single_writes_filled_queue"),
+            job.data("errors", rank)
+                .parse::<bool>("single_writes_filled_queue"),
             "rank {rank}: QueueFull was only reached with a list\n{}",
             job.report()
         );
@@ -281,7 +282,7 @@ fn errors_4_shm() {
 fn stress(ranks: u32, provider: &str) {
     let job = selftest("stress", ranks, provider);
     for receiver in (1..ranks).step_by(2) {
-        let bytes: u64 = job.datum("stress", receiver, "verified_bytes");
+        let bytes: u64 = job.data("stress", receiver).parse("verified_bytes");
         assert!(
             bytes >= 50_000_000,
             "rank {receiver} verified only {bytes} bytes\n{}",
@@ -441,7 +442,7 @@ fn fault(ranks: u32, provider: &str) {
         &["fault"],
     );
     let dead = ranks - 1;
-    let pid: u32 = job.datum("fault", dead, "pid");
+    let pid: u32 = job.data("fault", dead).parse("pid");
     assert!(
         reap_survivors(&[pid]).is_empty(),
         "the killed rank still runs\n{}",
@@ -472,17 +473,16 @@ fn fault(ranks: u32, provider: &str) {
         .collect();
     for rank in 0..dead {
         let data = job.data("fault", rank);
-        let get = |key: &str| data.get(key).map(String::as_str).unwrap_or("missing");
-        let millis = |key: &str| -> u64 { get(key).parse().unwrap_or(u64::MAX) };
+        let millis = |key: &str| data.parse::<u64>(key);
         let expect = |key: &str, want: &str| {
-            assert_eq!(get(key), want, "rank {rank}: {key}\n{}", job.report());
+            assert_eq!(data.get(key), want, "rank {rank}: {key}\n{}", job.report());
         };
         // While the last rank was stopped: timeouts, and nothing marked.
         expect("stopped_barrier", "Timeout");
+        let ping = data.get("stopped_ping");
         assert!(
-            ["Ok", "Timeout"].contains(&get("stopped_ping")),
-            "rank {rank}: stopped_ping {}\n{}",
-            get("stopped_ping"),
+            ["Ok", "Timeout"].contains(&ping),
+            "rank {rank}: stopped_ping {ping}\n{}",
             job.report()
         );
         expect("stopped_state_vec", &"H".repeat(ranks as usize));
@@ -535,15 +535,12 @@ fn fault(ranks: u32, provider: &str) {
     if streamer != 0 {
         let stream = job.data("fault", streamer);
         assert_eq!(
-            stream.get("stream").map(String::as_str),
-            Some(failed.as_str()),
+            stream.get("stream"),
+            failed,
             "rank {streamer} streamed into the dying rank until a write failed naming it\n{}",
             job.report()
         );
-        assert_eq!(
-            stream.get("stream_queue_after").map(String::as_str),
-            Some("Ok")
-        );
+        assert_eq!(stream.get("stream_queue_after"), "Ok");
     }
     assert!(
         !job.stdout.contains(&format!("ok fault rank {dead}:")),

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{selftest, Finished};
+use common::{selftest, Finished, RankData};
 
 const SCENARIO: &str = "stopped";
 
@@ -79,48 +79,48 @@ fn stopped(ranks: u32, provider: &str) {
     let job = selftest(SCENARIO, ranks, provider);
     let victim = ranks - 1;
     let healthy = "H".repeat(ranks as usize);
-    let rank0 = job.data(SCENARIO, 0);
-    let get = |key: &str| -> &str {
-        rank0
-            .get(key)
-            .unwrap_or_else(|| panic!("rank 0 reported no {key:?}\n{}", job.report()))
-    };
+    let all: Vec<RankData> = (0..ranks).map(|r| job.data(SCENARIO, r)).collect();
+    let rank0 = &all[0];
 
     for call in MUST_TIME_OUT {
         assert_eq!(
-            get(call),
+            rank0.get(call),
             "Timeout",
             "{call} towards the stopped rank {victim}\n{}",
             job.report()
         );
-        within_bound(&job, call);
+        within_bound(&job, rank0, call);
     }
     // Over tcp the message may leave through the kernel while the peer is stopped; over shm
     // it queues behind the read that went unanswered. Either way: in time, never RankFailed.
-    let passive = get("passive_send");
+    let passive = rank0.get("passive_send");
     assert!(
         passive == "Ok" || passive == "Timeout",
         "passive_send towards the stopped rank {victim}: {passive}\n{}",
         job.report()
     );
-    within_bound(&job, "passive_send");
+    within_bound(&job, rank0, "passive_send");
     println!("{provider}, {ranks} ranks: passive_send while stopped: {passive}");
     assert_eq!(
-        get("finalize"),
+        rank0.get("finalize"),
         "FinalizeTimeout",
         "finalize with the victim stopped\n{}",
         job.report()
     );
-    within_bound(&job, "finalize");
+    within_bound(&job, rank0, "finalize");
 
     for phase in ["collectives", "one_sided", "finalize", "end"] {
         let key = format!("state_vec_{phase}");
-        assert_eq!(get(&key), healthy, "{key} on rank 0\n{}", job.report());
-    }
-    for rank in 1..ranks {
-        let states: String = job.datum(SCENARIO, rank, "state_vec_end");
         assert_eq!(
-            states,
+            rank0.get(&key),
+            healthy,
+            "{key} on rank 0\n{}",
+            job.report()
+        );
+    }
+    for (rank, data) in (1..).zip(&all[1..]) {
+        assert_eq!(
+            data.get("state_vec_end"),
             healthy,
             "state_vec on rank {rank}\n{}",
             job.report()
@@ -128,18 +128,18 @@ fn stopped(ranks: u32, provider: &str) {
     }
 
     assert_eq!(
-        get("atomic_fetch_add_nb_start"),
+        rank0.get("atomic_fetch_add_nb_start"),
         "Ok",
         "starting atomic_fetch_add_nb towards the stopped rank {victim}\n{}",
         job.report()
     );
     for call in MUST_COMPLETE {
         let key = format!("{call}_after");
-        assert_eq!(get(&key), "Ok", "{key} on rank 0\n{}", job.report());
+        assert_eq!(rank0.get(&key), "Ok", "{key} on rank 0\n{}", job.report());
     }
     // Every rank's calls after the resumption completed (they stop the scenario otherwise).
-    for rank in 1..ranks {
-        for (key, value) in job.data(SCENARIO, rank) {
+    for (rank, data) in (1..).zip(&all[1..]) {
+        for (key, value) in data.pairs() {
             if key.ends_with("_after") {
                 assert_eq!(value, "Ok", "{key} on rank {rank}\n{}", job.report());
             }
@@ -148,29 +148,33 @@ fn stopped(ranks: u32, provider: &str) {
 
     let n = u64::from(ranks);
     let sums = format!("{},{}", n * (n + 1) / 2, (1u64 << n) - 1);
-    for rank in 0..ranks {
-        let got: String = job.datum(SCENARIO, rank, "allreduce_sum");
-        assert_eq!(got, sums, "allreduce on rank {rank}\n{}", job.report());
+    for (rank, data) in (0..).zip(&all) {
+        assert_eq!(
+            data.get("allreduce_sum"),
+            sums,
+            "allreduce on rank {rank}\n{}",
+            job.report()
+        );
     }
 
     // The fetch_add of 1 that timed out stays in flight and happens once, the add of 10
     // after the resumption too, in either order.
-    let old: u64 = job.datum(SCENARIO, 0, "atomic_fetch_add_old");
+    let old: u64 = rank0.parse("atomic_fetch_add_old");
     assert!(
         old == 0 || old == 1,
         "atomic_fetch_add old value {old}\n{}",
         job.report()
     );
-    let word: u64 = job.datum(SCENARIO, 0, "atomic_fetch_add_word");
+    let word: u64 = rank0.parse("atomic_fetch_add_word");
     assert_eq!(
         word,
         11,
         "the word of the blocking atomic\n{}",
         job.report()
     );
-    let nb_old: u64 = job.datum(SCENARIO, 0, "atomic_fetch_add_nb_old");
+    let nb_old: u64 = rank0.parse("atomic_fetch_add_nb_old");
     assert_eq!(nb_old, 0, "atomic_fetch_add_nb old value\n{}", job.report());
-    let nb_word: u64 = job.datum(SCENARIO, 0, "atomic_fetch_add_nb_word");
+    let nb_word: u64 = rank0.parse("atomic_fetch_add_nb_word");
     assert_eq!(
         nb_word,
         2,
@@ -188,11 +192,11 @@ fn stopped(ranks: u32, provider: &str) {
         ("notify_wait_any_id", 1),
         ("notify_wait_any_value", 77),
     ] {
-        let got: u64 = job.datum(SCENARIO, 0, key);
+        let got: u64 = rank0.parse(key);
         assert_eq!(got, want, "{key} on rank 0\n{}", job.report());
     }
     assert_eq!(
-        get("lib_team_ranks"),
+        rank0.get("lib_team_ranks"),
         format!("0,{victim}"),
         "{}",
         job.report()
@@ -200,10 +204,9 @@ fn stopped(ranks: u32, provider: &str) {
 
     // Both passive messages reached the victim, in order, the one sent while it was stopped
     // first.
-    let first: String = job.datum(SCENARIO, victim, "passive_1");
-    let second: String = job.datum(SCENARIO, victim, "passive_2");
+    let on_victim = &all[victim as usize];
     assert_eq!(
-        (first.as_str(), second.as_str()),
+        (on_victim.get("passive_1"), on_victim.get("passive_2")),
         ("0:sent-while-stopped", "0:sent-after-resume"),
         "passive messages received by the victim\n{}",
         job.report()
@@ -218,8 +221,8 @@ fn stopped(ranks: u32, provider: &str) {
 }
 
 /// `<call>_ms` of rank 0 is at most [`BOUND_MS`].
-fn within_bound(job: &Finished, call: &str) {
-    let ms: u64 = job.datum(SCENARIO, 0, &format!("{call}_ms"));
+fn within_bound(job: &Finished, rank0: &RankData, call: &str) {
+    let ms: u64 = rank0.parse(&format!("{call}_ms"));
     assert!(
         ms <= BOUND_MS,
         "{call} took {ms} ms with Millis(500) (bound {BOUND_MS} ms)\n{}",

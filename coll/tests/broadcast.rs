@@ -13,8 +13,6 @@ mod common;
 #[path = "../examples/broadcast/plan.rs"]
 mod plan;
 
-use std::collections::HashMap;
-
 use common::{example, gaspirun, gaspirun_with, JOB_TIMEOUT_S, PROVIDERS};
 use plan::{Digest, ROUNDS, SUB_ROUNDS};
 
@@ -32,11 +30,6 @@ fn expected(members: &[u32], rounds: u32, late: bool) -> (usize, String) {
     (steps.len(), digest.hex())
 }
 
-fn value<'m>(data: &'m HashMap<String, String>, key: &str, rank: u32, report: &str) -> &'m str {
-    data.get(key)
-        .unwrap_or_else(|| panic!("rank {rank} reported no {key:?}\n{report}"))
-}
-
 fn broadcast(ranks: u32, provider: &str) {
     assert!(PROVIDERS.contains(&provider));
     let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, &example("broadcast"), &[]);
@@ -48,14 +41,13 @@ fn broadcast(ranks: u32, provider: &str) {
     let late_root = ranks - 1;
     for rank in 0..ranks {
         let data = job.data("broadcast", rank);
-        let get = |key| value(&data, key, rank, &report);
         assert_eq!(
-            get("broadcasts"),
+            data.get("broadcasts"),
             broadcasts.to_string(),
             "rank {rank}\n{report}"
         );
         assert_eq!(
-            get("digest"),
+            data.get("digest"),
             digest,
             "rank {rank} received other bytes\n{report}"
         );
@@ -64,8 +56,8 @@ fn broadcast(ranks: u32, provider: &str) {
         } else {
             format!("0/{}/{}", plan::MISMATCH_LEN, plan::MISMATCH_LEN / 2)
         };
-        assert_eq!(get("mismatch"), mismatch, "rank {rank}\n{report}");
-        let timeouts: u32 = get("late_timeouts").parse().expect("a count");
+        assert_eq!(data.get("mismatch"), mismatch, "rank {rank}\n{report}");
+        let timeouts: u32 = data.parse("late_timeouts");
         if rank == late_root {
             assert_eq!(
                 timeouts, 0,
@@ -79,18 +71,18 @@ fn broadcast(ranks: u32, provider: &str) {
         if sub.contains(&rank) {
             let (broadcasts, digest) = expected(&sub, SUB_ROUNDS, false);
             assert_eq!(
-                get("sub_broadcasts"),
+                data.get("sub_broadcasts"),
                 broadcasts.to_string(),
                 "rank {rank}\n{report}"
             );
             assert_eq!(
-                get("sub_digest"),
+                data.get("sub_digest"),
                 digest,
                 "rank {rank} in the subgroup\n{report}"
             );
         } else {
-            assert_eq!(get("sub_broadcasts"), "none", "rank {rank}\n{report}");
-            assert_eq!(get("sub_digest"), "none", "rank {rank}\n{report}");
+            assert_eq!(data.get("sub_broadcasts"), "none", "rank {rank}\n{report}");
+            assert_eq!(data.get("sub_digest"), "none", "rank {rank}\n{report}");
         }
     }
 }
@@ -159,7 +151,6 @@ fn fault(provider: &str, dead: u32, root: u32, expected: &[(u32, Survivor)]) {
     plan::fill(root, 1, &mut sent);
     for (rank, survivor) in expected {
         let data = job.data("fault", *rank);
-        let get = |key| value(&data, key, *rank, &report);
         let (outcome, buffer) = match survivor {
             Survivor::Completed => ("ok".to_owned(), sent.clone()),
             Survivor::Failed => (format!("failed:{dead}"), untouched(*rank, root, &sent)),
@@ -168,11 +159,11 @@ fn fault(provider: &str, dead: u32, root: u32, expected: &[(u32, Survivor)]) {
                 untouched(*rank, root, &sent),
             ),
         };
-        assert_eq!(get("outcome"), outcome, "rank {rank}\n{report}");
+        assert_eq!(data.get("outcome"), outcome, "rank {rank}\n{report}");
         let mut digest = Digest::default();
         digest.add(&buffer);
         assert_eq!(
-            get("digest"),
+            data.get("digest"),
             digest.hex(),
             "rank {rank}'s buffer\n{report}"
         );

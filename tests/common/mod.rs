@@ -6,9 +6,11 @@
 //! reads what the ranks reported. Other packages of the workspace (`coll/`) use it too, with
 //! `#[path]`: it finds every program through the test binary's own location.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::str::FromStr;
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 use std::thread;
@@ -100,33 +102,63 @@ impl Finished {
 }
 
 impl Finished {
-    /// The observations rank `rank` reported on its `data <scenario> rank R:` line, as a map
-    /// from key to value; panics (with the job's report) when there is no such line.
-    pub fn data(&self, scenario: &str, rank: u32) -> std::collections::HashMap<String, String> {
+    /// The observations rank `rank` reported on its `data <scenario> rank R:` line; panics
+    /// (with the job's report) when there is no such line.
+    pub fn data(&self, scenario: &str, rank: u32) -> RankData<'_> {
         let marker = format!("data {scenario} rank {rank}: ");
         let line = self
             .stdout
             .lines()
             .find_map(|l| l.split_once(&marker).map(|(_, rest)| rest))
             .unwrap_or_else(|| panic!("rank {rank} reported no data line\n{}", self.report()));
-        line.split("; ")
+        let values = line
+            .split("; ")
             .filter_map(|pair| pair.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
+            .collect();
+        RankData {
+            job: self,
+            rank,
+            values,
+        }
     }
+}
 
-    /// Value `key` of rank `rank`'s data, parsed; panics when missing or malformed.
-    pub fn datum<T: std::str::FromStr>(&self, scenario: &str, rank: u32, key: &str) -> T {
-        let data = self.data(scenario, rank);
-        let text = data
-            .get(key)
-            .unwrap_or_else(|| panic!("rank {rank} reported no {key:?}\n{}", self.report()));
-        text.parse().unwrap_or_else(|_| {
+/// What one rank of a job reported on its data line. A missing or malformed value fails the
+/// test with the job's report.
+pub struct RankData<'a> {
+    job: &'a Finished,
+    rank: u32,
+    values: HashMap<String, String>,
+}
+
+impl RankData<'_> {
+    /// Value `key` as reported.
+    pub fn get(&self, key: &str) -> &str {
+        self.values.get(key).unwrap_or_else(|| {
             panic!(
-                "rank {rank}: {key}={text:?} does not parse\n{}",
-                self.report()
+                "rank {} reported no {key:?}\n{}",
+                self.rank,
+                self.job.report()
             )
         })
+    }
+
+    /// Value `key`, parsed.
+    pub fn parse<T: FromStr>(&self, key: &str) -> T {
+        let text = self.get(key);
+        text.parse().unwrap_or_else(|_| {
+            panic!(
+                "rank {}: {key}={text:?} does not parse\n{}",
+                self.rank,
+                self.job.report()
+            )
+        })
+    }
+
+    /// Every `(key, value)` reported, in no particular order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 }
 
