@@ -15,6 +15,10 @@ const SCENARIO: &str = "stopped";
 /// How long a call with `Millis(500)` may take to time out: its timeout plus slack for a
 /// loaded 2-core machine. The defects this guards against blocked for 30 s.
 const BOUND_MS: u64 = 500 + 400;
+/// How soon a call with `Millis(500)` that timed out may have returned: not before its
+/// deadline, less an allowance for rounding between the runtime's clock readings and the
+/// scenario's.
+const TIMED_OUT_AFTER_MS: u64 = 500 - 10;
 
 /// The whole job: about 9 s of checks. A call blocked for the runtime's 30 s operation timeout
 /// anywhere, also in the calls after the resumption, shows up here.
@@ -220,7 +224,10 @@ fn stopped(ranks: u32, provider: &str) {
     );
 }
 
-/// `<call>_ms` of rank 0 is at most [`BOUND_MS`].
+/// `<call>_ms` of rank 0 is at most [`BOUND_MS`], and at least [`TIMED_OUT_AFTER_MS`] when
+/// the call timed out (`Timeout`, or `FinalizeTimeout` for `finalize`): a timeout reported
+/// before its deadline is as broken as one reported late. A call that completed (as
+/// `passive_send` may) has no lower bound.
 fn within_bound(job: &Finished, rank0: &RankData, call: &str) {
     let ms: u64 = rank0.parse(&format!("{call}_ms"));
     assert!(
@@ -228,6 +235,13 @@ fn within_bound(job: &Finished, rank0: &RankData, call: &str) {
         "{call} took {ms} ms with Millis(500) (bound {BOUND_MS} ms)\n{}",
         job.report()
     );
+    if matches!(rank0.get(call), "Timeout" | "FinalizeTimeout") {
+        assert!(
+            ms >= TIMED_OUT_AFTER_MS,
+            "{call} timed out after {ms} ms with Millis(500), before its deadline\n{}",
+            job.report()
+        );
+    }
 }
 
 #[test]
