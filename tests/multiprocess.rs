@@ -105,7 +105,8 @@ fn timeouts_4_shm() {
 /// (over shm such a read stalls every later read of the rank that posted it); the survivors'
 /// allreduce on a group of their own and their finalize end by their deadlines and name no live
 /// rank. Before the runtime ran every internal step under the caller's deadline, the allreduce
-/// overran its 15 s to 30 s and named a live survivor, and finalize blocked about 20 s.
+/// overran its timeout, taking up to 30 s, and named a live survivor, and finalize blocked about
+/// 20 s.
 fn dead_read(provider: &str) {
     const RANKS: u32 = 3;
     let victim = RANKS - 1;
