@@ -246,12 +246,8 @@ impl Side {
     }
 
     fn receive(&self, seq: u64, variant: &str) -> Result<()> {
-        // The clock (about 25 ns a reading in a VM) is read every 32 polls, as the runtime's
-        // own waits do, so that the yardstick pays no more for it than what it measures.
-        const CLOCK_EVERY: u32 = 32;
         let start = Instant::now();
         let deadline = start + Duration::from_secs(60);
-        let (mut polls, mut yielding) = (0u32, false);
         loop {
             let remote = self.poll_for(Some(seq))?;
             let arrived = if variant == "writedata" {
@@ -262,20 +258,15 @@ impl Side {
             if arrived {
                 return Ok(());
             }
-            polls += 1;
-            if polls % CLOCK_EVERY == 0 {
-                let now = Instant::now();
-                if now > deadline {
-                    return Err(Error::Check(format!(
-                        "raw bench: no notification {seq} within 60 s"
-                    )));
-                }
-                yielding = now - start > Duration::from_micros(20);
+            if Instant::now() > deadline {
+                return Err(Error::Check(format!(
+                    "raw bench: no notification {seq} within 60 s"
+                )));
             }
             // On a machine with as many busy ranks as cores, a long pure spin starves the
             // kernel's softirq thread that moves loopback TCP data (4 ms stalls, measured);
             // yielding after a short burst keeps the yardstick at its best.
-            if yielding {
+            if start.elapsed() > Duration::from_micros(20) {
                 std::thread::yield_now();
             }
         }
