@@ -7,12 +7,20 @@
 //! is checked, a change that the check missed always moves the generation past the key, so no
 //! wake-up is lost.
 
-use std::sync::PoisonError;
+use std::sync::Arc;
 
-use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, AtomicU32, Ordering};
+use crate::words::{Storage, Words};
 use crate::Deadline;
 
-/// A generation counter that threads can sleep on.
+/// Index of the generation in an event count's words; the futex word.
+const GENERATION: usize = 0;
+/// Index of the number of threads (of any process) asleep or about to be.
+const SLEEPERS: usize = 1;
+/// Words an event count occupies (see [`EventCount::in_words`]).
+pub(crate) const EVENT_WORDS: usize = 2;
+
+/// A generation counter that threads, of this process or of others on the host, can sleep on.
 ///
 /// The protocol, for a condition `ready()` that is only made true by code that afterwards
 /// calls [`notify_all`](Self::notify_all):
@@ -33,38 +41,65 @@ use crate::Deadline;
 /// }
 /// ```
 ///
-/// `notify_all` costs an atomic increment and a fence when nobody sleeps; it only takes the
-/// internal lock when some thread is asleep (or about to be).
+/// Sleepers sleep on a futex on the generation word. The futex is not process-private, so an
+/// event count placed in shared memory ([`in_words`](Self::in_words)) is woken by a
+/// `notify_all` from any process mapping it. `notify_all` costs one atomic increment when
+/// nobody sleeps; only when some thread is asleep (or about to be) does it make the wake-up
+/// system call.
 #[derive(Debug)]
 pub struct EventCount {
-    generation: AtomicU64,
-    sleepers: AtomicUsize,
-    lock: Mutex<()>,
-    wakeup: Condvar,
+    /// `[generation, sleepers]`.
+    words: Storage,
+    #[cfg(loom)]
+    lock: crate::sync::Mutex<()>,
+    #[cfg(loom)]
+    wakeup: crate::sync::Condvar,
 }
 
 /// A snapshot of an [`EventCount`]'s generation, taken by [`EventCount::prepare`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "a key is only useful when passed to `EventCount::wait`"]
-pub struct Key(u64);
+pub struct Key(u32);
 
 impl EventCount {
-    /// Creates an event count that nobody waits on yet.
+    /// Creates an event count of this process that nobody waits on yet.
     #[must_use]
     pub fn new() -> Self {
+        Self::over(Storage::owned(EVENT_WORDS))
+    }
+
+    /// Places the event count in words `at..at + 2` of `words`, memory other processes may map
+    /// and call [`notify_all`](Self::notify_all) through. Every process builds its own
+    /// `EventCount` over the same words; they are one event count. Returns `None` when `words`
+    /// is too short.
+    #[must_use]
+    pub fn in_words(words: Arc<dyn Words>, at: usize) -> Option<Self> {
+        Storage::shared(words, at, EVENT_WORDS).map(Self::over)
+    }
+
+    fn over(words: Storage) -> Self {
         Self {
-            generation: AtomicU64::new(0),
-            sleepers: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            wakeup: Condvar::new(),
+            words,
+            #[cfg(loom)]
+            lock: crate::sync::Mutex::new(()),
+            #[cfg(loom)]
+            wakeup: crate::sync::Condvar::new(),
         }
+    }
+
+    fn generation(&self) -> &AtomicU32 {
+        &self.words.get()[GENERATION]
+    }
+
+    fn sleepers(&self) -> &AtomicU32 {
+        &self.words.get()[SLEEPERS]
     }
 
     /// Takes a snapshot of the generation. Call it *before* checking the condition to wait for.
     pub fn prepare(&self) -> Key {
-        // Acquire pairs with the Release increment in `notify_all`: a key that already includes
-        // a notification guarantees that the condition check sees what was done before it.
-        Key(self.generation.load(Ordering::Acquire))
+        // Acquire pairs with the increment in `notify_all`: a key that already includes a
+        // notification guarantees that the condition check sees what was done before it.
+        Key(self.generation().load(Ordering::Acquire))
     }
 
     /// Sleeps until some [`notify_all`](Self::notify_all) has happened since `key` was taken,
@@ -74,51 +109,93 @@ impl EventCount {
     /// case it returns at once) and `false` if the deadline passed first. Spurious wake-ups are
     /// absorbed here and never reported as `true`.
     pub fn wait(&self, key: Key, deadline: Deadline) -> bool {
-        if self.generation.load(Ordering::Acquire) != key.0 {
+        if self.generation().load(Ordering::Acquire) != key.0 {
             return true;
         }
-        // The mutex guards no data; a poisoned one carries no broken invariant.
-        let mut guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        self.sleepers.fetch_add(1, Ordering::Relaxed);
-        // Pairs with the fence in `notify_all` (a store-buffering pattern): either our re-check
-        // below sees the new generation, or the notifier sees our sleeper count and wakes us.
+        // Announce the sleeper before the last look at the generation; `notify_all` bumps the
+        // generation before it looks at the sleepers. With a SeqCst fence between the two steps
+        // on both sides, at least one side sees the other: either this look sees the new
+        // generation, or the notifier sees a sleeper and wakes the futex (whose kernel-side
+        // check of the value closes the rest of the gap).
+        self.sleepers().fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let woken = loop {
-            if self.generation.load(Ordering::Acquire) != key.0 {
+            if self.generation().load(Ordering::SeqCst) != key.0 {
                 break true;
             }
-            guard = match deadline.remaining() {
-                None => self
-                    .wakeup
-                    .wait(guard)
-                    .unwrap_or_else(PoisonError::into_inner),
+            match deadline.remaining() {
                 Some(left) if left.is_zero() => break false,
-                Some(left) => {
-                    self.wakeup
-                        .wait_timeout(guard, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
+                left => self.park(key, left),
+            }
         };
-        self.sleepers.fetch_sub(1, Ordering::Relaxed);
-        drop(guard);
+        self.sleepers().fetch_sub(1, Ordering::Relaxed);
         woken
     }
 
-    /// Wakes every thread sleeping in [`wait`](Self::wait) and invalidates every outstanding
-    /// [`Key`]. Call it *after* making the change that waiters are waiting for.
+    /// Wakes every thread sleeping in [`wait`](Self::wait), in whatever process.
     pub fn notify_all(&self) {
-        // Release publishes the caller's change to any waiter whose `prepare` sees this bump.
-        self.generation.fetch_add(1, Ordering::Release);
+        self.generation().fetch_add(1, Ordering::Release);
         fence(Ordering::SeqCst);
-        if self.sleepers.load(Ordering::Relaxed) != 0 {
-            // A counted sleeper holds the lock from its re-check until `Condvar::wait` releases
-            // it, so taking the lock here guarantees the sleeper is really asleep (or gone)
-            // when we notify; without it the notification could fall between check and sleep.
-            let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-            self.wakeup.notify_all();
+        if self.sleepers().load(Ordering::Relaxed) != 0 {
+            self.unpark_all();
         }
+    }
+
+    /// Sleeps while the generation is still `key`, for at most `left` (`None`: no limit).
+    /// Returns early on a wake-up, a signal or a changed generation; the caller looks again.
+    #[cfg(not(loom))]
+    fn park(&self, key: Key, left: Option<std::time::Duration>) {
+        use rustix::thread::futex;
+        let timeout = left.map(|d| futex::Timespec {
+            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        // Every outcome (woken, EAGAIN because the generation moved, EINTR, ETIMEDOUT) sends the
+        // caller back to look at the generation and the deadline, so none needs handling here.
+        let _ = futex::wait(
+            self.generation(),
+            futex::Flags::empty(),
+            key.0,
+            timeout.as_ref(),
+        );
+    }
+
+    #[cfg(not(loom))]
+    fn unpark_all(&self) {
+        // Not process-private: sleepers of other processes mapping the same words are woken too.
+        let _ = rustix::thread::futex::wake(
+            self.generation(),
+            rustix::thread::futex::Flags::empty(),
+            u32::MAX,
+        );
+    }
+
+    /// The model's futex: the lock makes "look at the generation, then sleep" atomic with
+    /// respect to `unpark_all`, as the kernel does for a futex.
+    #[cfg(loom)]
+    fn park(&self, key: Key, left: Option<std::time::Duration>) {
+        let guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.generation().load(Ordering::SeqCst) != key.0 {
+            return;
+        }
+        let poisoned = match left {
+            None => self.wakeup.wait(guard).is_err(),
+            Some(left) => self.wakeup.wait_timeout(guard, left).is_err(),
+        };
+        // A poisoned lock guards nothing here: the caller looks at the generation again.
+        let _ = poisoned;
+    }
+
+    #[cfg(loom)]
+    fn unpark_all(&self) {
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.wakeup.notify_all();
     }
 }
 
@@ -162,11 +239,11 @@ mod tests {
             std::thread::spawn(move || event.wait(key, Timeout::Block.deadline()))
         };
         // Only notify once the sleeper has counted itself, so the test exercises the sleeping path.
-        while event.sleepers.load(Ordering::Relaxed) == 0 {
+        while event.sleepers().load(Ordering::Relaxed) == 0 {
             std::thread::yield_now();
         }
         event.notify_all();
         assert!(sleeper.join().expect("the sleeper does not panic"));
-        assert_eq!(event.sleepers.load(Ordering::Relaxed), 0);
+        assert_eq!(event.sleepers().load(Ordering::Relaxed), 0);
     }
 }

@@ -27,9 +27,11 @@ mod sync;
 mod table;
 mod timeout;
 mod wait;
+mod words;
 
 pub use error::{Error, Result};
 pub use event::{EventCount, Key};
 pub use table::NotificationTable;
 pub use timeout::{Deadline, Timeout};
 pub use wait::{set_oversubscribed, wait_until, Progress};
+pub use words::Words;

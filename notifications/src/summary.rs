@@ -6,7 +6,8 @@
 //! keeps that promise by marking after every store and by re-checking after every unmark
 //! (see `NotificationTable`'s scan).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
+use crate::words::Storage;
 
 /// log2 of the number of slots per chunk. 64 slots (256 bytes of slots) per bit keeps the
 /// summary of a 65536-slot table at 16 words. Under loom, chunks of 2 slots let a 4-slot
@@ -27,53 +28,62 @@ pub(crate) fn chunk_start(chunk: usize) -> u32 {
     (chunk as u32) << CHUNK_SHIFT
 }
 
-/// One bit per chunk, 64 chunks per word.
+/// Which chunks may hold a set notification: one bit per chunk.
 #[derive(Debug)]
 pub(crate) struct Summary {
-    words: Box<[AtomicU64]>,
+    /// One bit per chunk, [`BITS`] chunks per word.
+    words: Storage,
 }
+
+/// Chunks per summary word.
+const BITS: usize = 32;
 
 impl Summary {
     /// A summary of `slots` slots with every chunk unmarked.
     pub(crate) fn new(slots: u32) -> Self {
-        let chunks = slots.div_ceil(CHUNK_LEN) as usize;
-        Self {
-            words: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        }
+        Self::over(Storage::owned(Self::words_for(slots)))
+    }
+
+    /// A summary in `words`, which must hold [`words_for`](Self::words_for) words.
+    pub(crate) fn over(words: Storage) -> Self {
+        Self { words }
+    }
+
+    /// Words a summary of a table of `slots` notifications occupies.
+    pub(crate) fn words_for(slots: u32) -> usize {
+        (slots.div_ceil(CHUNK_LEN) as usize).div_ceil(BITS)
     }
 
     /// Marks `chunk` as possibly holding a non-zero slot.
     pub(crate) fn mark(&self, chunk: usize) {
         // Release: an unmark that reads this (Acquire) must also see the slot stored before it.
-        self.words[chunk / 64].fetch_or(bit(chunk), Ordering::Release);
+        self.words.get()[chunk / BITS].fetch_or(bit(chunk), Ordering::Release);
     }
 
     /// Clears the mark of `chunk`; the caller must re-check the chunk's slots afterwards.
     pub(crate) fn unmark(&self, chunk: usize) {
         // Acquire: the re-check after this must see every slot whose mark this clears.
-        self.words[chunk / 64].fetch_and(!bit(chunk), Ordering::AcqRel);
+        self.words.get()[chunk / BITS].fetch_and(!bit(chunk), Ordering::AcqRel);
     }
 
     /// The first marked chunk in `from..=last`, if any.
     pub(crate) fn next_marked(&self, from: usize, last: usize) -> Option<usize> {
         let mut chunk = from;
         while chunk <= last {
-            let word = chunk / 64;
-            let bits = self.words[word].load(Ordering::Acquire) >> (chunk % 64);
+            let word = chunk / BITS;
+            let bits = self.words.get()[word].load(Ordering::Acquire) >> (chunk % BITS);
             if bits != 0 {
                 let found = chunk + bits.trailing_zeros() as usize;
                 return (found <= last).then_some(found);
             }
-            chunk = (word + 1) * 64;
+            chunk = (word + 1) * BITS;
         }
         None
     }
 }
 
-fn bit(chunk: usize) -> u64 {
-    1 << (chunk % 64)
+fn bit(chunk: usize) -> u32 {
+    1 << (chunk % BITS)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -83,7 +93,7 @@ mod tests {
     #[test]
     fn finds_marked_chunks_within_bounds_only() {
         let summary = Summary::new(65_536);
-        assert_eq!(summary.words.len(), 16);
+        assert_eq!(summary.words.get().len(), 32);
         assert_eq!(summary.next_marked(0, 1023), None);
         summary.mark(3);
         summary.mark(200);
@@ -101,6 +111,6 @@ mod tests {
         assert_eq!(chunk_of(CHUNK_LEN - 1), 0);
         assert_eq!(chunk_of(CHUNK_LEN), 1);
         assert_eq!(chunk_start(chunk_of(u32::MAX)), u32::MAX - (CHUNK_LEN - 1));
-        assert_eq!(Summary::new(CHUNK_LEN + 1).words.len(), 1);
+        assert_eq!(Summary::new(CHUNK_LEN + 1).words.get().len(), 1);
     }
 }

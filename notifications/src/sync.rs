@@ -3,11 +3,8 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    atomic::{fence, AtomicU32, Ordering},
     Condvar, Mutex,
 };
 #[cfg(not(loom))]
-pub(crate) use std::sync::{
-    atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex,
-};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, Ordering};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
 use crate::sync::{AtomicU32, Ordering};
+use crate::words::{Storage, Words};
 use crate::{wait_until, Error, EventCount, Progress, Result, Timeout};
 
 /// The notification slots of one segment.
@@ -24,9 +25,13 @@ use crate::{wait_until, Error, EventCount, Progress, Result, Timeout};
 /// Any number of threads may set, reset and wait at once, on disjoint or overlapping ranges.
 /// [`reset`](Self::reset) is a single atomic swap, so of several threads resetting the same
 /// slot exactly one receives the value.
+///
+/// A table placed in shared memory ([`in_words`](Self::in_words)) extends all of this to every
+/// process of the host that builds a table over the same words: a `set` in one process is seen,
+/// with its payload, by a waiter in another, and wakes it.
 #[derive(Debug)]
 pub struct NotificationTable {
-    slots: Box<[AtomicU32]>,
+    slots: Storage,
     len: u32,
     summary: Summary,
     event: Arc<EventCount>,
@@ -44,11 +49,37 @@ impl NotificationTable {
     #[must_use]
     pub fn with_event(len: u32, event: Arc<EventCount>) -> Self {
         Self {
-            slots: (0..len).map(|_| AtomicU32::new(0)).collect(),
+            slots: Storage::owned(len as usize),
             len,
             summary: Summary::new(len),
             event,
         }
+    }
+
+    /// Words a table of `len` notifications occupies in shared memory (see
+    /// [`in_words`](Self::in_words)).
+    #[must_use]
+    pub fn words_for(len: u32) -> usize {
+        len as usize + Summary::words_for(len)
+    }
+
+    /// Places a table of `len` notifications at the start of `words`, memory that other
+    /// processes of the host may map, notifying `event` (typically placed in shared memory
+    /// too) on every set. Every process builds its own table over the same words; they are
+    /// one table. Returns `None` when `words` holds fewer than [`words_for(len)`](Self::words_for)
+    /// words.
+    ///
+    /// The words must be zero when the first table over them is built, and hold nothing else.
+    #[must_use]
+    pub fn in_words(len: u32, words: Arc<dyn Words>, event: Arc<EventCount>) -> Option<Self> {
+        let slots = Storage::shared(Arc::clone(&words), 0, len as usize)?;
+        let summary = Storage::shared(words, len as usize, Summary::words_for(len))?;
+        Some(Self {
+            slots,
+            len,
+            summary: Summary::over(summary),
+            event,
+        })
     }
 
     /// The event count every [`set`](Self::set) notifies: wait on it (with
@@ -143,7 +174,7 @@ impl NotificationTable {
     }
 
     fn slot(&self, id: u32) -> Result<&AtomicU32> {
-        self.slots.get(id as usize).ok_or(Error::OutOfRange {
+        self.slots.get().get(id as usize).ok_or(Error::OutOfRange {
             id: id.into(),
             len: self.len,
         })
@@ -201,7 +232,8 @@ impl NotificationTable {
     }
 
     fn first_nonzero(&self, lo: u32, hi: u32) -> Option<u32> {
-        (lo..hi).find(|&id| self.slots[id as usize].load(Ordering::Acquire) != 0)
+        let slots = self.slots.get();
+        (lo..hi).find(|&id| slots[id as usize].load(Ordering::Acquire) != 0)
     }
 }
 
@@ -351,6 +383,48 @@ mod tests {
             table.wait_some(10, 5, Timeout::Millis(10), no_progress)?,
             12
         );
+        Ok(())
+    }
+
+    /// Words shared the way a shared-memory file shares them: by address.
+    struct Mapped(Box<[std::sync::atomic::AtomicU32]>);
+
+    impl Words for Mapped {
+        fn words(&self) -> &[std::sync::atomic::AtomicU32] {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn tables_over_the_same_words_are_one_table() -> Result<()> {
+        let len = 1000;
+        let words: Arc<dyn Words> = Arc::new(Mapped(
+            (0..NotificationTable::words_for(len) + 2)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+        ));
+        let at = NotificationTable::words_for(len);
+        let event = |w: &Arc<dyn Words>| {
+            Arc::new(EventCount::in_words(Arc::clone(w), at).expect("room for the event"))
+        };
+        let owner = NotificationTable::in_words(len, Arc::clone(&words), event(&words))
+            .expect("room for the table");
+        let writer = NotificationTable::in_words(len, Arc::clone(&words), event(&words))
+            .expect("room for the table");
+        assert!(NotificationTable::in_words(len + 8, Arc::clone(&words), event(&words)).is_none());
+        assert!(EventCount::in_words(Arc::clone(&words), at + 1).is_none());
+        let owner = Arc::new(owner);
+        let waiter = {
+            let owner = Arc::clone(&owner);
+            std::thread::spawn(move || owner.wait_some(0, len, Timeout::Block, no_progress))
+        };
+        // Long enough for the waiter to fall asleep on the futex: only the writer's own event
+        // count, over the same words, can wake it.
+        std::thread::sleep(Duration::from_millis(30));
+        writer.set(777, 5)?;
+        assert_eq!(waiter.join().expect("the waiter does not panic"), Ok(777));
+        assert_eq!(owner.reset(777)?, 5);
+        assert_eq!(writer.get(777)?, 0);
         Ok(())
     }
 

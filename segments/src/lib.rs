@@ -7,7 +7,9 @@
 //! ids and notifications belong to the runtime.
 //!
 //! Allocated segments live in a shared-memory file so that another process on the same host can
-//! map the same bytes (see [`SegmentMemory::shm_path`]) for a direct intra-node path.
+//! map the same bytes (see [`SegmentMemory::shm_path`] and [`SegmentMemory::open`]) for a direct
+//! intra-node path; [`SharedWords`] holds the atomics such processes share (notification tables,
+//! wake-up words).
 //!
 //! Read the aliasing model in the documentation of [`SegmentMemory`] before touching segment
 //! memory from more than one place at a time.
@@ -19,6 +21,8 @@ mod error;
 mod memory;
 mod range;
 mod shm;
+mod words;
 
 pub use error::{Error, Result};
 pub use memory::SegmentMemory;
+pub use words::SharedWords;

@@ -60,6 +60,9 @@ enum Backing {
     /// Allocated by [`SegmentMemory::allocate`]. The mapping is declared first so that it is
     /// unmapped before the file's name is removed.
     Shm { _map: MmapRaw, file: ShmFile },
+    /// Another process's segment file, mapped by [`SegmentMemory::open`]; the file belongs to
+    /// that process.
+    Mapped { _map: MmapRaw },
     /// Provided by the user through [`SegmentMemory::bind`]; nothing to release.
     Bound,
 }
@@ -124,6 +127,27 @@ impl SegmentMemory {
         })
     }
 
+    /// Maps the segment file at `path`, which another process on this host allocated (its
+    /// [`shm_path`](Self::shm_path)), so that this process reads and writes the same bytes.
+    ///
+    /// The mapping stays valid for as long as the value exists, even after the owner unlinks
+    /// the file, drops its segment or dies: the pages live until the last mapping goes. Writes
+    /// into a segment its owner has dropped are therefore harmless and simply lost. Dropping
+    /// the value unmaps, and never removes the file.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the file cannot be opened or mapped; [`Error::ZeroSize`] if it is empty.
+    pub fn open(path: &Path) -> Result<SegmentMemory> {
+        let (map, len) = map_existing(path)?;
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or(Error::NullPointer)?;
+        Ok(SegmentMemory {
+            ptr,
+            len,
+            backing: Backing::Mapped { _map: map },
+        })
+    }
+
     /// Uses `len` bytes at `ptr`, owned by the caller, as segment memory.
     ///
     /// No ownership is taken: dropping the segment leaves the memory alone. There is no
@@ -172,6 +196,12 @@ impl SegmentMemory {
         self.ptr.as_ptr()
     }
 
+    /// Whether another process on this host can map the memory: it is allocated here and its
+    /// file still has a name (see [`shm_path`](Self::shm_path)).
+    pub fn is_shareable(&self) -> bool {
+        self.shm_path().is_some()
+    }
+
     /// Whether the memory was provided by the user through [`bind`](Self::bind).
     pub fn is_bound(&self) -> bool {
         matches!(self.backing, Backing::Bound)
@@ -182,7 +212,7 @@ impl SegmentMemory {
     pub fn shm_path(&self) -> Option<&Path> {
         match &self.backing {
             Backing::Shm { file, .. } => file.path(),
-            Backing::Bound => None,
+            Backing::Mapped { .. } | Backing::Bound => None,
         }
     }
 
@@ -198,7 +228,7 @@ impl SegmentMemory {
     pub fn unlink_shm(&mut self) -> Result<()> {
         match &mut self.backing {
             Backing::Shm { file, .. } => file.unlink(),
-            Backing::Bound => Ok(()),
+            Backing::Mapped { .. } | Backing::Bound => Ok(()),
         }
     }
 
@@ -210,6 +240,29 @@ impl SegmentMemory {
         // one allocation, so the result is in bounds or one past the end of that allocation.
         Ok((unsafe { self.ptr.as_ptr().add(start) }, count))
     }
+}
+
+/// Opens the existing file at `path` for reading and writing and maps all of it.
+pub(crate) fn map_existing(path: &Path) -> Result<(MmapRaw, usize)> {
+    let io = |what: &str, source| Error::Io {
+        context: format!("cannot {what} shared-memory file {}", path.display()),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| io("open", e))?;
+    let len = file.metadata().map_err(|e| io("stat", e))?.len();
+    let len = usize::try_from(len).map_err(|_| Error::ZeroSize)?;
+    if len == 0 {
+        return Err(Error::ZeroSize);
+    }
+    let map = MmapOptions::new()
+        .len(len)
+        .map_raw(&file)
+        .map_err(|e| io("map", e))?;
+    Ok((map, len))
 }
 
 impl fmt::Debug for SegmentMemory {

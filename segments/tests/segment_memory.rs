@@ -349,3 +349,30 @@ fn threads_can_share_a_segment() {
         u64::from_ne_bytes(pattern(8, 0).try_into().expect("8 bytes"))
     );
 }
+
+#[test]
+fn another_mapping_of_a_segment_file_shares_its_bytes() {
+    let owner = SegmentMemory::allocate(8192, "open-test").expect("allocate");
+    assert!(owner.is_shareable());
+    let path = owner
+        .shm_path()
+        .expect("allocated segments have a file")
+        .to_path_buf();
+    let peer = SegmentMemory::open(&path).expect("open");
+    assert_eq!(peer.len(), 8192);
+    assert!(!peer.is_shareable() && !peer.is_bound());
+    peer.write(4000, b"direct").expect("write");
+    let mut got = [0u8; 6];
+    owner.read(4000, &mut got).expect("read");
+    assert_eq!(&got, b"direct");
+    assert_eq!(peer.fetch_add_u64(8, 5).expect("add"), 0);
+    assert_eq!(owner.read_u64(8).expect("load"), 5);
+    drop(owner);
+    // The owner is gone and its file unlinked: the peer's mapping still works.
+    assert!(!path.exists());
+    peer.write(0, b"late").expect("write after the owner left");
+    assert!(matches!(
+        SegmentMemory::open(&path),
+        Err(gaspi_segments::Error::Io { .. })
+    ));
+}

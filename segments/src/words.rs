@@ -1,0 +1,141 @@
+//! [`SharedWords`]: an array of `u32` atomics in a shared-memory file, for state that several
+//! processes on one host read and change at once (notification tables, wake-up words,
+//! directories of segments).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::AtomicU32;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{Error, Result};
+use crate::memory::map_existing;
+use crate::shm::ShmFile;
+
+/// Bytes per word.
+const WORD: usize = std::mem::size_of::<AtomicU32>();
+
+/// Zero-initialised `u32` atomics in a shared-memory file that other processes of this host
+/// can map too ([`SharedWords::open`] on [`SharedWords::path`]).
+///
+/// Unlike segment memory, these words are only ever accessed as atomics, by every process that
+/// maps them, so handing out `&[AtomicU32]` is sound: atomics may be changed through shared
+/// references, by other threads and (being plain lock-free memory operations) by other
+/// processes.
+pub struct SharedWords {
+    map: MmapRaw,
+    len: usize,
+    /// The file's name, owned by the creator; `None` when mapped from another process.
+    file: Option<ShmFile>,
+}
+
+impl SharedWords {
+    /// Creates a file of `count` zeroed words, named after `name` (see the `shm` module for
+    /// where and how), and maps it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroSize`] if `count` is 0; [`Error::Io`] if the file cannot be created or
+    /// mapped.
+    pub fn allocate(count: usize, name: &str) -> Result<SharedWords> {
+        let bytes = count.checked_mul(WORD).ok_or(Error::ZeroSize)?;
+        if bytes == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let (file, open_file) = ShmFile::create(name, bytes)?;
+        let map = MmapOptions::new()
+            .len(bytes)
+            .map_raw(&open_file)
+            .map_err(|source| Error::Io {
+                context: format!("cannot map shared-memory words {name:?} ({bytes} bytes)"),
+                source,
+            })?;
+        Ok(SharedWords {
+            map,
+            len: count,
+            file: Some(file),
+        })
+    }
+
+    /// Maps the words another process of this host created, found at its
+    /// [`path`](Self::path). The mapping stays valid after that process unlinks the file or
+    /// dies.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the file cannot be opened or mapped; [`Error::ZeroSize`] if it holds
+    /// no whole word.
+    pub fn open(path: &Path) -> Result<SharedWords> {
+        let (map, bytes) = map_existing(path)?;
+        let len = bytes / WORD;
+        if len == 0 {
+            return Err(Error::ZeroSize);
+        }
+        Ok(SharedWords {
+            map,
+            len,
+            file: None,
+        })
+    }
+
+    /// The words.
+    pub fn words(&self) -> &[AtomicU32] {
+        // SAFETY: the mapping is page-aligned (so aligned for `AtomicU32`), at least
+        // `len * 4` bytes long, and lives as long as `self`, which bounds the borrow. Its bytes
+        // are initialised (a file's contents, zero until written). Every process mapping it
+        // accesses the words only as atomics, so shared mutation through `&AtomicU32` is the
+        // intended use and there are no non-atomic accesses to race with.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU32>(), self.len) }
+    }
+
+    /// The file's path, for other processes to [`open`](Self::open); `None` for words this
+    /// process mapped from another.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().and_then(ShmFile::path)
+    }
+}
+
+impl fmt::Debug for SharedWords {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedWords")
+            .field("len", &self.len)
+            .field("path", &self.path())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_second_mapping_sees_the_same_words() -> Result<()> {
+        let words = SharedWords::allocate(100, "words-test")?;
+        assert_eq!(words.words().len(), 100);
+        assert!(words.words().iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        let path = words.path().expect("owned words have a path").to_path_buf();
+        let other = SharedWords::open(&path)?;
+        assert_eq!(other.path(), None);
+        words.words()[42].store(7, Ordering::Release);
+        assert_eq!(other.words()[42].load(Ordering::Acquire), 7);
+        other.words()[99].fetch_add(3, Ordering::AcqRel);
+        assert_eq!(words.words()[99].load(Ordering::Acquire), 3);
+        drop(words);
+        assert!(!path.exists(), "the creator removes the file");
+        other.words()[0].store(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_sizes_and_paths_are_errors() {
+        assert!(matches!(
+            SharedWords::allocate(0, "zero"),
+            Err(Error::ZeroSize)
+        ));
+        assert!(matches!(
+            SharedWords::open(Path::new("/nonexistent/gaspi-words")),
+            Err(Error::Io { .. })
+        ));
+    }
+}
