@@ -28,7 +28,8 @@
 use std::sync::{Arc, Weak};
 
 use gaspi_fabric::Refused;
-use gaspi_notifications::{Deadline, Timeout};
+use gaspi_notifications::{Deadline, NotificationTable, Timeout};
+use gaspi_segments::SegmentMemory;
 
 use crate::context::{Context, Inner};
 use crate::engine::lookup::{DescKey, Known, Lookup};
@@ -394,28 +395,48 @@ fn execute(
     let Some(seg) = inner.segments.get(table) else {
         return (0, NO_SEGMENT);
     };
+    let memory = seg.region.as_ref().map(|r| r.memory());
+    execute_on(
+        memory,
+        seg.len(),
+        Some(&seg.notifications),
+        offset,
+        op,
+        notify,
+    )
+}
+
+/// Performs `op` on the word at `offset` of `memory` (a segment of `len` bytes, of this rank
+/// or a same-host peer's mapped one), then sets `notify` in `table`.
+fn execute_on(
+    memory: Option<&SegmentMemory>,
+    len: u64,
+    table: Option<&NotificationTable>,
+    offset: u64,
+    op: AtomicOp,
+    notify: Option<(NotificationId, u32)>,
+) -> (u64, u64) {
     if let Some((id, _)) = notify {
-        if id >= seg.notifications.len() {
+        if table.is_none_or(|t| id >= t.len()) {
             return (0, BAD_NOTIFICATION);
         }
     }
-    let Some(region) = &seg.region else {
+    let Some(memory) = memory else {
         return (0, BAD_RANGE);
     };
-    let memory = region.memory();
     let old = match op {
         AtomicOp::FetchAdd(v) => memory.fetch_add_u64(offset, v),
         AtomicOp::CompareSwap { compare, new } => memory.compare_swap_u64(offset, compare, new),
     };
     match old {
         Ok(old) => {
-            if let Some((id, value)) = notify {
+            if let (Some((id, value)), Some(table)) = (notify, table) {
                 // In range (checked above) and non-zero (checked by the requester).
-                let _ = seg.notifications.set(id, value);
+                let _ = table.set(id, value);
             }
             (old, OK)
         }
-        Err(_) => (seg.len(), BAD_RANGE),
+        Err(_) => (len, BAD_RANGE),
     }
 }
 
@@ -442,6 +463,12 @@ impl Inner {
         if let Some(dead) = self.health.known(rank) {
             return Err(dead);
         }
+        let provider = self.config.atomics && self.ep.caps().atomics;
+        // Looked up before a slot is taken: an unknown segment fails without holding one.
+        let direct = match provider || rank == self.rank {
+            true => None,
+            false => self.direct_to(None, rank, table)?,
+        };
         let slot = self.watched_until(
             || std::iter::once(rank),
             deadline,
@@ -467,11 +494,17 @@ impl Inner {
             scheduled: AtomicBool::new(false),
             me: me.clone(),
         });
-        let provider = self.config.atomics && self.ep.caps().atomics;
         if provider {
             self.start_provider_atomic(&pending)?;
         } else if rank == self.rank {
             let (old, status) = execute(self, table, offset, op, notify);
+            pending.finish(self, status_result(status, old));
+        } else if let Some(peer) = direct {
+            // A CPU atomic on the owner's memory, like every target-executed atomic: atomic
+            // with respect to those of other ranks, whichever way they came.
+            let memory = peer.memory.as_ref();
+            let table = peer.table.as_ref();
+            let (old, status) = execute_on(memory, peer.descriptor.size, table, offset, op, notify);
             pending.finish(self, status_result(status, old));
         } else {
             lock(&self.atomics.waiting)[usize::from(slot)] = Some(Arc::clone(&pending));

@@ -80,6 +80,22 @@ pub struct Config {
     /// ordering-free notification path everywhere (`GASPI_FORCE_UNORDERED=1`); for testing the
     /// path that providers without ordering take.
     pub force_unordered: bool,
+    /// How ranks on the same host reach each other (`GASPI_INTRANODE=direct|fabric`, default
+    /// `direct`); see [`Intranode`].
+    pub intranode: Intranode,
+}
+
+/// How operations between ranks on the same host travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Intranode {
+    /// The caller copies straight into the peer's segment, which it maps, and publishes the
+    /// notification into the peer's shared table (see the crate documentation on the direct
+    /// path). Segments of bound user memory, and atomics under [`Config::atomics`], keep the
+    /// fabric.
+    #[default]
+    Direct,
+    /// Everything goes through libfabric, as between hosts.
+    Fabric,
 }
 
 impl Default for Config {
@@ -97,6 +113,7 @@ impl Default for Config {
             oversubscribed: None,
             progress_thread: true,
             force_unordered: false,
+            intranode: Intranode::Direct,
         }
     }
 }
@@ -143,6 +160,17 @@ impl Config {
         }
         if let Some(v) = var("GASPI_FORCE_UNORDERED") {
             cfg.force_unordered = flag("GASPI_FORCE_UNORDERED", &v)?;
+        }
+        if let Some(v) = var("GASPI_INTRANODE") {
+            cfg.intranode = match v.as_str() {
+                "direct" => Intranode::Direct,
+                "fabric" => Intranode::Fabric,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "GASPI_INTRANODE={v:?}: expected `direct` or `fabric`"
+                    )))
+                }
+            };
         }
         cfg.validate()?;
         Ok(cfg)

@@ -7,6 +7,7 @@
 //! leaves no thread or registration behind; dropping a context without finalizing releases the
 //! same resources without synchronising with the other ranks.
 
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +18,9 @@ use gaspi_segments::SegmentMemory;
 
 use crate::allreduce::ReduceArea;
 use crate::atomic::Atomics;
-use crate::config::Config;
+use crate::config::{Config, Intranode};
+use crate::direct::{Direct, Published, SharedTable, Slot};
+use crate::engine::lookup::Descriptor;
 use crate::engine::lookup::Descriptors;
 use crate::engine::thread::ProgressThread;
 use crate::engine::{Endpoint, Engine};
@@ -30,6 +33,7 @@ use crate::passive::Passive;
 use crate::queue::Queues;
 use crate::segment::Segments;
 use crate::system::{layout, System, SystemAddress};
+use crate::watch::Watcher;
 use crate::wire::MAX_RANKS;
 
 /// Keys requested for the registrations made at init; later ones come from
@@ -52,9 +56,12 @@ pub(crate) struct Inner {
     /// Bumped after every batch of completions, lookups, replies and deaths; waiters on
     /// anything but notifications sleep on it.
     pub(crate) events: EventCount,
-    /// Shared by every notification table: notified on every notification set.
+    /// Shared by every notification table: notified on every notification set, by this
+    /// process or (the direct path) another on the host. The doorbell of `direct`.
     pub(crate) arrivals: Arc<EventCount>,
     pub(crate) system_notifications: NotificationTable,
+    /// The direct intra-node path: this rank's directory and the ranks it maps.
+    pub(crate) direct: Direct,
     pub(crate) groups: Groups,
     pub(crate) health: Health,
     pub(crate) passive: Arc<Passive>,
@@ -75,8 +82,9 @@ pub(crate) struct Inner {
 ///
 /// All methods take `&self` and may be called from many threads at once.
 pub struct Context {
-    // Declared before `inner` so the thread stops before the shared state can go away.
+    // Declared before `inner` so the threads stop before the shared state can go away.
     progress: Option<ProgressThread>,
+    watcher: Option<Watcher>,
     pub(crate) inner: Arc<Inner>,
 }
 
@@ -107,21 +115,38 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
 /// Bytes of a card before the endpoint name: system region base and key, then the process.
 const CARD_HEAD: usize = 16 + PROCESS_BYTES;
 
-/// What each rank publishes at bootstrap: its system region, its process (see `health`) and
-/// its endpoint name.
-fn encode_card(name: &[u8], region: SystemAddress, process: Process) -> String {
-    let mut bytes = Vec::with_capacity(name.len() + CARD_HEAD);
-    bytes.extend_from_slice(&region.base.to_le_bytes());
-    bytes.extend_from_slice(&region.key.to_le_bytes());
-    bytes.extend_from_slice(&process.to_bytes());
-    bytes.extend_from_slice(name);
+/// What a rank publishes at bootstrap.
+struct Card {
+    /// Its endpoint name.
+    name: Vec<u8>,
+    region: SystemAddress,
+    /// Its process (see `health`).
+    process: Process,
+    /// Its directory for the direct path (see `direct`), if it has one.
+    directory: Option<PathBuf>,
+}
+
+/// Encodes a card: the fixed head, the name's length (2 bytes), the name, the directory path.
+fn encode_card(card: &Card) -> String {
+    let path = card
+        .directory
+        .as_deref()
+        .map_or(&[][..], |p| p.as_os_str().as_encoded_bytes());
+    let mut bytes = Vec::with_capacity(CARD_HEAD + 2 + card.name.len() + path.len());
+    bytes.extend_from_slice(&card.region.base.to_le_bytes());
+    bytes.extend_from_slice(&card.region.key.to_le_bytes());
+    bytes.extend_from_slice(&card.process.to_bytes());
+    bytes.extend_from_slice(&(card.name.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(&card.name);
+    bytes.extend_from_slice(path);
     to_hex(&bytes)
 }
 
-fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemAddress, Process)> {
+fn decode_card(rank: Rank, card: &str) -> Result<Card> {
+    let malformed = || Error::bootstrap("get", format!("malformed address card of rank {rank}"));
     let bytes = from_hex(card)
-        .filter(|b| b.len() > CARD_HEAD)
-        .ok_or_else(|| Error::bootstrap("get", format!("malformed address card of rank {rank}")))?;
+        .filter(|b| b.len() > CARD_HEAD + 2)
+        .ok_or_else(malformed)?;
     let word = |i: usize| {
         let mut w = [0u8; 8];
         w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
@@ -133,11 +158,22 @@ fn decode_card(rank: Rank, card: &str) -> Result<(Vec<u8>, SystemAddress, Proces
     };
     let mut process = [0u8; PROCESS_BYTES];
     process.copy_from_slice(&bytes[16..CARD_HEAD]);
-    Ok((
-        bytes[CARD_HEAD..].to_vec(),
+    let name_len = usize::from(u16::from_le_bytes([bytes[CARD_HEAD], bytes[CARD_HEAD + 1]]));
+    let rest = &bytes[CARD_HEAD + 2..];
+    if name_len == 0 || name_len > rest.len() {
+        return Err(malformed());
+    }
+    let (name, path) = rest.split_at(name_len);
+    let directory = (!path.is_empty())
+        .then(|| String::from_utf8(path.to_vec()).map(PathBuf::from))
+        .transpose()
+        .map_err(|_| malformed())?;
+    Ok(Card {
+        name: name.to_vec(),
         region,
-        Process::from_bytes(&process),
-    ))
+        process: Process::from_bytes(&process),
+        directory,
+    })
 }
 
 impl Context {
@@ -199,29 +235,61 @@ impl Context {
             key: system_region.key(),
         };
 
-        let mut names = Vec::with_capacity(size as usize);
-        let mut peers = Vec::with_capacity(size as usize);
-        let mut processes = Vec::with_capacity(size as usize);
-        let own_process = Process::current();
-        match pmi.as_mut() {
+        let mut direct = Direct::new(rank)?;
+        // Published before the bootstrap exchange, whose barrier then guarantees that a peer's
+        // first barrier notification finds this table.
+        let arrivals = Arc::clone(&direct.doorbell);
+        let system_table = SharedTable::new(
+            rank,
+            u32::from(config.max_groups) * crate::dissemination::SLOTS_PER_GROUP,
+            "system-table",
+            &arrivals,
+        )?;
+        direct.publish(
+            Slot::System,
+            Some(Published {
+                descriptor: Descriptor {
+                    base: 0,
+                    key: 0,
+                    size: 0,
+                    notifications: system_table.table.len(),
+                },
+                data: None,
+                table: system_table.words.path(),
+            }),
+        );
+        let own_card = Card {
+            name: ep.name()?,
+            region: own_region,
+            process: Process::current(),
+            directory: direct.path().map(PathBuf::from),
+        };
+        let cards = match pmi.as_mut() {
             Some(pmi) => {
-                let card = encode_card(&ep.name()?, own_region, own_process);
-                pmi.put(&format!("gaspi-card-{rank}"), &card)?;
+                pmi.put(&format!("gaspi-card-{rank}"), &encode_card(&own_card))?;
                 pmi.barrier()?;
-                for r in 0..size {
-                    let (name, region, process) =
-                        decode_card(r, &pmi.get(r, &format!("gaspi-card-{r}"))?)?;
-                    names.push(name);
-                    peers.push(region);
-                    processes.push(process);
-                }
+                (0..size)
+                    .map(|r| decode_card(r, &pmi.get(r, &format!("gaspi-card-{r}"))?))
+                    .collect::<Result<Vec<_>>>()?
             }
-            None => {
-                names.push(ep.name()?);
-                peers.push(own_region);
-                processes.push(own_process);
-            }
+            None => vec![own_card],
+        };
+        let own_process = cards[rank as usize].process;
+        let processes: Vec<Process> = cards.iter().map(|c| c.process).collect();
+        let peers: Vec<SystemAddress> = cards.iter().map(|c| c.region).collect();
+        if config.intranode == Intranode::Direct {
+            direct.connect(
+                cards
+                    .iter()
+                    .map(|c| {
+                        c.directory
+                            .clone()
+                            .filter(|_| own_process.same_host(&c.process))
+                    })
+                    .collect(),
+            );
         }
+        let names: Vec<Vec<u8>> = cards.into_iter().map(|c| c.name).collect();
         ep.insert_peers(&names)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let oversubscribed = config
@@ -229,7 +297,6 @@ impl Context {
             .unwrap_or_else(|| Process::neighbours(own_process, &processes) > cores);
         gaspi_notifications::set_oversubscribed(oversubscribed);
 
-        let arrivals = Arc::new(EventCount::new());
         let inner = Arc::new(Inner {
             rank,
             size,
@@ -238,11 +305,9 @@ impl Context {
             descriptors: Descriptors::default(),
             queues: Queues::new(config.queues, config.queue_depth, size),
             events: EventCount::new(),
-            system_notifications: NotificationTable::with_event(
-                u32::from(config.max_groups) * crate::dissemination::SLOTS_PER_GROUP,
-                Arc::clone(&arrivals),
-            ),
+            system_notifications: system_table.table,
             arrivals,
+            direct,
             groups: Groups::new(config.max_groups, size, all_area),
             health: Health::new(rank, &processes),
             oversubscribed,
@@ -263,7 +328,12 @@ impl Context {
         } else {
             None
         };
-        let ctx = Context { progress, inner };
+        let watcher = Watcher::start(&inner, inner.health.neighbours());
+        let ctx = Context {
+            progress,
+            watcher,
+            inner,
+        };
         ctx.inner.passive.post_all(&ctx.inner);
         ctx.publish_area(&*ctx.inner.groups.committed(GROUP_ALL)?)?;
         // The first fabric-level barrier proves every endpoint reachable before user code runs.
@@ -297,6 +367,14 @@ impl Context {
     /// every poll instead of spinning.
     pub fn oversubscribed(&self) -> bool {
         self.inner.oversubscribed
+    }
+
+    /// Whether operations towards `rank` take the direct intra-node path: it runs on this host
+    /// and [`Config::intranode`] is [`Intranode::Direct`]. Such operations are done by the
+    /// calling thread and complete when the call returns (they occupy no room on a queue),
+    /// except towards segments of bound user memory, which keep the fabric.
+    pub fn reaches_directly(&self, rank: Rank) -> bool {
+        self.inner.direct.reaches(rank)
     }
 
     /// The configuration this context runs with.
@@ -369,6 +447,7 @@ impl Drop for Context {
             .store(true, std::sync::atomic::Ordering::Release);
         // Stop the progress thread before the endpoint closes.
         self.progress.take();
+        self.watcher.take();
         // Posted receives hold their buffers until they complete: cancel them first.
         self.inner.passive.withdraw(&self.inner);
         // Leaving deliberately, even without the collective finalize, is not a crash: tell the
@@ -391,11 +470,22 @@ mod tests {
             key: 7,
         };
         let process = Process::current();
-        let card = encode_card(b"\x01\x02name", region, process);
-        let (name, back, proc_back) = decode_card(3, &card).expect("decodes");
-        assert_eq!(name, b"\x01\x02name");
-        assert_eq!((back.base, back.key), (region.base, region.key));
-        assert_eq!(proc_back, process);
+        for directory in [None, Some(PathBuf::from("/dev/shm/gaspi-directory-1-0"))] {
+            let card = Card {
+                name: b"\x01\x02name".to_vec(),
+                region,
+                process,
+                directory: directory.clone(),
+            };
+            let back = decode_card(3, &encode_card(&card)).expect("decodes");
+            assert_eq!(back.name, b"\x01\x02name");
+            assert_eq!(
+                (back.region.base, back.region.key),
+                (region.base, region.key)
+            );
+            assert_eq!(back.process, process);
+            assert_eq!(back.directory, directory);
+        }
         assert!(decode_card(3, "abc").is_err());
         assert!(decode_card(3, "zz").is_err());
     }

@@ -114,6 +114,11 @@ impl Process {
         }
     }
 
+    /// Whether `other` runs on this process's host (both hosts known and equal).
+    pub(crate) fn same_host(&self, other: &Process) -> bool {
+        self.host != 0 && self.host == other.host
+    }
+
     /// How many of `processes` run on the same host as `me` (counting `me`; 1 when the host
     /// is unknown).
     pub(crate) fn neighbours(me: Process, processes: &[Process]) -> usize {
@@ -123,8 +128,13 @@ impl Process {
         processes.iter().filter(|p| p.host == me.host).count()
     }
 
+    /// Its pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Why this process is known to be gone, if it is. Only meaningful on its own host.
-    fn gone(&self) -> Option<String> {
+    pub(crate) fn gone(&self) -> Option<String> {
         let pid = self.pid;
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -169,15 +179,22 @@ fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 /// Processes with equal identities see each other's pids: same kernel boot, same pid namespace.
+///
+/// `GASPI_HOST_ID`, when set, is mixed in: processes of one machine with different values
+/// take each other for ranks on other hosts (no same-host look, no direct path). It exists so
+/// that tests can run a job of several "hosts" on one machine.
 fn host_identity() -> Option<u64> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let pidns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let fake = std::env::var("GASPI_HOST_ID").unwrap_or_default();
     let identity = boot
         .trim()
         .as_bytes()
         .iter()
         .chain(b"/")
         .chain(pidns.as_os_str().as_encoded_bytes())
+        .chain(b"/")
+        .chain(fake.as_bytes())
         .copied();
     Some(crate::fnv::fnv1a(identity) | 1)
 }
@@ -273,6 +290,15 @@ impl Health {
             return None;
         }
         ranks.into_iter().find_map(|r| self.known(r))
+    }
+
+    /// Every other rank on this host, with its process.
+    pub(crate) fn neighbours(&self) -> Vec<(Rank, Process)> {
+        self.local
+            .iter()
+            .enumerate()
+            .filter_map(|(r, p)| Some((r as Rank, (*p)?)))
+            .collect()
     }
 
     /// Whether the same-host look says `rank`'s process is gone (at most one look per rank per

@@ -59,6 +59,7 @@ mod atomic;
 mod batch;
 mod config;
 mod context;
+mod direct;
 mod dissemination;
 mod engine;
 mod error;
@@ -75,14 +76,15 @@ mod segment;
 mod sync;
 mod system;
 mod target;
+mod watch;
 mod wire;
 
 pub use allreduce::{Element, ReduceOp, UserOp};
 pub use atomic::AtomicRequest;
 pub use batch::Batch;
 pub use config::{
-    Config, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_PASSIVE_BYTES, MAX_QUEUES,
-    MAX_REDUCE_CHUNK,
+    Config, Intranode, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_PASSIVE_BYTES,
+    MAX_QUEUES, MAX_REDUCE_CHUNK,
 };
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};

@@ -103,6 +103,11 @@ pub(crate) struct Queue {
     parked: Mutex<VecDeque<Request>>,
     parked_len: AtomicU32,
     scheduled: AtomicBool,
+    /// Same-host ranks this queue has carried fabric operations towards: later operations
+    /// towards them take the fabric too, so they stay ordered behind those (see `direct`).
+    fabric_peers: Mutex<Vec<Rank>>,
+    /// Whether `fabric_peers` is not empty: the check on every direct operation is one load.
+    any_fabric_peer: AtomicBool,
     /// For the records and the retry list, which need an `Arc` of this queue.
     me: Weak<Queue>,
 }
@@ -117,8 +122,24 @@ impl Queue {
             parked: Mutex::new(VecDeque::new()),
             parked_len: AtomicU32::new(0),
             scheduled: AtomicBool::new(false),
+            fabric_peers: Mutex::new(Vec::new()),
+            any_fabric_peer: AtomicBool::new(false),
             me: me.clone(),
         })
+    }
+
+    /// Records that an operation towards the same-host rank `rank` took the fabric.
+    pub(crate) fn took_fabric(&self, rank: Rank) {
+        let mut peers = lock(&self.fabric_peers);
+        if !peers.contains(&rank) {
+            peers.push(rank);
+            self.any_fabric_peer.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether operations towards `rank` must take the fabric on this queue.
+    pub(crate) fn fabric_to(&self, rank: Rank) -> bool {
+        self.any_fabric_peer.load(Ordering::Acquire) && lock(&self.fabric_peers).contains(&rank)
     }
 
     /// Operations posted or parked and not yet completed.

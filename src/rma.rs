@@ -108,6 +108,9 @@ impl Context {
     /// [`Error::RankFailed`] for a rank known dead.
     pub fn write(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
         let q = self.prepare(remote.rank, queue)?;
+        if self.inner.write_directly(q, local, remote, size, None)? {
+            return Ok(());
+        }
         if self.inner.try_inject(q, local, remote, size, None)? {
             return Ok(());
         }
@@ -135,6 +138,12 @@ impl Context {
             return self.notify(remote.rank, remote.segment, notification, queue);
         }
         let q = self.prepare(remote.rank, queue)?;
+        if self
+            .inner
+            .write_directly(q, local, remote, size, Some(wire))?
+        {
+            return Ok(());
+        }
         if self.inner.try_inject(q, local, remote, size, Some(wire))? {
             return Ok(());
         }
@@ -159,6 +168,9 @@ impl Context {
     ) -> Result<()> {
         let wire = self.wire_notification(rank, segment, notification)?;
         let q = self.prepare(rank, queue)?;
+        if self.inner.notify_directly(Some(q), rank, wire)? {
+            return Ok(());
+        }
         let check = self.inner.dest(rank, DescKey::Segment(segment), 0, 0)?;
         self.inner.notify_on(q, rank, check, wire)
     }
@@ -169,6 +181,9 @@ impl Context {
     /// As for [`write`](Self::write).
     pub fn read(&self, local: Local, remote: Remote, size: u64, queue: QueueId) -> Result<()> {
         let q = self.prepare(remote.rank, queue)?;
+        if self.inner.read_directly(q, local, remote, size, None)? {
+            return Ok(());
+        }
         let request = self.read_request(local, remote, size, None)?;
         self.inner.post_on(q, request)
     }
@@ -191,6 +206,9 @@ impl Context {
         self.wire_notification(me, local.segment, notification)?;
         let q = self.prepare(remote.rank, queue)?;
         let then = Some((notification.id, notification.value));
+        if self.inner.read_directly(q, local, remote, size, then)? {
+            return Ok(());
+        }
         let request = self.read_request(local, remote, size, then)?;
         self.inner.post_on(q, request)
     }
@@ -203,6 +221,9 @@ impl Context {
     pub fn write_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let requests = self.list_requests(entries, rank, false)?;
         let q = self.prepare(rank, queue)?;
+        if self.inner.list_directly(q, entries, rank, false, None)? {
+            return Ok(());
+        }
         self.inner.submit_all(q, rank, requests)
     }
 
@@ -229,6 +250,12 @@ impl Context {
             kind: Kind::Notify { check, wire },
         });
         let q = self.prepare(rank, queue)?;
+        if self
+            .inner
+            .list_directly(q, entries, rank, false, Some(wire))?
+        {
+            return Ok(());
+        }
         self.inner.submit_all(q, rank, requests)
     }
 
@@ -239,6 +266,9 @@ impl Context {
     pub fn read_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let requests = self.list_requests(entries, rank, true)?;
         let q = self.prepare(rank, queue)?;
+        if self.inner.list_directly(q, entries, rank, true, None)? {
+            return Ok(());
+        }
         self.inner.submit_all(q, rank, requests)
     }
 
@@ -383,6 +413,7 @@ impl Inner {
         if let Some(dead) = self.health.known(request.rank) {
             return Err(dead);
         }
+        self.fabric_taken(q, request.rank);
         if let Kind::Write {
             src,
             src_offset,
@@ -425,6 +456,7 @@ impl Inner {
         let Ok(target) = check_target(self, remote.rank, key, remote.offset, size, known) else {
             return Ok(false);
         };
+        self.fabric_taken(q, remote.rank);
         let data = data.map(WireNotification::encode);
         let injected = self
             .segments
@@ -459,6 +491,7 @@ impl Inner {
         if let Some(dead) = self.health.known(rank) {
             return Err(dead);
         }
+        self.fabric_taken(q, rank);
         let ready = matches!(check, Dest::Ready(_));
         let ordered = self.ep.caps().ordered_writes;
         if ready
@@ -486,6 +519,7 @@ impl Inner {
         if requests.is_empty() {
             return Ok(());
         }
+        self.fabric_taken(q, rank);
         q.reserve(rank, requests.len() as u32)?;
         q.submit(self, requests)
     }
@@ -533,6 +567,9 @@ impl Inner {
         wire: WireNotification,
         deadline: Deadline,
     ) -> Result<()> {
+        if self.notify_directly(None, rank, wire)? {
+            return Ok(());
+        }
         let target = self.system.target(rank, layout::SCRATCH);
         let scratch = [0u8; SCRATCH_LEN as usize];
         self.inject_until(rank, deadline, || {

@@ -13,6 +13,8 @@ use std::sync::{Arc, RwLock};
 
 use gaspi_fabric::{Region, Slice};
 use gaspi_notifications::{NotificationTable, Timeout};
+
+use crate::direct::{SharedTable, ShmWords};
 use gaspi_segments::SegmentMemory;
 
 use crate::context::{Context, Inner};
@@ -27,7 +29,10 @@ pub(crate) struct LocalSegment {
     pub(crate) table: Table,
     /// The registered memory; `None` for a library's notification table without memory.
     pub(crate) region: Option<Arc<Region>>,
+    /// In shared memory (its file in `table_words`), so that same-host peers set notifications
+    /// directly (see `direct`).
     pub(crate) notifications: NotificationTable,
+    pub(crate) table_words: Arc<ShmWords>,
     /// The collective creation finished (user segments: every rank has it).
     pub(crate) synced: AtomicBool,
 }
@@ -293,10 +298,17 @@ impl Inner {
         let region = memory
             .map(|m| Region::register(&self.ep, m, self.segments.next_key()))
             .transpose()?;
+        let name = match table {
+            Table::User(id) => format!("table{id}"),
+            Table::Library(id) => format!("libtable{id}"),
+            Table::System => "system-table".into(),
+        };
+        let shared = SharedTable::new(self.rank, notifications, &name, &self.arrivals)?;
         Ok(LocalSegment {
             table,
             region,
-            notifications: NotificationTable::with_event(notifications, Arc::clone(&self.arrivals)),
+            notifications: shared.table,
+            table_words: shared.words,
             synced: AtomicBool::new(false),
         })
     }
@@ -400,7 +412,7 @@ impl Context {
                 let seg = inner.segments.insert(me, seg)?;
                 // Peers may have cached an earlier segment with this id, or its absence.
                 inner.descriptors.forget_everywhere(DescKey::Segment(id));
-                inner.publish(DescKey::Segment(id), Some(seg.descriptor()))?;
+                inner.publish_segment(DescKey::Segment(id), &seg)?;
             }
             Some(seg) if seg.synced.load(Ordering::Acquire) => {
                 return Err(Error::SegmentExists {

@@ -80,6 +80,30 @@ impl SegmentMemory {
         Ok(())
     }
 
+    /// Copies `size` bytes from `offset` of this segment to `dst_offset` of `dst`: between two
+    /// segments without an intermediate buffer (a direct write or read between processes that
+    /// map each other's segments). The ranges may overlap (the same file mapped twice).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfBounds`](crate::Error::OutOfBounds) if either range is not within its
+    /// segment; nothing is copied then.
+    pub fn copy_to(
+        &self,
+        offset: u64,
+        dst: &SegmentMemory,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        let (src, count) = self.range_ptr(offset, size)?;
+        let (to, _) = dst.range_ptr(dst_offset, size)?;
+        // SAFETY: both pointers are valid for `count` bytes (ranges checked by `range_ptr`) and
+        // byte-aligned; `ptr::copy` allows the ranges to overlap. No reference into either range
+        // may be alive (see the contracts of `slice` and `slice_mut`).
+        unsafe { ptr::copy(src, to, count) };
+        Ok(())
+    }
+
     /// Atomically loads the native-endian `u64` at `offset`, with
     /// [`Acquire`](Ordering::Acquire) ordering.
     ///

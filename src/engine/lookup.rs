@@ -29,8 +29,10 @@ use gaspi_notifications::Deadline;
 
 use super::{Handler, Op, Outcome, Retry};
 use crate::context::Inner;
+use crate::direct::{Published, Slot};
 use crate::error::{Error, Rank, Result, SegmentId};
 use crate::group::GroupId;
+use crate::segment::LocalSegment;
 use crate::sync::{lock, AtomicBool, Mutex};
 use crate::system::{layout, DESCRIPTOR_LEN};
 
@@ -324,6 +326,9 @@ impl Inner {
     /// [`Error::RankFailed`] when `rank` is dead; [`Error::OperationFailed`] when the read
     /// failed.
     pub(crate) fn resolve(&self, rank: Rank, key: DescKey, deadline: Deadline) -> Result<Known> {
+        if let Some(known) = self.directly_known(rank, key) {
+            return Ok(known);
+        }
         if let Some(known) = self.descriptors.cached(rank, key) {
             return Ok(known);
         }
@@ -340,6 +345,9 @@ impl Inner {
         rank: Rank,
         key: DescKey,
     ) -> Result<std::result::Result<Known, Arc<Lookup>>> {
+        if let Some(known) = self.directly_known(rank, key) {
+            return Ok(Ok(known));
+        }
         if let Some(known) = self.descriptors.cached(rank, key) {
             return Ok(Ok(known));
         }
@@ -352,10 +360,22 @@ impl Inner {
     /// The answer for `key` of `rank` if it is known without asking anyone (cached, or this
     /// rank's own), for fast paths that fall back to [`resolve_later`](Self::resolve_later).
     pub(crate) fn known_now(&self, rank: Rank, key: DescKey) -> Option<Known> {
+        if let Some(known) = self.directly_known(rank, key) {
+            return Some(known);
+        }
         self.descriptors.cached(rank, key).or_else(|| {
             (rank == self.rank)
                 .then(|| self.own_descriptor(key).ok())
                 .flatten()
+        })
+    }
+
+    /// The descriptor of `key` from the directory of `rank`, when it is reached directly: no
+    /// fabric read, so no lookup waits on a stopped or dead peer's provider.
+    fn directly_known(&self, rank: Rank, key: DescKey) -> Option<Known> {
+        Some(match self.direct.segment(rank, Slot::Desc(key))? {
+            Some(segment) => Known::Present(segment.descriptor),
+            None => Known::Absent,
         })
     }
 
@@ -368,10 +388,35 @@ impl Inner {
         })
     }
 
-    /// Publishes `descriptor` (or its absence) for `key` in this rank's system region.
+    /// Publishes `descriptor` (or its absence) for `key` in this rank's system region and
+    /// directory (without files: same-host peers reach it through the fabric).
     pub(crate) fn publish(&self, key: DescKey, descriptor: Option<Descriptor>) -> Result<()> {
         let words = descriptor.map_or([0; 4], Descriptor::to_words);
-        self.system.write_words(key.offset(), words)
+        self.system.write_words(key.offset(), words)?;
+        let entry = descriptor.map(|descriptor| Published {
+            descriptor,
+            data: None,
+            table: None,
+        });
+        self.direct.publish(Slot::Desc(key), entry);
+        Ok(())
+    }
+
+    /// Publishes this rank's segment `seg` for `key`, with the files same-host peers map.
+    pub(crate) fn publish_segment(&self, key: DescKey, seg: &LocalSegment) -> Result<()> {
+        let descriptor = seg.descriptor();
+        self.system
+            .write_words(key.offset(), descriptor.to_words())?;
+        let data = seg.region.as_ref().and_then(|r| r.memory().shm_path());
+        self.direct.publish(
+            Slot::Desc(key),
+            Some(Published {
+                descriptor,
+                data,
+                table: seg.table_words.path(),
+            }),
+        );
+        Ok(())
     }
 }
 

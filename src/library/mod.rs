@@ -317,7 +317,7 @@ impl<'a> Library<'a> {
             })?;
             let key = DescKey::Library(seg.id());
             inner.descriptors.forget_everywhere(key);
-            inner.publish(key, Some(seg.descriptor()))?;
+            inner.publish_segment(key, &seg)?;
             Ok(Some(seg))
         };
         let (_, created) = self.rendezvous(&resolved, kind, timeout, make)?;

@@ -295,3 +295,9 @@ pub fn on_path(program: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
 }
+
+/// Whether the jobs the tests start use the direct intra-node path (`GASPI_INTRANODE`, which
+/// the ranks inherit: `scripts/test.sh` runs the multi-process tests once in each mode).
+pub fn direct_mode() -> bool {
+    std::env::var("GASPI_INTRANODE").map_or(true, |mode| mode != "fabric")
+}

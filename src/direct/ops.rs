@@ -1,0 +1,319 @@
+//! Operations on the direct path: the caller copies between its segment and a same-host peer's
+//! mapped segment, then publishes the notification into the peer's shared table. Each call
+//! here is complete when it returns; none blocks.
+
+use std::sync::Arc;
+
+use crate::context::Inner;
+use crate::direct::{PeerSegment, Slot};
+use crate::error::{Error, NotificationId, Rank, Result};
+use crate::queue::Queue;
+use crate::rma::{ListEntry, Local, Remote};
+use crate::segment::LocalSegment;
+use crate::wire::{Table, WireNotification};
+
+impl Inner {
+    /// The segment behind `table` of `rank`, mapped, when an operation on `q` towards it goes
+    /// directly; `None` sends it through the fabric.
+    ///
+    /// # Errors
+    /// [`Error::RankFailed`] for a rank known dead; [`Error::UnknownSegment`] when the peer has
+    /// no such segment.
+    pub(crate) fn direct_to(
+        &self,
+        q: Option<&Queue>,
+        rank: Rank,
+        table: Table,
+    ) -> Result<Option<Arc<PeerSegment>>> {
+        if !self.direct.reaches(rank) || q.is_some_and(|q| q.fabric_to(rank)) {
+            return Ok(None);
+        }
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
+        }
+        match self.direct.segment(rank, Slot::of_table(table)) {
+            None => Ok(None),
+            Some(None) => Err(Error::UnknownSegment {
+                rank,
+                segment: table.id(),
+            }),
+            Some(Some(segment)) => Ok(Some(segment)),
+        }
+    }
+
+    /// Writes `size` bytes from `local` to `remote` directly, then sets `n` (directly too, or
+    /// through the fabric when the peer's table is not mapped: behind the data either way).
+    /// `Ok(false)`: the data cannot go directly, use the fabric.
+    pub(crate) fn write_directly(
+        &self,
+        q: &Queue,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        n: Option<WireNotification>,
+    ) -> Result<bool> {
+        let table = Table::User(remote.segment);
+        let Some(peer) = self.direct_to(Some(q), remote.rank, table)? else {
+            return Ok(false);
+        };
+        if peer.memory.is_none() {
+            return Ok(false);
+        }
+        self.segments
+            .with_segment(Table::User(local.segment), |src| {
+                self.direct_write(
+                    src,
+                    local.offset,
+                    remote.rank,
+                    &peer,
+                    table,
+                    remote.offset,
+                    size,
+                )
+            })
+            .ok_or(Error::UnknownSegment {
+                rank: self.rank,
+                segment: local.segment,
+            })??;
+        if let Some(n) = n {
+            self.notify_after_direct(q, remote.rank, n)?;
+        }
+        Ok(true)
+    }
+
+    /// Reads `size` bytes from `remote` into `local` directly, then sets `then` in `local`'s
+    /// table. `Ok(false)`: use the fabric.
+    pub(crate) fn read_directly(
+        &self,
+        q: &Queue,
+        local: Local,
+        remote: Remote,
+        size: u64,
+        then: Option<(NotificationId, u32)>,
+    ) -> Result<bool> {
+        let table = Table::User(remote.segment);
+        let Some(peer) = self.direct_to(Some(q), remote.rank, table)? else {
+            return Ok(false);
+        };
+        if peer.memory.is_none() {
+            return Ok(false);
+        }
+        self.segments
+            .with_segment(Table::User(local.segment), |dst| {
+                self.direct_read(
+                    dst,
+                    local.offset,
+                    remote.rank,
+                    &peer,
+                    table,
+                    remote.offset,
+                    size,
+                    then,
+                )
+            })
+            .ok_or(Error::UnknownSegment {
+                rank: self.rank,
+                segment: local.segment,
+            })??;
+        Ok(true)
+    }
+
+    /// Sets `n` in `rank`'s table directly; `Ok(false)`: use the fabric.
+    pub(crate) fn notify_directly(
+        &self,
+        q: Option<&Queue>,
+        rank: Rank,
+        n: WireNotification,
+    ) -> Result<bool> {
+        let Some(peer) = self.direct_to(q, rank, n.table)? else {
+            return Ok(false);
+        };
+        if peer.table.is_none() {
+            return Ok(false);
+        }
+        self.direct_notify(rank, &peer, n)?;
+        Ok(true)
+    }
+
+    /// Sets `n` after data that went directly: directly when it can, else through the fabric
+    /// (posted now, after the data is in place).
+    pub(crate) fn notify_after_direct(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        n: WireNotification,
+    ) -> Result<()> {
+        if self.notify_directly(Some(q), rank, n)? {
+            return Ok(());
+        }
+        let key = n
+            .table
+            .descriptor()
+            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
+        let check = self.dest(rank, key, 0, 0)?;
+        self.notify_on(q, rank, check, n)
+    }
+
+    /// Runs a list of transfers towards `rank` directly, then sets `notify`; `Ok(false)` when
+    /// any of them cannot go directly (nothing was done then).
+    pub(crate) fn list_directly(
+        &self,
+        q: &Queue,
+        entries: &[ListEntry],
+        rank: Rank,
+        read: bool,
+        notify: Option<WireNotification>,
+    ) -> Result<bool> {
+        let mut peers = Vec::with_capacity(entries.len());
+        for e in entries {
+            let table = Table::User(e.remote_segment);
+            match self.direct_to(Some(q), rank, table)? {
+                Some(peer) if peer.memory.is_some() => peers.push(peer),
+                _ => return Ok(false),
+            }
+        }
+        for (e, peer) in entries.iter().zip(&peers) {
+            let remote = crate::rma::remote(rank, e.remote_segment, e.remote_offset);
+            let done = if read {
+                self.read_directly(q, e.local, remote, e.size, None)?
+            } else {
+                self.write_directly(q, e.local, remote, e.size, None)?
+            };
+            // The entry was mappable a moment ago; a segment deleted since is an error.
+            if !done || peer.memory.is_none() {
+                return Err(Error::UnknownSegment {
+                    rank,
+                    segment: e.remote_segment,
+                });
+            }
+        }
+        if let Some(n) = notify {
+            self.notify_after_direct(q, rank, n)?;
+        }
+        Ok(true)
+    }
+
+    /// Records, on `q`, an operation towards `rank` that takes the fabric although the rank is
+    /// reached directly, so that later ones on `q` follow it there.
+    pub(crate) fn fabric_taken(&self, q: &Queue, rank: Rank) {
+        if self.direct.reaches(rank) {
+            q.took_fabric(rank);
+        }
+    }
+
+    /// Copies `size` bytes from `src` at `src_offset` to `dst_offset` of `rank`'s mapped
+    /// segment `peer` (of `table`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn direct_write(
+        &self,
+        src: &LocalSegment,
+        src_offset: u64,
+        rank: Rank,
+        peer: &PeerSegment,
+        table: Table,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        src.check(self.rank, src_offset, size)?;
+        let memory = peer_memory(rank, peer, table, dst_offset, size)?;
+        if size > 0 {
+            let source = src
+                .region
+                .as_ref()
+                .ok_or_else(|| src_out_of_bounds(self.rank, src, src_offset, size))?;
+            source
+                .memory()
+                .copy_to(src_offset, memory, dst_offset, size)
+                .map_err(|_| src_out_of_bounds(self.rank, src, src_offset, size))?;
+        }
+        Ok(())
+    }
+
+    /// Copies `size` bytes from `src_offset` of `rank`'s mapped segment `peer` into `dst` at
+    /// `dst_offset`, then sets `then` in `dst`'s table.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn direct_read(
+        &self,
+        dst: &LocalSegment,
+        dst_offset: u64,
+        rank: Rank,
+        peer: &PeerSegment,
+        table: Table,
+        src_offset: u64,
+        size: u64,
+        then: Option<(NotificationId, u32)>,
+    ) -> Result<()> {
+        dst.check(self.rank, dst_offset, size)?;
+        let memory = peer_memory(rank, peer, table, src_offset, size)?;
+        if size > 0 {
+            let target = dst
+                .region
+                .as_ref()
+                .ok_or_else(|| src_out_of_bounds(self.rank, dst, dst_offset, size))?;
+            memory
+                .copy_to(src_offset, target.memory(), dst_offset, size)
+                .map_err(|_| src_out_of_bounds(self.rank, dst, dst_offset, size))?;
+        }
+        if let Some((id, value)) = then {
+            dst.notifications
+                .set(id, value)
+                .map_err(|_| Error::InvalidNotification {
+                    rank: self.rank,
+                    segment: dst.id(),
+                    id: id.into(),
+                    count: dst.notifications.len(),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Sets `n` in the table of `rank`'s mapped segment `peer` (whose table the caller checked).
+    pub(crate) fn direct_notify(
+        &self,
+        rank: Rank,
+        peer: &PeerSegment,
+        n: WireNotification,
+    ) -> Result<()> {
+        let table = peer.table.as_ref().ok_or_else(|| {
+            Error::Protocol(format!("rank {rank}'s table {:?} is not mapped", n.table))
+        })?;
+        table
+            .set(n.id, n.value)
+            .map_err(|_| Error::InvalidNotification {
+                rank,
+                segment: n.table.id(),
+                id: n.id.into(),
+                count: table.len(),
+            })
+    }
+}
+
+/// `peer`'s memory, with `offset..offset + size` checked against it.
+fn peer_memory(
+    rank: Rank,
+    peer: &PeerSegment,
+    table: Table,
+    offset: u64,
+    size: u64,
+) -> Result<&gaspi_segments::SegmentMemory> {
+    let out = || Error::OutOfBounds {
+        rank,
+        segment: table.id(),
+        offset,
+        size,
+        segment_size: peer.descriptor.size,
+    };
+    let memory = peer.memory.as_ref().ok_or_else(out)?;
+    memory.check_range(offset, size).map_err(|_| out())?;
+    Ok(memory)
+}
+
+fn src_out_of_bounds(me: Rank, seg: &LocalSegment, offset: u64, size: u64) -> Error {
+    Error::OutOfBounds {
+        rank: me,
+        segment: seg.id(),
+        offset,
+        size,
+        segment_size: seg.len(),
+    }
+}
