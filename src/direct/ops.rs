@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::context::Inner;
 use crate::direct::{PeerSegment, Slot};
-use crate::error::{Error, NotificationId, Rank, Result};
+use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
 use crate::queue::Queue;
 use crate::rma::{ListEntry, Local, Remote};
 use crate::segment::LocalSegment;
@@ -41,6 +41,51 @@ impl Inner {
         }
     }
 
+    /// The mapped memory's segment behind `table` of `rank` when a transfer on `q` towards it
+    /// goes directly; `None` sends it through the fabric (not reached directly, or bound
+    /// memory no other process can map).
+    pub(crate) fn mapped(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        table: Table,
+    ) -> Result<Option<Arc<PeerSegment>>> {
+        Ok(self
+            .direct_to(Some(q), rank, table)?
+            .filter(|peer| peer.memory.is_some()))
+    }
+
+    /// Copies `size` bytes between this rank's user segment at `local` and `remote_offset` of
+    /// `rank`'s mapped segment `peer` (of user segment `segment`): a read when `read`, which
+    /// then sets `then` locally.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer_directly(
+        &self,
+        local: Local,
+        rank: Rank,
+        peer: &PeerSegment,
+        segment: SegmentId,
+        remote_offset: u64,
+        size: u64,
+        read: bool,
+        then: Option<(NotificationId, u32)>,
+    ) -> Result<()> {
+        let table = Table::User(segment);
+        self.segments
+            .with_segment(Table::User(local.segment), |mine| {
+                if read {
+                    let (o, s) = (local.offset, remote_offset);
+                    self.direct_read(mine, o, rank, peer, table, s, size, then)
+                } else {
+                    self.direct_write(mine, local.offset, rank, peer, table, remote_offset, size)
+                }
+            })
+            .ok_or(Error::UnknownSegment {
+                rank: self.rank,
+                segment: local.segment,
+            })?
+    }
+
     /// Writes `size` bytes from `local` to `remote` directly, then sets `n` (directly too, or
     /// through the fabric when the peer's table is not mapped: behind the data either way).
     /// `Ok(false)`: the data cannot go directly, use the fabric.
@@ -53,28 +98,11 @@ impl Inner {
         n: Option<WireNotification>,
     ) -> Result<bool> {
         let table = Table::User(remote.segment);
-        let Some(peer) = self.direct_to(Some(q), remote.rank, table)? else {
+        let Some(peer) = self.mapped(q, remote.rank, table)? else {
             return Ok(false);
         };
-        if peer.memory.is_none() {
-            return Ok(false);
-        }
-        self.segments
-            .with_segment(Table::User(local.segment), |src| {
-                self.direct_write(
-                    src,
-                    local.offset,
-                    remote.rank,
-                    &peer,
-                    table,
-                    remote.offset,
-                    size,
-                )
-            })
-            .ok_or(Error::UnknownSegment {
-                rank: self.rank,
-                segment: local.segment,
-            })??;
+        let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
+        self.transfer_directly(local, rank, &peer, segment, offset, size, false, None)?;
         if let Some(n) = n {
             self.notify_after_direct(q, remote.rank, n)?;
         }
@@ -92,29 +120,11 @@ impl Inner {
         then: Option<(NotificationId, u32)>,
     ) -> Result<bool> {
         let table = Table::User(remote.segment);
-        let Some(peer) = self.direct_to(Some(q), remote.rank, table)? else {
+        let Some(peer) = self.mapped(q, remote.rank, table)? else {
             return Ok(false);
         };
-        if peer.memory.is_none() {
-            return Ok(false);
-        }
-        self.segments
-            .with_segment(Table::User(local.segment), |dst| {
-                self.direct_read(
-                    dst,
-                    local.offset,
-                    remote.rank,
-                    &peer,
-                    table,
-                    remote.offset,
-                    size,
-                    then,
-                )
-            })
-            .ok_or(Error::UnknownSegment {
-                rank: self.rank,
-                segment: local.segment,
-            })??;
+        let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
+        self.transfer_directly(local, rank, &peer, segment, offset, size, true, then)?;
         Ok(true)
     }
 
@@ -166,26 +176,14 @@ impl Inner {
     ) -> Result<bool> {
         let mut peers = Vec::with_capacity(entries.len());
         for e in entries {
-            let table = Table::User(e.remote_segment);
-            match self.direct_to(Some(q), rank, table)? {
-                Some(peer) if peer.memory.is_some() => peers.push(peer),
-                _ => return Ok(false),
+            match self.mapped(q, rank, Table::User(e.remote_segment))? {
+                Some(peer) => peers.push(peer),
+                None => return Ok(false),
             }
         }
         for (e, peer) in entries.iter().zip(&peers) {
-            let remote = crate::rma::remote(rank, e.remote_segment, e.remote_offset);
-            let done = if read {
-                self.read_directly(q, e.local, remote, e.size, None)?
-            } else {
-                self.write_directly(q, e.local, remote, e.size, None)?
-            };
-            // The entry was mappable a moment ago; a segment deleted since is an error.
-            if !done || peer.memory.is_none() {
-                return Err(Error::UnknownSegment {
-                    rank,
-                    segment: e.remote_segment,
-                });
-            }
+            let (segment, offset) = (e.remote_segment, e.remote_offset);
+            self.transfer_directly(e.local, rank, peer, segment, offset, e.size, read, None)?;
         }
         if let Some(n) = notify {
             self.notify_after_direct(q, rank, n)?;
