@@ -388,8 +388,8 @@ impl Context {
 
     /// Publishes where partners write `g`'s allreduce data (see `allreduce::area`).
     pub(crate) fn publish_area(&self, g: &Group) -> Result<()> {
-        let descriptor = g.area.as_ref().map(ReduceArea::descriptor);
-        self.inner.publish(DescKey::Area(g.id), descriptor)
+        let entry = g.area.as_ref().map(ReduceArea::published);
+        self.inner.publish(DescKey::Area(g.id), entry)
     }
 
     /// Blocks until every rank has entered the barrier, or until `timeout`: the barrier of

@@ -9,8 +9,9 @@
 //!
 //! Each slot holds one chunk (`Config::reduce_chunk` bytes); longer vectors run as several
 //! runs. The area is allocated and registered when the group is committed (at init for
-//! `GROUP_ALL`) and its descriptor published in the system region, so peers can write into it
-//! before this member reaches the allreduce.
+//! `GROUP_ALL`) and published (in the system region, and with its file in the direct path's
+//! directory) before the commit's first message, so peers can write into it before this
+//! member reaches the allreduce; same-host peers copy into it directly.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use gaspi_fabric::{Region, Slice};
 use gaspi_segments::SegmentMemory;
 
 use super::schedule;
+use crate::direct::Published;
 use crate::engine::lookup::Descriptor;
 use crate::engine::Endpoint;
 use crate::error::{Error, Rank, Result};
@@ -66,13 +68,17 @@ impl ReduceArea {
         }))
     }
 
-    /// What peers need to write into this area.
-    pub(crate) fn descriptor(&self) -> Descriptor {
-        Descriptor {
-            base: self.region.base(),
-            key: self.region.key(),
-            size: self.region.len() as u64,
-            notifications: 0,
+    /// What peers need to write into this area: through the fabric, or (its file) directly.
+    pub(crate) fn published(&self) -> Published<'_> {
+        Published {
+            descriptor: Descriptor {
+                base: self.region.base(),
+                key: self.region.key(),
+                size: self.region.len() as u64,
+                notifications: 0,
+            },
+            data: self.region.memory().shm_path(),
+            table: None,
         }
     }
 

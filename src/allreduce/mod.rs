@@ -312,8 +312,12 @@ impl Context {
         wire: WireNotification,
         deadline: Deadline,
     ) -> Result<()> {
-        let peer = self.peer_area(g, partner, deadline)?;
         let offset = area.recv_offset(bank, slot);
+        let inner = &self.inner;
+        if inner.put_directly(partner, DescKey::Area(g.id), offset, data, wire)? {
+            return Ok(());
+        }
+        let peer = self.peer_area(g, partner, deadline)?;
         if offset + data.len() as u64 > peer.size {
             return Err(Error::Protocol(format!(
                 "rank {partner}'s allreduce area for group {} is smaller than this rank's \
@@ -326,7 +330,6 @@ impl Context {
             addr: peer.base + offset,
             key: peer.key,
         };
-        let inner = &self.inner;
         if data.len() <= inner.ep.caps().inject_size {
             // The provider copies the bytes at once: no staging, no completion to drain.
             return inner.inject_until(partner, deadline, || {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::context::Inner;
 use crate::direct::{PeerSegment, Slot};
+use crate::engine::lookup::DescKey;
 use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
 use crate::queue::Queue;
 use crate::rma::{ListEntry, Local, Remote};
@@ -162,6 +163,43 @@ impl Inner {
             .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
         let check = self.dest(rank, key, 0, 0)?;
         self.notify_on(q, rank, check, n)
+    }
+
+    /// Copies `data` to `offset` of the runtime memory `rank` published under `key` (an
+    /// allreduce area), then sets `n` in its table, all directly. `Ok(false)` when any part
+    /// cannot go directly (nothing was done then): the fabric path also reports what is wrong.
+    pub(crate) fn put_directly(
+        &self,
+        rank: Rank,
+        key: DescKey,
+        offset: u64,
+        data: &[u8],
+        n: WireNotification,
+    ) -> Result<bool> {
+        let Some(Some(table)) = self.direct.segment(rank, Slot::of_table(n.table)) else {
+            return Ok(false);
+        };
+        let Some(Some(area)) = self.direct.segment(rank, Slot::Desc(key)) else {
+            return Ok(false);
+        };
+        let Some(memory) = area.memory.as_ref() else {
+            return Ok(false);
+        };
+        if table.table.is_none() || memory.check_range(offset, data.len() as u64).is_err() {
+            return Ok(false);
+        }
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
+        }
+        memory.write(offset, data).map_err(|_| Error::OutOfBounds {
+            rank,
+            segment: 0,
+            offset,
+            size: data.len() as u64,
+            segment_size: area.descriptor.size,
+        })?;
+        self.direct_notify(rank, &table, n)?;
+        Ok(true)
     }
 
     /// Runs a list of transfers towards `rank` directly, then sets `notify`; `Ok(false)` when

@@ -388,35 +388,24 @@ impl Inner {
         })
     }
 
-    /// Publishes `descriptor` (or its absence) for `key` in this rank's system region and
-    /// directory (without files: same-host peers reach it through the fabric).
-    pub(crate) fn publish(&self, key: DescKey, descriptor: Option<Descriptor>) -> Result<()> {
-        let words = descriptor.map_or([0; 4], Descriptor::to_words);
+    /// Publishes `entry` (or its absence) for `key` in this rank's system region and
+    /// directory; same-host peers map the files it names, and reach what it does not name
+    /// through the fabric.
+    pub(crate) fn publish(&self, key: DescKey, entry: Option<Published<'_>>) -> Result<()> {
+        let words = entry.as_ref().map_or([0; 4], |e| e.descriptor.to_words());
         self.system.write_words(key.offset(), words)?;
-        let entry = descriptor.map(|descriptor| Published {
-            descriptor,
-            data: None,
-            table: None,
-        });
         self.direct.publish(Slot::Desc(key), entry);
         Ok(())
     }
 
     /// Publishes this rank's segment `seg` for `key`, with the files same-host peers map.
     pub(crate) fn publish_segment(&self, key: DescKey, seg: &LocalSegment) -> Result<()> {
-        let descriptor = seg.descriptor();
-        self.system
-            .write_words(key.offset(), descriptor.to_words())?;
-        let data = seg.region.as_ref().and_then(|r| r.memory().shm_path());
-        self.direct.publish(
-            Slot::Desc(key),
-            Some(Published {
-                descriptor,
-                data,
-                table: seg.table_words.path(),
-            }),
-        );
-        Ok(())
+        let entry = Published {
+            descriptor: seg.descriptor(),
+            data: seg.region.as_ref().and_then(|r| r.memory().shm_path()),
+            table: seg.table_words.path(),
+        };
+        self.publish(key, Some(entry))
     }
 }
 
