@@ -1,11 +1,14 @@
 //! Owns [`EventCount`], the "sleep until something happened" primitive under every wait.
 //!
-//! An event count is a generation counter plus a sleeping place. A waiter takes a [`Key`]
-//! (the current generation), checks its own condition, and if the condition does not hold
-//! sleeps until the generation moves past the key. Whoever changes the condition bumps the
-//! generation with [`EventCount::notify_all`]. Because the key is taken *before* the condition
-//! is checked, a change that the check missed always moves the generation past the key, so no
-//! wake-up is lost.
+//! An event count is a generation counter, a count of sleepers, and a sleeping place. A
+//! waiter polls its own condition; to sleep, it counts itself as a sleeper, looks at the
+//! condition once more, and sleeps until the generation moves. Whoever changes the condition
+//! calls [`EventCount::notify_all`], which bumps the generation and wakes the sleepers only
+//! when there are any. A SeqCst fence on both sides, between "change the condition / count
+//! the sleeper" and "look at the sleepers / the condition", makes at least one side see the
+//! other, so no wake-up is lost; a notifier that finds nobody asleep writes nothing shared,
+//! which keeps the event's cache line out of the path of a polling waiter (on the direct
+//! intra-node path every notification from another process would otherwise move it).
 
 use std::sync::Arc;
 
@@ -26,26 +29,31 @@ pub(crate) const EVENT_WORDS: usize = 2;
 /// calls [`notify_all`](Self::notify_all):
 ///
 /// ```
-/// # use gaspi_notifications::{EventCount, Timeout};
+/// # use gaspi_notifications::{EventCount, Timeout, Wake};
 /// # use std::sync::atomic::{AtomicBool, Ordering};
 /// # let event = EventCount::new();
 /// # let flag = AtomicBool::new(true);
-/// # let ready = || flag.load(Ordering::Acquire);
+/// # let ready = || flag.load(Ordering::Acquire).then_some(());
 /// let deadline = Timeout::Block.deadline();
-/// loop {
+/// let outcome = loop {
 ///     let key = event.prepare();
-///     if ready() {
-///         break;
+///     if let Some(value) = ready() {
+///         break Some(value);
 ///     }
-///     event.wait(key, deadline);
-/// }
+///     match event.wait(key, deadline, ready) {
+///         Wake::Ready(value) => break Some(value),
+///         Wake::Notified => {}
+///         Wake::TimedOut => break None,
+///     }
+/// };
+/// # assert_eq!(outcome, Some(()));
 /// ```
 ///
 /// Sleepers sleep on a futex on the generation word. The futex is not process-private, so an
 /// event count placed in shared memory ([`in_words`](Self::in_words)) is woken by a
-/// `notify_all` from any process mapping it. `notify_all` costs one atomic increment when
-/// nobody sleeps; only when some thread is asleep (or about to be) does it make the wake-up
-/// system call.
+/// `notify_all` from any process mapping it. `notify_all` costs a fence and a load of a word
+/// nobody writes when nobody sleeps; only when some thread is asleep (or about to be) does it
+/// bump the generation and make the wake-up system call.
 #[derive(Debug)]
 pub struct EventCount {
     /// `[generation, sleepers]`.
@@ -54,6 +62,17 @@ pub struct EventCount {
     lock: crate::sync::Mutex<()>,
     #[cfg(loom)]
     wakeup: crate::sync::Condvar,
+}
+
+/// How an [`EventCount::wait`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake<T> {
+    /// The condition held, with what it returned.
+    Ready(T),
+    /// The generation moved: look at the condition again.
+    Notified,
+    /// The deadline passed.
+    TimedOut,
 }
 
 /// A snapshot of an [`EventCount`]'s generation, taken by [`EventCount::prepare`].
@@ -102,29 +121,38 @@ impl EventCount {
         Key(self.generation().load(Ordering::Acquire))
     }
 
-    /// Sleeps until some [`notify_all`](Self::notify_all) has happened since `key` was taken,
-    /// or until `deadline`.
+    /// Sleeps until `ready` returns a value, some [`notify_all`](Self::notify_all) has bumped
+    /// the generation since `key` was taken, or `deadline` passes.
     ///
-    /// Returns `true` if the generation moved past `key` (possibly before the call, in which
-    /// case it returns at once) and `false` if the deadline passed first. Spurious wake-ups are
-    /// absorbed here and never reported as `true`.
-    pub fn wait(&self, key: Key, deadline: Deadline) -> bool {
+    /// `ready` is the caller's condition: it is looked at once this thread counts as a
+    /// sleeper (a notifier that found no sleeper bumps nothing, so this look is what sees its
+    /// change), and again after each wake-up. It may consume what it finds: its value is
+    /// returned in [`Wake::Ready`]. Spurious wake-ups are absorbed here.
+    pub fn wait<T>(
+        &self,
+        key: Key,
+        deadline: Deadline,
+        mut ready: impl FnMut() -> Option<T>,
+    ) -> Wake<T> {
         if self.generation().load(Ordering::Acquire) != key.0 {
-            return true;
+            return Wake::Notified;
         }
-        // Announce the sleeper before the last look at the generation; `notify_all` bumps the
-        // generation before it looks at the sleepers. With a SeqCst fence between the two steps
-        // on both sides, at least one side sees the other: either this look sees the new
-        // generation, or the notifier sees a sleeper and wakes the futex (whose kernel-side
-        // check of the value closes the rest of the gap).
+        // Announce the sleeper before the last look at the condition; `notify_all` changes the
+        // condition before it looks at the sleepers. With a SeqCst fence between the two steps
+        // on both sides, at least one side sees the other: either this look sees the change,
+        // or the notifier sees a sleeper, bumps the generation and wakes the futex (whose
+        // kernel-side check of the value closes the rest of the gap).
         self.sleepers().fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let woken = loop {
+            if let Some(value) = ready() {
+                break Wake::Ready(value);
+            }
             if self.generation().load(Ordering::SeqCst) != key.0 {
-                break true;
+                break Wake::Notified;
             }
             match deadline.remaining() {
-                Some(left) if left.is_zero() => break false,
+                Some(left) if left.is_zero() => break Wake::TimedOut,
                 left => self.park(key, left),
             }
         };
@@ -132,11 +160,14 @@ impl EventCount {
         woken
     }
 
-    /// Wakes every thread sleeping in [`wait`](Self::wait), in whatever process.
+    /// Wakes every thread sleeping in [`wait`](Self::wait), in whatever process. Call it after
+    /// changing what the sleepers' conditions look at.
     pub fn notify_all(&self) {
-        self.generation().fetch_add(1, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.sleepers().load(Ordering::Relaxed) != 0 {
+            // Release: a sleeper (or a waiter whose key is older) that sees the new generation
+            // also sees the change.
+            self.generation().fetch_add(1, Ordering::Release);
             self.unpark_all();
         }
     }
@@ -209,6 +240,7 @@ impl Default for EventCount {
 mod tests {
     use super::*;
     use crate::Timeout;
+    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -216,34 +248,66 @@ mod tests {
     fn stale_key_returns_at_once() {
         let event = EventCount::new();
         let key = event.prepare();
+        // Counted as a sleeper, so that the notification bumps the generation.
+        event.sleepers().fetch_add(1, Ordering::Relaxed);
         event.notify_all();
-        assert!(event.wait(key, Timeout::Block.deadline()));
+        event.sleepers().fetch_sub(1, Ordering::Relaxed);
+        let never = || None::<()>;
+        assert_eq!(
+            event.wait(key, Timeout::Block.deadline(), never),
+            Wake::Notified
+        );
         assert_ne!(event.prepare(), key);
+    }
+
+    #[test]
+    fn a_notifier_without_sleepers_writes_nothing() {
+        let event = EventCount::new();
+        let key = event.prepare();
+        event.notify_all();
+        assert_eq!(event.prepare(), key);
+    }
+
+    #[test]
+    fn wait_returns_what_the_condition_found() {
+        let event = EventCount::new();
+        let woken = event.wait(event.prepare(), Timeout::Block.deadline(), || Some(7));
+        assert_eq!(woken, Wake::Ready(7));
+        assert_eq!(event.sleepers().load(Ordering::Relaxed), 0);
     }
 
     #[test]
     fn wait_times_out_without_notification() {
         let event = EventCount::new();
         let start = Instant::now();
-        assert!(!event.wait(event.prepare(), Timeout::Millis(20).deadline()));
+        let never = || None::<()>;
+        let woken = event.wait(event.prepare(), Timeout::Millis(20).deadline(), never);
+        assert_eq!(woken, Wake::TimedOut);
         assert!(start.elapsed() >= Duration::from_millis(20));
-        assert!(!event.wait(event.prepare(), Timeout::Test.deadline()));
+        let woken = event.wait(event.prepare(), Timeout::Test.deadline(), never);
+        assert_eq!(woken, Wake::TimedOut);
     }
 
     #[test]
     fn notify_wakes_a_blocked_sleeper() {
         let event = Arc::new(EventCount::new());
+        let flag = Arc::new(AtomicBool::new(false));
         let key = event.prepare();
         let sleeper = {
-            let event = Arc::clone(&event);
-            std::thread::spawn(move || event.wait(key, Timeout::Block.deadline()))
+            let (event, flag) = (Arc::clone(&event), Arc::clone(&flag));
+            std::thread::spawn(move || {
+                let ready = || flag.load(Ordering::Acquire).then_some(());
+                event.wait(key, Timeout::Block.deadline(), ready)
+            })
         };
         // Only notify once the sleeper has counted itself, so the test exercises the sleeping path.
         while event.sleepers().load(Ordering::Relaxed) == 0 {
             std::thread::yield_now();
         }
+        flag.store(true, Ordering::Release);
         event.notify_all();
-        assert!(sleeper.join().expect("the sleeper does not panic"));
+        let woken = sleeper.join().expect("the sleeper does not panic");
+        assert!(matches!(woken, Wake::Ready(()) | Wake::Notified));
         assert_eq!(event.sleepers().load(Ordering::Relaxed), 0);
     }
 }

@@ -30,7 +30,7 @@ mod wait;
 mod words;
 
 pub use error::{Error, Result};
-pub use event::{EventCount, Key};
+pub use event::{EventCount, Key, Wake};
 pub use table::NotificationTable;
 pub use timeout::{Deadline, Timeout};
 pub use wait::{set_oversubscribed, wait_until, Progress};

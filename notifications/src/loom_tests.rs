@@ -7,7 +7,7 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::{EventCount, NotificationTable, Timeout};
+use crate::{EventCount, NotificationTable, Timeout, Wake};
 
 /// Runs `model` over every interleaving with at most three preemptions, which covers each race
 /// below in full while keeping the three-thread models to seconds.
@@ -47,12 +47,15 @@ fn loom_event_count_loses_no_wake_up() {
             })
         };
         // A lost wake-up leaves this loop asleep forever, which loom reports as a deadlock.
+        let is_ready = || ready.load(Ordering::Acquire).then_some(());
         loop {
             let key = event.prepare();
-            if ready.load(Ordering::Acquire) {
+            if is_ready().is_some() {
                 break;
             }
-            event.wait(key, Timeout::Block.deadline());
+            if let Wake::Ready(()) = event.wait(key, Timeout::Block.deadline(), is_ready) {
+                break;
+            }
         }
         notifier.join().expect("the notifier does not panic");
     });

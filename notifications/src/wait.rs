@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 
-use crate::{Deadline, Error, EventCount, Result};
+use crate::{Deadline, Error, EventCount, Result, Wake};
 
 /// How long a waiter keeps polling before it goes to sleep. Long enough to cover a round trip
 /// of a 64 KiB message over loopback tcp (~50 µs), so ping-pong latency does not pay for a
@@ -155,12 +155,12 @@ pub fn wait_until<T>(
             Step::Expired => return Err(Error::Timeout),
             Step::Sleep => {
                 progress.sleeping(true);
-                let woken = event.wait(key, deadline.capped(slice));
+                let woken = event.wait(key, deadline.capped(slice), &mut poll);
                 progress.sleeping(false);
-                slice = if woken {
-                    MIN_SLICE
-                } else {
-                    slice.saturating_mul(2).min(MAX_SLICE)
+                slice = match woken {
+                    Wake::Ready(value) => return Ok(value),
+                    Wake::Notified => MIN_SLICE,
+                    Wake::TimedOut => slice.saturating_mul(2).min(MAX_SLICE),
                 };
                 // Look at the clock on the next round: the deadline may have passed while
                 // asleep, and the spin time certainly has, so an idle waiter goes back to

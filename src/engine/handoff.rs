@@ -37,11 +37,13 @@ impl Handoff {
     /// and returns true; returns false at once if nobody polls.
     pub(crate) fn stand_aside(&self, max: Option<Duration>) -> bool {
         let key = self.standby.prepare();
-        if self.spinners.load(Ordering::Acquire) == 0 {
+        let idle = || (self.spinners.load(Ordering::Acquire) == 0).then_some(());
+        if idle().is_some() {
             return false;
         }
         let deadline = max.map_or(Timeout::Block, Timeout::from).deadline();
-        self.standby.wait(key, deadline);
+        // However the wait ends, the progress thread looks at the polling threads again.
+        self.standby.wait(key, deadline, idle);
         true
     }
 }
