@@ -313,6 +313,8 @@ pub(crate) struct Direct {
     pub(crate) doorbell: Arc<EventCount>,
     /// Indexed by rank: `Some` for a peer on this host reached directly.
     peers: Box<[Option<Peer>]>,
+    /// Whether any of `peers` is `Some`.
+    enabled: bool,
 }
 
 impl Direct {
@@ -325,6 +327,7 @@ impl Direct {
             own,
             doorbell: Arc::new(doorbell),
             peers: Box::new([]),
+            enabled: false,
         })
     }
 
@@ -348,6 +351,12 @@ impl Direct {
                 })
             })
             .collect();
+        self.enabled = self.peers.iter().any(Option::is_some);
+    }
+
+    /// Whether any rank (this one included) is reached directly: false in fabric mode.
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Whether `rank` is reached directly.

@@ -104,8 +104,11 @@ impl Inner {
         };
         let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
         self.transfer_directly(local, rank, &peer, segment, offset, size, false, None)?;
-        if let Some(n) = n {
-            self.notify_after_direct(q, remote.rank, n)?;
+        match n {
+            // The data's segment is the notification's: no second lookup.
+            Some(n) if peer.table.is_some() => self.direct_notify(rank, &peer, n)?,
+            Some(n) => self.notify_after_direct(q, rank, n)?,
+            None => {}
         }
         Ok(true)
     }
