@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use gaspi::{local, remote, Context, Notification, Timeout};
 
-use crate::{median, transport, Figure, Result};
+use crate::{Figure, Result};
 
 /// Segment both sides of the gaspi benchmark use.
 pub(crate) const SEGMENT: u8 = 0;
@@ -28,14 +28,19 @@ fn take(ctx: &Context, id: u32) -> Result<u32> {
     Ok(ctx.notify_reset(SEGMENT, got)?)
 }
 
-/// Half round trip of write_notify between ranks 0 and 1.
-pub(crate) fn pingpong(ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
-    let me = ctx.rank();
-    let (warmup, iters) = if bytes <= 4096 {
+/// Untimed and timed round trips of a ping-pong of `bytes`, the same for every library.
+pub(crate) fn pingpong_iterations(bytes: usize) -> (usize, usize) {
+    if bytes <= 4096 {
         (200, 3000)
     } else {
         (50, 500)
-    };
+    }
+}
+
+/// Half round trip of write_notify between ranks 0 and 1.
+pub(crate) fn pingpong(ctx: &Context, bytes: usize) -> Result<Option<Figure>> {
+    let me = ctx.rank();
+    let (warmup, iters) = pingpong_iterations(bytes);
     let mut samples = Vec::with_capacity(iters);
     if me < 2 {
         let peer = 1 - me;
@@ -122,18 +127,6 @@ pub(crate) fn figure(
     bench: &'static str,
     bytes: usize,
     samples: Vec<Duration>,
-) -> Vec<Figure> {
-    if ctx.rank() != 0 {
-        return Vec::new();
-    }
-    vec![Figure {
-        bench,
-        lib: "gaspi",
-        transport: transport(ctx),
-        ranks: ctx.size(),
-        bytes,
-        iters: samples.len(),
-        median: median(samples),
-        variant: None,
-    }]
+) -> Option<Figure> {
+    Figure::of(ctx, bench, "gaspi", bytes, samples)
 }

@@ -48,7 +48,7 @@ fn clocked(call: impl FnOnce() -> gaspi::Result<()>) -> Result<Duration> {
 }
 
 /// Barrier of all ranks.
-pub(crate) fn barrier(ctx: &Context) -> Result<Vec<Figure>> {
+pub(crate) fn barrier(ctx: &Context) -> Result<Option<Figure>> {
     let samples = samples(ctx, 0, || clocked(|| ctx.barrier(TIMEOUT)))?;
     Ok(figure(ctx, "barrier", 0, samples))
 }
@@ -57,7 +57,7 @@ pub(crate) fn barrier(ctx: &Context) -> Result<Vec<Figure>> {
 pub(crate) const ALLREDUCE_SIZES: [usize; 3] = [8, 65536, 1 << 20];
 
 /// Allreduce (f64 sum) of `bytes` per rank over all ranks; every result is checked.
-pub(crate) fn allreduce(ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
+pub(crate) fn allreduce(ctx: &Context, bytes: usize) -> Result<Option<Figure>> {
     let count = bytes / std::mem::size_of::<f64>();
     let own = f64::from(ctx.rank() + 1);
     let input: Vec<f64> = (0..count).map(|i| own * weight(i)).collect();

@@ -19,7 +19,7 @@ mod raw;
 
 use std::time::Duration;
 
-use gaspi::{Context, Timeout};
+use gaspi::{local, remote, Context, Notification, Timeout};
 
 /// Why a benchmark run failed.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +69,30 @@ pub(crate) struct Figure {
 }
 
 impl Figure {
+    /// Rank 0's figure of `samples`, over the context's transport; none on other ranks, which
+    /// measure only to keep rank 0 company, or without samples.
+    pub(crate) fn of(
+        ctx: &Context,
+        bench: &'static str,
+        lib: &'static str,
+        bytes: usize,
+        samples: Vec<Duration>,
+    ) -> Option<Figure> {
+        if ctx.rank() != 0 || samples.is_empty() {
+            return None;
+        }
+        Some(Figure {
+            bench,
+            lib,
+            transport: transport(ctx),
+            ranks: ctx.size(),
+            bytes,
+            iters: samples.len(),
+            median: median(samples),
+            variant: None,
+        })
+    }
+
     fn json(&self) -> String {
         let us = self.median.as_secs_f64() * 1e6;
         let mib_s = if us > 0.0 {
@@ -96,6 +120,36 @@ pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
 /// The transport name used in the JSON lines: the user-facing provider name.
 fn transport(ctx: &Context) -> String {
     ctx.config().provider.clone()
+}
+
+/// Where ranks 0 and 1 exchange the address cards of the raw side, in the gaspi segment.
+const CARD: u64 = (BUFFER - 4096) as u64;
+const CARD_NOTIFICATION: u32 = 2;
+
+/// Gives `card` (not empty) to the peer among ranks 0 and 1 and returns the peer's, through the
+/// gaspi context: a bootstrap convenience, the raw side's measured traffic never goes this
+/// way. Ranks 0 and 1 call it together while every other rank calls `barrier`; the barrier it
+/// ends with lets the next exchange reuse the same place.
+pub(crate) fn swap_cards(ctx: &Context, card: &[u8]) -> Result<Vec<u8>> {
+    let timeout = Timeout::Millis(60_000);
+    ctx.segment_write(api::SEGMENT, CARD, card)?;
+    ctx.write_notify(
+        local(api::SEGMENT, CARD),
+        remote(1 - ctx.rank(), api::SEGMENT, CARD + 2048),
+        card.len() as u64,
+        Notification {
+            id: CARD_NOTIFICATION,
+            value: card.len() as u32,
+        },
+        0,
+    )?;
+    let id = ctx.notify_waitsome(api::SEGMENT, CARD_NOTIFICATION, 1, timeout)?;
+    let len = ctx.notify_reset(api::SEGMENT, id)? as usize;
+    let mut peer_card = vec![0u8; len];
+    ctx.segment_read(api::SEGMENT, CARD + 2048, &mut peer_card)?;
+    ctx.wait(0, timeout)?;
+    ctx.barrier(timeout)?;
+    Ok(peer_card)
 }
 
 /// Every benchmark, in the order `all` runs them.

@@ -14,18 +14,15 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaspi::{local, remote, Context, Notification, Timeout};
+use gaspi::{Context, Timeout};
 use gaspi_fabric::{Endpoint, Event, Posted, Region, RemoteTarget};
 use gaspi_segments::SegmentMemory;
 
-use crate::api::SEGMENT;
-use crate::{median, transport, Error, Figure, Result, BUFFER};
+use crate::api::pingpong_iterations;
+use crate::{swap_cards, Error, Figure, Result, BUFFER};
 
 /// Where each side's flag word sits in its raw buffer.
 const FLAG: u64 = (BUFFER - 64) as u64;
-/// Where the raw address cards are exchanged in the gaspi segment.
-const CARD: u64 = (BUFFER - 4096) as u64;
-const CARD_NOTIFICATION: u32 = 2;
 /// Writes in flight while streaming: the runtime's default queue depth, for a like comparison.
 const WINDOW: usize = 1024;
 
@@ -45,8 +42,8 @@ struct Side {
 }
 
 impl RawPair {
-    /// Opens the raw endpoints of ranks 0 and 1 and exchanges their addresses through the
-    /// gaspi context (a bootstrap convenience; all measured traffic is raw).
+    /// Opens the raw endpoints of ranks 0 and 1 and exchanges their addresses (see
+    /// [`swap_cards`]).
     pub(crate) fn connect(ctx: &Context) -> Result<RawPair> {
         let me = ctx.rank();
         if me > 1 {
@@ -59,26 +56,8 @@ impl RawPair {
         card.extend_from_slice(&region.base().to_le_bytes());
         card.extend_from_slice(&region.key().to_le_bytes());
         card.extend_from_slice(&ep.name()?);
-        let peer_rank = 1 - me;
-        ctx.segment_write(SEGMENT, CARD, &card)?;
-        ctx.write_notify(
-            local(SEGMENT, CARD),
-            remote(peer_rank, SEGMENT, CARD + 2048),
-            card.len() as u64,
-            Notification {
-                id: CARD_NOTIFICATION,
-                value: card.len() as u32,
-            },
-            0,
-        )?;
-        let timeout = Timeout::Millis(60_000);
-        let id = ctx.notify_waitsome(SEGMENT, CARD_NOTIFICATION, 1, timeout)?;
-        let len = ctx.notify_reset(SEGMENT, id)? as usize;
-        let mut peer_card = vec![0u8; len];
-        ctx.segment_read(SEGMENT, CARD + 2048, &mut peer_card)?;
-        ctx.wait(0, timeout)?;
-        ctx.barrier(timeout)?;
-        if len <= 16 {
+        let peer_card = swap_cards(ctx, &card)?;
+        if peer_card.len() <= 16 {
             return Err(Error::Check("raw bench: short address card".into()));
         }
         let word = |i: usize| {
@@ -104,11 +83,7 @@ impl RawPair {
 
     /// Raw ping-pong in both notification styles.
     pub(crate) fn pingpong(&self, ctx: &Context, bytes: usize) -> Result<Vec<Figure>> {
-        let (warmup, iters) = if bytes <= 4096 {
-            (200, 3000)
-        } else {
-            (50, 500)
-        };
+        let (warmup, iters) = pingpong_iterations(bytes);
         let mut figures = Vec::new();
         for variant in ["writedata", "write+flag"] {
             let mut samples = Vec::with_capacity(iters);
@@ -282,24 +257,17 @@ impl Side {
     }
 }
 
+/// The raw figure of `variant` for `samples` (rank 0 only).
 pub(crate) fn figure(
     ctx: &Context,
     bench: &'static str,
     bytes: usize,
     samples: Vec<Duration>,
     variant: &'static str,
-) -> Vec<Figure> {
-    if ctx.rank() != 0 || samples.is_empty() {
-        return Vec::new();
-    }
-    vec![Figure {
-        bench,
-        lib: "raw-libfabric",
-        transport: transport(ctx),
-        ranks: ctx.size(),
-        bytes,
-        iters: samples.len(),
-        median: median(samples),
+) -> Option<Figure> {
+    let figure = Figure::of(ctx, bench, "raw-libfabric", bytes, samples)?;
+    Some(Figure {
         variant: Some(variant),
-    }]
+        ..figure
+    })
 }
