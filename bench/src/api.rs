@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use gaspi::{local, remote, Context, Notification, Timeout};
 
-use crate::{Figure, Result};
+use crate::{mode, Figure, Result};
 
 /// Segment both sides of the gaspi benchmark use.
 pub(crate) const SEGMENT: u8 = 0;
@@ -121,12 +121,16 @@ pub(crate) fn burst_len(bytes: usize) -> usize {
     ((128usize << 20) / bytes).clamp(8, 2048)
 }
 
-/// The gaspi figure for `samples` (rank 0 only).
+/// The gaspi figure for `samples` (rank 0 only), with the path its operations took.
 pub(crate) fn figure(
     ctx: &Context,
     bench: &'static str,
     bytes: usize,
     samples: Vec<Duration>,
 ) -> Option<Figure> {
-    Figure::of(ctx, bench, "gaspi", bytes, samples)
+    let figure = Figure::of(ctx, bench, "gaspi", bytes, samples)?;
+    Some(Figure {
+        mode: Some(mode(ctx)),
+        ..figure
+    })
 }

@@ -3,9 +3,11 @@
 //! Each figure is printed as one JSON line,
 //! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..,"iters":..}`
 //! (`iters`: the samples behind the median), so scripts can compare `lib: "gaspi"` with
-//! `lib: "raw-libfabric"` for the same bench, transport and size. The raw lines come from the
-//! same pattern written directly against libfabric (see the `raw` module); they are the yardstick for the
-//! runtime's overhead. The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the
+//! `lib: "raw-libfabric"` for the same bench, transport and size. gaspi lines add `"mode"`:
+//! `direct` when this rank reaches every other one through the direct intra-node path, `fabric`
+//! when through libfabric (what the runtime reports, whatever `GASPI_INTRANODE` asked for). The
+//! raw lines come from the same pattern written directly against libfabric (see the `raw`
+//! module); they are the yardstick for the runtime's overhead. The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the
 //! same keys (see the `coll` module).
 //!
 //! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
@@ -66,6 +68,8 @@ pub(crate) struct Figure {
     pub iters: usize,
     /// Which raw pattern produced a raw-libfabric figure.
     pub variant: Option<&'static str>,
+    /// Which path a gaspi figure's operations took (see [`mode`]).
+    pub mode: Option<&'static str>,
 }
 
 impl Figure {
@@ -90,6 +94,7 @@ impl Figure {
             iters: samples.len(),
             median: median(samples),
             variant: None,
+            mode: None,
         })
     }
 
@@ -100,12 +105,15 @@ impl Figure {
         } else {
             0.0
         };
-        let variant = self
-            .variant
-            .map(|v| format!(",\"variant\":\"{v}\""))
-            .unwrap_or_default();
+        let optional = |key: &str, value: Option<&str>| {
+            value
+                .map(|v| format!(",\"{key}\":\"{v}\""))
+                .unwrap_or_default()
+        };
+        let variant = optional("variant", self.variant);
+        let mode = optional("mode", self.mode);
         format!(
-            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}}}",
+            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}{mode}}}",
             self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s, self.iters
         )
     }
@@ -120,6 +128,20 @@ pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
 /// The transport name used in the JSON lines: the user-facing provider name.
 fn transport(ctx: &Context) -> String {
     ctx.config().provider.clone()
+}
+
+/// The path this rank's operations towards the others take: `direct` when it reaches all of
+/// them through the direct intra-node path, `fabric` when none, `mixed` otherwise (ranks on
+/// several hosts).
+pub(crate) fn mode(ctx: &Context) -> &'static str {
+    let me = ctx.rank();
+    let others = (0..ctx.size()).filter(|&r| r != me);
+    let direct = others.clone().filter(|&r| ctx.reaches_directly(r)).count();
+    match direct {
+        0 => "fabric",
+        d if d == others.count() => "direct",
+        _ => "mixed",
+    }
 }
 
 /// Where ranks 0 and 1 exchange the address cards of the raw side, in the gaspi segment.
