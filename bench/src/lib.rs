@@ -1,14 +1,19 @@
-//! The benchmark behind `gaspi-bench`: gaspi and raw libfabric, side by side, in one run.
+//! The benchmark behind `gaspi-bench`: gaspi beside its yardsticks, in one run.
 //!
 //! Each figure is printed as one JSON line,
 //! `{"bench":..,"lib":..,"transport":..,"ranks":..,"bytes":..,"median_us":..,"mib_s":..,"iters":..}`
-//! (`iters`: the samples behind the median), so scripts can compare `lib: "gaspi"` with
-//! `lib: "raw-libfabric"` for the same bench, transport and size. gaspi lines add `"mode"`:
-//! `direct` when this rank reaches every other one through the direct intra-node path, `fabric`
-//! when through libfabric (what the runtime reports, whatever `GASPI_INTRANODE` asked for). The
-//! raw lines come from the same pattern written directly against libfabric (see the `raw`
-//! module); they are the yardstick for the runtime's overhead. The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the
-//! same keys (see the `coll` module).
+//! (`iters`: the samples behind the median), so scripts can compare `lib: "gaspi"` with its
+//! yardsticks for the same bench and size. gaspi lines add `"mode"`: `direct` when this rank
+//! reaches every other one through the direct intra-node path, `fabric` when through libfabric
+//! (what the runtime reports, whatever `GASPI_INTRANODE` asked for). The yardsticks:
+//! * `lib: "raw-libfabric"`: the same pattern written directly against libfabric (see the `raw`
+//!   module), with a `"variant"`; the yardstick for the runtime's overhead on the fabric;
+//! * `lib: "shm-flag"` and `lib: "memcpy"`: the physical floors of one host, a ping-pong of an
+//!   8-byte flag through shared memory and a single-thread copy (see the `floor` module); the
+//!   yardsticks of the direct path.
+//!
+//! The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the same keys (see the
+//! `coll` module).
 //!
 //! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
 //! (`gaspi-fabric`, and thus the same provider setup) as the runtime, with no runtime above it.
@@ -17,6 +22,7 @@
 
 mod api;
 mod coll;
+mod floor;
 mod raw;
 
 use std::time::Duration;
@@ -36,6 +42,14 @@ pub enum Error {
     /// Segment memory of the raw side failed.
     #[error(transparent)]
     Segment(#[from] gaspi_segments::Error),
+    /// The buffers of the memcpy floor could not be mapped.
+    #[error("memcpy floor: cannot map {bytes} bytes: {source}")]
+    Map {
+        /// Size of the mapping asked for.
+        bytes: usize,
+        /// Why the kernel refused it.
+        source: std::io::Error,
+    },
     /// The command line or the job does not fit the benchmark.
     #[error("{0}")]
     Usage(String),
@@ -144,12 +158,12 @@ pub(crate) fn mode(ctx: &Context) -> &'static str {
     }
 }
 
-/// Where ranks 0 and 1 exchange the address cards of the raw side, in the gaspi segment.
+/// Where ranks 0 and 1 exchange the cards of the yardsticks, in the gaspi segment.
 const CARD: u64 = (BUFFER - 4096) as u64;
 const CARD_NOTIFICATION: u32 = 2;
 
 /// Gives `card` (not empty) to the peer among ranks 0 and 1 and returns the peer's, through the
-/// gaspi context: a bootstrap convenience, the raw side's measured traffic never goes this
+/// gaspi context: a bootstrap convenience, the yardsticks' measured traffic never goes this
 /// way. Ranks 0 and 1 call it together while every other rank calls `barrier`; the barrier it
 /// ends with lets the next exchange reuse the same place.
 pub(crate) fn swap_cards(ctx: &Context, card: &[u8]) -> Result<Vec<u8>> {
@@ -181,7 +195,7 @@ const BENCHES: [&str; 4] = ["pingpong", "bandwidth", "barrier", "allreduce"];
 struct Choice {
     benches: Vec<&'static str>,
     gaspi_side: bool,
-    raw_side: bool,
+    yardsticks: bool,
 }
 
 impl Choice {
@@ -189,17 +203,17 @@ impl Choice {
         let mut choice = Choice {
             benches: Vec::new(),
             gaspi_side: true,
-            raw_side: true,
+            yardsticks: true,
         };
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
             match arg.as_str() {
                 "--only" => match rest.next().map(String::as_str) {
-                    Some("gaspi") => choice.raw_side = false,
-                    Some("raw") => choice.gaspi_side = false,
+                    Some("gaspi") => choice.yardsticks = false,
+                    Some("yardsticks") => choice.gaspi_side = false,
                     other => {
                         return Err(Error::Usage(format!(
-                            "--only takes gaspi or raw, not {other:?}"
+                            "--only takes gaspi or yardsticks, not {other:?}"
                         )))
                     }
                 },
@@ -227,8 +241,9 @@ impl Choice {
 }
 
 /// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`, or
-/// `all`, the default) and prints their figures on rank 0. `--only gaspi` or `--only raw`
-/// measures one side of the point-to-point benchmarks. Ranks beyond the first two take part in
+/// `all`, the default) and prints their figures on rank 0. `--only gaspi` or
+/// `--only yardsticks` (raw libfabric, the flag ping-pong and memcpy) measures one side of the
+/// point-to-point benchmarks. Ranks beyond the first two take part in
 /// those only to synchronise; the collectives run on every rank.
 ///
 /// # Errors
@@ -261,39 +276,52 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(ctx.finalize(Timeout::Millis(60_000))?)
 }
 
-/// Ping-pong and streaming between ranks 0 and 1, gaspi and raw libfabric side by side.
+/// Ping-pong and streaming between ranks 0 and 1, gaspi and its yardsticks side by side.
 fn point_to_point(ctx: &Context, choice: &Choice) -> Result<Vec<Figure>> {
     ctx.segment_create(api::SEGMENT, BUFFER as u64, Timeout::Millis(60_000))?;
     let raw = raw::RawPair::connect(ctx)?;
     let mut figures = Vec::new();
     if choice.wants("pingpong") {
+        if choice.yardsticks {
+            let flag = floor::FlagPair::connect(ctx)?;
+            figures.extend(flag.pingpong(ctx)?);
+        }
         for &bytes in &PINGPONG_SIZES {
             if choice.gaspi_side {
                 figures.extend(api::pingpong(ctx, bytes)?);
             }
-            if choice.raw_side {
+            if choice.yardsticks {
                 figures.extend(raw.pingpong(ctx, bytes)?);
             }
         }
     }
     if choice.wants("bandwidth") {
+        let largest = BANDWIDTH_SIZES[BANDWIDTH_SIZES.len() - 1];
+        let mut copies = match choice.yardsticks && ctx.rank() == 0 {
+            true => Some(floor::Copies::new(largest)?),
+            false => None,
+        };
         for &bytes in &BANDWIDTH_SIZES {
-            // Bursts alternate between the two sides, so that a machine whose speed drifts
-            // (a shared VM does) affects both alike.
-            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            // Bursts alternate between the sides, so that a machine whose speed drifts (a
+            // shared VM does) affects all alike.
+            let (mut ours, mut theirs, mut copied) = (Vec::new(), Vec::new(), Vec::new());
             for rep in 0..BANDWIDTH_REPS {
                 if choice.gaspi_side {
                     ours.extend(api::bandwidth_burst(ctx, bytes, rep)?);
                 }
-                if choice.raw_side {
+                if choice.yardsticks {
                     theirs.extend(raw.bandwidth_burst(ctx, bytes, rep)?);
+                }
+                if let Some(copies) = &mut copies {
+                    copied.push(copies.burst(bytes, rep)?);
                 }
             }
             if choice.gaspi_side {
                 figures.extend(api::figure(ctx, "bandwidth", bytes, ours));
             }
-            if choice.raw_side {
+            if choice.yardsticks {
                 figures.extend(raw::figure(ctx, "bandwidth", bytes, theirs, "write+flag"));
+                figures.extend(floor::memcpy_figure(ctx, bytes, copied));
             }
         }
     }
