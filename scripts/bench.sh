@@ -3,11 +3,25 @@
 #
 #   scripts/bench.sh [all|p2p|coll]      (default: all)
 #
-# p2p:  gaspi-bench over tcp and shm on 2 local ranks, gaspi and raw-libfabric side by side,
-#       then the gaspi/raw ratios the foundation targets name (8 B latency: gaspi / best raw,
-#       want <= 1.10; 4 MiB bandwidth: gaspi / best raw, want >= 0.90).
-# coll: barrier and allreduce at 2, 4 and 8 ranks, gaspi beside MPICH and Open MPI
-#       (scripts/bench-coll.sh).
+# p2p:  gaspi-bench on 2 local ranks over tcp and over shm, each run once with
+#       GASPI_INTRANODE=direct and once with =fabric. gaspi lines carry "mode", the path the
+#       runtime reports it took. Every run also measures the yardsticks: raw libfabric over the
+#       same provider ("variant": writedata, one fi_writedata; write+flag), a bare shared-memory
+#       flag ping-pong between the two processes ("lib":"shm-flag", the physical floor of an
+#       8 B ping-pong) and single-thread memcpy ("lib":"memcpy", the floor of streaming). Then
+#       one ratio line per target, transport and mode, each against the best figure of its
+#       yardstick in this whole run: a yardstick is a property of the machine, and a run that
+#       was disturbed can only make it slower, which would flatter gaspi. "versus" names the
+#       yardstick; "value" is null when a figure is missing:
+#         latency_8B_gaspi_over_raw                 gaspi / fastest raw variant, same provider  <= 1.10
+#         bandwidth_4MiB_gaspi_over_raw             gaspi / raw, same provider                  >= 0.90
+#       and in direct mode, which between ranks of one host is the same path over either provider:
+#         latency_8B_direct_over_flag               gaspi / shm-flag                            <= 2.0
+#         latency_8B_direct_over_raw_shm_writedata  gaspi / raw shm fi_writedata                <= 0.5
+#         bandwidth_4MiB_direct_over_memcpy         gaspi / memcpy                              >= 0.9
+#       Latency ratios divide medians in µs, bandwidth ratios MiB/s.
+# coll: barrier and allreduce at 2, 4 and 8 ranks, gaspi in both modes beside MPICH and Open
+#       MPI (scripts/bench-coll.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
@@ -20,28 +34,57 @@ all | coll) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
     ;;
 esac
 ./scripts/setup.sh "${mpi_dev[@]}"
-cargo build --release --bins
+# --workspace: at the root, cargo builds only the gaspi package, not gaspirun or gaspi-bench.
+cargo build --release --workspace --bins
 
 if [ "$part" != coll ]; then
-    out=$(mktemp)
-    trap 'rm -f "$out"' EXIT
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
     for provider in tcp shm; do
-        ./target/release/gaspirun -n 2 --provider "$provider" --no-prefix --timeout 600 \
-            ./target/release/gaspi-bench pingpong bandwidth | tee -a "$out"
+        for mode in direct fabric; do
+            GASPI_INTRANODE=$mode ./target/release/gaspirun -n 2 --provider "$provider" \
+                --no-prefix --timeout 600 ./target/release/gaspi-bench pingpong bandwidth |
+                tee "$tmp/run"
+            if grep '"lib":"gaspi"' "$tmp/run" | grep -qv "\"mode\":\"$mode\""; then
+                echo "bench: GASPI_INTRANODE=$mode over $provider, but gaspi took another path" >&2
+            fi
+            cat "$tmp/run" >>"$tmp/figures"
+        done
     done
-    python3 - "$out" <<'PY'
+    python3 - "$tmp/figures" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-def best(bench, lib, transport, size, key, pick):
-    vals = [r[key] for r in rows if (r["bench"], r["lib"], r["transport"], r["bytes"]) == (bench, lib, transport, size)]
-    return pick(vals) if vals else None
+
+def best(key, **want):
+    """The best figure (lowest latency, highest bandwidth) among the rows that match."""
+    vals = [r[key] for r in rows if all(r.get(k) == v for k, v in want.items())]
+    return (min if key == "median_us" else max)(vals) if vals else None
+
+def ratio(name, transport, mode, ours, theirs, versus, target):
+    value = round(ours / theirs, 3) if ours and theirs else None
+    print(json.dumps({"ratio": name, "transport": transport, "mode": mode, "versus": versus,
+                      "value": value, "target": target}))
+
+latency = dict(bench="pingpong", bytes=8)
+bandwidth = dict(bench="bandwidth", bytes=4 << 20)
 for t in ("tcp", "shm"):
-    g, r = best("pingpong", "gaspi", t, 8, "median_us", min), best("pingpong", "raw-libfabric", t, 8, "median_us", min)
-    if g and r:
-        print(json.dumps({"ratio": "latency_8B_gaspi_over_raw", "transport": t, "value": round(g / r, 3), "target": "<=1.10"}))
-    g, r = best("bandwidth", "gaspi", t, 4 << 20, "mib_s", max), best("bandwidth", "raw-libfabric", t, 4 << 20, "mib_s", max)
-    if g and r:
-        print(json.dumps({"ratio": "bandwidth_4MiB_gaspi_over_raw", "transport": t, "value": round(g / r, 3), "target": ">=0.90"}))
+    for mode in ("direct", "fabric"):
+        lat = best("median_us", lib="gaspi", transport=t, mode=mode, **latency)
+        bw = best("mib_s", lib="gaspi", transport=t, mode=mode, **bandwidth)
+        raw = f"raw-libfabric/{t}"
+        ratio("latency_8B_gaspi_over_raw", t, mode, lat,
+              best("median_us", lib="raw-libfabric", transport=t, **latency), raw, "<=1.10")
+        ratio("bandwidth_4MiB_gaspi_over_raw", t, mode, bw,
+              best("mib_s", lib="raw-libfabric", transport=t, **bandwidth), raw, ">=0.90")
+        if mode != "direct":
+            continue
+        ratio("latency_8B_direct_over_flag", t, mode, lat,
+              best("median_us", lib="shm-flag", **latency), "shm-flag", "<=2.0")
+        ratio("latency_8B_direct_over_raw_shm_writedata", t, mode, lat,
+              best("median_us", lib="raw-libfabric", transport="shm", variant="writedata", **latency),
+              "raw-libfabric/shm/writedata", "<=0.5")
+        ratio("bandwidth_4MiB_direct_over_memcpy", t, mode, bw,
+              best("mib_s", lib="memcpy", **bandwidth), "memcpy", ">=0.9")
 PY
 fi
 if [ "$part" != p2p ]; then
