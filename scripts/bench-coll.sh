@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The collective comparison behind `scripts/bench.sh coll`, which installs the MPI packages and
-# builds gaspi first: barrier and allreduce at 2, 4 and 8 local ranks, gaspi over tcp and shm
-# beside MPICH and Open MPI from Debian (bench/mpi/coll.c, built here into target/mpi/).
+# builds gaspi first: barrier and allreduce (f64 sum; 8 B, 64 KiB, 1 MiB) at 2, 4 and 8 local
+# ranks, gaspi over tcp and shm, each with GASPI_INTRANODE=direct and =fabric (gaspi lines
+# carry "mode", the path the runtime reports), beside MPICH and Open MPI from Debian
+# (bench/mpi/coll.c, built here into target/mpi/).
 #
 # Prints every figure as a JSON line, grouped by bench, size and rank count, then the ratios
-# of gaspi's median to MPI's:
-#   gaspi tcp / Open MPI restricted to tcp (btl self,tcp) at 2 ranks     target <= 1.0
-#   gaspi tcp / the faster MPI, any transport, at 4 and 8 ranks          target <= 1.0
-#   gaspi shm / the faster MPI, any transport, at 2, 4 and 8 ranks       info
+# of gaspi's median to MPI's, for every bench, size, rank count, gaspi transport and mode:
+#   gaspi_over_openmpi       gaspi / Open MPI on its own transports (shared memory)  target <= 1.0
+#   gaspi_over_mpich         gaspi / MPICH on its own transports (shared memory)     target < 1.0
+# and, as before the direct path, at 2 ranks over tcp in fabric mode:
+#   gaspi_over_openmpi_tcp   gaspi / Open MPI restricted to tcp (btl self,tcp)     target <= 1.0
 # MPI's "any" transport is its own choice (shared memory between local ranks). A job that fails
-# or times out gives one JSON line with an "error" key instead of its figures. Progress goes to
-# stderr.
+# or times out gives one JSON line with an "error" key instead of its figures, and its ratios
+# a null value. Progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,25 +34,28 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 touch "$tmp/figures"
 
-# job LIB TRANSPORT RANKS COMMAND...: runs one job under a time limit and keeps its JSON lines,
-# or one error line when it fails.
+# job LIB TRANSPORT MODE RANKS COMMAND...: runs one job under a time limit and keeps its JSON
+# lines, or one error line when it fails. MODE is gaspi's GASPI_INTRANODE, empty for MPI.
 job() {
-    local lib=$1 transport=$2 ranks=$3
-    shift 3
-    echo "bench-coll: $lib over $transport, $ranks ranks" >&2
-    local status=0
-    timeout -k 10 "$limit" "$@" >"$tmp/out" 2>"$tmp/err" || status=$?
+    local lib=$1 transport=$2 mode=$3 ranks=$4
+    shift 4
+    echo "bench-coll: $lib over $transport${mode:+ ($mode)}, $ranks ranks" >&2
+    local status=0 env=()
+    [ -z "$mode" ] || env=(env "GASPI_INTRANODE=$mode")
+    "${env[@]}" timeout -k 10 "$limit" "$@" >"$tmp/out" 2>"$tmp/err" || status=$?
     if [ "$status" -eq 0 ]; then
         grep '^{' "$tmp/out" >>"$tmp/figures" || true
         return
     fi
-    python3 - "$lib" "$transport" "$ranks" "$status" "$tmp/err" >>"$tmp/figures" <<'PY'
+    python3 - "$lib" "$transport" "$mode" "$ranks" "$status" "$tmp/err" >>"$tmp/figures" <<'PY'
 import json, sys
-lib, transport, ranks, status, err = sys.argv[1:]
+lib, transport, mode, ranks, status, err = sys.argv[1:]
 last = [l.strip() for l in open(err, errors="replace") if l.strip()][-1:]
 reason = "timed out" if status == "124" else f"exit status {status}"
-print(json.dumps({"bench": "coll", "lib": lib, "transport": transport, "ranks": int(ranks),
-                  "error": ": ".join([reason] + last)}))
+line = {"bench": "coll", "lib": lib, "transport": transport, "ranks": int(ranks)}
+line.update({"mode": mode} if mode else {})
+line["error"] = ": ".join([reason] + last)
+print(json.dumps(line))
 PY
 }
 
@@ -67,16 +73,18 @@ for ranks in 2 4 8; do
         spread=(--oversubscribe)
     fi
     for provider in tcp shm; do
-        job gaspi "$provider" "$ranks" ./target/release/gaspirun -n "$ranks" \
-            --provider "$provider" --no-prefix --timeout "$limit" \
-            ./target/release/gaspi-bench barrier allreduce
+        for mode in direct fabric; do
+            job gaspi "$provider" "$mode" "$ranks" ./target/release/gaspirun -n "$ranks" \
+                --provider "$provider" --no-prefix --timeout "$limit" \
+                ./target/release/gaspi-bench barrier allreduce
+        done
     done
-    job mpich any "$ranks" mpiexec.mpich -n "$ranks" target/mpi/coll-mpich mpich any "$calls"
+    job mpich any "" "$ranks" mpiexec.mpich -n "$ranks" target/mpi/coll-mpich mpich any "$calls"
     if [ "$ranks" -eq 2 ]; then
-        job openmpi tcp "$ranks" "${ompi[@]}" "${spread[@]}" --mca btl self,tcp -n "$ranks" \
+        job openmpi tcp "" "$ranks" "${ompi[@]}" "${spread[@]}" --mca btl self,tcp -n "$ranks" \
             target/mpi/coll-openmpi openmpi tcp
     fi
-    job openmpi any "$ranks" "${ompi[@]}" "${spread[@]}" -n "$ranks" \
+    job openmpi any "" "$ranks" "${ompi[@]}" "${spread[@]}" -n "$ranks" \
         target/mpi/coll-openmpi openmpi any
 done
 
@@ -85,29 +93,31 @@ import json, sys
 rows = [(l.strip(), json.loads(l)) for l in open(sys.argv[1])]
 order = {"barrier": 0, "allreduce": 1}
 def place(r):
-    return (order.get(r["bench"], 2), r["bytes"], r["ranks"], r["lib"] != "gaspi", r["lib"], r["transport"])
+    return (order.get(r["bench"], 2), r["bytes"], r["ranks"], r["lib"] != "gaspi", r["lib"],
+            r["transport"], r.get("mode", ""))
 measured = sorted((tr for tr in rows if "error" not in tr[1]), key=lambda tr: place(tr[1]))
 for text, _ in measured + [tr for tr in rows if "error" in tr[1]]:
     print(text)
 figures = [r for _, r in measured]
 
-def find(bench, size, ranks, pick):
-    found = [r for r in figures if (r["bench"], r["bytes"], r["ranks"]) == (bench, size, ranks) and pick(r)]
+def find(bench, size, ranks, **want):
+    found = [r for r in figures if (r["bench"], r["bytes"], r["ranks"]) == (bench, size, ranks)
+             and all(r.get(k) == v for k, v in want.items())]
     return min(found, key=lambda r: r["median_us"], default=None)
 
-def ratio(name, bench, size, ranks, transport, pick, target):
-    ours = find(bench, size, ranks, lambda r: (r["lib"], r["transport"]) == ("gaspi", transport))
-    theirs = find(bench, size, ranks, pick)
+def ratio(name, bench, size, ranks, transport, mode, lib, mpi_transport, target):
+    ours = find(bench, size, ranks, lib="gaspi", transport=transport, mode=mode)
+    theirs = find(bench, size, ranks, lib=lib, transport=mpi_transport)
     value = round(ours["median_us"] / theirs["median_us"], 3) if ours and theirs else None
-    versus = f'{theirs["lib"]}/{theirs["transport"]}' if theirs else None
-    print(json.dumps({"ratio": name, "bench": bench, "bytes": size, "ranks": ranks, "transport": transport,
-                      "versus": versus, "value": value, "target": target}))
+    print(json.dumps({"ratio": name, "bench": bench, "bytes": size, "ranks": ranks,
+                      "transport": transport, "mode": mode, "versus": f"{lib}/{mpi_transport}",
+                      "value": value, "target": target}))
 
-mpi = lambda r: r["lib"] != "gaspi"
 for bench, size in sorted({(r["bench"], r["bytes"]) for r in figures}, key=lambda bs: (order.get(bs[0], 2), bs[1])):
-    ratio("gaspi_over_openmpi_tcp", bench, size, 2, "tcp", lambda r: (r["lib"], r["transport"]) == ("openmpi", "tcp"), "<=1.0")
-    for ranks in (4, 8):
-        ratio("gaspi_over_fastest_mpi", bench, size, ranks, "tcp", mpi, "<=1.0")
     for ranks in (2, 4, 8):
-        ratio("gaspi_over_fastest_mpi", bench, size, ranks, "shm", mpi, "info")
+        for transport in ("tcp", "shm"):
+            for mode in ("direct", "fabric"):
+                ratio("gaspi_over_openmpi", bench, size, ranks, transport, mode, "openmpi", "any", "<=1.0")
+                ratio("gaspi_over_mpich", bench, size, ranks, transport, mode, "mpich", "any", "<1.0")
+    ratio("gaspi_over_openmpi_tcp", bench, size, 2, "tcp", "fabric", "openmpi", "tcp", "<=1.0")
 PY
