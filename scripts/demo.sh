@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-cargo build --release --bins --examples
+# The workspace root is also the `gaspi` package: without --workspace, cargo builds only that
+# package and never the launcher.
+cargo build --release --workspace --bins --examples
 exec ./target/release/gaspirun -n 4 --provider "${GASPI_PROVIDER:-tcp}" --timeout 120 \
     ./target/release/examples/ring
