@@ -81,7 +81,7 @@ impl Inner {
                     self.direct_write(mine, local.offset, rank, peer, table, remote_offset, size)
                 }
             })
-            .ok_or(Error::UnknownSegment {
+            .ok_or_else(|| Error::UnknownSegment {
                 rank: self.rank,
                 segment: local.segment,
             })?
