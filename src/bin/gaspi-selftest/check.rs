@@ -2,6 +2,8 @@
 //! comparison that says where and how data differed.
 
 use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 /// A failed check, with a message precise enough to debug from a job log.
@@ -30,6 +32,57 @@ pub trait Doing<T> {
 impl<T> Doing<T> for gaspi::Result<T> {
     fn doing<D: Display>(self, step: impl FnOnce() -> D) -> Outcome<T> {
         self.map_err(|e| Failure(format!("{}: {e}", step())))
+    }
+}
+
+/// The threads of a rank that share one piece of work: the first one that fails stops the
+/// others (instead of leaving them waiting for what will never come), and one deadline bounds
+/// them all.
+pub struct Crew {
+    failed: AtomicBool,
+    limit: Duration,
+    deadline: Instant,
+}
+
+impl Crew {
+    /// A crew whose work must be done within `limit` from now.
+    pub fn new(limit: Duration) -> Crew {
+        Crew {
+            failed: AtomicBool::new(false),
+            limit,
+            deadline: Instant::now() + limit,
+        }
+    }
+
+    /// Whether another thread failed; a failure, saying `what` was not done, once the deadline
+    /// has passed.
+    pub fn should_stop<D: Display>(&self, what: impl FnOnce() -> D) -> Outcome<bool> {
+        if self.failed.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        ensure!(
+            Instant::now() < self.deadline,
+            "{}: not done after {:?}",
+            what(),
+            self.limit
+        );
+        Ok(false)
+    }
+
+    /// Runs a thread's work; a failure stops every other thread of the crew.
+    pub fn guarded<T>(&self, work: impl FnOnce() -> Outcome<T>) -> Outcome<T> {
+        let result = work();
+        if result.is_err() {
+            self.failed.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// The outcome of a thread of the crew (`who`), a panic included.
+    pub fn join<T>(handle: ScopedJoinHandle<'_, Outcome<T>>, who: impl Display) -> Outcome<T> {
+        handle
+            .join()
+            .unwrap_or_else(|_| Err(Failure(format!("{who} panicked"))))
     }
 }
 

@@ -8,12 +8,12 @@
 //! sender `s` carries the value `s * messages + seq + 1`, so the values a rank receives must be
 //! exactly `1..=size * messages`: any loss or duplicate shows up.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use gaspi::{Context, Error, Notification, NotificationId, QueueId, Rank, SegmentId, Timeout};
 
-use crate::check::{ensure, Doing, Failure, Outcome};
+use crate::check::{ensure, Crew, Doing, Failure, Outcome};
 use crate::options::Options;
 
 const SEG: SegmentId = 0;
@@ -34,9 +34,7 @@ struct Shared {
     messages: u32,
     /// Notifications consumed by all consumer threads together.
     consumed: AtomicU64,
-    /// Set by the first thread that fails, so the others stop instead of waiting.
-    failed: AtomicBool,
-    deadline: Instant,
+    crew: Crew,
 }
 
 impl Shared {
@@ -55,25 +53,13 @@ impl Shared {
     }
 
     fn should_stop(&self, what: &str) -> Outcome<bool> {
-        if self.failed.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        ensure!(
-            Instant::now() < self.deadline,
-            "{what}: not done after {DEADLINE:?} ({} of {} consumed)",
-            self.consumed.load(Ordering::Acquire),
-            self.expected()
-        );
-        Ok(false)
-    }
-
-    /// Runs a thread's work; a failure stops every other thread of the rank.
-    fn guarded<T>(&self, work: impl FnOnce() -> Outcome<T>) -> Outcome<T> {
-        let result = work();
-        if result.is_err() {
-            self.failed.store(true, Ordering::Release);
-        }
-        result
+        self.crew.should_stop(|| {
+            format!(
+                "{what} ({} of {} consumed)",
+                self.consumed.load(Ordering::Acquire),
+                self.expected()
+            )
+        })
     }
 }
 
@@ -90,8 +76,7 @@ pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
         size: ctx.size(),
         messages: opts.messages,
         consumed: AtomicU64::new(0),
-        failed: AtomicBool::new(false),
-        deadline: Instant::now() + DEADLINE,
+        crew: Crew::new(DEADLINE),
     };
     ensure!(
         shared.expected() < u64::from(u32::MAX),
@@ -111,15 +96,12 @@ pub fn run(ctx: &Context, opts: &Options) -> Outcome<String> {
     let (sent, consumers) = std::thread::scope(|s| {
         let shared = &shared;
         let handles: Vec<_> = (0..CONSUMERS)
-            .map(|thread| s.spawn(move || shared.guarded(|| consume(ctx, shared, thread))))
+            .map(|thread| s.spawn(move || shared.crew.guarded(|| consume(ctx, shared, thread))))
             .collect();
-        let sent = shared.guarded(|| send(ctx, shared));
+        let sent = shared.crew.guarded(|| send(ctx, shared));
         let consumers: Vec<Outcome<Consumed>> = handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Failure("a consumer thread panicked".into())))
-            })
+            .map(|h| Crew::join(h, "a consumer thread"))
             .collect();
         (sent, consumers)
     });
