@@ -293,37 +293,64 @@ fn errors_4_shm() {
     errors(4, "shm");
 }
 
-/// `stress`, and every receiving (odd) rank verified megabytes, not a token amount.
-fn stress(ranks: u32, provider: &str) {
-    let job = selftest("stress", ranks, provider);
+/// `stress` with `threads` writer threads per sending (even) rank, each streaming through a
+/// ring of its own, and as many receiving threads per receiving (odd) rank, all waiting on
+/// every ring: every receiver verified megabytes per thread, not a token amount, and no slot
+/// differed from what was sent when its notification appeared.
+fn stress(ranks: u32, provider: &str, threads: u32) {
+    let count = threads.to_string();
+    let job = common::selftest_with(&[], "stress", &["--threads", &count], ranks, provider);
     for receiver in (1..ranks).step_by(2) {
-        let bytes: u64 = job.data("stress", receiver).parse("verified_bytes");
+        let data = job.data("stress", receiver);
+        let bytes: u64 = data.parse("verified_bytes");
         assert!(
-            bytes >= 50_000_000,
+            bytes >= u64::from(threads) * 50_000_000,
             "rank {receiver} verified only {bytes} bytes\n{}",
             job.report()
         );
+        assert_eq!(data.parse::<u32>("threads"), threads, "{}", job.report());
+        assert_eq!(data.parse::<u64>("mismatches"), 0, "{}", job.report());
     }
 }
 
 #[test]
 fn stress_2_tcp() {
-    stress(2, "tcp");
+    stress(2, "tcp", 1);
 }
 
 #[test]
 fn stress_2_shm() {
-    stress(2, "shm");
+    stress(2, "shm", 1);
 }
 
 #[test]
 fn stress_4_tcp() {
-    stress(4, "tcp");
+    stress(4, "tcp", 1);
 }
 
 #[test]
 fn stress_4_shm() {
-    stress(4, "shm");
+    stress(4, "shm", 1);
+}
+
+#[test]
+fn stress_threads_2_tcp() {
+    stress(2, "tcp", 4);
+}
+
+#[test]
+fn stress_threads_2_shm() {
+    stress(2, "shm", 4);
+}
+
+#[test]
+fn stress_threads_4_tcp() {
+    stress(4, "tcp", 4);
+}
+
+#[test]
+fn stress_threads_4_shm() {
+    stress(4, "shm", 4);
 }
 
 /// The bound within which a job with a vanished rank must end.

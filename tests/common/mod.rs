@@ -266,11 +266,27 @@ pub fn selftest(scenario: &str, ranks: u32, provider: &str) -> Finished {
 
 /// [`selftest`] with `VAR=value` settings (`env`) in every rank's environment.
 pub fn selftest_with_env(env: &[&str], scenario: &str, ranks: u32, provider: &str) -> Finished {
+    selftest_with(env, scenario, &[], ranks, provider)
+}
+
+/// [`selftest_with_env`] with options of the scenario (`options`, e.g. `["--threads", "4"]`).
+pub fn selftest_with(
+    env: &[&str],
+    scenario: &str,
+    options: &[&str],
+    ranks: u32,
+    provider: &str,
+) -> Finished {
     let selftest = selftest_path();
     let selftest = selftest
         .to_str()
         .expect("the target directory is a UTF-8 path");
-    let args: Vec<&str> = env.iter().copied().chain([selftest, scenario]).collect();
+    let args: Vec<&str> = env
+        .iter()
+        .copied()
+        .chain([selftest, scenario])
+        .chain(options.iter().copied())
+        .collect();
     let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("env"), &args);
     job.assert_every_rank(ranks, |r| format!("ok {scenario} rank {r}: "));
     job

@@ -27,6 +27,9 @@ Scenarios:
                messages)
       --blocks N         number of 64 KiB blocks (default 1000)
       --small N          number of small messages (default 20000)
+      --threads N        writer threads, each with a ring of its own, and
+                         receiving threads all waiting on every ring; blocks
+                         and small messages are per ring (default 1)
   threads      4 threads per rank wait on and reset the same notification
                range while every rank sends to every rank; each value must be
                consumed exactly once
@@ -161,7 +164,7 @@ impl Scenario {
         matches!(
             (self, option),
             (Scenario::Integrity, "--max-size")
-                | (Scenario::Stress, "--blocks" | "--small")
+                | (Scenario::Stress, "--blocks" | "--small" | "--threads")
                 | (Scenario::Threads, "--messages")
                 | (Scenario::EarlyExit, "--leave")
         )
@@ -177,6 +180,8 @@ pub struct Options {
     pub blocks: u64,
     /// `stress`: number of small messages.
     pub small: u64,
+    /// `stress`: writer threads (one ring each) and receiving threads.
+    pub threads: u32,
     /// `threads`: notifications from each rank to each rank.
     pub messages: u32,
     /// `early-exit`: how the last rank leaves.
@@ -198,6 +203,7 @@ impl Default for Options {
             max_size: 64 << 20,
             blocks: 1_000,
             small: 20_000,
+            threads: 1,
             messages: 2_000,
             leave: Leave::Exit,
         }
@@ -238,6 +244,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
             "--max-size" => opts.max_size = value.parse().map_err(bad)?,
             "--blocks" => opts.blocks = value.parse().map_err(bad)?,
             "--small" => opts.small = value.parse().map_err(bad)?,
+            "--threads" => opts.threads = value.parse().map_err(bad)?,
             "--messages" => opts.messages = value.parse().map_err(bad)?,
             "--leave" => {
                 opts.leave = match value.as_str() {
@@ -263,12 +270,13 @@ mod tests {
     #[test]
     fn scenarios_and_their_options_parse() {
         assert_eq!(
-            parse_str("stress --blocks 5 --small 7"),
+            parse_str("stress --blocks 5 --small 7 --threads 4"),
             Ok(Command::Run(
                 Scenario::Stress,
                 Options {
                     blocks: 5,
                     small: 7,
+                    threads: 4,
                     ..Options::default()
                 }
             ))
