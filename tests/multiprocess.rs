@@ -469,22 +469,22 @@ fn early_abort_4_shm() {
 /// catches a hang.
 const FAULT_BOUND: Duration = Duration::from_secs(45);
 
-/// The last rank stops for a while, then kills itself with SIGKILL; under `gaspirun
-/// --keep-going` the survivors must report `ok` (each checked that the stop showed as timeouts
-/// and marked nothing, that every operation involving the dead rank failed naming it, in time,
-/// and that they went on without it), the job must end in bounded time with the
-/// dead rank's status (128 + 9), and no rank process may outlive it.
-fn fault(ranks: u32, provider: &str) {
+/// Runs `scenario`, whose last rank kills itself with SIGKILL after reporting its pid, under
+/// `gaspirun --keep-going`: the job must end in bounded time with the dead rank's status
+/// (128 + 9), gaspirun must report the death and keep going, no rank process may outlive the
+/// job, every survivor must report `ok` and the dead rank cannot. Returns the job and the dead
+/// rank.
+fn killed_job(scenario: &str, ranks: u32, provider: &str) -> (common::Finished, u32) {
     let job = gaspirun_with(
         &["--keep-going"],
         ranks,
         provider,
         EARLY_EXIT_LIMIT_S,
         &common::selftest_path(),
-        &["fault"],
+        &[scenario],
     );
     let dead = ranks - 1;
-    let pid: u32 = job.data("fault", dead).parse("pid");
+    let pid: u32 = job.data(scenario, dead).parse("pid");
     assert!(
         reap_survivors(&[pid]).is_empty(),
         "the killed rank still runs\n{}",
@@ -509,6 +509,24 @@ fn fault(ranks: u32, provider: &str) {
         job.elapsed,
         job.report()
     );
+    for rank in 0..ranks {
+        let ok = format!("ok {scenario} rank {rank}:");
+        assert_eq!(
+            job.stdout.contains(&ok),
+            rank != dead,
+            "only the survivors report ok\n{}",
+            job.report()
+        );
+    }
+    (job, dead)
+}
+
+/// The last rank stops for a while, then kills itself with SIGKILL; under `gaspirun
+/// --keep-going` the survivors must report `ok` (each checked that the stop showed as timeouts
+/// and marked nothing, that every operation involving the dead rank failed naming it, in time,
+/// and that they went on without it), and the job must end as [`killed_job`] says.
+fn fault(ranks: u32, provider: &str) {
+    let (job, dead) = killed_job("fault", ranks, provider);
     let failed = format!("RankFailed({dead})");
     let only_dead_corrupt: String = (0..ranks)
         .map(|r| if r == dead { 'C' } else { 'H' })
@@ -584,11 +602,6 @@ fn fault(ranks: u32, provider: &str) {
         );
         assert_eq!(stream.get("stream_queue_after"), "Ok");
     }
-    assert!(
-        !job.stdout.contains(&format!("ok fault rank {dead}:")),
-        "the killed rank cannot report ok\n{}",
-        job.report()
-    );
 }
 
 #[test]

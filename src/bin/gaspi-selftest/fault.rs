@@ -38,7 +38,7 @@ use gaspi::{
 use crate::check::{
     compare, ensure, fill_pattern, seed, states, Data, Doing, Failure, Outcome, Report,
 };
-use crate::victim::stop_myself;
+use crate::victim::{expect_failed, kill_myself, stop_myself, survivors_group};
 
 const SEGMENT: u8 = 0;
 const BLOCK: u64 = 64 << 10;
@@ -75,11 +75,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     if me == dead {
         data.put("pid", std::process::id());
         data.print_now("fault", me);
-        // SAFETY: kill(2) on our own pid; SIGKILL ends the process here.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-        unreachable!("SIGKILL cannot be caught");
+        kill_myself();
     }
     if me + 1 == dead && me != 0 {
         stream_until_failure(ctx, dead, &mut data)?;
@@ -273,22 +269,8 @@ fn pings(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcome {
 
 /// A group of the survivors, its barrier, and a write_notify ring among them.
 fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcome {
-    let group = ctx.group_create().doing(|| "group_create")?;
-    for r in 0..dead {
-        ctx.group_add(group, r)
-            .doing(|| format!("group_add({r})"))?;
-    }
-    let commit = ctx.group_commit(group, TIMEOUT);
-    data.outcome("survivors_commit", &commit);
-    commit.doing(|| "committing the group of the survivors")?;
-    let barrier = ctx.group_barrier(group, TIMEOUT);
-    data.outcome("survivors_barrier", &barrier);
-    barrier.doing(|| "the barrier of the survivors")?;
+    let group = survivors_group(ctx, dead, data)?;
     let mut sum = [0u64];
-    let reduced = ctx.allreduce(group, &[u64::from(me)], &mut sum, ReduceOp::Sum, TIMEOUT);
-    data.outcome("survivors_allreduce", &reduced);
-    reduced.doing(|| "allreduce among the survivors")?;
-    data.put("survivors_sum", sum[0]);
     let on_all = ctx.allreduce(GROUP_ALL, &[1u64], &mut sum, ReduceOp::Sum, TIMEOUT);
     data.outcome("allreduce_all", &on_all);
     expect_failed("allreduce on GROUP_ALL", on_all, dead)?;
@@ -313,15 +295,6 @@ fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outc
     );
     ctx.group_barrier(group, TIMEOUT)
         .doing(|| "the barrier of the survivors after the ring")
-}
-
-fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Rank) -> Outcome {
-    match got {
-        Err(Error::RankFailed { rank, .. }) if rank == dead => Ok(()),
-        other => Err(Failure(format!(
-            "{what}: expected RankFailed naming rank {dead}, got {other:?}"
-        ))),
-    }
 }
 
 /// Finalize with a dead rank: `RankFailed` naming it, promptly, with resources released.

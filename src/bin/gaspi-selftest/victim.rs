@@ -1,13 +1,17 @@
-//! The victim of the scenarios that stop a rank (`stopped`, `dead-read`, `fault`): it sends
-//! rank 0 its pid and stops itself (SIGSTOP) once told; rank 0 waits until `/proc` shows every
-//! thread of it stopped, then continues it (SIGCONT) or kills it (SIGKILL).
+//! The victim of the scenarios that stop or kill a rank (`stopped`, `dead-read`, `fault`,
+//! `killed-target`): it sends rank 0 its pid and stops itself (SIGSTOP) once told; rank 0 waits
+//! until `/proc` shows every thread of it stopped, then continues it (SIGCONT) or kills it
+//! (SIGKILL). Or it kills itself. And what the survivors of a killed victim check alike.
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use gaspi::{local, remote, Context, Notification, NotificationId, QueueId, SegmentId, Timeout};
+use gaspi::{
+    local, remote, Context, Error, GroupId, Notification, NotificationId, QueueId, Rank, ReduceOp,
+    SegmentId, Timeout,
+};
 
-use crate::check::{stat_fields, Doing, Failure, Outcome};
+use crate::check::{ensure, stat_fields, Data, Doing, Failure, Outcome};
 
 /// How long rank 0 waits for the victim to show up stopped in `/proc`.
 const STOP_LIMIT: Duration = Duration::from_secs(10);
@@ -134,6 +138,58 @@ pub fn stop_myself() -> Outcome {
         )));
     }
     Ok(())
+}
+
+/// Ends this process with SIGKILL, a real `kill -9`: no exit handler, no finalize.
+pub fn kill_myself() -> ! {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; SIGKILL on our own
+    // pid ends the process here.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    unreachable!("SIGKILL cannot be caught");
+}
+
+/// `Ok` when `got` is `RankFailed` naming `dead`; a failure saying what `what` returned instead.
+pub fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Rank) -> Outcome {
+    match got {
+        Err(Error::RankFailed { rank, .. }) if rank == dead => Ok(()),
+        other => Err(Failure(format!(
+            "{what}: expected RankFailed naming rank {dead}, got {other:?}"
+        ))),
+    }
+}
+
+/// The survivors of `dead` go on without it: a group of every other rank commits, its barrier
+/// completes and an allreduce over it sums the members' ranks, which must add up. Each step is
+/// recorded (`survivors_commit`, `survivors_barrier`, `survivors_allreduce`, `survivors_sum`).
+pub fn survivors_group(ctx: &Context, dead: Rank, data: &mut Data) -> Outcome<GroupId> {
+    let survivors = || (0..ctx.size()).filter(move |&r| r != dead);
+    let group = ctx.group_create().doing(|| "group_create")?;
+    for r in survivors() {
+        ctx.group_add(group, r)
+            .doing(|| format!("group_add({r})"))?;
+    }
+    let timeout = Timeout::Millis(30_000);
+    let commit = ctx.group_commit(group, timeout);
+    data.outcome("survivors_commit", &commit);
+    commit.doing(|| "committing the group of the survivors")?;
+    let barrier = ctx.group_barrier(group, timeout);
+    data.outcome("survivors_barrier", &barrier);
+    barrier.doing(|| "the barrier of the survivors")?;
+    let mut sum = [0u64];
+    let input = [u64::from(ctx.rank())];
+    let reduced = ctx.allreduce(group, &input, &mut sum, ReduceOp::Sum, timeout);
+    data.outcome("survivors_allreduce", &reduced);
+    reduced.doing(|| "allreduce among the survivors")?;
+    data.put("survivors_sum", sum[0]);
+    let want: u64 = survivors().map(u64::from).sum();
+    ensure!(
+        sum[0] == want,
+        "the survivors' allreduce summed their ranks to {}, expected {want}",
+        sum[0]
+    );
+    Ok(group)
 }
 
 /// The victim stopped (`/proc` says so) until [`resume`](Self::resume) or
