@@ -624,6 +624,100 @@ fn fault_4_shm() {
     fault(4, "shm");
 }
 
+/// How soon after its death a same-host peer is reported on the direct path (a pidfd per
+/// peer): milliseconds when healthy; the bound leaves room for a loaded 2-core machine and stays
+/// well under the one-second look that would otherwise find it.
+const DIRECT_DETECTION_BOUND_US: u64 = 500_000;
+
+/// `killed-target`: the last rank kills itself while every other rank streams large writes and
+/// small write_notify into its segment. No writer crashes; the call of each writer that first
+/// fails names the dead rank, after the victim's last clock reading (an earlier one would be a
+/// live rank taken for dead) and, on the direct path, within [`DIRECT_DETECTION_BOUND_US`] of
+/// it; later calls towards it fail at once; only it is Corrupt; the survivors' group commits and
+/// runs its barrier and an allreduce; finalize names it. Each writer's detection latency is
+/// printed on stderr (shown with `--nocapture`).
+fn killed_target(ranks: u32, provider: &str) {
+    const SCENARIO: &str = "killed-target";
+    let (job, dead) = killed_job(SCENARIO, ranks, provider);
+    let killed_at: u64 = job.data(SCENARIO, dead).parse("killed_at_us");
+    let failed = format!("RankFailed({dead})");
+    let only_dead_corrupt: String = (0..ranks)
+        .map(|r| if r == dead { 'C' } else { 'H' })
+        .collect();
+    let survivors_sum: u32 = (0..dead).sum();
+    let mode = if common::direct_mode() {
+        "direct"
+    } else {
+        "fabric"
+    };
+    for rank in 0..dead {
+        let data = job.data(SCENARIO, rank);
+        let expect = |key: &str, want: &str| {
+            assert_eq!(data.get(key), want, "rank {rank}: {key}\n{}", job.report());
+        };
+        expect("detected", &failed);
+        let detected_at: u64 = data.parse("detected_at_us");
+        assert!(
+            detected_at >= killed_at,
+            "rank {rank} saw rank {dead} dead before its last clock reading\n{}",
+            job.report()
+        );
+        let latency = detected_at - killed_at;
+        eprintln!(
+            "{SCENARIO} {ranks} ranks over {provider} ({mode}): rank {rank} saw the death of rank \
+             {dead} {latency} us after its last reading, at its {} ({} rounds of {} + {} B)",
+            data.get("detected_by"),
+            data.get("rounds"),
+            data.get("large_bytes"),
+            data.get("small_bytes"),
+        );
+        if common::direct_mode() {
+            assert!(
+                latency < DIRECT_DETECTION_BOUND_US,
+                "rank {rank} saw the death after {latency} us\n{}",
+                job.report()
+            );
+        }
+        for call in ["write_after", "write_notify_after"] {
+            expect(call, &failed);
+            let took: u64 = data.parse(&format!("{call}_ms"));
+            assert!(
+                took < 100,
+                "rank {rank}: {call} took {took} ms\n{}",
+                job.report()
+            );
+        }
+        expect("ping_after", &failed);
+        expect("queue_after", "Ok");
+        expect("state_vec", &only_dead_corrupt);
+        expect("survivors_commit", "Ok");
+        expect("survivors_barrier", "Ok");
+        expect("survivors_allreduce", "Ok");
+        expect("survivors_sum", &survivors_sum.to_string());
+        expect("finalize", &failed);
+    }
+}
+
+#[test]
+fn killed_target_3_tcp() {
+    killed_target(3, "tcp");
+}
+
+#[test]
+fn killed_target_3_shm() {
+    killed_target(3, "shm");
+}
+
+#[test]
+fn killed_target_4_tcp() {
+    killed_target(4, "tcp");
+}
+
+#[test]
+fn killed_target_4_shm() {
+    killed_target(4, "shm");
+}
+
 /// The demo's own check line, for rank `r` of 4.
 fn ring_ok(rank: u32) -> String {
     format!("ring ok: rank {rank} of 4 ")

@@ -156,6 +156,23 @@ pub fn states(ctx: &gaspi::Context) -> String {
         .collect()
 }
 
+/// Microseconds on the host's monotonic clock (`CLOCK_MONOTONIC`), which every process of the
+/// host reads alike: one rank's reading compares with another's (unlike an `Instant`, which
+/// cannot leave its process).
+pub fn monotonic_us() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes one timespec, which `now` is; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail and leave it unset.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+    }
+    // Non-negative on the monotonic clock (time since boot).
+    now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
+}
+
 /// The fields of a `/proc/<pid>/stat` line from field 3, the state, on. They follow the command
 /// name in parentheses, which may hold anything, spaces and ')' included: hence the last ')'.
 pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {

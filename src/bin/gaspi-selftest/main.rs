@@ -12,8 +12,9 @@
 //! (see `check::Data`); on any mismatch it prints
 //! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
 //! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
-//! check that the launcher and the survivors notice a rank that vanished. `fault` kills its
-//! last rank and needs `gaspirun --keep-going`; only the survivors print `ok`.
+//! check that the launcher and the survivors notice a rank that vanished. `fault` and
+//! `killed-target` kill their last rank and need `gaspirun --keep-going`; only the survivors
+//! print `ok`.
 //!
 //! The integration tests in `tests/multiprocess*.rs` run every scenario under `gaspirun` over
 //! the `tcp` and `shm` providers.
@@ -27,6 +28,7 @@ mod errors;
 mod fault;
 mod groups;
 mod integrity;
+mod killed_target;
 mod library;
 mod options;
 mod passive;
@@ -86,13 +88,16 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Stopped => stopped::run(&ctx),
         Scenario::Library => library::run(&ctx),
         Scenario::DeadRead => dead_read::run(&ctx),
+        Scenario::KilledTarget => killed_target::run(&ctx),
     };
     let outcome = outcome.and_then(|mut report| {
         // Scenarios whose finalize is itself a check say what it showed; the others must
         // simply finalize.
         let finalized = match scenario {
             Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx)?,
-            Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?,
+            Scenario::Fault | Scenario::KilledTarget => {
+                fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?
+            }
             Scenario::DeadRead => dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?,
             Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data)?,
             _ => {

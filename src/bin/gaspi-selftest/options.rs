@@ -98,6 +98,14 @@ Scenarios:
                group and run an allreduce on it with a 3 s timeout, then
                finalize with a 2 s timeout: each must end by its deadline and
                name no live rank (needs 3+ ranks and `gaspirun --keep-going`)
+  killed-target  the last rank kills itself (SIGKILL) while every other rank
+               streams large writes and small write_notify into its segment:
+               no writer crashes, the next call of each fails with RankFailed
+               naming it (each reports when, on the host's monotonic clock,
+               beside the victim's last reading), later calls towards it fail
+               at once, and a group of the survivors commits and runs a
+               barrier and an allreduce (needs 3+ ranks and
+               `gaspirun --keep-going`)
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -119,10 +127,11 @@ pub enum Scenario {
     Stopped,
     Library,
     DeadRead,
+    KilledTarget,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 14] = [
+    const ALL: [Scenario; 15] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -137,6 +146,7 @@ impl Scenario {
         Scenario::Stopped,
         Scenario::Library,
         Scenario::DeadRead,
+        Scenario::KilledTarget,
     ];
 
     /// The subcommand naming this scenario.
@@ -156,6 +166,7 @@ impl Scenario {
             Scenario::Stopped => "stopped",
             Scenario::Library => "library",
             Scenario::DeadRead => "dead-read",
+            Scenario::KilledTarget => "killed-target",
         }
     }
 
