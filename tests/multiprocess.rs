@@ -155,24 +155,31 @@ fn dead_read(provider: &str) {
             "rank {rank}: the allreduce took {allreduce_ms} ms\n{}",
             job.report()
         );
-        // The victim, or a survivor that finalized first and exited: never a live rank.
-        let dead: Vec<String> = (0..RANKS)
-            .filter(|&r| r != rank)
-            .map(|r| format!("RankFailed({r})"))
-            .collect();
-        let finalize = data.get("finalize");
-        assert!(
-            dead.iter().any(|d| d == finalize),
-            "rank {rank}: finalize gave {finalize}\n{}",
-            job.report()
-        );
-        let finalize_ms: u64 = data.parse("finalize_ms");
-        assert!(
-            finalize_ms <= 2_000 + 1_500,
-            "rank {rank}: finalize took {finalize_ms} ms\n{}",
-            job.report()
-        );
+        finalize_named_a_dead_rank(&job, &data, RANKS);
     }
+}
+
+/// A survivor's finalize with its 2 s timeout, as `dead-read` and `killed-target` record it
+/// (`data`, of a job of `ranks`): it ended in time naming a dead rank, the victim or a survivor
+/// that finalized first and exited, never a live one.
+fn finalize_named_a_dead_rank(job: &common::Finished, data: &common::RankData<'_>, ranks: u32) {
+    let rank = data.rank();
+    let dead: Vec<String> = (0..ranks)
+        .filter(|&r| r != rank)
+        .map(|r| format!("RankFailed({r})"))
+        .collect();
+    let finalize = data.get("finalize");
+    assert!(
+        dead.iter().any(|d| d == finalize),
+        "rank {rank}: finalize gave {finalize}\n{}",
+        job.report()
+    );
+    let finalize_ms: u64 = data.parse("finalize_ms");
+    assert!(
+        finalize_ms <= 2_000 + 1_500,
+        "rank {rank}: finalize took {finalize_ms} ms\n{}",
+        job.report()
+    );
 }
 
 #[test]
@@ -634,8 +641,8 @@ const DIRECT_DETECTION_BOUND_US: u64 = 500_000;
 /// fails names the dead rank, after the victim's last clock reading (an earlier one would be a
 /// live rank taken for dead) and, on the direct path, within [`DIRECT_DETECTION_BOUND_US`] of
 /// it; later calls towards it fail at once; only it is Corrupt; the survivors' group commits and
-/// runs its barrier and an allreduce; finalize names it. Each writer's detection latency is
-/// printed on stderr (shown with `--nocapture`).
+/// runs its barrier and an allreduce; finalize names a dead rank. Each writer's detection
+/// latency is printed on stderr (shown with `--nocapture`).
 fn killed_target(ranks: u32, provider: &str) {
     const SCENARIO: &str = "killed-target";
     let (job, dead) = killed_job(SCENARIO, ranks, provider);
@@ -694,7 +701,7 @@ fn killed_target(ranks: u32, provider: &str) {
         expect("survivors_barrier", "Ok");
         expect("survivors_allreduce", "Ok");
         expect("survivors_sum", &survivors_sum.to_string());
-        expect("finalize", &failed);
+        finalize_named_a_dead_rank(&job, &data, ranks);
     }
 }
 

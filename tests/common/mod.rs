@@ -156,6 +156,11 @@ impl RankData<'_> {
         })
     }
 
+    /// The rank that reported these values.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
     /// Every `(key, value)` reported, in no particular order.
     pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))

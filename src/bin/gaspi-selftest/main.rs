@@ -95,10 +95,10 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         // simply finalize.
         let finalized = match scenario {
             Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx)?,
-            Scenario::Fault | Scenario::KilledTarget => {
-                fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?
+            Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?,
+            Scenario::DeadRead | Scenario::KilledTarget => {
+                dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?
             }
-            Scenario::DeadRead => dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?,
             Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data)?,
             _ => {
                 ctx.finalize(FINALIZE_TIMEOUT).map_err(|e| {
@@ -131,6 +131,9 @@ fn init(scenario: Scenario) -> gaspi::Result<Context> {
         // See `errors::QUEUE_DEPTH`: makes full queues and busy segments deterministic.
         config.queue_depth = errors::QUEUE_DEPTH;
         config.progress_thread = false;
+    }
+    if scenario == Scenario::KilledTarget {
+        killed_target::configure(&mut config);
     }
     Context::init_with(config)
 }
