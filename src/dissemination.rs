@@ -99,6 +99,15 @@ impl Context {
         state: &mut CollState,
         deadline: Deadline,
     ) -> Result<()> {
+        // A member known dead fails the run at once, named, before anything is sent: a send
+        // to a member that merely exited after it would otherwise name the wrong rank.
+        if let Some(e) = self
+            .inner
+            .health
+            .first_known((0..spread.n).map(spread.rank_of))
+        {
+            return Err(e);
+        }
         let n = u64::from(spread.n);
         let tag = (state.epoch as u32).wrapping_add(1).max(1);
         let bank = bank_start(spread.slots, state.epoch);

@@ -222,7 +222,9 @@ pub(crate) struct Health {
     corrupt: Box<[AtomicBool]>,
     /// Whether any rank is marked: the check on every post is one load while all are healthy.
     any: AtomicBool,
-    reasons: Mutex<HashMap<Rank, String>>,
+    /// Why each marked rank is dead, and the order it was marked in (its number of earlier
+    /// marks).
+    reasons: Mutex<HashMap<Rank, (usize, String)>>,
     /// The processes of peers on this host (`None`: elsewhere, or unknown).
     local: Vec<Option<Process>>,
     /// When each rank's process was last looked at, in ms since `epoch`, plus one (0: never).
@@ -263,7 +265,8 @@ impl Health {
         if flag.load(Ordering::Acquire) {
             return false;
         }
-        reasons.insert(rank, reason);
+        let order = reasons.len();
+        reasons.insert(rank, (order, reason));
         flag.store(true, Ordering::Release);
         self.any.store(true, Ordering::Release);
         true
@@ -280,16 +283,22 @@ impl Health {
         let reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
         Some(Error::RankFailed {
             rank,
-            reason: reasons.get(&rank).cloned().unwrap_or_default(),
+            reason: reasons
+                .get(&rank)
+                .map(|(_, r)| r.clone())
+                .unwrap_or_default(),
         })
     }
 
-    /// The first of `ranks` marked dead.
+    /// Of `ranks` marked dead, the one marked first (see [`first_failed`](Self::first_failed)).
     pub(crate) fn first_known(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
-        ranks.into_iter().find_map(|r| self.known(r))
+        let first = ranks
+            .filter(|&r| self.known(r).is_some())
+            .min_by_key(|&r| self.marked_order(r))?;
+        self.known(first)
     }
 
     /// Every other rank on this host, with its process.
@@ -322,11 +331,20 @@ impl Health {
         self.known(rank)
     }
 
-    /// The first of `ranks` known dead or found dead by a same-host look.
+    /// Of `ranks` known dead or found dead by a same-host look, the one whose death was seen
+    /// first: a peer that merely exited after a failure (it finalized, or gave up) is also
+    /// gone by then, and naming it instead would blame the wrong rank.
     pub(crate) fn first_failed(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
-        ranks
-            .filter(|&r| r != self.me)
-            .find_map(|r| self.look(r, false))
+        let first = ranks
+            .filter(|&r| r != self.me && self.look(r, false).is_some())
+            .min_by_key(|&r| self.marked_order(r))?;
+        self.known(first)
+    }
+
+    /// When `rank` was marked dead, as the number of ranks marked before it.
+    fn marked_order(&self, rank: Rank) -> usize {
+        let reasons = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
+        reasons.get(&rank).map_or(usize::MAX, |(order, _)| *order)
     }
 
     /// One entry per rank.
@@ -537,6 +555,24 @@ mod tests {
             matches!(found, Some(Error::RankFailed { rank: 1, .. })),
             "callers asking every 5 ms must get a look every {LOOK_AGAIN_AFTER:?}"
         );
+    }
+
+    #[test]
+    fn the_death_seen_first_is_named_not_the_lowest_rank() {
+        let p = Process::current();
+        let health = Health::new(0, &[p, p, p]);
+        assert!(health.mark(2, "killed".into()));
+        // Rank 1 went away later, e.g. it finalized after rank 2's death.
+        assert!(health.mark(1, "exited".into()));
+        assert!(matches!(
+            health.first_failed(0..3),
+            Some(Error::RankFailed { rank: 2, .. })
+        ));
+        assert!(matches!(
+            health.first_known(0..3),
+            Some(Error::RankFailed { rank: 2, .. })
+        ));
+        assert!(health.first_failed(0..1).is_none());
     }
 
     #[test]

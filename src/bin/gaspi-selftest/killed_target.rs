@@ -13,7 +13,7 @@
 //! ping towards the victim fail at once naming it, that only the victim is `Corrupt`, that its
 //! queue is usable again, and that a group of the survivors commits and runs its barrier and an
 //! allreduce; `finalize` is recorded as [`crate::dead_read::finalize_names_the_dead_rank`] does
-//! (a survivor that finalized and exited first may be the dead rank it names).
+//! (it must name the victim, not a survivor that finalized and exited after the victim died).
 //!
 //! On the direct path the writers copy into their mapping of the victim's segment, which
 //! outlives it; over the fabric the writes are 256 KiB over tcp (some are in flight at the
