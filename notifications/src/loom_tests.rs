@@ -86,6 +86,25 @@ fn loom_wait_some_is_woken_by_a_racing_set_and_sees_its_payload() {
 }
 
 #[test]
+fn loom_a_single_slot_wait_is_woken_by_a_racing_set_and_sees_its_payload() {
+    check(|| {
+        // One slot: scanned directly, without the summary.
+        let table = Arc::new(NotificationTable::new(2));
+        let payload = Arc::new(AtomicUsize::new(0));
+        let setter = {
+            let (table, payload) = (Arc::clone(&table), Arc::clone(&payload));
+            thread::spawn(move || {
+                payload.store(7, Ordering::Relaxed);
+                table.set(1, 1).expect("id 1 is in range");
+            })
+        };
+        assert_eq!(table.wait_some(1, 1, Timeout::Block, || false), Ok(1));
+        assert_eq!(payload.load(Ordering::Relaxed), 7);
+        setter.join().expect("the setter does not panic");
+    });
+}
+
+#[test]
 fn loom_unmarking_a_stale_chunk_hides_no_set() {
     check(|| {
         // 4 slots in 2-slot chunks; chunk 0 starts with a stale mark.
