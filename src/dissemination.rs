@@ -92,6 +92,16 @@ pub(crate) struct Spread<'a> {
 }
 
 impl Context {
+    /// `e`, a send's failure, unless it names a member gone after another member's death was
+    /// seen: a survivor that finalized and exited after a rank was killed is not the cause.
+    fn earliest_death(&self, spread: &Spread<'_>, e: Error) -> Error {
+        if !matches!(e, Error::RankFailed { .. }) {
+            return e;
+        }
+        let members = (0..spread.n).map(spread.rank_of);
+        self.inner.health.first_known(members).unwrap_or(e)
+    }
+
     /// Runs (or continues) one dissemination over `spread`, bounded by `deadline`.
     pub(crate) fn disseminate(
         &self,
@@ -99,15 +109,6 @@ impl Context {
         state: &mut CollState,
         deadline: Deadline,
     ) -> Result<()> {
-        // A member known dead fails the run at once, named, before anything is sent: a send
-        // to a member that merely exited after it would otherwise name the wrong rank.
-        if let Some(e) = self
-            .inner
-            .health
-            .first_known((0..spread.n).map(spread.rank_of))
-        {
-            return Err(e);
-        }
         let n = u64::from(spread.n);
         let tag = (state.epoch as u32).wrapping_add(1).max(1);
         let bank = bank_start(spread.slots, state.epoch);
@@ -115,16 +116,21 @@ impl Context {
             let slot = bank + state.round * SLOTS_PER_ROUND;
             let dist = 1u64 << state.round;
             let to = (spread.rank_of)(((u64::from(spread.me) + dist) % n) as u32);
-            let notes = match state.pair {
-                None => vec![WireNotification::system(slot, tag)],
-                Some((lo, hi)) => vec![
-                    WireNotification::system(slot, lo),
-                    WireNotification::system(slot + 1, hi),
-                ],
+            let (notes, count) = match state.pair {
+                None => ([WireNotification::system(slot, tag); 2], 1),
+                Some((lo, hi)) => (
+                    [
+                        WireNotification::system(slot, lo),
+                        WireNotification::system(slot + 1, hi),
+                    ],
+                    2,
+                ),
             };
             // Sent one by one under the deadline; what went out is not sent again.
-            while let Some(&note) = notes.get(usize::from(state.sent)) {
-                self.inner.system_notify(to, note, deadline)?;
+            while let Some(&note) = notes[..count].get(usize::from(state.sent)) {
+                self.inner
+                    .system_notify(to, note, deadline)
+                    .map_err(|e| self.earliest_death(spread, e))?;
                 state.sent += 1;
             }
             let table = &self.inner.system_notifications;
