@@ -465,9 +465,13 @@ impl Inner {
         }
         let provider = self.config.atomics && self.ep.caps().atomics;
         // Looked up before a slot is taken: an unknown segment fails without holding one.
+        // Memory the peer's process alone can map (bound, or its file unlinked) leaves the
+        // atomic to the owner, through the fabric.
         let direct = match provider || rank == self.rank {
             true => None,
-            false => self.direct_to(None, rank, table)?,
+            false => self
+                .direct_to(None, rank, table)?
+                .filter(|peer| peer.memory.is_some()),
         };
         let slot = self.watched_until(
             || std::iter::once(rank),

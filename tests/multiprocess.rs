@@ -297,6 +297,42 @@ fn errors_4_shm() {
     errors(4, "shm");
 }
 
+/// `unmapped`: the ranks checked every byte themselves; here, that in direct mode they did
+/// reach each other directly, so the fabric fallback for memory peers cannot map is what
+/// carried the traffic into the unmapped segment.
+fn unmapped(ranks: u32, provider: &str) {
+    let job = selftest("unmapped", ranks, provider);
+    for rank in 0..ranks {
+        let direct: bool = job.data("unmapped", rank).parse("direct");
+        assert_eq!(
+            direct,
+            common::direct_mode(),
+            "rank {rank} reached its neighbour directly: {direct}\n{}",
+            job.report()
+        );
+    }
+}
+
+#[test]
+fn unmapped_2_tcp() {
+    unmapped(2, "tcp");
+}
+
+#[test]
+fn unmapped_2_shm() {
+    unmapped(2, "shm");
+}
+
+#[test]
+fn unmapped_3_tcp() {
+    unmapped(3, "tcp");
+}
+
+#[test]
+fn unmapped_3_shm() {
+    unmapped(3, "shm");
+}
+
 /// `stress` with `threads` writer threads per sending (even) rank, each streaming through a
 /// ring of its own, and as many receiving threads per receiving (odd) rank, all waiting on
 /// every ring: every receiver verified megabytes per thread, not a token amount, and no slot

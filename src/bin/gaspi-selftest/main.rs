@@ -36,6 +36,7 @@ mod stopped;
 mod stress;
 mod threads;
 mod timeouts;
+mod unmapped;
 mod victim;
 
 use std::process::ExitCode;
@@ -89,6 +90,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Library => library::run(&ctx),
         Scenario::DeadRead => dead_read::run(&ctx),
         Scenario::KilledTarget => killed_target::run(&ctx),
+        Scenario::Unmapped => unmapped::run(&ctx),
     };
     let outcome = outcome.and_then(|mut report| {
         // Scenarios whose finalize is itself a check say what it showed; the others must

@@ -106,6 +106,10 @@ Scenarios:
                at once, and a group of the survivors commits and runs a
                barrier and an allreduce (needs 3+ ranks and
                `gaspirun --keep-going`)
+  unmapped     write_notify, read and an atomic into a segment of memory peers
+               cannot map (its file unlinked, then bound) land through the
+               fabric, also between ranks on one host; a segment deleted and
+               created again larger is mapped anew (needs 2+ ranks)
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -128,10 +132,11 @@ pub enum Scenario {
     Library,
     DeadRead,
     KilledTarget,
+    Unmapped,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 15] = [
+    const ALL: [Scenario; 16] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -147,6 +152,7 @@ impl Scenario {
         Scenario::Library,
         Scenario::DeadRead,
         Scenario::KilledTarget,
+        Scenario::Unmapped,
     ];
 
     /// The subcommand naming this scenario.
@@ -167,6 +173,7 @@ impl Scenario {
             Scenario::Library => "library",
             Scenario::DeadRead => "dead-read",
             Scenario::KilledTarget => "killed-target",
+            Scenario::Unmapped => "unmapped",
         }
     }
 

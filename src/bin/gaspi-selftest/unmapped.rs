@@ -1,0 +1,205 @@
+//! `unmapped`: a segment that same-host peers cannot map still works, through the fabric, and
+//! a segment deleted and created again is mapped anew.
+//!
+//! Every rank binds memory whose shared-memory file has lost its name (allocated, then
+//! [`SegmentMemory::unlink_shm`]), as user memory given to `segment_bind` would be: no other
+//! process can map it, so operations into it take the fabric even towards ranks reached
+//! directly. Each rank writes a pattern with `write_notify` into its right neighbour's
+//! unmapped segment, reads that segment back, and adds to a counter in it with a remote
+//! atomic; every received byte, notification value and counter is checked. Then every rank
+//! deletes a segment its left neighbour has already written into (so the neighbour holds a
+//! mapping or descriptor of it), creates it again larger, and the neighbour's next write lands
+//! in the new memory, beyond the old size.
+
+use gaspi::{local, remote, Context, Notification, QueueId, SegmentId, SegmentMemory, Timeout};
+
+use crate::check::{compare, ensure, fill_pattern, seed, Data, Doing, Failure, Outcome, Report};
+
+/// This rank's outgoing data.
+const SRC: SegmentId = 1;
+/// The unmapped segment: [`LEN`] bytes of data, then the atomic counter.
+const UNMAPPED: SegmentId = 2;
+/// Deleted and created again.
+const RENEWED: SegmentId = 3;
+const QUEUE: QueueId = 0;
+const TIMEOUT: Timeout = Timeout::Millis(60_000);
+
+/// Larger than every provider's inject size, so the data takes a real fabric write.
+const LEN: u64 = 64 << 10;
+const COUNTER: u64 = LEN;
+/// `RENEWED`'s size before and after, and where the write into the new one lands.
+const OLD_SIZE: u64 = 64;
+const NEW_SIZE: u64 = 8192;
+const LATE_AT: u64 = 8000;
+
+pub fn run(ctx: &Context) -> Outcome<Report> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    ensure!(n >= 2, "unmapped needs at least 2 ranks, got {n}");
+    let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+    let mut data = Data::default();
+    data.put("direct", ctx.reaches_directly(right));
+
+    ctx.segment_create(SRC, LEN, TIMEOUT)
+        .doing(|| "segment_create(SRC)")?;
+    let segment_error = |step: &str, e: gaspi::SegmentError| Failure(format!("{step}: {e}"));
+    let mut memory = SegmentMemory::allocate((LEN + 8) as usize, "unmapped")
+        .map_err(|e| segment_error("allocating the memory to bind", e))?;
+    memory
+        .unlink_shm()
+        .map_err(|e| segment_error("removing the name of its file", e))?;
+    ensure!(
+        !memory.is_shareable(),
+        "memory whose file has no name still claims to be shareable"
+    );
+    ctx.segment_bind(UNMAPPED, memory, TIMEOUT)
+        .doing(|| "segment_bind(UNMAPPED)")?;
+
+    write_notify_into_unmapped(ctx, me, left, right)?;
+    read_back_from_unmapped(ctx, me, right)?;
+    count_with_atomics(ctx, right)?;
+    renewed_segment_is_mapped_anew(ctx, me, left, right)?;
+    Ok(Report {
+        summary: format!(
+            "write_notify, read and atomics into a segment peers cannot map, and a write into \
+             a re-created segment beyond its old size, all landed ({} KiB each way)",
+            LEN >> 10
+        ),
+        data,
+    })
+}
+
+fn pattern(from: u32, len: u64) -> Vec<u8> {
+    let mut bytes = vec![0; len as usize];
+    fill_pattern(seed(&[u64::from(from), len]), &mut bytes);
+    bytes
+}
+
+/// The notification from `left` is there, with its value, and so are all of its bytes.
+fn write_notify_into_unmapped(ctx: &Context, me: u32, left: u32, right: u32) -> Outcome {
+    ctx.segment_write(SRC, 0, &pattern(me, LEN))
+        .doing(|| "filling SRC")?;
+    let note = Notification {
+        id: 0,
+        value: me + 1,
+    };
+    ctx.write_notify(local(SRC, 0), remote(right, UNMAPPED, 0), LEN, note, QUEUE)
+        .doing(|| "write_notify into the right neighbour's unmapped segment")?;
+    let id = ctx
+        .notify_waitsome(UNMAPPED, 0, 1, TIMEOUT)
+        .doing(|| "waiting for the left neighbour's notification")?;
+    let value = ctx.notify_reset(UNMAPPED, id).doing(|| "resetting it")?;
+    ensure!(
+        value == left + 1,
+        "notification {id} from rank {left} carried {value}, want {}",
+        left + 1
+    );
+    let mut got = vec![0; LEN as usize];
+    ctx.segment_read(UNMAPPED, 0, &mut got)
+        .doing(|| "reading what arrived")?;
+    compare(
+        format_args!("data from rank {left} in the unmapped segment"),
+        &got,
+        &pattern(left, LEN),
+    )?;
+    ctx.wait(QUEUE, TIMEOUT)
+        .doing(|| "completing the write_notify")
+}
+
+/// A read from the right neighbour's unmapped segment returns what this rank wrote there.
+fn read_back_from_unmapped(ctx: &Context, me: u32, right: u32) -> Outcome {
+    ctx.barrier(TIMEOUT).doing(|| "barrier before the read")?;
+    ctx.segment_write(SRC, 0, &vec![0; LEN as usize])
+        .doing(|| "clearing SRC")?;
+    ctx.read(local(SRC, 0), remote(right, UNMAPPED, 0), LEN, QUEUE)
+        .doing(|| "read from the right neighbour's unmapped segment")?;
+    ctx.wait(QUEUE, TIMEOUT).doing(|| "completing the read")?;
+    let mut got = vec![0; LEN as usize];
+    ctx.segment_read(SRC, 0, &mut got)
+        .doing(|| "reading what the read fetched")?;
+    compare(
+        "this rank's data read back from its right neighbour",
+        &got,
+        &pattern(me, LEN),
+    )
+}
+
+/// Every rank adds its rank + 1 to its right neighbour's counter: the left neighbour's sum
+/// arrives here, and each add sees the counter it started from (0).
+fn count_with_atomics(ctx: &Context, right: u32) -> Outcome {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let left = (me + n - 1) % n;
+    let before = ctx
+        .atomic_fetch_add(remote(right, UNMAPPED, COUNTER), u64::from(me) + 1, TIMEOUT)
+        .doing(|| "atomic_fetch_add on the right neighbour's unmapped segment")?;
+    ensure!(
+        before == 0,
+        "the counter was {before} before the add, want 0"
+    );
+    ctx.barrier(TIMEOUT).doing(|| "barrier after the atomics")?;
+    let mut word = [0; 8];
+    ctx.segment_read(UNMAPPED, COUNTER, &mut word)
+        .doing(|| "reading the counter")?;
+    let counter = u64::from_le_bytes(word);
+    ensure!(
+        counter == u64::from(left) + 1,
+        "the counter holds {counter}, want {} from rank {left}",
+        left + 1
+    );
+    Ok(())
+}
+
+/// The left neighbour maps (or looks up) `RENEWED`, this rank deletes it and creates it again
+/// larger: the neighbour's next write lands beyond the old size, in the new memory.
+///
+/// The first write is confirmed by its notification before the deletion: a write that is
+/// complete at its origin may still be on its way (GASPI's `wait` is local), and the barrier,
+/// on the direct path, does not travel behind it.
+fn renewed_segment_is_mapped_anew(ctx: &Context, me: u32, left: u32, right: u32) -> Outcome {
+    ctx.segment_create(RENEWED, OLD_SIZE, TIMEOUT)
+        .doing(|| "segment_create(RENEWED) at its old size")?;
+    let first = Notification { id: 1, value: 1 };
+    ctx.write_notify(
+        local(SRC, 0),
+        remote(right, RENEWED, 0),
+        OLD_SIZE,
+        first,
+        QUEUE,
+    )
+    .doing(|| "writing into the right neighbour's old RENEWED")?;
+    ctx.notify_waitsome(RENEWED, 1, 1, TIMEOUT)
+        .doing(|| "waiting for the left neighbour's write into the old RENEWED")?;
+    ctx.wait(QUEUE, TIMEOUT).doing(|| "completing that write")?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before the deletion")?;
+    ctx.segment_delete(RENEWED)
+        .doing(|| "segment_delete(RENEWED)")?;
+    ctx.segment_create(RENEWED, NEW_SIZE, TIMEOUT)
+        .doing(|| "segment_create(RENEWED) at its new size")?;
+    let late = pattern(me + 1000, 64);
+    ctx.segment_write(SRC, 0, &late)
+        .doing(|| "filling SRC for the late write")?;
+    let note = Notification { id: 0, value: 7 };
+    ctx.write_notify(
+        local(SRC, 0),
+        remote(right, RENEWED, LATE_AT),
+        64,
+        note,
+        QUEUE,
+    )
+    .doing(|| "write_notify beyond the old size of the right neighbour's RENEWED")?;
+    let id = ctx
+        .notify_waitsome(RENEWED, 0, 1, TIMEOUT)
+        .doing(|| "waiting for the left neighbour's late write")?;
+    let value = ctx.notify_reset(RENEWED, id).doing(|| "resetting it")?;
+    ensure!(value == 7, "the late write's notification carried {value}");
+    let mut got = vec![0; 64];
+    ctx.segment_read(RENEWED, LATE_AT, &mut got)
+        .doing(|| "reading the late write")?;
+    compare(
+        format_args!("the late write from rank {left} in the new RENEWED"),
+        &got,
+        &pattern(left + 1000, 64),
+    )?;
+    ctx.wait(QUEUE, TIMEOUT)
+        .doing(|| "completing the late write")
+}
