@@ -106,17 +106,7 @@ impl SegmentMemory {
         if len == 0 {
             return Err(Error::ZeroSize);
         }
-        let (file, open_file) = ShmFile::create(name, len)?;
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&open_file)
-            .map_err(|source| Error::Io {
-                context: format!(
-                    "cannot map shared-memory file {} ({len} bytes)",
-                    file.path().unwrap_or(Path::new("?")).display()
-                ),
-                source,
-            })?;
+        let (file, map) = map_new(name, len)?;
         // A successful mmap never yields null on Linux (the kernel keeps page 0 unmappable for
         // unprivileged processes); checked rather than assumed because it is free.
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or(Error::NullPointer)?;
@@ -240,6 +230,23 @@ impl SegmentMemory {
         // one allocation, so the result is in bounds or one past the end of that allocation.
         Ok((unsafe { self.ptr.as_ptr().add(start) }, count))
     }
+}
+
+/// Creates a shared-memory file of `len` bytes named after `name` and maps it: the file's
+/// guard (which removes its name) and the mapping.
+pub(crate) fn map_new(name: &str, len: usize) -> Result<(ShmFile, MmapRaw)> {
+    let (file, open_file) = ShmFile::create(name, len)?;
+    let map = MmapOptions::new()
+        .len(len)
+        .map_raw(&open_file)
+        .map_err(|source| Error::Io {
+            context: format!(
+                "cannot map shared-memory file {} ({len} bytes)",
+                file.path().unwrap_or(Path::new("?")).display()
+            ),
+            source,
+        })?;
+    Ok((file, map))
 }
 
 /// Opens the existing file at `path` for reading and writing and maps all of it.

@@ -6,10 +6,10 @@ use std::fmt;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapRaw;
 
 use crate::error::{Error, Result};
-use crate::memory::map_existing;
+use crate::memory::{map_existing, map_new};
 use crate::shm::ShmFile;
 
 /// Bytes per word.
@@ -42,14 +42,7 @@ impl SharedWords {
         if bytes == 0 {
             return Err(Error::ZeroSize);
         }
-        let (file, open_file) = ShmFile::create(name, bytes)?;
-        let map = MmapOptions::new()
-            .len(bytes)
-            .map_raw(&open_file)
-            .map_err(|source| Error::Io {
-                context: format!("cannot map shared-memory words {name:?} ({bytes} bytes)"),
-                source,
-            })?;
+        let (file, map) = map_new(name, bytes)?;
         Ok(SharedWords {
             map,
             len: count,
