@@ -61,12 +61,14 @@ fn loom_event_count_loses_no_wake_up() {
     });
 }
 
-#[test]
-fn loom_wait_some_is_woken_by_a_racing_set_and_sees_its_payload() {
-    check(|| {
+/// A waiter on `begin..begin + num` of a 2-slot table is woken by a racing set of slot 1 and
+/// sees the payload written before it.
+fn racing_set_wakes_the_waiter_with_its_payload(begin: u32, num: u32) {
+    check(move || {
         let table = Arc::new(NotificationTable::new(2));
-        // A stale mark on the chunk, so that the waiter can find the slot without synchronizing
-        // with the setter's mark: only the slot's own Release/Acquire may publish the payload.
+        // A stale mark on the chunk, so that a summary scan can find the slot without
+        // synchronizing with the setter's mark: only the slot's own Release/Acquire may publish
+        // the payload.
         table.set(0, 1).expect("id 0 is in range");
         table.reset(0).expect("id 0 is in range");
         let payload = Arc::new(AtomicUsize::new(0));
@@ -78,7 +80,7 @@ fn loom_wait_some_is_woken_by_a_racing_set_and_sees_its_payload() {
                 table.set(1, 1).expect("id 1 is in range");
             })
         };
-        let id = table.wait_some(0, 2, Timeout::Block, || false);
+        let id = table.wait_some(begin, num, Timeout::Block, || false);
         assert_eq!(id, Ok(1));
         assert_eq!(payload.load(Ordering::Relaxed), 42);
         setter.join().expect("the setter does not panic");
@@ -86,22 +88,15 @@ fn loom_wait_some_is_woken_by_a_racing_set_and_sees_its_payload() {
 }
 
 #[test]
+fn loom_wait_some_is_woken_by_a_racing_set_and_sees_its_payload() {
+    // Two slots: scanned through the summary.
+    racing_set_wakes_the_waiter_with_its_payload(0, 2);
+}
+
+#[test]
 fn loom_a_single_slot_wait_is_woken_by_a_racing_set_and_sees_its_payload() {
-    check(|| {
-        // One slot: scanned directly, without the summary.
-        let table = Arc::new(NotificationTable::new(2));
-        let payload = Arc::new(AtomicUsize::new(0));
-        let setter = {
-            let (table, payload) = (Arc::clone(&table), Arc::clone(&payload));
-            thread::spawn(move || {
-                payload.store(7, Ordering::Relaxed);
-                table.set(1, 1).expect("id 1 is in range");
-            })
-        };
-        assert_eq!(table.wait_some(1, 1, Timeout::Block, || false), Ok(1));
-        assert_eq!(payload.load(Ordering::Relaxed), 7);
-        setter.join().expect("the setter does not panic");
-    });
+    // One slot: scanned directly, without the summary.
+    racing_set_wakes_the_waiter_with_its_payload(1, 1);
 }
 
 #[test]
