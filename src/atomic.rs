@@ -469,9 +469,7 @@ impl Inner {
         // atomic to the owner, through the fabric.
         let direct = match provider || rank == self.rank {
             true => None,
-            false => self
-                .direct_to(None, rank, table)?
-                .filter(|peer| peer.memory.is_some()),
+            false => self.mapped(None, rank, table)?,
         };
         let slot = self.watched_until(
             || std::iter::once(rank),

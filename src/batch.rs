@@ -142,7 +142,7 @@ impl Batch<'_> {
         let local = src.local();
         local.check(inner.rank, src_offset, size)?;
         let target = dst.remote(inner, dst_offset, size)?;
-        if let Some(peer) = inner.mapped(&self.queue, dst.rank, dst.table)? {
+        if let Some(peer) = inner.mapped(Some(&self.queue), dst.rank, dst.table)? {
             let offset = dst.start + dst_offset;
             inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
             if let Some(n) = data {
@@ -223,7 +223,7 @@ impl Batch<'_> {
         let local = dst.local();
         local.check(inner.rank, dst_offset, size)?;
         let target = src.remote(inner, src_offset, size)?;
-        if let Some(peer) = inner.mapped(&self.queue, src.rank, src.table)? {
+        if let Some(peer) = inner.mapped(Some(&self.queue), src.rank, src.table)? {
             let offset = src.start + src_offset;
             return inner.direct_read(
                 local, dst_offset, src.rank, &peer, src.table, offset, size, None,

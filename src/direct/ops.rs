@@ -42,17 +42,17 @@ impl Inner {
         }
     }
 
-    /// The mapped memory's segment behind `table` of `rank` when a transfer on `q` towards it
-    /// goes directly; `None` sends it through the fabric (not reached directly, or bound
-    /// memory no other process can map).
+    /// The mapped memory's segment behind `table` of `rank` when a transfer (or an atomic) on
+    /// `q` towards it goes directly; `None` sends it through the fabric (not reached directly,
+    /// or bound memory no other process can map).
     pub(crate) fn mapped(
         &self,
-        q: &Queue,
+        q: Option<&Queue>,
         rank: Rank,
         table: Table,
     ) -> Result<Option<Arc<PeerSegment>>> {
         Ok(self
-            .direct_to(Some(q), rank, table)?
+            .direct_to(q, rank, table)?
             .filter(|peer| peer.memory.is_some()))
     }
 
@@ -99,7 +99,7 @@ impl Inner {
         n: Option<WireNotification>,
     ) -> Result<bool> {
         let table = Table::User(remote.segment);
-        let Some(peer) = self.mapped(q, remote.rank, table)? else {
+        let Some(peer) = self.mapped(Some(q), remote.rank, table)? else {
             return Ok(false);
         };
         let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
@@ -124,7 +124,7 @@ impl Inner {
         then: Option<(NotificationId, u32)>,
     ) -> Result<bool> {
         let table = Table::User(remote.segment);
-        let Some(peer) = self.mapped(q, remote.rank, table)? else {
+        let Some(peer) = self.mapped(Some(q), remote.rank, table)? else {
             return Ok(false);
         };
         let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
@@ -217,7 +217,7 @@ impl Inner {
     ) -> Result<bool> {
         let mut peers = Vec::with_capacity(entries.len());
         for e in entries {
-            match self.mapped(q, rank, Table::User(e.remote_segment))? {
+            match self.mapped(Some(q), rank, Table::User(e.remote_segment))? {
                 Some(peer) => peers.push(peer),
                 None => return Ok(false),
             }
