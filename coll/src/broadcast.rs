@@ -36,6 +36,7 @@ use std::marker::PhantomData;
 use gaspi::{Batch, Context, Deadline, GroupId, Notification, Rank, Segment, Target, Timeout};
 
 use crate::error::{Error, Result};
+use crate::tag;
 use crate::tree::{self, Member, Place};
 use crate::Collectives;
 
@@ -49,12 +50,6 @@ const CREDITS: u32 = 2;
 const ROOT_AT: u64 = 8;
 /// Bytes of the header before the payload.
 const HEADER: u64 = 12;
-
-/// The tag of broadcast `seq` in notification values: never 0, which means "unset".
-fn tag(seq: u64) -> u32 {
-    // The remainder is below u32::MAX, so the cast keeps every bit.
-    (seq % u64::from(u32::MAX)) as u32 + 1
-}
 
 /// A broadcast over the members of a committed group, built once per group (collectively)
 /// and used for any number of broadcasts from any root.

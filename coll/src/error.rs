@@ -110,6 +110,100 @@ pub enum Error {
     #[error("this broadcast already ended with an error")]
     Ended,
 
+    /// A receive area smaller than the blocks it must hold: `rank`'s segment `segment` needs
+    /// `required` bytes from the first offset on, and has `available`.
+    #[error("rank {rank}: the receive area in segment {segment} needs {required} bytes from its first offset, {available} are there")]
+    ReceiveAreaTooSmall {
+        /// The receiving rank.
+        rank: Rank,
+        /// Its receive segment.
+        segment: gaspi::SegmentId,
+        /// Bytes needed from the first offset on.
+        required: u64,
+        /// Bytes there from the first offset on.
+        available: u64,
+    },
+
+    /// A destination given twice to `get_remote_offsets`.
+    #[error("destination rank {rank} is given twice")]
+    DuplicateDestination {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A `get_remote_offsets` timed out with other arguments: call again with those first.
+    #[error("a get_remote_offsets with other arguments timed out and is still in progress")]
+    DiscoveryInProgress,
+
+    /// A round of another plan is running on this group: one alltoallv per group at a time.
+    #[error("an alltoallv round is already running on group {group}")]
+    AlltoallvInProgress {
+        /// The group.
+        group: GroupId,
+    },
+
+    /// A plan made by another alltoallv object.
+    #[error("the plan belongs to another alltoallv")]
+    ForeignPlan,
+
+    /// A block for a rank that is not a destination of the plan.
+    #[error("rank {rank} is not a destination of the plan")]
+    UnknownDestination {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A block sent twice in one round.
+    #[error("the block for rank {rank} was already sent in this round")]
+    AlreadySent {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// Source offsets that do not match the plan's destinations one to one.
+    #[error("{got} source offsets for {expected} destinations")]
+    SourceOffsets {
+        /// The plan's destinations.
+        expected: usize,
+        /// The offsets passed.
+        got: usize,
+    },
+
+    /// A round finished before the block for a destination was sent.
+    #[error("the block for rank {rank} was never sent in this round")]
+    Unsent {
+        /// The destination.
+        rank: Rank,
+    },
+
+    /// A call on a round that has ended.
+    #[error("alltoallv round {number} has ended")]
+    RoundEnded {
+        /// The round's number.
+        number: u64,
+    },
+
+    /// A reset of a rank that is not a source of any plan of this alltoallv.
+    #[error("rank {rank} is not a source here")]
+    UnknownSource {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A reset of a source whose block has not arrived.
+    #[error("the block of rank {rank} has not arrived")]
+    NotArrived {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A reset of a source already reset since its last block arrived.
+    #[error("the block of rank {rank} was already reset")]
+    AlreadyReset {
+        /// The rank.
+        rank: Rank,
+    },
+
     /// An earlier broadcast on this object failed (with an error other than a timeout or a
     /// length mismatch), so its members are no longer in step: build a new object.
     #[error("an earlier broadcast (sequence {seq}) on this object failed; build a new one")]

@@ -11,6 +11,10 @@
 //! # What it offers
 //! * [`Collectives`]: the crate's namespace in a context, registered once; every collective
 //!   object is built from it.
+//! * [`Alltoallv`]: the GASPI proposal's sparse, partially evaluable alltoallv —
+//!   [`get_remote_offsets`](Alltoallv::get_remote_offsets) for sparse neighbour discovery,
+//!   rounds whose arrivals are handed out one by one to any number of threads, per-source
+//!   resets with credits so that iterations need no barrier, and block-by-block sending.
 //! * [`Broadcast`]: one root's bytes to every member of a committed group, blocking
 //!   ([`Broadcast::broadcast`]) or not ([`Broadcast::broadcast_nb`]), along a binomial tree.
 //!
@@ -47,15 +51,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod alltoallv;
+mod barrier;
 mod broadcast;
 mod error;
 mod tree;
 
+pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status, LARGE_BLOCK};
 pub use broadcast::{Broadcast, BroadcastHandle};
 pub use error::{Error, Result};
 pub use gaspi;
 
-use gaspi::{Context, Library};
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+
+use gaspi::{Context, GroupId, Library};
 
 /// This crate's namespace in a context: register it once per context, and build every
 /// collective object from it.
@@ -66,6 +76,8 @@ use gaspi::{Context, Library};
 pub struct Collectives<'a> {
     ctx: &'a Context,
     library: Library<'a>,
+    /// Groups with an alltoallv round running: one per group at a time.
+    exchanging: Mutex<HashSet<GroupId>>,
 }
 
 impl<'a> Collectives<'a> {
@@ -80,6 +92,7 @@ impl<'a> Collectives<'a> {
         Ok(Collectives {
             ctx,
             library: ctx.library(Self::LIBRARY)?,
+            exchanging: Mutex::new(HashSet::new()),
         })
     }
 
@@ -91,4 +104,30 @@ impl<'a> Collectives<'a> {
     pub(crate) fn library(&self) -> &Library<'a> {
         &self.library
     }
+
+    /// Marks an alltoallv round running on `group`; false when one already is.
+    pub(crate) fn begin_exchange(&self, group: GroupId) -> bool {
+        // The set is consistent after every statement: a panic elsewhere cannot break it.
+        let mut set = self
+            .exchanging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        set.insert(group)
+    }
+
+    /// Marks the alltoallv round on `group` ended.
+    pub(crate) fn end_exchange(&self, group: GroupId) {
+        let mut set = self
+            .exchanging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        set.remove(&group);
+    }
+}
+
+/// The tag of operation `seq` of a collective object in notification values: never 0, which
+/// means "unset".
+pub(crate) fn tag(seq: u64) -> u32 {
+    // The remainder is below u32::MAX, so the cast keeps every bit.
+    (seq % u64::from(u32::MAX)) as u32 + 1
 }

@@ -1,0 +1,303 @@
+//! The sparse, partially evaluable alltoallv of the GASPI proposal
+//! (`gaspi-alltoallv-proposal.md`): [`Alltoallv`], one per group; its [`Plan`]s, from
+//! [`Alltoallv::get_remote_offsets`]; and its rounds, in the proposal's form
+//! ([`Alltoallv::alltoallv`], [`Alltoallv::alltoallv_reset`]) or as a [`Round`] that many
+//! threads share.
+//!
+//! The protocol and the choices the proposal leaves open are documented on [`Alltoallv`].
+
+mod layout;
+mod plan;
+mod round;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+pub use plan::{Destination, Plan, Source};
+pub use round::{Round, Status};
+
+use gaspi::{Batch, Context, Deadline, GroupId, Rank, Segment, SegmentId, Target, Timeout};
+
+use crate::error::Result;
+use crate::Collectives;
+use layout::Layout;
+use plan::Discovery;
+use round::Exchange;
+
+/// Blocks of at least this many bytes to a rank reached through the fabric are written first
+/// and notified after (see the [type documentation](Alltoallv)).
+pub const LARGE_BLOCK: u64 = 64 * 1024;
+
+/// Identities of alltoallv objects in this process, so that a plan is never used with another.
+static OBJECTS: AtomicU64 = AtomicU64::new(1);
+
+/// A sparse alltoallv over the members of one committed group: build it once (collective),
+/// make [`Plan`]s with [`get_remote_offsets`](Self::get_remote_offsets), and run rounds of
+/// them — in the proposal's form ([`alltoallv`](Self::alltoallv) until
+/// [`Status::Complete`], with [`alltoallv_reset`](Self::alltoallv_reset)), or as a [`Round`]
+/// shared by many threads.
+///
+/// # Protocol
+/// **Discovery** (`plan` module): every rank knows only its own destinations. It registers
+/// with each by a remote fetch-and-add on the destination's counter, which hands out a slot,
+/// and writes its record (rank, size) into that slot with a notification. Once its
+/// registrations have completed it enters a dissemination barrier; when the barrier is over,
+/// every registration of the discovery has been counted, so each rank reads its own: exactly
+/// its sources. It sorts them by rank, packs their blocks from the first offset on, and replies
+/// to each with its offset. Memory and messages grow with the neighbours, the barrier with
+/// `log2 n` (see the `layout` module for what is reserved per member).
+///
+/// **Rounds** (`round` module): a block is one write with a notification in the receiver's
+/// control table, at the id of the sending member, whose value is the round's tag; it is
+/// visible before its notification, on every path. The receiver hands each arrival to one
+/// caller, which atomically takes the notification; [`alltoallv_reset`](Alltoallv::alltoallv_reset)
+/// later sends the source a *credit*. A source writes its next block to a receiver only once
+/// it holds the credit for its last one there: the next round needs no barrier, and a fast
+/// sender never overwrites a block the receiver has not reset.
+///
+/// # Choices the proposal leaves open
+/// * The proposal's arrays `remote_ranks`, `remote_segment_ids`, `remote_offset`, `size` and
+///   `num_receives` are exactly what `get_remote_offsets` returns, so here they travel as one
+///   [`Plan`]; [`alltoallv`](Alltoallv::alltoallv) takes the plan and the source offsets.
+/// * Receive offsets are packed in ascending source rank from `first_offset`, without
+///   alignment padding (as `MPI_Alltoallv`'s displacements would be); a block of 0 bytes still
+///   arrives and is reported.
+/// * A round is collective: every member begins its rounds in the same order, each with the
+///   same plan (members that disagree get [`Error::OutOfStep`](crate::Error::OutOfStep)),
+///   also a member that sends and receives nothing. Members may be a round apart; the credits
+///   keep them safe.
+/// * "Acknowledged" sends are complete locally: the source's bytes may be reused, and the
+///   block is, or will be, visible at the receiver before its notification.
+/// * In the proposal's form, the call that returns [`Status::Complete`] ends the round, and the
+///   next call begins a new one. Many threads that each loop until `Complete` (Listing 1 under
+///   `omp parallel`) would each end or begin rounds of their own: share a [`Round`] instead,
+///   whose [`next_arrival`](Round::next_arrival) answers `None` to every thread once the round
+///   is over.
+/// * Resets belong to the source, not to the round: a source that arrived may be reset after
+///   its round ended, and must be before it can send here again.
+/// * Blocks of [`LARGE_BLOCK`] bytes or more to a rank reached through the fabric travel as a
+///   write followed by a notification rather than one write with remote data, which streams
+///   at full speed on every provider.
+/// * Plans used in alternation should have disjoint receive areas: a source's next block is
+///   held back only until the receiver has reset that source's previous block, whatever plan
+///   it belonged to.
+/// * Memory: each member's control segment reserves 72 bytes and 5 notifications per group
+///   member, but its arrays fill from index 0 in the order of registration, so only as many
+///   pages are touched as the member has neighbours.
+/// * Waiting: one thread at a time sleeps on the control table's notifications; the others
+///   sleep on a condition variable and are woken by whoever changes the exchange. No thread
+///   spins while it waits.
+/// * Dropping an `Alltoallv` deletes its control segment. A credit for a source that has
+///   dropped its alltoallv is skipped (it has no use for it); drop an alltoallv only after
+///   the rounds it takes part in are over on every member, as for any collective object.
+///
+/// # Example
+/// ```no_run
+/// use gaspi::{Context, Timeout, GROUP_ALL};
+/// use gaspi_coll::{Alltoallv, Collectives, Status};
+///
+/// let ctx = Context::init()?;
+/// let t = Timeout::Millis(10_000);
+/// ctx.segment_create(0, 1 << 20, t)?; // blocks to send
+/// ctx.segment_create(1, 1 << 20, t)?; // blocks received
+/// let coll = Collectives::new(&ctx)?;
+/// let mut a2a = Alltoallv::new(&coll, GROUP_ALL, t)?;
+/// let right = (ctx.rank() + 1) % ctx.size();
+/// let plan = a2a.get_remote_offsets(1, 0, &[(right, 4096)], t)?;
+/// loop {
+///     match a2a.alltoallv(&plan, 0, &[0], Timeout::Test) {
+///         Ok(Status::Arrived(source)) => {
+///             let block = plan.source(source).expect("arrivals come from the plan's sources");
+///             // ... work on segment 1 at block.offset, block.bytes long ...
+///             a2a.alltoallv_reset(&[source])?;
+///         }
+///         Ok(Status::Complete) => break,
+///         Err(e) if e.is_timeout() => {} // other work here
+///         Err(e) => return Err(e.into()),
+///     }
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Alltoallv<'c> {
+    ctx: &'c Context,
+    coll: &'c Collectives<'c>,
+    group: GroupId,
+    /// The members' ranks, by member index.
+    ranks: Vec<Rank>,
+    /// This rank's member index.
+    me: u32,
+    layout: Layout,
+    control: Segment<'c>,
+    /// The other members' control segments, resolved on first use.
+    targets: Mutex<HashMap<Rank, Target>>,
+    /// Registrations, replies, barrier notifications and blocks.
+    batch: Batch<'c>,
+    /// Credits, posted by resets from any thread.
+    credits: Batch<'c>,
+    id: u64,
+    /// Discoveries begun so far.
+    discoveries: u64,
+    discovery: Option<Discovery<'c>>,
+    exchange: Mutex<Exchange>,
+    /// Signalled whenever the exchange changed.
+    changes: Condvar,
+}
+
+impl std::fmt::Debug for Alltoallv<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alltoallv")
+            .field("group", &self.group)
+            .field("members", &self.ranks.len())
+            .field("discoveries", &self.discoveries)
+            .finish()
+    }
+}
+
+impl<'c> Alltoallv<'c> {
+    /// Builds the alltoallv of committed group `group` (collective over its members; for
+    /// [`gaspi::GROUP_ALL`], every rank): creates each member's control segment in `coll`'s
+    /// namespace. After [`gaspi::Error::Timeout`], call again with the same arguments to
+    /// continue.
+    ///
+    /// # Errors
+    /// From the runtime: [`gaspi::Error::UnknownGroup`], [`gaspi::Error::GroupNotCommitted`],
+    /// [`gaspi::Error::NotInGroup`] when this rank is not a member,
+    /// [`gaspi::Error::InvalidNotification`] for a group too large for a notification table,
+    /// [`gaspi::Error::Segment`] when the memory cannot be allocated,
+    /// [`gaspi::Error::LibraryBusy`] when another creation of `coll` over this group timed
+    /// out and was not continued, [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
+    pub fn new(
+        coll: &'c Collectives<'c>,
+        group: GroupId,
+        timeout: Timeout,
+    ) -> Result<Alltoallv<'c>> {
+        let ctx = coll.context();
+        let ranks = ctx.group_ranks(group)?;
+        let n = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
+        let layout = Layout::new(n);
+        let control = coll.library().segment_create(
+            group,
+            layout.bytes(),
+            layout.notifications(),
+            timeout,
+        )?;
+        // Only members get this far: segment_create refuses the others.
+        let me = ctx
+            .group_index(group, ctx.rank())?
+            .ok_or(gaspi::Error::NotInGroup {
+                group,
+                rank: ctx.rank(),
+            })?;
+        // Room for every registration, reply and block of a round in flight at once.
+        let depth = n.saturating_mul(2).saturating_add(64);
+        Ok(Alltoallv {
+            ctx,
+            coll,
+            group,
+            ranks,
+            me,
+            layout,
+            control,
+            targets: Mutex::new(HashMap::new()),
+            batch: ctx.batch_with_depth(depth),
+            credits: ctx.batch_with_depth(depth),
+            id: OBJECTS.fetch_add(1, Ordering::Relaxed),
+            discoveries: 0,
+            discovery: None,
+            exchange: Mutex::new(Exchange::default()),
+            changes: Condvar::new(),
+        })
+    }
+
+    /// The group this alltoallv runs over.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// Begins a round of `plan` whose blocks this rank reads from its segment `source`, or
+    /// joins the round of `plan` running (one that timed out, or that another thread began).
+    /// Collective: every member begins its rounds in the same order with the same plan. The
+    /// handle is `Sync`: share it between threads, which may all call every method.
+    ///
+    /// # Errors
+    /// [`Error::AlltoallvInProgress`](crate::Error::AlltoallvInProgress) when another round
+    /// runs on this group (of another plan or source segment here, or of another alltoallv
+    /// object over the group); [`Error::ForeignPlan`](crate::Error::ForeignPlan);
+    /// [`gaspi::Error::UnknownSegment`] when `source` does not exist.
+    pub fn round<'a>(&'a self, plan: &Plan, source: SegmentId) -> Result<Round<'a>> {
+        let number = self.begin(plan, source)?;
+        Ok(Round::new(self, number))
+    }
+
+    /// `gaspi_alltoallv`. When no round runs, begins one of `plan` and sends every block
+    /// (`source_offsets[i]` in this rank's segment `source` to `plan.destinations()[i]`, each
+    /// as soon as its receiver's credit allows). Then reports one newly arrived source per
+    /// call ([`Status::Arrived`]: its block is visible, at `plan.source(rank).offset` of the
+    /// receive segment), and [`Status::Complete`] once every own block completed and every
+    /// source was reported; that call ends the round.
+    ///
+    /// With [`Timeout::Test`] it never blocks. After [`gaspi::Error::Timeout`] (nothing new
+    /// within the timeout) call again with the same arguments.
+    ///
+    /// # Errors
+    /// [`gaspi::Error::Timeout`]; [`Error::SourceOffsets`](crate::Error::SourceOffsets); as
+    /// for [`round`](Self::round), [`Round::send`] and [`Round::next_arrival`].
+    pub fn alltoallv(
+        &self,
+        plan: &Plan,
+        source: SegmentId,
+        source_offsets: &[u64],
+        timeout: Timeout,
+    ) -> Result<Status> {
+        let deadline = timeout.deadline();
+        let number = self.begin_all(plan, source, source_offsets)?;
+        if let Some(rank) = self.next_arrival(number, deadline)? {
+            return Ok(Status::Arrived(rank));
+        }
+        self.finish(number, deadline)?;
+        Ok(Status::Complete)
+    }
+
+    /// `gaspi_alltoallv_reset`: hands each of `sources` its credit back, so that it may write
+    /// its next block here. Each must have arrived (in any round) and not been reset since;
+    /// the list is checked as a whole before any credit is sent. Never blocks.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSource`](crate::Error::UnknownSource) for a rank that is no source of
+    /// any plan here; [`Error::NotArrived`](crate::Error::NotArrived);
+    /// [`Error::AlreadyReset`](crate::Error::AlreadyReset) (also for a rank listed twice);
+    /// from the runtime: [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
+    pub fn alltoallv_reset(&self, sources: &[Rank]) -> Result<()> {
+        self.reset(sources)
+    }
+
+    fn exchange(&self) -> MutexGuard<'_, Exchange> {
+        // Every update of the exchange is complete before the next statement that could
+        // panic, so a poisoned lock still guards consistent state.
+        self.exchange.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `rank`'s control segment, resolved within `deadline` the first time.
+    fn control_target(&self, rank: Rank, deadline: Deadline) -> Result<Target> {
+        let cached = |targets: &Mutex<HashMap<Rank, Target>>| {
+            let map = targets.lock().unwrap_or_else(PoisonError::into_inner);
+            map.get(&rank).copied()
+        };
+        if let Some(target) = cached(&self.targets) {
+            return Ok(target);
+        }
+        let target = self.control.target(rank, deadline.left())?;
+        let mut map = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
+        map.insert(rank, target);
+        Ok(target)
+    }
+}
+
+impl Drop for Alltoallv<'_> {
+    fn drop(&mut self) {
+        if self.exchange().running.is_some() {
+            self.coll.end_exchange(self.group);
+        }
+    }
+}

@@ -1,0 +1,702 @@
+//! Rounds: the exchange state of an [`Alltoallv`] (the round running, the credits owed, the
+//! sources' latest blocks), [`Round`], and the calls of both forms on it.
+//!
+//! Threads share the state under one lock, held only to decide; transfers are posted and
+//! waits made outside it. An arrival is handed out by whoever atomically takes its
+//! notification. A thread that takes a notification whose value is not the round's finds a
+//! source's block of a later round (the source got its credit and wrote again while the
+//! thread waited): it keeps it aside for that round, since the table no longer holds it.
+
+use std::collections::{HashMap, HashSet};
+
+use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Timeout};
+
+use super::layout::round_tag;
+use super::plan::{Plan, PlanData};
+use super::{Alltoallv, LARGE_BLOCK};
+use crate::error::{Error, Result};
+
+use std::sync::{Arc, PoisonError};
+
+/// What a call of the proposal's form reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The block of this source arrived and is visible; reset the source when done with it.
+    Arrived(Rank),
+    /// Every own block completed and every source was reported: the round is over.
+    Complete,
+}
+
+/// The exchange state of an alltoallv.
+#[derive(Default)]
+pub(super) struct Exchange {
+    /// Rounds begun so far.
+    rounds: u64,
+    pub(super) running: Option<Running>,
+    /// Destinations whose credit for this rank's last block there has not been taken: the
+    /// block's tag.
+    owed: HashMap<Rank, u32>,
+    /// Each source's latest block: its tag, and whether it was reset.
+    arrivals: HashMap<Rank, (u32, bool)>,
+    /// Blocks taken from the table before their round began here: the tag, by source.
+    early: HashMap<Rank, u32>,
+    /// The sources of every plan made so far.
+    pub(super) sources: HashSet<Rank>,
+    /// Whether a thread sleeps on the round's notifications (see `Alltoallv::drive`).
+    watcher: bool,
+}
+
+/// The round running.
+pub(super) struct Running {
+    number: u64,
+    tag: u32,
+    plan: Arc<PlanData>,
+    source: SegmentId,
+    sends: Vec<Send>,
+    /// Per source of the plan: whether its block was handed out.
+    taken: Vec<bool>,
+    /// Sources not handed out yet.
+    remaining: usize,
+}
+
+/// A block of this rank in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    NotSent,
+    /// Waiting for the destination's credit; from this source offset.
+    Waiting(u64),
+    Posted,
+}
+
+/// A block cleared for posting.
+struct Post {
+    index: usize,
+    offset: u64,
+}
+
+/// One round of a plan, shared by any number of threads (the handle is `Sync`): see
+/// [`Alltoallv::round`].
+///
+/// ```no_run
+/// # use gaspi::{Context, Timeout, GROUP_ALL};
+/// # use gaspi_coll::{Alltoallv, Collectives};
+/// # let ctx = Context::init()?;
+/// # let coll = Collectives::new(&ctx)?;
+/// # let mut a2a = Alltoallv::new(&coll, GROUP_ALL, Timeout::Block)?;
+/// # let plan = a2a.get_remote_offsets(1, 0, &[], Timeout::Block)?;
+/// let t = Timeout::Millis(10_000);
+/// let round = a2a.round(&plan, 0)?;
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| -> gaspi_coll::Result<()> {
+///             while let Some(source) = round.next_arrival(t)? {
+///                 // ... work on the block of `source` ...
+///                 round.reset(source)?;
+///             }
+///             Ok(())
+///         });
+///     }
+///     for (i, d) in plan.destinations().iter().enumerate() {
+///         // ... pack the block for `d.rank` at offset 4096 * i of segment 0 ...
+///         round.send(d.rank, 4096 * i as u64).expect("a destination of the plan");
+///     }
+/// });
+/// round.finish(t)?;
+/// # Ok::<(), gaspi_coll::Error>(())
+/// ```
+pub struct Round<'a> {
+    a2a: &'a Alltoallv<'a>,
+    number: u64,
+}
+
+impl std::fmt::Debug for Round<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Round")
+            .field("number", &self.number)
+            .finish()
+    }
+}
+
+impl<'a> Round<'a> {
+    pub(super) fn new(a2a: &'a Alltoallv<'a>, number: u64) -> Round<'a> {
+        Round { a2a, number }
+    }
+
+    /// The round's number on its alltoallv (1 for the first).
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Sends the block for destination `target` from `source_offset` of the round's source
+    /// segment (its size is the plan's): at once when `target` has reset this rank's last
+    /// block there, else as soon as it does — any later call on the round posts it. Never
+    /// blocks, so a sender can post each block the moment it is packed.
+    ///
+    /// # Errors
+    /// [`Error::UnknownDestination`]; [`Error::AlreadySent`]; [`Error::RoundEnded`];
+    /// [`Error::OutOfStep`] when the destination's credit is for another block; from the
+    /// runtime: [`gaspi::Error::OutOfBounds`] when the block leaves the source segment,
+    /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
+    pub fn send(&self, target: Rank, source_offset: u64) -> Result<()> {
+        self.a2a.send(self.number, &[(target, source_offset)])
+    }
+
+    /// Sends every block: `source_offsets[i]` for `plan.destinations()[i]`, as
+    /// [`send`](Self::send) does each.
+    ///
+    /// # Errors
+    /// [`Error::SourceOffsets`] when there are not as many offsets as destinations; as for
+    /// [`send`](Self::send).
+    pub fn send_all(&self, source_offsets: &[u64]) -> Result<()> {
+        self.a2a.send_all(self.number, source_offsets)
+    }
+
+    /// The next source whose block arrived, handed to exactly one caller; `None` once every
+    /// source of the round was handed out (or the round ended). The block is visible in the
+    /// receive segment at the source's offset in the plan. Meanwhile, posts the blocks whose
+    /// credits came back.
+    ///
+    /// # Errors
+    /// [`gaspi::Error::Timeout`] (call again); [`gaspi::Error::RankFailed`] naming a dead
+    /// source or a dead destination this rank waits to send to; [`Error::OutOfStep`] when a
+    /// source is in a round of another plan.
+    pub fn next_arrival(&self, timeout: Timeout) -> Result<Option<Rank>> {
+        self.a2a.next_arrival(self.number, timeout.deadline())
+    }
+
+    /// Resets `source`, as [`Alltoallv::alltoallv_reset`] does.
+    ///
+    /// # Errors
+    /// As for [`Alltoallv::alltoallv_reset`].
+    pub fn reset(&self, source: Rank) -> Result<()> {
+        self.a2a.reset(&[source])
+    }
+
+    /// Waits until every own block was posted and completed locally, and every source
+    /// arrived (those [`next_arrival`](Self::next_arrival) did not hand out are taken here,
+    /// and still need a reset), then ends the round. Ending it twice is harmless.
+    ///
+    /// # Errors
+    /// [`Error::Unsent`] when a destination's block was never sent (checked first; the
+    /// round goes on); [`gaspi::Error::Timeout`] (call again); [`gaspi::Error::RankFailed`];
+    /// as for [`next_arrival`](Self::next_arrival).
+    pub fn finish(&self, timeout: Timeout) -> Result<()> {
+        self.a2a.finish(self.number, timeout.deadline())
+    }
+}
+
+impl Alltoallv<'_> {
+    /// Begins a round of `plan` from segment `source`, or joins the one running; returns its
+    /// number.
+    pub(super) fn begin(&self, plan: &Plan, source: SegmentId) -> Result<u64> {
+        Ok(self.begin_with(plan, source, None)?.0)
+    }
+
+    /// Begins a round and sends every block, or joins the one running (sending nothing).
+    pub(super) fn begin_all(
+        &self,
+        plan: &Plan,
+        source: SegmentId,
+        source_offsets: &[u64],
+    ) -> Result<u64> {
+        let (number, begun) = self.begin_with(plan, source, Some(source_offsets))?;
+        if begun {
+            self.send_all(number, source_offsets)?;
+        }
+        Ok(number)
+    }
+
+    fn begin_with(
+        &self,
+        plan: &Plan,
+        source: SegmentId,
+        offsets: Option<&[u64]>,
+    ) -> Result<(u64, bool)> {
+        let data = &plan.data;
+        if data.owner != self.id {
+            return Err(Error::ForeignPlan);
+        }
+        let mut ex = self.exchange();
+        if let Some(run) = &ex.running {
+            if Arc::ptr_eq(&run.plan, data) && run.source == source {
+                return Ok((run.number, false));
+            }
+            return Err(Error::AlltoallvInProgress { group: self.group });
+        }
+        self.ctx.segment_size(source)?;
+        if let Some(offsets) = offsets {
+            check_offsets(data, offsets)?;
+        }
+        if !self.coll.begin_exchange(self.group) {
+            return Err(Error::AlltoallvInProgress { group: self.group });
+        }
+        ex.rounds += 1;
+        let number = ex.rounds;
+        ex.running = Some(Running {
+            number,
+            tag: round_tag(number, data.seq),
+            plan: Arc::clone(data),
+            source,
+            sends: vec![Send::NotSent; data.destinations.len()],
+            taken: vec![false; data.sources.len()],
+            remaining: data.sources.len(),
+        });
+        Ok((number, true))
+    }
+
+    pub(super) fn send_all(&self, number: u64, source_offsets: &[u64]) -> Result<()> {
+        let blocks: Vec<(Rank, u64)> = {
+            let ex = self.exchange();
+            let run = running(&ex, number)?;
+            check_offsets(&run.plan, source_offsets)?;
+            run.plan
+                .destinations
+                .iter()
+                .zip(source_offsets)
+                .map(|(d, &offset)| (d.rank, offset))
+                .collect()
+        };
+        self.send(number, &blocks)
+    }
+
+    /// Sends `blocks` (destination, source offset) in round `number`.
+    pub(super) fn send(&self, number: u64, blocks: &[(Rank, u64)]) -> Result<()> {
+        let cleared = {
+            let mut guard = self.exchange();
+            let ex = &mut *guard;
+            let run = running_mut(&mut ex.running, number)?;
+            let size = self.ctx.segment_size(run.source)?;
+            for &(rank, offset) in blocks {
+                let index = run
+                    .plan
+                    .destinations
+                    .iter()
+                    .position(|d| d.rank == rank)
+                    .ok_or(Error::UnknownDestination { rank })?;
+                if run.sends[index] != Send::NotSent {
+                    return Err(Error::AlreadySent { rank });
+                }
+                let bytes = run.plan.destinations[index].bytes;
+                if offset.checked_add(bytes).is_none_or(|end| end > size) {
+                    return Err(gaspi::Error::OutOfBounds {
+                        rank: self.ctx.rank(),
+                        segment: run.source,
+                        offset,
+                        size: bytes,
+                        segment_size: size,
+                    }
+                    .into());
+                }
+                run.sends[index] = Send::Waiting(offset);
+            }
+            self.cleared(&mut ex.owed, run)?
+        };
+        self.post(&cleared)
+    }
+
+    /// The waiting blocks of `run` whose credits are here, marked posted (their credits are
+    /// then owed anew), to be posted outside the lock.
+    fn cleared(&self, owed: &mut HashMap<Rank, u32>, run: &mut Running) -> Result<Cleared> {
+        let mut posts = Vec::new();
+        for index in 0..run.sends.len() {
+            let Send::Waiting(offset) = run.sends[index] else {
+                continue;
+            };
+            let rank = run.plan.destinations[index].rank;
+            if let Some(&expected) = owed.get(&rank) {
+                let id = self.layout.credit(self.member(rank)?);
+                let got = self.control.notify_reset(id)?;
+                if got == 0 {
+                    continue;
+                }
+                if got != expected {
+                    return Err(Error::OutOfStep {
+                        rank,
+                        expected,
+                        got,
+                    });
+                }
+            }
+            owed.insert(rank, run.tag);
+            run.sends[index] = Send::Posted;
+            posts.push(Post { index, offset });
+        }
+        Ok(Cleared {
+            posts,
+            tag: run.tag,
+            plan: Arc::clone(&run.plan),
+            source: run.source,
+        })
+    }
+
+    /// Posts the blocks `cleared`.
+    fn post(&self, cleared: &Cleared) -> Result<()> {
+        if cleared.posts.is_empty() {
+            return Ok(());
+        }
+        let src = self.ctx.segment(cleared.source)?;
+        let notification = Notification {
+            id: self.layout.data(self.me),
+            value: cleared.tag,
+        };
+        for post in &cleared.posts {
+            let d = &cleared.plan.destinations[post.index];
+            let data = &cleared.plan.targets[post.index];
+            let table = self.control_target(d.rank, Timeout::Test.deadline())?;
+            if d.bytes >= LARGE_BLOCK && !self.ctx.reaches_directly(d.rank) {
+                self.batch.write(&src, post.offset, data, 0, d.bytes)?;
+                self.batch.notify(&table, notification)?;
+            } else {
+                self.batch.write_notify_to(
+                    &src,
+                    post.offset,
+                    data,
+                    0,
+                    d.bytes,
+                    &table,
+                    notification,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn next_arrival(&self, number: u64, deadline: Deadline) -> Result<Option<Rank>> {
+        self.drive(deadline, |a2a, ex| {
+            let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
+                return Ok((None, Next::Done(None)));
+            };
+            let cleared = a2a.cleared(&mut ex.owed, run)?;
+            if let Some(rank) = take_early(&mut ex.early, &mut ex.arrivals, run)? {
+                return Ok((Some(cleared), Next::Done(Some(rank))));
+            }
+            if run.remaining == 0 {
+                return Ok((Some(cleared), Next::Done(None)));
+            }
+            Ok((Some(cleared), Next::Wait(a2a.awaited(run)?)))
+        })
+    }
+
+    /// What `run` waits for: the blocks of its sources not handed out, and the credits of its
+    /// waiting blocks, with the ranks expected to send them.
+    fn awaited(&self, run: &Running) -> Result<Vec<(NotificationId, Rank)>> {
+        let plan = &run.plan;
+        let mut ids = Vec::new();
+        for (i, s) in plan.sources.iter().enumerate() {
+            if !run.taken[i] {
+                ids.push((self.layout.data(plan.source_members[i]), s.rank));
+            }
+        }
+        for (index, send) in run.sends.iter().enumerate() {
+            if let Send::Waiting(_) = send {
+                let rank = plan.destinations[index].rank;
+                ids.push((self.layout.credit(self.member(rank)?), rank));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Runs `decide` under the lock until it is done, posting what it clears, and between
+    /// tries waits for something to change: the notifications it names (one thread at a
+    /// time, the watcher, sleeps on those), or the other threads' progress (the others sleep
+    /// on the condition variable). A single watcher is what makes this safe: a thread that
+    /// takes what another waits for (an arrival, a credit) cannot leave it asleep, because
+    /// either the sleeper is woken through the condition variable, or it is the watcher and
+    /// is woken through the `wake` notification.
+    fn drive<T>(
+        &self,
+        deadline: Deadline,
+        mut decide: impl FnMut(&Self, &mut Exchange) -> Result<(Option<Cleared>, Next<T>)>,
+    ) -> Result<T> {
+        loop {
+            let mut guard = self.exchange();
+            let (cleared, next) = decide(self, &mut guard)?;
+            let posted = cleared.as_ref().is_some_and(|c| !c.posts.is_empty());
+            let ids = match next {
+                Next::Done(value) => {
+                    let watched = guard.watcher;
+                    drop(guard);
+                    self.changed(watched)?;
+                    if let Some(cleared) = cleared {
+                        self.post(&cleared)?;
+                    }
+                    return Ok(value);
+                }
+                Next::Wait(ids) => ids,
+            };
+            if posted {
+                let watched = guard.watcher;
+                drop(guard);
+                if let Some(cleared) = cleared {
+                    self.post(&cleared)?;
+                }
+                self.changed(watched)?;
+                continue;
+            }
+            if guard.watcher && !deadline.is_test() {
+                let Some(left) = deadline.remaining() else {
+                    drop(
+                        self.changes
+                            .wait(guard)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                    continue;
+                };
+                if left.is_zero() {
+                    return Err(gaspi::Error::Timeout.into());
+                }
+                drop(
+                    self.changes
+                        .wait_timeout(guard, left)
+                        .unwrap_or_else(PoisonError::into_inner),
+                );
+                continue;
+            }
+            // A test never sleeps, so it may scan beside the watcher.
+            let watching = !deadline.is_test();
+            if watching {
+                guard.watcher = true;
+                self.control.notify_reset(self.layout.wake())?;
+            }
+            drop(guard);
+            let outcome = self.watch(&ids, watching, deadline);
+            if watching {
+                self.exchange().watcher = false;
+                self.changes.notify_all();
+            }
+            outcome?;
+        }
+    }
+
+    /// Waits for one of `ids` (and, as the watcher, the wake-up, which only the watcher
+    /// resets) and, for a block, takes it from the table into the blocks kept aside, where
+    /// the next decision finds it.
+    fn watch(
+        &self,
+        ids: &[(NotificationId, Rank)],
+        watcher: bool,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let mut numbers: Vec<NotificationId> = ids.iter().map(|&(id, _)| id).collect();
+        if watcher {
+            numbers.push(self.layout.wake());
+        }
+        let senders: Vec<Rank> = ids.iter().map(|&(_, rank)| rank).collect();
+        let ranges = self.ranges(&numbers);
+        let got = self
+            .ctx
+            .notify_wait_any(&ranges, &senders, deadline.left())?;
+        let Some(member) = self.layout.data_source(got.id) else {
+            return Ok(()); // a credit or a wake-up: the next decision sees what changed
+        };
+        let value = self.control.notify_reset(got.id)?;
+        if value != 0 {
+            let rank = self.ranks[member as usize];
+            self.exchange().early.insert(rank, value);
+        }
+        Ok(())
+    }
+
+    /// Tells the others that the exchange changed: the threads on the condition variable,
+    /// and the watcher (when there is one) through its wake-up notification.
+    fn changed(&self, watched: bool) -> Result<()> {
+        self.changes.notify_all();
+        if watched {
+            let me = self.control_target(self.ctx.rank(), Timeout::Test.deadline())?;
+            let wake = Notification {
+                id: self.layout.wake(),
+                value: 1,
+            };
+            if self.credits.outstanding() > self.layout.members() {
+                self.credits.test()?;
+            }
+            self.credits.notify(&me, wake)?;
+        }
+        Ok(())
+    }
+
+    /// Contiguous runs of `ids` as ranges of the control table.
+    fn ranges(&self, ids: &[NotificationId]) -> Vec<gaspi::NotificationRange<'_>> {
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut ranges = Vec::new();
+        let mut i = 0;
+        while i < sorted.len() {
+            let begin = sorted[i];
+            let mut num = 1;
+            while i + (num as usize) < sorted.len() && sorted[i + num as usize] == begin + num {
+                num += 1;
+            }
+            ranges.push(self.control.range(begin, num));
+            i += num as usize;
+        }
+        ranges
+    }
+
+    pub(super) fn reset(&self, sources: &[Rank]) -> Result<()> {
+        let credits: Vec<(Rank, u32)> = {
+            let mut ex = self.exchange();
+            for (n, &rank) in sources.iter().enumerate() {
+                match ex.arrivals.get(&rank) {
+                    Some((_, false)) if !sources[..n].contains(&rank) => {}
+                    Some(_) => return Err(Error::AlreadyReset { rank }),
+                    None if ex.sources.contains(&rank) => return Err(Error::NotArrived { rank }),
+                    None => return Err(Error::UnknownSource { rank }),
+                }
+            }
+            sources
+                .iter()
+                .filter_map(|&rank| {
+                    let arrival = ex.arrivals.get_mut(&rank)?;
+                    arrival.1 = true;
+                    Some((rank, arrival.0))
+                })
+                .collect()
+        };
+        for (rank, value) in credits {
+            match self.credit(rank, value) {
+                // The source dropped its alltoallv (its control segment went with it) once it
+                // had what it needed: a credit would be of no use to it.
+                Err(Error::Gaspi(gaspi::Error::UnknownSegment { rank: r, .. })) if r == rank => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands `source` its credit for its block tagged `value`.
+    fn credit(&self, source: Rank, value: u32) -> Result<()> {
+        let target = self.control_target(source, Timeout::Test.deadline())?;
+        // Credits complete at once; reaping them keeps the batch from filling up.
+        if self.credits.outstanding() > self.layout.members() {
+            self.credits.test()?;
+        }
+        let id = self.layout.credit(self.me);
+        self.credits.notify(&target, Notification { id, value })?;
+        Ok(())
+    }
+
+    pub(super) fn finish(&self, number: u64, deadline: Deadline) -> Result<()> {
+        {
+            let ex = self.exchange();
+            let Some(run) = ex.running.as_ref().filter(|run| run.number == number) else {
+                return Ok(());
+            };
+            if let Some(index) = run.sends.iter().position(|&s| s == Send::NotSent) {
+                return Err(Error::Unsent {
+                    rank: run.plan.destinations[index].rank,
+                });
+            }
+        }
+        let running = self.drive(deadline, |a2a, ex| {
+            let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
+                return Ok((None, Next::Done(false)));
+            };
+            let cleared = a2a.cleared(&mut ex.owed, run)?;
+            while take_early(&mut ex.early, &mut ex.arrivals, run)?.is_some() {}
+            let ids = a2a.awaited(run)?;
+            let next = if ids.is_empty() {
+                Next::Done(true)
+            } else {
+                Next::Wait(ids)
+            };
+            Ok((Some(cleared), next))
+        })?;
+        if !running {
+            return Ok(());
+        }
+        self.batch.wait(deadline.left())?;
+        let mut ex = self.exchange();
+        if ex.running.as_ref().is_some_and(|run| run.number == number) {
+            ex.running = None;
+            self.coll.end_exchange(self.group);
+            let watched = ex.watcher;
+            drop(ex);
+            self.changed(watched)?;
+        }
+        Ok(())
+    }
+}
+
+/// Blocks cleared for posting, with what posting them needs.
+struct Cleared {
+    posts: Vec<Post>,
+    tag: u32,
+    plan: Arc<PlanData>,
+    source: SegmentId,
+}
+
+/// A decision of [`Alltoallv::drive`]'s caller.
+enum Next<T> {
+    Done(T),
+    /// Wait for one of these notifications, from these ranks.
+    Wait(Vec<(NotificationId, Rank)>),
+}
+
+/// Hands source `i` (`rank`, whose block carried `tag`) of `run` out.
+fn take(
+    run: &mut Running,
+    arrivals: &mut HashMap<Rank, (u32, bool)>,
+    i: usize,
+    rank: Rank,
+    tag: u32,
+) {
+    run.taken[i] = true;
+    run.remaining -= 1;
+    arrivals.insert(rank, (tag, false));
+}
+
+/// A source of `run` whose block was kept aside, handed out.
+fn take_early(
+    early: &mut HashMap<Rank, u32>,
+    arrivals: &mut HashMap<Rank, (u32, bool)>,
+    run: &mut Running,
+) -> Result<Option<Rank>> {
+    if early.is_empty() {
+        return Ok(None);
+    }
+    for (i, s) in run.plan.sources.iter().enumerate() {
+        if run.taken[i] {
+            continue;
+        }
+        if let Some(value) = early.remove(&s.rank) {
+            if value != run.tag {
+                return Err(Error::OutOfStep {
+                    rank: s.rank,
+                    expected: run.tag,
+                    got: value,
+                });
+            }
+            let rank = s.rank;
+            take(run, arrivals, i, rank, value);
+            return Ok(Some(rank));
+        }
+    }
+    Ok(None)
+}
+
+fn check_offsets(plan: &PlanData, offsets: &[u64]) -> Result<()> {
+    if offsets.len() == plan.destinations.len() {
+        Ok(())
+    } else {
+        Err(Error::SourceOffsets {
+            expected: plan.destinations.len(),
+            got: offsets.len(),
+        })
+    }
+}
+
+fn running(ex: &Exchange, number: u64) -> Result<&Running> {
+    ex.running
+        .as_ref()
+        .filter(|run| run.number == number)
+        .ok_or(Error::RoundEnded { number })
+}
+
+fn running_mut(running: &mut Option<Running>, number: u64) -> Result<&mut Running> {
+    running
+        .as_mut()
+        .filter(|run| run.number == number)
+        .ok_or(Error::RoundEnded { number })
+}
