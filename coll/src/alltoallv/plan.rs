@@ -54,6 +54,9 @@ pub(super) struct PlanData {
     pub(super) destinations: Vec<Destination>,
     /// Each destination's block as a target range of exactly its size.
     pub(super) targets: Vec<Target>,
+    /// Each destination's member index and control segment.
+    pub(super) destination_members: Vec<u32>,
+    pub(super) tables: Vec<Target>,
     pub(super) sources: Vec<Source>,
     /// The sources' member indices.
     pub(super) source_members: Vec<u32>,
@@ -536,6 +539,8 @@ impl<'c> Alltoallv<'c> {
             });
         }
         let mut destinations = Vec::with_capacity(d.sends.len());
+        let mut destination_members = Vec::with_capacity(d.sends.len());
+        let mut tables = Vec::with_capacity(d.sends.len());
         for (i, &(rank, bytes)) in d.sends.iter().enumerate() {
             let reply = d.replies[i].ok_or_else(|| {
                 gaspi::Error::Protocol(format!("no reply from rank {rank} was kept"))
@@ -558,6 +563,8 @@ impl<'c> Alltoallv<'c> {
                 offset: reply.offset,
                 bytes,
             });
+            destination_members.push(self.member(rank)?);
+            tables.push(self.control_target(rank, deadline)?);
         }
         let mut sources = Vec::with_capacity(d.incoming.len());
         let mut source_members = Vec::with_capacity(d.incoming.len());
@@ -580,6 +587,8 @@ impl<'c> Alltoallv<'c> {
                 seq: d.seq,
                 destinations,
                 targets: d.targets.iter().flatten().copied().collect(),
+                destination_members,
+                tables,
                 sources,
                 source_members,
                 segment: d.receive,

@@ -44,6 +44,25 @@ pub(super) struct Exchange {
     pub(super) sources: HashSet<Rank>,
     /// Whether a thread sleeps on the round's notifications (see `Alltoallv::drive`).
     watcher: bool,
+    /// Threads sleeping on the condition variable.
+    sleepers: u32,
+}
+
+impl Exchange {
+    /// Who must be told of a change made now.
+    fn listeners(&self) -> Listeners {
+        Listeners {
+            watcher: self.watcher,
+            sleepers: self.sleepers > 0,
+        }
+    }
+}
+
+/// Who must be told of a change: waking nobody costs no system call.
+#[derive(Debug, Clone, Copy)]
+struct Listeners {
+    watcher: bool,
+    sleepers: bool,
 }
 
 /// The round running.
@@ -304,7 +323,7 @@ impl Alltoallv<'_> {
             };
             let rank = run.plan.destinations[index].rank;
             if let Some(&expected) = owed.get(&rank) {
-                let id = self.layout.credit(self.member(rank)?);
+                let id = self.layout.credit(run.plan.destination_members[index]);
                 let got = self.control.notify_reset(id)?;
                 if got == 0 {
                     continue;
@@ -342,10 +361,10 @@ impl Alltoallv<'_> {
         for post in &cleared.posts {
             let d = &cleared.plan.destinations[post.index];
             let data = &cleared.plan.targets[post.index];
-            let table = self.control_target(d.rank, Timeout::Test.deadline())?;
+            let table = &cleared.plan.tables[post.index];
             if d.bytes >= LARGE_BLOCK && !self.ctx.reaches_directly(d.rank) {
                 self.batch.write(&src, post.offset, data, 0, d.bytes)?;
-                self.batch.notify(&table, notification)?;
+                self.batch.notify(table, notification)?;
             } else {
                 self.batch.write_notify_to(
                     &src,
@@ -353,7 +372,7 @@ impl Alltoallv<'_> {
                     data,
                     0,
                     d.bytes,
-                    &table,
+                    table,
                     notification,
                 )?;
             }
@@ -390,7 +409,7 @@ impl Alltoallv<'_> {
         for (index, send) in run.sends.iter().enumerate() {
             if let Send::Waiting(_) = send {
                 let rank = plan.destinations[index].rank;
-                ids.push((self.layout.credit(self.member(rank)?), rank));
+                ids.push((self.layout.credit(plan.destination_members[index]), rank));
             }
         }
         Ok(ids)
@@ -414,9 +433,9 @@ impl Alltoallv<'_> {
             let posted = cleared.as_ref().is_some_and(|c| !c.posts.is_empty());
             let ids = match next {
                 Next::Done(value) => {
-                    let watched = guard.watcher;
+                    let listeners = guard.listeners();
                     drop(guard);
-                    self.changed(watched)?;
+                    self.changed(listeners)?;
                     if let Some(cleared) = cleared {
                         self.post(&cleared)?;
                     }
@@ -425,31 +444,33 @@ impl Alltoallv<'_> {
                 Next::Wait(ids) => ids,
             };
             if posted {
-                let watched = guard.watcher;
+                let listeners = guard.listeners();
                 drop(guard);
                 if let Some(cleared) = cleared {
                     self.post(&cleared)?;
                 }
-                self.changed(watched)?;
+                self.changed(listeners)?;
                 continue;
             }
             if guard.watcher && !deadline.is_test() {
-                let Some(left) = deadline.remaining() else {
-                    drop(
-                        self.changes
-                            .wait(guard)
-                            .unwrap_or_else(PoisonError::into_inner),
-                    );
-                    continue;
-                };
-                if left.is_zero() {
+                let left = deadline.remaining();
+                if left.is_some_and(|left| left.is_zero()) {
                     return Err(gaspi::Error::Timeout.into());
                 }
-                drop(
-                    self.changes
-                        .wait_timeout(guard, left)
+                guard.sleepers += 1;
+                let mut guard = match left {
+                    None => self
+                        .changes
+                        .wait(guard)
                         .unwrap_or_else(PoisonError::into_inner),
-                );
+                    Some(left) => {
+                        self.changes
+                            .wait_timeout(guard, left)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0
+                    }
+                };
+                guard.sleepers -= 1;
                 continue;
             }
             // A test never sleeps, so it may scan beside the watcher.
@@ -461,8 +482,13 @@ impl Alltoallv<'_> {
             drop(guard);
             let outcome = self.watch(&ids, watching, deadline);
             if watching {
-                self.exchange().watcher = false;
-                self.changes.notify_all();
+                let mut guard = self.exchange();
+                guard.watcher = false;
+                let sleepers = guard.sleepers > 0;
+                drop(guard);
+                if sleepers {
+                    self.changes.notify_all();
+                }
             }
             outcome?;
         }
@@ -499,9 +525,11 @@ impl Alltoallv<'_> {
 
     /// Tells the others that the exchange changed: the threads on the condition variable,
     /// and the watcher (when there is one) through its wake-up notification.
-    fn changed(&self, watched: bool) -> Result<()> {
-        self.changes.notify_all();
-        if watched {
+    fn changed(&self, listeners: Listeners) -> Result<()> {
+        if listeners.sleepers {
+            self.changes.notify_all();
+        }
+        if listeners.watcher {
             let me = self.control_target(self.ctx.rank(), Timeout::Test.deadline())?;
             let wake = Notification {
                 id: self.layout.wake(),
@@ -611,9 +639,9 @@ impl Alltoallv<'_> {
         if ex.running.as_ref().is_some_and(|run| run.number == number) {
             ex.running = None;
             self.coll.end_exchange(self.group);
-            let watched = ex.watcher;
+            let listeners = ex.listeners();
             drop(ex);
-            self.changed(watched)?;
+            self.changed(listeners)?;
         }
         Ok(())
     }
