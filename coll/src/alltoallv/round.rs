@@ -157,7 +157,7 @@ impl<'a> Round<'a> {
     /// runtime: [`gaspi::Error::OutOfBounds`] when the block leaves the source segment,
     /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
     pub fn send(&self, target: Rank, source_offset: u64) -> Result<()> {
-        self.a2a.send(self.number, &[(target, source_offset)])
+        self.a2a.send(self.number, target, source_offset)
     }
 
     /// Sends every block: `source_offsets[i]` for `plan.destinations()[i]`, as
@@ -242,9 +242,12 @@ impl Alltoallv<'_> {
             }
             return Err(Error::AlltoallvInProgress { group: self.group });
         }
-        self.ctx.segment_size(source)?;
+        let size = self.ctx.segment_size(source)?;
         if let Some(offsets) = offsets {
             check_offsets(data, offsets)?;
+            for (d, &offset) in data.destinations.iter().zip(offsets) {
+                check_block(self.ctx.rank(), source, size, offset, d.bytes)?;
+            }
         }
         if !self.coll.begin_exchange(self.group) {
             return Err(Error::AlltoallvInProgress { group: self.group });
@@ -264,48 +267,45 @@ impl Alltoallv<'_> {
     }
 
     pub(super) fn send_all(&self, number: u64, source_offsets: &[u64]) -> Result<()> {
-        let blocks: Vec<(Rank, u64)> = {
-            let ex = self.exchange();
-            let run = running(&ex, number)?;
-            check_offsets(&run.plan, source_offsets)?;
-            run.plan
-                .destinations
-                .iter()
-                .zip(source_offsets)
-                .map(|(d, &offset)| (d.rank, offset))
-                .collect()
-        };
-        self.send(number, &blocks)
+        self.send_blocks(number, |plan| {
+            check_offsets(plan, source_offsets)?;
+            Ok(source_offsets.iter().copied().enumerate().collect())
+        })
     }
 
-    /// Sends `blocks` (destination, source offset) in round `number`.
-    pub(super) fn send(&self, number: u64, blocks: &[(Rank, u64)]) -> Result<()> {
+    /// Sends the block for `target` from `offset` in round `number`.
+    pub(super) fn send(&self, number: u64, target: Rank, offset: u64) -> Result<()> {
+        self.send_blocks(number, |plan| {
+            let index = plan
+                .destinations
+                .iter()
+                .position(|d| d.rank == target)
+                .ok_or(Error::UnknownDestination { rank: target })?;
+            Ok(vec![(index, offset)])
+        })
+    }
+
+    /// Sends the blocks `blocks` picks (destination index, source offset) in round `number`:
+    /// all of them, or none when one is refused.
+    fn send_blocks(
+        &self,
+        number: u64,
+        blocks: impl FnOnce(&PlanData) -> Result<Vec<(usize, u64)>>,
+    ) -> Result<()> {
         let cleared = {
             let mut guard = self.exchange();
             let ex = &mut *guard;
             let run = running_mut(&mut ex.running, number)?;
+            let blocks = blocks(&run.plan)?;
             let size = self.ctx.segment_size(run.source)?;
-            for &(rank, offset) in blocks {
-                let index = run
-                    .plan
-                    .destinations
-                    .iter()
-                    .position(|d| d.rank == rank)
-                    .ok_or(Error::UnknownDestination { rank })?;
-                if run.sends[index] != Send::NotSent {
-                    return Err(Error::AlreadySent { rank });
+            for (n, &(index, offset)) in blocks.iter().enumerate() {
+                let d = &run.plan.destinations[index];
+                if run.sends[index] != Send::NotSent || blocks[..n].iter().any(|b| b.0 == index) {
+                    return Err(Error::AlreadySent { rank: d.rank });
                 }
-                let bytes = run.plan.destinations[index].bytes;
-                if offset.checked_add(bytes).is_none_or(|end| end > size) {
-                    return Err(gaspi::Error::OutOfBounds {
-                        rank: self.ctx.rank(),
-                        segment: run.source,
-                        offset,
-                        size: bytes,
-                        segment_size: size,
-                    }
-                    .into());
-                }
+                check_block(self.ctx.rank(), run.source, size, offset, d.bytes)?;
+            }
+            for &(index, offset) in &blocks {
                 run.sends[index] = Send::Waiting(offset);
             }
             self.cleared(&mut ex.owed, run)?
@@ -704,6 +704,21 @@ fn take_early(
     Ok(None)
 }
 
+/// `Ok` when `bytes` from `offset` lie within this rank's segment `segment` of `size` bytes.
+fn check_block(rank: Rank, segment: SegmentId, size: u64, offset: u64, bytes: u64) -> Result<()> {
+    if offset.checked_add(bytes).is_some_and(|end| end <= size) {
+        return Ok(());
+    }
+    Err(gaspi::Error::OutOfBounds {
+        rank,
+        segment,
+        offset,
+        size: bytes,
+        segment_size: size,
+    }
+    .into())
+}
+
 fn check_offsets(plan: &PlanData, offsets: &[u64]) -> Result<()> {
     if offsets.len() == plan.destinations.len() {
         Ok(())
@@ -713,13 +728,6 @@ fn check_offsets(plan: &PlanData, offsets: &[u64]) -> Result<()> {
             got: offsets.len(),
         })
     }
-}
-
-fn running(ex: &Exchange, number: u64) -> Result<&Running> {
-    ex.running
-        .as_ref()
-        .filter(|run| run.number == number)
-        .ok_or(Error::RoundEnded { number })
 }
 
 fn running_mut(running: &mut Option<Running>, number: u64) -> Result<&mut Running> {
