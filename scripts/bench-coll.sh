@@ -17,78 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-for tool in mpicc.mpich mpiexec.mpich mpicc.openmpi mpirun.openmpi; do
-    if ! command -v "$tool" >/dev/null; then
-        echo "bench-coll: $tool not found; scripts/bench.sh coll installs it" >&2
-        exit 1
-    fi
-done
-mkdir -p target/mpi
-for lib in mpich openmpi; do
-    "mpicc.$lib" -O2 -Wall -Wextra -o "target/mpi/coll-$lib" bench/mpi/coll.c
-done
+# shellcheck source=scripts/bench-mpi.sh
+. scripts/bench-mpi.sh
+sweep coll coll barrier allreduce
 
-cores=$(nproc)
-limit=300
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-touch "$tmp/figures"
-
-# job LIB TRANSPORT MODE RANKS COMMAND...: runs one job under a time limit and keeps its JSON
-# lines, or one error line when it fails. MODE is gaspi's GASPI_INTRANODE, empty for MPI.
-job() {
-    local lib=$1 transport=$2 mode=$3 ranks=$4
-    shift 4
-    echo "bench-coll: $lib over $transport${mode:+ ($mode)}, $ranks ranks" >&2
-    local status=0 env=()
-    [ -z "$mode" ] || env=(env "GASPI_INTRANODE=$mode")
-    "${env[@]}" timeout -k 10 "$limit" "$@" >"$tmp/out" 2>"$tmp/err" || status=$?
-    if [ "$status" -eq 0 ]; then
-        grep '^{' "$tmp/out" >>"$tmp/figures" || true
-        return
-    fi
-    python3 - "$lib" "$transport" "$mode" "$ranks" "$status" "$tmp/err" >>"$tmp/figures" <<'PY'
-import json, sys
-lib, transport, mode, ranks, status, err = sys.argv[1:]
-last = [l.strip() for l in open(err, errors="replace") if l.strip()][-1:]
-reason = "timed out" if status == "124" else f"exit status {status}"
-line = {"bench": "coll", "lib": lib, "transport": transport, "ranks": int(ranks)}
-line.update({"mode": mode} if mode else {})
-line["error"] = ": ".join([reason] + last)
-print(json.dumps(line))
-PY
-}
-
-ompi=(mpirun.openmpi)
-[ "$(id -u)" -ne 0 ] || ompi+=(--allow-run-as-root)
-for ranks in 2 4 8; do
-    # Oversubscribed, MPICH busy-polls and every call costs milliseconds (tens at 8 ranks on 2
-    # cores): fewer calls keep the run within minutes.
-    calls=1000
-    # --oversubscribe also makes Open MPI yield while it waits, which slows its 64 KiB tcp
-    # allreduce 40-fold at 2 ranks on 2 cores: it is given only when it is needed.
-    spread=()
-    if [ "$ranks" -gt "$cores" ]; then
-        calls=$((400 / ranks))
-        spread=(--oversubscribe)
-    fi
-    for provider in tcp shm; do
-        for mode in direct fabric; do
-            job gaspi "$provider" "$mode" "$ranks" ./target/release/gaspirun -n "$ranks" \
-                --provider "$provider" --no-prefix --timeout "$limit" \
-                ./target/release/gaspi-bench barrier allreduce
-        done
-    done
-    job mpich any "" "$ranks" mpiexec.mpich -n "$ranks" target/mpi/coll-mpich mpich any "$calls"
-    if [ "$ranks" -eq 2 ]; then
-        job openmpi tcp "" "$ranks" "${ompi[@]}" "${spread[@]}" --mca btl self,tcp -n "$ranks" \
-            target/mpi/coll-openmpi openmpi tcp
-    fi
-    job openmpi any "" "$ranks" "${ompi[@]}" "${spread[@]}" -n "$ranks" \
-        target/mpi/coll-openmpi openmpi any
-done
-
-python3 - "$tmp/figures" <<'PY'
+python3 - "$figures" <<'PY'
 import json, sys
 rows = [(l.strip(), json.loads(l)) for l in open(sys.argv[1])]
 order = {"barrier": 0, "allreduce": 1}

@@ -11,6 +11,8 @@
  * both together. MAX_ITERS caps the timed calls per figure, for MPIs whose calls are slow when
  * oversubscribed. Exits non-zero when a reduction result is wrong.
  */
+#include "bench.h"
+
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +27,10 @@ static int iterations(int bytes, int cap)
     return n < cap ? n : cap;
 }
 
-static int compare(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void report(const char *bench, const char *lib, const char *transport, int ranks,
                    int bytes, double *samples, int iters)
 {
-    qsort(samples, (size_t)iters, sizeof *samples, compare);
+    qsort(samples, (size_t)iters, sizeof *samples, compare_double);
     double us = samples[iters / 2] * 1e6;
     double mib_s = us > 0 ? bytes / (double)(1 << 20) / (us / 1e6) : 0;
     printf("{\"bench\":\"%s\",\"lib\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"bytes\":%d,"
@@ -51,20 +47,9 @@ static double input_value(int rank, size_t i)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    int rank, ranks;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    if (argc < 3 || argc > 4) {
-        if (rank == 0)
-            fprintf(stderr, "usage: mpiexec -n N %s LIB TRANSPORT [MAX_ITERS]\n", argv[0]);
-        MPI_Finalize();
-        return 2;
-    }
-    const char *lib = argv[1], *transport = argv[2];
-    int cap = argc == 4 ? atoi(argv[3]) : 1000;
-    if (cap < 1)
-        cap = 1;
+    struct job job = start(&argc, &argv);
+    int rank = job.rank, ranks = job.ranks, cap = job.cap;
+    const char *lib = job.lib, *transport = job.transport;
 
     /* The barrier and the 8 B allreduce run the most calls. */
     double *samples = malloc((size_t)iterations(0, cap) * sizeof *samples);
