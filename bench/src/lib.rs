@@ -12,14 +12,16 @@
 //!   8-byte flag through shared memory and a single-thread copy (see the `floor` module); the
 //!   yardsticks of the direct path.
 //!
-//! The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` with the same keys (see the
-//! `coll` module).
+//! The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` (barrier, allreduce: see the
+//! `coll` module) and `bench/mpi/alltoallv.c` (the sparse alltoallv of `gaspi-coll`: see the
+//! `alltoallv` module, whose lines add `"variant"` and `"peers"`) with the same keys.
 //!
 //! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
 //! (`gaspi-fabric`, and thus the same provider setup) as the runtime, with no runtime above it.
 
 #![warn(missing_docs)]
 
+mod alltoallv;
 mod api;
 mod coll;
 mod floor;
@@ -36,6 +38,9 @@ pub enum Error {
     /// A call of the runtime failed.
     #[error(transparent)]
     Gaspi(#[from] gaspi::Error),
+    /// A collective of `gaspi-coll` failed.
+    #[error(transparent)]
+    Coll(#[from] gaspi_coll::Error),
     /// A raw libfabric call failed.
     #[error(transparent)]
     Fabric(#[from] gaspi_fabric::Error),
@@ -80,8 +85,10 @@ pub(crate) struct Figure {
     pub bytes: usize,
     pub median: Duration,
     pub iters: usize,
-    /// Which raw pattern produced a raw-libfabric figure.
+    /// Which raw pattern produced a raw-libfabric figure, or which alltoallv.
     pub variant: Option<&'static str>,
+    /// How many ranks each rank sends to, in an alltoallv figure.
+    pub peers: Option<u32>,
     /// Which path a gaspi figure's operations took (see [`mode`]).
     pub mode: Option<&'static str>,
 }
@@ -108,6 +115,7 @@ impl Figure {
             iters: samples.len(),
             median: median(samples),
             variant: None,
+            peers: None,
             mode: None,
         })
     }
@@ -125,9 +133,13 @@ impl Figure {
                 .unwrap_or_default()
         };
         let variant = optional("variant", self.variant);
+        let peers = self
+            .peers
+            .map(|p| format!(",\"peers\":{p}"))
+            .unwrap_or_default();
         let mode = optional("mode", self.mode);
         format!(
-            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}{mode}}}",
+            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}{peers}{mode}}}",
             self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s, self.iters
         )
     }
@@ -189,13 +201,15 @@ pub(crate) fn swap_cards(ctx: &Context, card: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Every benchmark, in the order `all` runs them.
-const BENCHES: [&str; 4] = ["pingpong", "bandwidth", "barrier", "allreduce"];
+const BENCHES: [&str; 5] = ["pingpong", "bandwidth", "barrier", "allreduce", "alltoallv"];
 
 /// What one run measures.
 struct Choice {
     benches: Vec<&'static str>,
     gaspi_side: bool,
     yardsticks: bool,
+    /// The most timed rounds of an alltoallv figure.
+    max_rounds: usize,
 }
 
 impl Choice {
@@ -204,6 +218,7 @@ impl Choice {
             benches: Vec::new(),
             gaspi_side: true,
             yardsticks: true,
+            max_rounds: usize::MAX,
         };
         let mut rest = args.iter();
         while let Some(arg) = rest.next() {
@@ -215,6 +230,14 @@ impl Choice {
                         return Err(Error::Usage(format!(
                             "--only takes gaspi or yardsticks, not {other:?}"
                         )))
+                    }
+                },
+                "--max-rounds" => match rest.next().map(|n| n.parse()) {
+                    Some(Ok(n)) if n > 0 => choice.max_rounds = n,
+                    _ => {
+                        return Err(Error::Usage(
+                            "--max-rounds takes a number of rounds above 0".into(),
+                        ))
                     }
                 },
                 "all" => choice.benches.extend(BENCHES),
@@ -240,11 +263,12 @@ impl Choice {
     }
 }
 
-/// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`, or
-/// `all`, the default) and prints their figures on rank 0. `--only gaspi` or
+/// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`,
+/// `alltoallv`, or `all`, the default) and prints their figures on rank 0. `--only gaspi` or
 /// `--only yardsticks` (raw libfabric, the flag ping-pong and memcpy) measures one side of the
-/// point-to-point benchmarks. Ranks beyond the first two take part in
-/// those only to synchronise; the collectives run on every rank.
+/// point-to-point benchmarks; `--max-rounds N` caps the timed rounds of each alltoallv figure
+/// (for oversubscribed hosts). Ranks beyond the first two take part in the point-to-point
+/// benchmarks only to synchronise; the collectives run on every rank.
 ///
 /// # Errors
 ///
@@ -268,6 +292,15 @@ pub fn run(args: &[String]) -> Result<()> {
     if choice.wants("allreduce") {
         for &bytes in &coll::ALLREDUCE_SIZES {
             figures.extend(coll::allreduce(&ctx, bytes)?);
+        }
+    }
+    if choice.wants("alltoallv") {
+        let coll = gaspi_coll::Collectives::new(&ctx)?;
+        let mut bench = alltoallv::Bench::new(&ctx, &coll)?;
+        for variant in alltoallv::VARIANTS {
+            for &bytes in &alltoallv::SIZES {
+                figures.extend(bench.figure(variant, bytes, choice.max_rounds)?);
+            }
         }
     }
     for f in &figures {
