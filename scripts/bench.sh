@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks, printed as JSON lines followed by ratio lines against their targets.
 #
-#   scripts/bench.sh [all|p2p|coll]      (default: all)
+#   scripts/bench.sh [all|p2p|coll|alltoallv]      (default: all)
 #
 # p2p:  gaspi-bench on 2 local ranks over tcp and over shm, each run once with
 #       GASPI_INTRANODE=direct and once with =fabric. gaspi lines carry "mode", the path the
@@ -22,14 +22,17 @@
 #       Latency ratios divide medians in µs, bandwidth ratios MiB/s.
 # coll: barrier and allreduce at 2, 4 and 8 ranks, gaspi in both modes beside MPICH and Open
 #       MPI (scripts/bench-coll.sh).
+# alltoallv: gaspi-coll's sparse alltoallv, dense and sparse, at 2, 4 and 8 ranks, gaspi in
+#       both modes beside MPI_Alltoallv and MPI_Neighbor_alltoallv of MPICH and Open MPI, and
+#       the pipelining figure of coll/examples/fft_transpose (scripts/bench-alltoallv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
 case $part in
 p2p) mpi_dev=() ;;
-all | coll) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
+all | coll | alltoallv) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
 *)
-    echo "usage: $0 [all|p2p|coll]" >&2
+    echo "usage: $0 [all|p2p|coll|alltoallv]" >&2
     exit 2
     ;;
 esac
@@ -37,7 +40,7 @@ esac
 # --workspace: at the root, cargo builds only the gaspi package, not gaspirun or gaspi-bench.
 cargo build --release --workspace --bins
 
-if [ "$part" != coll ]; then
+if [ "$part" = all ] || [ "$part" = p2p ]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     for provider in tcp shm; do
@@ -87,6 +90,9 @@ for t in ("tcp", "shm"):
               best("mib_s", lib="memcpy", **bandwidth), "memcpy", ">=0.9")
 PY
 fi
-if [ "$part" != p2p ]; then
+if [ "$part" = all ] || [ "$part" = coll ]; then
     ./scripts/bench-coll.sh
+fi
+if [ "$part" = all ] || [ "$part" = alltoallv ]; then
+    ./scripts/bench-alltoallv.sh
 fi
