@@ -292,7 +292,7 @@ impl Alltoallv<'_> {
         number: u64,
         blocks: impl FnOnce(&PlanData) -> Result<Vec<(usize, u64)>>,
     ) -> Result<()> {
-        let cleared = {
+        let (cleared, listeners) = {
             let mut guard = self.exchange();
             let ex = &mut *guard;
             let run = running_mut(&mut ex.running, number)?;
@@ -308,9 +308,12 @@ impl Alltoallv<'_> {
             for &(index, offset) in &blocks {
                 run.sends[index] = Send::Waiting(offset);
             }
-            self.cleared(&mut ex.owed, run)?
+            (self.cleared(&mut ex.owed, run)?, ex.listeners())
         };
-        self.post(&cleared)
+        self.post(&cleared)?;
+        // A block left waiting for its credit adds to what the round waits for: the thread
+        // asleep on the round's notifications must watch that credit too.
+        self.changed(listeners)
     }
 
     /// The waiting blocks of `run` whose credits are here, marked posted (their credits are
