@@ -1,0 +1,156 @@
+//! `errors` (3 ranks or more): every misuse, each reported as what it returned, then rounds that
+//! must still work. Two alltoallv objects over `GROUP_ALL`: A with the plans `Dense` and
+//! `Ring(1)`, B with `Ring(1)` only (so a rank's next rank is no source of any plan of B).
+//! Every rank makes the same calls in the same order; `t` is this rank's next rank.
+//!
+//! Discovery on A, each with arguments every rank passes alike: `duplicate` (`t` given twice),
+//! `missing_receive` (receive segment [`MISSING`]), `too_small` (every rank sends 64 bytes to
+//! rank 0, whose receive area in [`SMALL`] has 64 bytes from its first offset).
+//!
+//! Before any round: `missing_source` and `missing_source_proposal` (source segment
+//! [`MISSING`] in `round` and `alltoallv`), `foreign` and `foreign_proposal` (a plan of A on B).
+//!
+//! Round 1 of A's dense plan, before any rank sent (all meet in a barrier after these):
+//! `not_arrived` and `not_arrived_proposal` (reset of source `t` through the round and through
+//! `alltoallv_reset`), `in_progress` and `in_progress_proposal` (a round and an `alltoallv` of
+//! A's other plan), `joined` (the number of a second `round` of the same plan, and of the
+//! first), `source_offsets` (`send_all` with one offset), `unknown_destination` (a rank beyond
+//! the job), `out_of_bounds` (the block for `t` from an offset one byte too far). Then every
+//! block is sent (the one for `t` too, from its right offset: a rejected call sends nothing),
+//! and: `already_sent` (the block for `t` again), arrivals taken and reset, `already_reset` and
+//! `already_reset_proposal` (`t` again), `unknown_source` (a rank beyond the job); a second
+//! barrier keeps every rank in round 1 until all have made these calls.
+//!
+//! Round 2 of A's dense plan in the proposal's form; then round 1 of B, where
+//! `unknown_source_b` (reset of `t`) and `unknown_destination_b` (a block for the rank after
+//! `t`) come before its blocks are exchanged. `digest`: every block of the three rounds.
+
+use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
+use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
+
+use crate::check::{check_number, outcome, take_all, Received, Report, Setup};
+use crate::plan::{self, Digest, Pattern};
+use crate::{Outcome, TIMEOUT};
+
+/// A segment id no rank creates.
+pub const MISSING: SegmentId = 250;
+/// The receive segment of the `too_small` discovery: [`SMALL_SIZE`] bytes on every rank.
+pub const SMALL: SegmentId = 9;
+pub const SMALL_SIZE: u64 = 100;
+/// Where the receive area in [`SMALL`] begins, leaving 64 bytes.
+pub const SMALL_FIRST: u64 = 36;
+
+pub fn run(ctx: &Context) -> Outcome {
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n < 3 {
+        return Err("errors needs at least 3 ranks".into());
+    }
+    let t = (me + 1) % n;
+    let beyond = n + 3;
+    let coll = Collectives::new(ctx)?;
+    let mut a = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    let mut b = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    let dense = Setup::create(ctx, [1, 2], 3, Pattern::Dense, 0)?;
+    let ring = Setup::create(ctx, [4, 5], 6, Pattern::Ring(1), 0)?;
+    let ring_b = Setup::create(ctx, [7, 8], 10, Pattern::Ring(1), 0)?;
+    ctx.segment_create(SMALL, SMALL_SIZE, TIMEOUT)?;
+    let mut report = Report::default();
+
+    // Discovery.
+    let first = plan::first_offset(0, me);
+    let twice = a.get_remote_offsets(dense.receive, first, &[(t, 8), (t, 8)], TIMEOUT);
+    report.put("duplicate", outcome(&twice));
+    let missing = a.get_remote_offsets(MISSING, first, &[(t, 8)], TIMEOUT);
+    report.put("missing_receive", outcome(&missing));
+    let small = a.get_remote_offsets(SMALL, SMALL_FIRST, &[(0, 64)], TIMEOUT);
+    report.put("too_small", outcome(&small));
+    let dense_plan = dense.discover(&mut a, TIMEOUT)?;
+    let ring_plan = ring.discover(&mut a, TIMEOUT)?;
+    let b_plan = ring_b.discover(&mut b, TIMEOUT)?;
+
+    // Before any round.
+    let offsets = &dense.offsets;
+    report.put("missing_source", outcome(&a.round(&dense_plan, MISSING)));
+    let proposal = a.alltoallv(&dense_plan, MISSING, offsets, Timeout::Test);
+    report.put("missing_source_proposal", outcome(&proposal));
+    report.put("foreign", outcome(&b.round(&dense_plan, dense.source)));
+    let proposal = b.alltoallv(&dense_plan, dense.source, offsets, Timeout::Test);
+    report.put("foreign_proposal", outcome(&proposal));
+
+    // Round 1 of the dense plan.
+    let mut digest = Digest::default();
+    dense.load(ctx, 1)?;
+    let mut received = Received::default();
+    {
+        let round = a.round(&dense_plan, dense.source)?;
+        check_number(&round, 1)?;
+        report.put("not_arrived", outcome(&round.reset(t)));
+        report.put("not_arrived_proposal", outcome(&a.alltoallv_reset(&[t])));
+        report.put("in_progress", outcome(&a.round(&ring_plan, ring.source)));
+        let other = a.alltoallv(&ring_plan, ring.source, &ring.offsets, Timeout::Test);
+        report.put("in_progress_proposal", outcome(&other));
+        let joined = a.round(&dense_plan, dense.source)?;
+        report.put("joined", format!("{}/{}", joined.number(), round.number()));
+        report.put("source_offsets", outcome(&round.send_all(&offsets[..1])));
+        report.put("unknown_destination", outcome(&round.send(beyond, 0)));
+        let (at, bytes) = block_for(&dense_plan, &dense, t)?;
+        let size = ctx.segment_size(dense.source)?;
+        let too_far = round.send(t, size - bytes + 1);
+        report.put("out_of_bounds", outcome(&too_far));
+        // Nobody sends before every rank has made the calls above.
+        ctx.barrier(TIMEOUT)?;
+        round.send_all(offsets)?;
+        report.put("already_sent", outcome(&round.send(t, at)));
+        while let Some(source) = joined.next_arrival(TIMEOUT)? {
+            received.add(1, source, dense.take(ctx, &dense_plan, 1, source)?)?;
+            round.reset(source)?;
+        }
+        report.put("already_reset", outcome(&round.reset(t)));
+        report.put("already_reset_proposal", outcome(&a.alltoallv_reset(&[t])));
+        report.put("unknown_source", outcome(&a.alltoallv_reset(&[beyond])));
+        // Nobody begins round 2 (whose block from `t` would make a reset of `t` valid again)
+        // before every rank has made the calls above.
+        ctx.barrier(TIMEOUT)?;
+        round.finish(TIMEOUT)?;
+    }
+    received.finish(1, &dense_plan, &mut digest)?;
+
+    // Round 2 of the dense plan, in the proposal's form.
+    dense.load(ctx, 2)?;
+    let mut received = Received::default();
+    while let Status::Arrived(source) = a.alltoallv(&dense_plan, dense.source, offsets, TIMEOUT)? {
+        received.add(2, source, dense.take(ctx, &dense_plan, 2, source)?)?;
+        a.alltoallv_reset(&[source])?;
+    }
+    received.finish(2, &dense_plan, &mut digest)?;
+
+    // Round 1 of B.
+    ring_b.load(ctx, 1)?;
+    let received = {
+        let round = b.round(&b_plan, ring_b.source)?;
+        check_number(&round, 1)?;
+        report.put("unknown_source_b", outcome(&round.reset(t)));
+        let next_but_one = (me + 2) % n;
+        report.put(
+            "unknown_destination_b",
+            outcome(&round.send(next_but_one, 0)),
+        );
+        round.send_all(&ring_b.offsets)?;
+        take_all(ctx, &round, &ring_b, &b_plan, 1)?
+    };
+    received.finish(1, &b_plan, &mut digest)?;
+
+    report.put("digest", digest.hex());
+    report.print("errors", me);
+    Ok(())
+}
+
+/// Where the block for `target` is read from, and its size.
+fn block_for(plan: &Plan, setup: &Setup, target: Rank) -> Outcome<(u64, u64)> {
+    let i = plan
+        .destinations()
+        .iter()
+        .position(|d| d.rank == target)
+        .ok_or_else(|| format!("rank {target} is not a destination"))?;
+    Ok((setup.offsets[i], plan.destinations()[i].bytes))
+}

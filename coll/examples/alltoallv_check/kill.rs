@@ -1,0 +1,123 @@
+//! `kill` (3 ranks or more, under `gaspirun --keep-going`): the last rank, V, is killed with
+//! SIGKILL in the middle of a round. Plan: `Dense`. Round 1 runs everywhere. In round 2 V
+//! begins the round, takes the block of every other rank (so nothing is in flight towards it),
+//! prints its pid (`data kill rank V: pid=...`) and has `kill -9` end it, without having sent
+//! its own blocks. The survivors send theirs and take arrivals until a call fails: each reports
+//! what that call returned (`outcome`, which must name V), the sources it took before (`taken`,
+//! every block checked), how long the round took (`round_ms`) and a `digest` of the blocks of
+//! round 1 and those taken in round 2 (ascending source), after the survivors went on to commit
+//! a group of their own and meet in its barrier (`survivors`).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+
+use gaspi::{Config, Context, Intranode, Rank, GROUP_ALL};
+use gaspi_coll::{Alltoallv, Collectives, Error, Plan};
+
+use crate::check::{check_number, list, outcome, take_all, Report, Setup};
+use crate::plan::{self, Pattern};
+use crate::{Outcome, TIMEOUT};
+
+pub fn run(ctx: &Context) -> Outcome {
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n < 3 {
+        return Err("kill needs at least 3 ranks".into());
+    }
+    let victim = n - 1;
+    let coll = Collectives::new(ctx)?;
+    let mut a2a = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    let setup = Setup::create(ctx, [1, 2], 3, Pattern::Dense, 0)?;
+    let plan = setup.discover(&mut a2a, TIMEOUT)?;
+    let mut digest = plan::Digest::default();
+
+    // Round 1, everywhere.
+    setup.load(ctx, 1)?;
+    let received = {
+        let round = a2a.round(&plan, setup.source)?;
+        check_number(&round, 1)?;
+        round.send_all(&setup.offsets)?;
+        take_all(ctx, &round, &setup, &plan, 1)?
+    };
+    received.finish(1, &plan, &mut digest)?;
+
+    // Round 2: the victim dies in it.
+    setup.load(ctx, 2)?;
+    let start = Instant::now();
+    let (ended, taken) = die_in_round(ctx, &a2a, &setup, &plan, victim)?;
+    let round_ms = start.elapsed().as_millis();
+    for block in taken.values() {
+        digest.add(block);
+    }
+
+    let mut report = Report::default();
+    report.put("outcome", ended);
+    report.put("taken", list(taken.keys().map(u32::to_string)));
+    report.put("round_ms", round_ms);
+    let group = ctx.group_create()?;
+    for rank in (0..n).filter(|&r| r != victim) {
+        ctx.group_add(group, rank)?;
+    }
+    ctx.group_commit(group, TIMEOUT)?;
+    report.put(
+        "survivors",
+        outcome(&ctx.group_barrier(group, TIMEOUT).map_err(Error::Gaspi)),
+    );
+    report.put("digest", digest.hex());
+    report.print("kill", me);
+    Ok(())
+}
+
+/// The runtime's configuration from the environment, except that over shm through the fabric
+/// the ranks run without a progress thread unless `GASPI_PROGRESS_THREAD` says otherwise:
+/// libfabric's shm guards each rank's region with a spinlock in shared memory that the owner's
+/// progress thread takes while it handles incoming writes, and a rank killed holding it would
+/// leave every writer into it spinning inside libfabric (see the `killed-target` scenario of
+/// `gaspi-selftest`).
+/// Round 2: the victim takes every other rank's block and is killed; a survivor sends its
+/// blocks and takes arrivals until a call fails, and returns what it returned and the blocks it
+/// took.
+fn die_in_round(
+    ctx: &Context,
+    a2a: &Alltoallv<'_>,
+    setup: &Setup,
+    plan: &Plan,
+    victim: Rank,
+) -> Outcome<(String, BTreeMap<Rank, Vec<u8>>)> {
+    let round = a2a.round(plan, setup.source)?;
+    check_number(&round, 2)?;
+    if ctx.rank() == victim {
+        for _ in 0..victim {
+            let source = round
+                .next_arrival(TIMEOUT)?
+                .ok_or("the round ended before every other rank's block arrived")?;
+            setup.take(ctx, plan, 2, source)?;
+        }
+        let mut report = Report::default();
+        report.put("pid", std::process::id());
+        report.print("kill", victim);
+        // `sh` is a child of this process: $PPID is this rank.
+        Command::new("sh").args(["-c", "kill -9 $PPID"]).status()?;
+        return Err("still alive after kill -9".into());
+    }
+    round.send_all(&setup.offsets)?;
+    let mut taken = BTreeMap::new();
+    loop {
+        match round.next_arrival(TIMEOUT) {
+            Ok(Some(source)) => {
+                taken.insert(source, setup.take(ctx, plan, 2, source)?);
+                round.reset(source)?;
+            }
+            ended => return Ok((outcome(&ended), taken)),
+        }
+    }
+}
+
+pub fn config() -> Outcome<Config> {
+    let mut config = Config::from_env()?;
+    let shm_fabric = config.intranode == Intranode::Fabric && config.provider.starts_with("shm");
+    if shm_fabric && std::env::var_os("GASPI_PROGRESS_THREAD").is_none() {
+        config.progress_thread = false;
+    }
+    Ok(config)
+}
