@@ -337,6 +337,7 @@ fn errors(provider: &str) {
             ("not_arrived_proposal", format!("NotArrived({t})")),
             ("in_progress", "AlltoallvInProgress(0)".into()),
             ("in_progress_proposal", "AlltoallvInProgress(0)".into()),
+            ("in_progress_object", "AlltoallvInProgress(0)".into()),
             ("joined", "1/1".into()),
             ("source_offsets", format!("SourceOffsets({RANKS}/1)")),
             (
@@ -347,10 +348,14 @@ fn errors(provider: &str) {
                 "out_of_bounds",
                 format!("OutOfBounds({rank}/{SOURCE}/{too_far}/{bytes})"),
             ),
+            ("unsent", "Unsent(0)".into()),
             ("already_sent", format!("AlreadySent({t})")),
             ("already_reset", format!("AlreadyReset({t})")),
             ("already_reset_proposal", format!("AlreadyReset({t})")),
             ("unknown_source", format!("UnknownSource({beyond})")),
+            ("ended_send", "RoundEnded(1)".into()),
+            ("ended_arrival", "None".into()),
+            ("ended_finish", "Ok".into()),
             ("unknown_source_b", format!("UnknownSource({t})")),
             (
                 "unknown_destination_b",
@@ -374,11 +379,12 @@ fn errors(provider: &str) {
     }
 }
 
-/// `kill` on 3 ranks: the last rank is killed (SIGKILL) in the middle of round 2. Each survivor's
-/// round ends in `RankFailed` naming it, not in a timeout or a hang; the blocks it took before
-/// were the right ones; and the survivors go on in a group of their own.
+/// `kill` on 4 ranks: the last rank is killed (SIGKILL) in the middle of round 2. Each survivor's
+/// round ends in `RankFailed` naming it, not in a timeout or a hang, and so does its `finish`;
+/// the blocks it took before were the right ones; and the survivors go on, in a group of their
+/// own and with a new alltoallv over it whose round delivers every block.
 fn kill(provider: &str) {
-    const RANKS: u32 = 3;
+    const RANKS: u32 = 4;
     let victim = RANKS - 1;
     let job = gaspirun_with(
         &["--keep-going"],
@@ -403,11 +409,13 @@ fn kill(provider: &str) {
     let _: u32 = job.data("kill", victim).parse("pid");
     for rank in 0..victim {
         let data = job.data("kill", rank);
-        assert_eq!(
-            data.get("outcome"),
-            format!("RankFailed({victim})"),
-            "rank {rank}: how its round ended\n{report}"
-        );
+        for key in ["outcome", "finish"] {
+            assert_eq!(
+                data.get(key),
+                format!("RankFailed({victim})"),
+                "rank {rank}: how its round ended ({key})\n{report}"
+            );
+        }
         assert_eq!(data.get("survivors"), "Ok", "rank {rank}\n{report}");
         let taken: Vec<Rank> = match data.get("taken") {
             "none" => Vec::new(),
@@ -426,6 +434,18 @@ fn kill(provider: &str) {
         for &(source, _, bytes) in want.sources.iter().filter(|s| taken.contains(&s.0)) {
             digest.add(&plan::block(2, source, rank, bytes));
         }
+        // The survivors' plan: the dense one without the victim, which is the last rank, so
+        // the other sources keep their offsets. Its round carries the data of round 3.
+        let survivors = Expected {
+            sources: want.sources[..victim as usize].to_vec(),
+            destinations: Vec::new(),
+        };
+        assert_eq!(
+            data.get("survivors_sources"),
+            survivors.sources_layout(),
+            "rank {rank}: the sources of the survivors' plan\n{report}"
+        );
+        survivors.digest_rounds(rank, 3..=3, &mut digest);
         assert_eq!(
             data.get("digest"),
             digest.hex(),
@@ -467,6 +487,6 @@ jobs! {
     late_3_shm: late("shm");
     errors_3_tcp: errors("tcp");
     errors_3_shm: errors("shm");
-    kill_3_tcp: kill("tcp");
-    kill_3_shm: kill("shm");
+    kill_4_tcp: kill("tcp");
+    kill_4_shm: kill("shm");
 }

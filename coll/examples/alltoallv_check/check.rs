@@ -59,6 +59,8 @@ pub fn outcome<T>(result: &Result<T, Error>) -> String {
         Error::UnknownDestination { rank } => format!("UnknownDestination({rank})"),
         Error::AlreadySent { rank } => format!("AlreadySent({rank})"),
         Error::SourceOffsets { expected, got } => format!("SourceOffsets({expected}/{got})"),
+        Error::Unsent { rank } => format!("Unsent({rank})"),
+        Error::RoundEnded { number } => format!("RoundEnded({number})"),
         Error::UnknownSource { rank } => format!("UnknownSource({rank})"),
         Error::NotArrived { rank } => format!("NotArrived({rank})"),
         Error::AlreadyReset { rank } => format!("AlreadyReset({rank})"),
@@ -117,6 +119,22 @@ impl Setup {
             receive,
             first_offset,
         })
+    }
+
+    /// This side without the destination `rank`: the same segments and offsets for the other
+    /// blocks.
+    pub fn without(&self, rank: Rank) -> Setup {
+        let (sends, offsets) = self
+            .sends
+            .iter()
+            .zip(&self.offsets)
+            .filter(|((target, _), _)| *target != rank)
+            .unzip();
+        Setup {
+            sends,
+            offsets,
+            ..*self
+        }
     }
 
     /// `get_remote_offsets` with this rank's arguments.
@@ -211,6 +229,22 @@ pub fn take_all(
     }
     round.finish(TIMEOUT)?;
     Ok(received)
+}
+
+/// Round `number` of `plan` on `a2a` in one go: begins it, sends every block and takes every
+/// arrival (see [`take_all`]). The blocks carry the data of round `data` of the scenario.
+pub fn whole_round(
+    ctx: &Context,
+    a2a: &Alltoallv<'_>,
+    setup: &Setup,
+    plan: &Plan,
+    number: u64,
+    data: u64,
+) -> Outcome<Received> {
+    let round = a2a.round(plan, setup.source)?;
+    check_number(&round, number)?;
+    round.send_all(&setup.offsets)?;
+    take_all(ctx, &round, setup, plan, data)
 }
 
 /// Checks that a round handle belongs to round `number` of the alltoallv.

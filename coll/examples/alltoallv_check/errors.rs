@@ -13,13 +13,16 @@
 //! Round 1 of A's dense plan, before any rank sent (all meet in a barrier after these):
 //! `not_arrived` and `not_arrived_proposal` (reset of source `t` through the round and through
 //! `alltoallv_reset`), `in_progress` and `in_progress_proposal` (a round and an `alltoallv` of
-//! A's other plan), `joined` (the number of a second `round` of the same plan, and of the
-//! first), `source_offsets` (`send_all` with one offset), `unknown_destination` (a rank beyond
-//! the job), `out_of_bounds` (the block for `t` from an offset one byte too far). Then every
-//! block is sent (the one for `t` too, from its right offset: a rejected call sends nothing),
-//! and: `already_sent` (the block for `t` again), arrivals taken and reset, `already_reset` and
-//! `already_reset_proposal` (`t` again), `unknown_source` (a rank beyond the job); a second
-//! barrier keeps every rank in round 1 until all have made these calls.
+//! A's other plan), `in_progress_object` (a round of B, the second alltoallv over the group),
+//! `joined` (the number of a second `round` of the same plan, and of the first),
+//! `source_offsets` (`send_all` with one offset), `unknown_destination` (a rank beyond the
+//! job), `out_of_bounds` (the block for `t` from an offset one byte too far), `unsent`
+//! (`finish` before any block was sent). Then every block is sent (the one for `t` too, from
+//! its right offset: a rejected call sends nothing), and: `already_sent` (the block for `t`
+//! again), arrivals taken and reset, `already_reset` and `already_reset_proposal` (`t` again),
+//! `unknown_source` (a rank beyond the job); a second barrier keeps every rank in round 1 until
+//! all have made these calls. Once the round is finished: `ended_send` (a block for `t`),
+//! `ended_arrival` (`next_arrival`, `None` or `Some(rank)`), `ended_finish` (`finish` again).
 //!
 //! Round 2 of A's dense plan in the proposal's form; then round 1 of B, where
 //! `unknown_source_b` (reset of `t`) and `unknown_destination_b` (a block for the rank after
@@ -89,6 +92,8 @@ pub fn run(ctx: &Context) -> Outcome {
         report.put("in_progress", outcome(&a.round(&ring_plan, ring.source)));
         let other = a.alltoallv(&ring_plan, ring.source, &ring.offsets, Timeout::Test);
         report.put("in_progress_proposal", outcome(&other));
+        let other = b.round(&b_plan, ring_b.source);
+        report.put("in_progress_object", outcome(&other));
         let joined = a.round(&dense_plan, dense.source)?;
         report.put("joined", format!("{}/{}", joined.number(), round.number()));
         report.put("source_offsets", outcome(&round.send_all(&offsets[..1])));
@@ -97,6 +102,7 @@ pub fn run(ctx: &Context) -> Outcome {
         let size = ctx.segment_size(dense.source)?;
         let too_far = round.send(t, size - bytes + 1);
         report.put("out_of_bounds", outcome(&too_far));
+        report.put("unsent", outcome(&round.finish(Timeout::Test)));
         // Nobody sends before every rank has made the calls above.
         ctx.barrier(TIMEOUT)?;
         round.send_all(offsets)?;
@@ -112,6 +118,13 @@ pub fn run(ctx: &Context) -> Outcome {
         // before every rank has made the calls above.
         ctx.barrier(TIMEOUT)?;
         round.finish(TIMEOUT)?;
+        report.put("ended_send", outcome(&round.send(t, at)));
+        let arrival = match round.next_arrival(Timeout::Test) {
+            Ok(next) => format!("{next:?}"),
+            failed => outcome(&failed),
+        };
+        report.put("ended_arrival", arrival);
+        report.put("ended_finish", outcome(&round.finish(Timeout::Test)));
     }
     received.finish(1, &dense_plan, &mut digest)?;
 
@@ -142,6 +155,8 @@ pub fn run(ctx: &Context) -> Outcome {
 
     report.put("digest", digest.hex());
     report.print("errors", me);
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
     Ok(())
 }
 

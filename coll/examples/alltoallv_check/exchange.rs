@@ -11,7 +11,7 @@ use gaspi::{Context, Rank, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
 
 use crate::check::{
-    check_number, destinations_layout, list, sources_layout, take_all, Received, Report, Setup,
+    check_number, destinations_layout, list, sources_layout, whole_round, Received, Report, Setup,
 };
 use crate::plan::{self, Digest, Form, Forms, CASES, CONSUMER_THREADS};
 use crate::{Outcome, TIMEOUT};
@@ -61,6 +61,8 @@ pub fn run(ctx: &Context, long: u32) -> Outcome {
         }
         report.print(&format!("exchange-{}", case.name), me);
     }
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
     Ok(())
 }
 
@@ -79,12 +81,7 @@ fn rotating(
         received.add(number, source, block)
     };
     match form {
-        Form::Stream => {
-            let round = a2a.round(plan, setup.source)?;
-            check_number(&round, number)?;
-            round.send_all(&setup.offsets)?;
-            return take_all(ctx, &round, setup, plan, number);
-        }
+        Form::Stream => return whole_round(ctx, a2a, setup, plan, number, number),
         Form::Joined => {
             let round = a2a.round(plan, setup.source)?;
             check_number(&round, number)?;

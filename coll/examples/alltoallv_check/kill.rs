@@ -3,10 +3,12 @@
 //! begins the round, takes the block of every other rank (so nothing is in flight towards it),
 //! prints its pid (`data kill rank V: pid=...`) and has `kill -9` end it, without having sent
 //! its own blocks. The survivors send theirs and take arrivals until a call fails: each reports
-//! what that call returned (`outcome`, which must name V), the sources it took before (`taken`,
-//! every block checked), how long the round took (`round_ms`) and a `digest` of the blocks of
-//! round 1 and those taken in round 2 (ascending source), after the survivors went on to commit
-//! a group of their own and meet in its barrier (`survivors`).
+//! what that call returned (`outcome`, which must name V), what `finish` then returned
+//! (`finish`), the sources it took before (`taken`, every block checked) and how long the round
+//! took (`round_ms`). Then the survivors go on: they commit a group of their own and meet in its
+//! barrier (`survivors`), and run a round of a new alltoallv over it, with the same segments
+//! and the data of round 3 (`survivors_sources`, its plan's sources). `digest`: the blocks of
+//! round 1, those taken in round 2, and those of the survivors' round (ascending source).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -15,7 +17,7 @@ use std::time::Instant;
 use gaspi::{Config, Context, Intranode, Rank, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Error, Plan};
 
-use crate::check::{check_number, list, outcome, take_all, Report, Setup};
+use crate::check::{check_number, list, outcome, sources_layout, whole_round, Report, Setup};
 use crate::plan::{self, Pattern};
 use crate::{Outcome, TIMEOUT};
 
@@ -33,27 +35,23 @@ pub fn run(ctx: &Context) -> Outcome {
 
     // Round 1, everywhere.
     setup.load(ctx, 1)?;
-    let received = {
-        let round = a2a.round(&plan, setup.source)?;
-        check_number(&round, 1)?;
-        round.send_all(&setup.offsets)?;
-        take_all(ctx, &round, &setup, &plan, 1)?
-    };
-    received.finish(1, &plan, &mut digest)?;
+    whole_round(ctx, &a2a, &setup, &plan, 1, 1)?.finish(1, &plan, &mut digest)?;
 
     // Round 2: the victim dies in it.
     setup.load(ctx, 2)?;
     let start = Instant::now();
-    let (ended, taken) = die_in_round(ctx, &a2a, &setup, &plan, victim)?;
+    let ended = die_in_round(ctx, &a2a, &setup, &plan, victim)?;
     let round_ms = start.elapsed().as_millis();
-    for block in taken.values() {
+    for block in ended.taken.values() {
         digest.add(block);
     }
-
     let mut report = Report::default();
-    report.put("outcome", ended);
-    report.put("taken", list(taken.keys().map(u32::to_string)));
+    report.put("outcome", ended.outcome);
+    report.put("finish", ended.finish);
+    report.put("taken", list(ended.taken.keys().map(u32::to_string)));
     report.put("round_ms", round_ms);
+
+    // The survivors go on: a group of their own, and a round of a new alltoallv over it.
     let group = ctx.group_create()?;
     for rank in (0..n).filter(|&r| r != victim) {
         ctx.group_add(group, rank)?;
@@ -63,27 +61,39 @@ pub fn run(ctx: &Context) -> Outcome {
         "survivors",
         outcome(&ctx.group_barrier(group, TIMEOUT).map_err(Error::Gaspi)),
     );
+    let mut survivors = Alltoallv::new(&coll, group, TIMEOUT)?;
+    // The same segments, without the victim; its data is that of round 3 of the job.
+    let setup = setup.without(victim);
+    let plan = setup.discover(&mut survivors, TIMEOUT)?;
+    setup.load(ctx, 3)?;
+    whole_round(ctx, &survivors, &setup, &plan, 1, 3)?.finish(3, &plan, &mut digest)?;
+    report.put("survivors_sources", sources_layout(&plan));
     report.put("digest", digest.hex());
     report.print("kill", me);
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.group_barrier(group, TIMEOUT)?;
     Ok(())
 }
 
-/// The runtime's configuration from the environment, except that over shm through the fabric
-/// the ranks run without a progress thread unless `GASPI_PROGRESS_THREAD` says otherwise:
-/// libfabric's shm guards each rank's region with a spinlock in shared memory that the owner's
-/// progress thread takes while it handles incoming writes, and a rank killed holding it would
-/// leave every writer into it spinning inside libfabric (see the `killed-target` scenario of
-/// `gaspi-selftest`).
+/// How round 2 ended on a survivor.
+struct Ended {
+    /// What the call that failed returned.
+    outcome: String,
+    /// What `finish` then returned.
+    finish: String,
+    /// The blocks taken before, by source.
+    taken: BTreeMap<Rank, Vec<u8>>,
+}
+
 /// Round 2: the victim takes every other rank's block and is killed; a survivor sends its
-/// blocks and takes arrivals until a call fails, and returns what it returned and the blocks it
-/// took.
+/// blocks, takes arrivals until a call fails, and then calls `finish`.
 fn die_in_round(
     ctx: &Context,
     a2a: &Alltoallv<'_>,
     setup: &Setup,
     plan: &Plan,
     victim: Rank,
-) -> Outcome<(String, BTreeMap<Rank, Vec<u8>>)> {
+) -> Outcome<Ended> {
     let round = a2a.round(plan, setup.source)?;
     check_number(&round, 2)?;
     if ctx.rank() == victim {
@@ -108,11 +118,23 @@ fn die_in_round(
                 taken.insert(source, setup.take(ctx, plan, 2, source)?);
                 round.reset(source)?;
             }
-            ended => return Ok((outcome(&ended), taken)),
+            ended => {
+                return Ok(Ended {
+                    outcome: outcome(&ended),
+                    finish: outcome(&round.finish(TIMEOUT)),
+                    taken,
+                })
+            }
         }
     }
 }
 
+/// The runtime's configuration from the environment, except that over shm through the fabric
+/// the ranks run without a progress thread unless `GASPI_PROGRESS_THREAD` says otherwise:
+/// libfabric's shm guards each rank's region with a spinlock in shared memory that the owner's
+/// progress thread takes while it handles incoming writes, and a rank killed holding it would
+/// leave every writer into it spinning inside libfabric (see the `killed-target` scenario of
+/// `gaspi-selftest`).
 pub fn config() -> Outcome<Config> {
     let mut config = Config::from_env()?;
     let shm_fabric = config.intranode == Intranode::Fabric && config.provider.starts_with("shm");

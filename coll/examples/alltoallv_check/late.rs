@@ -211,6 +211,8 @@ pub fn run(ctx: &Context) -> Outcome {
     report.put("ahead_before_reset", before_reset);
     report.put("digest", digest.hex());
     report.print("late", me);
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
     Ok(())
 }
 
