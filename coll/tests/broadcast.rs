@@ -8,6 +8,9 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+#[path = "../examples/support/data.rs"]
+mod data;
+
 // Only the parts of the plan that decide what ranks must report are used here.
 #[allow(dead_code)]
 #[path = "../examples/broadcast/plan.rs"]

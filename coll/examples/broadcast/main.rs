@@ -22,6 +22,8 @@
 
 #![forbid(unsafe_code)]
 
+#[path = "../support/data.rs"]
+mod data;
 mod plan;
 
 use std::process::ExitCode;

@@ -5,6 +5,9 @@
 
 use gaspi::Rank;
 
+use crate::data;
+pub use crate::data::Digest;
+
 /// Rounds of the main plan; every round broadcasts each of [`LENGTHS`] once.
 pub const ROUNDS: u32 = 50;
 /// Rounds of the plan over the subgroup (every rank but 0).
@@ -84,44 +87,5 @@ pub fn steps(members: u32, rounds: u32, late: bool) -> Vec<Step> {
 
 /// The bytes `root` broadcasts in round `round`: a splitmix64 stream seeded by both.
 pub fn fill(root: Rank, round: u32, buf: &mut [u8]) {
-    let mut state = (u64::from(root) << 32 | u64::from(round)) ^ 0x5eed_b00c_0dd5_eed5;
-    for chunk in buf.chunks_mut(8) {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let bytes = z.to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
-    }
-}
-
-/// A 64-bit digest over a sequence of buffers, their lengths included.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Digest(u64);
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Digest {
-    pub fn add(&mut self, bytes: &[u8]) {
-        self.mix(bytes.len() as u64);
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.mix(u64::from_le_bytes(word));
-        }
-    }
-
-    fn mix(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3);
-        self.0 ^= self.0 >> 29;
-    }
-
-    pub fn hex(self) -> String {
-        format!("{:016x}", self.0)
-    }
+    data::fill(u64::from(root) << 32 | u64::from(round), buf);
 }
