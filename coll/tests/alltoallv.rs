@@ -9,6 +9,9 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+#[path = "../examples/support/data.rs"]
+mod data;
+
 // Only the parts of the cases that decide what ranks must report are used here.
 #[allow(dead_code)]
 #[path = "../examples/alltoallv_check/plan.rs"]

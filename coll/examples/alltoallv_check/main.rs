@@ -21,6 +21,8 @@
 #![forbid(unsafe_code)]
 
 mod check;
+#[path = "../support/data.rs"]
+mod data;
 mod errors;
 mod exchange;
 mod kill;

@@ -6,12 +6,8 @@
 
 use gaspi::{Rank, SegmentId};
 
-// The byte stream and the digest of the broadcast example serve here too.
-#[allow(dead_code)]
-#[path = "../broadcast/plan.rs"]
-mod stream;
-
-pub use stream::Digest;
+use crate::data;
+pub use crate::data::Digest;
 
 /// Who sends to whom, and how much.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,9 +208,10 @@ pub fn source_offsets(sends: &[(Rank, u64)]) -> (Vec<u64>, u64) {
 /// The bytes of the block `source` sends to `target` in round `round` (the alltoallv's round
 /// number, from 1): different in every round and for every pair.
 pub fn fill(round: u64, source: Rank, target: Rank, buf: &mut [u8]) {
-    let seed = u32::try_from(round * 256 + u64::from(target))
-        .expect("fewer than 2^24 rounds and 256 ranks");
-    stream::fill(source, seed, buf);
+    data::fill(
+        (round << 32) ^ (u64::from(source) << 16) ^ u64::from(target),
+        buf,
+    );
 }
 
 /// The block `source` sends to `target` in round `round`, as [`fill`] makes it.
