@@ -152,10 +152,17 @@ fn consumers(
                 scope.spawn(move || -> Outcome<Vec<(Rank, Vec<u8>)>> {
                     let mine = plan.destinations().iter().zip(&setup.offsets);
                     for (d, &offset) in mine.skip(t).step_by(CONSUMER_THREADS) {
-                        round.send(d.rank, offset)?;
+                        round.send(d.rank, offset).map_err(|e| {
+                            format!("thread {t}: the block for rank {}: {e}", d.rank)
+                        })?;
                     }
                     let mut got = Vec::new();
-                    while let Some(source) = round.next_arrival(TIMEOUT)? {
+                    loop {
+                        let next = round.next_arrival(TIMEOUT).map_err(|e| {
+                            let ranks: Vec<Rank> = got.iter().map(|(r, _)| *r).collect();
+                            format!("thread {t}: next_arrival after taking {ranks:?}: {e}")
+                        })?;
+                        let Some(source) = next else { break };
                         got.push((source, setup.take(ctx, plan, number, source)?));
                         round.reset(source)?;
                     }
@@ -166,13 +173,14 @@ fn consumers(
         threads
             .into_iter()
             .map(|t| t.join().expect("a consumer thread panicked"))
-            .collect::<Vec<_>>()
-    });
-    round.finish(TIMEOUT)?;
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    round
+        .finish(TIMEOUT)
+        .map_err(|e| format!("finish after every thread saw the last arrival: {e}"))?;
     let mut this_round = Vec::new();
     let mut received = Received::default();
-    for (thread, result) in results.into_iter().enumerate() {
-        let got = result?;
+    for (thread, got) in results.into_iter().enumerate() {
         taken.busy[thread] |= !got.is_empty();
         for (source, block) in got {
             this_round.push(source);
