@@ -18,16 +18,23 @@
 //! its receive area, which must still be the one of round 4 (`ahead_before_reset`, its
 //! digest), and only then resets it; round 5 then completes everywhere.
 //!
+//! Rank 0 keeps the block of L of round 5 too. In round 6 L sends every block but rank 0's,
+//! starts a thread that takes arrivals (and so waits for rank 0's block), then sends its block
+//! for rank 0 (held back for want of the credit) and tells rank 0; rank 0 checks the block of L
+//! is still the one of round 5 (`deferred_before_reset`), resets it, waits for L's new block,
+//! and only then sends its own. L's block must go out when the credit comes back, although
+//! the thread that then waits in `next_arrival` began waiting before the block was sent.
+//!
 //! Each rank also reports its plan (`sources`, `destinations`) and a `digest` of every block of
-//! rounds 1 to 5, ascending source per round.
+//! rounds 1 to 6, ascending source per round.
 
 use std::time::Duration;
 
 use gaspi::{Context, Notification, Rank, SegmentId, Timeout, GROUP_ALL};
-use gaspi_coll::{Alltoallv, Collectives, Error, Status};
+use gaspi_coll::{Alltoallv, Collectives, Error, Plan, Round, Status};
 
 use crate::check::{
-    check_number, destinations_layout, outcome, sources_layout, take_all, Received, Report, Setup,
+    check_number, destinations_layout, outcome, sources_layout, Received, Report, Setup,
 };
 use crate::plan::{Digest, Pattern};
 use crate::{Outcome, TIMEOUT};
@@ -50,6 +57,7 @@ enum Phase {
     Finish = 2,
     Proposal = 3,
     Ahead = 4,
+    Deferred = 5,
 }
 
 pub fn run(ctx: &Context) -> Outcome {
@@ -96,6 +104,11 @@ pub fn run(ctx: &Context) -> Outcome {
     };
     report.put("discovery_timeouts", timeouts);
     report.put("sources", sources_layout(&plan));
+    let side = Side {
+        ctx,
+        setup: &setup,
+        plan: &plan,
+    };
     report.put("destinations", destinations_layout(&plan));
 
     // 2. Round 1: timeouts in `next_arrival`.
@@ -158,12 +171,8 @@ pub fn run(ctx: &Context) -> Outcome {
         let round = a2a.round(&plan, setup.source)?;
         check_number(&round, 4)?;
         round.send_all(&setup.offsets)?;
-        while let Some(source) = round.next_arrival(TIMEOUT)? {
-            received.add(4, source, setup.take(ctx, &plan, 4, source)?)?;
-            if me != 0 || source != late {
-                round.reset(source)?;
-            }
-        }
+        let keep = (me == 0).then_some(late);
+        side.take(&round, 4, &mut received, keep, None)?;
         round.finish(TIMEOUT)?;
     }
     received.finish(4, &plan, &mut digest)?;
@@ -190,30 +199,133 @@ pub fn run(ctx: &Context) -> Outcome {
             }
             a2a.alltoallv_reset(&sources)?;
         } else {
+            // Rank 0 keeps the block of L again, for round 6.
+            let keep = (me == 0).then_some(late);
             if me == 0 {
                 signals.wait(Phase::Ahead, &[late])?;
-                std::thread::sleep(SETTLE);
-                let Some(from) = plan.source(late) else {
-                    return Err(format!("rank {late} is not a source of rank 0").into());
-                };
-                let mut block = vec![0; usize::try_from(from.bytes)?];
-                ctx.segment_read(setup.receive, from.offset, &mut block)?;
-                let mut kept = Digest::default();
-                kept.add(&block);
-                before_reset = kept.hex();
+                before_reset = side.kept_block(late)?;
                 round.reset(late)?;
             }
-            received = take_all(ctx, &round, &setup, &plan, 5)?;
+            side.take(&round, 5, &mut received, keep, None)?;
+            round.finish(TIMEOUT)?;
         }
     }
     received.finish(5, &plan, &mut digest)?;
     report.put("ahead_timeouts", timeouts);
     report.put("ahead_before_reset", before_reset);
+
+    // 7. Round 6: L sends its block for rank 0 while another of its threads waits in
+    // `next_arrival`; rank 0 gives the credit only then, and sends its own block to L only
+    // once L's block is here. A send whose credit comes back while another thread waits must
+    // still be posted: if not, both wait for ever.
+    setup.load(ctx, 6)?;
+    let mut received = Received::default();
+    let mut before_reset = "none".to_owned();
+    {
+        let round = a2a.round(&plan, setup.source)?;
+        check_number(&round, 6)?;
+        if me == late {
+            received = side.send_while_waiting(&round, &signals)?;
+        } else if me == 0 {
+            signals.wait(Phase::Deferred, &[late])?;
+            before_reset = side.kept_block(late)?;
+            round.reset(late)?;
+            side.take(&round, 6, &mut received, None, Some(late))
+                .map_err(|e| format!("round 6, waiting for the block of rank {late}: {e}"))?;
+            round.send_all(&setup.offsets)?;
+            side.take(&round, 6, &mut received, None, None)?;
+        } else {
+            round.send_all(&setup.offsets)?;
+            side.take(&round, 6, &mut received, None, None)?;
+        }
+        round.finish(TIMEOUT)?;
+    }
+    received.finish(6, &plan, &mut digest)?;
+    report.put("deferred_before_reset", before_reset);
     report.put("digest", digest.hex());
     report.print("late", me);
     // An alltoallv is dropped only once its rounds are over on every member.
     ctx.barrier(TIMEOUT)?;
     Ok(())
+}
+
+/// This rank's side of the plan, with its context.
+struct Side<'a> {
+    ctx: &'a Context,
+    setup: &'a Setup,
+    plan: &'a Plan,
+}
+
+impl Side<'_> {
+    /// Takes arrivals of round `number` into `received`, checking each and resetting it unless
+    /// it is `keep`'s, until `last` was taken or, without `last`, none is left.
+    fn take(
+        &self,
+        round: &Round<'_>,
+        number: u64,
+        received: &mut Received,
+        keep: Option<Rank>,
+        last: Option<Rank>,
+    ) -> Outcome {
+        while let Some(source) = round.next_arrival(TIMEOUT)? {
+            let block = self.setup.take(self.ctx, self.plan, number, source)?;
+            received.add(number, source, block)?;
+            if keep != Some(source) {
+                round.reset(source)?;
+            }
+            if last == Some(source) {
+                return Ok(());
+            }
+        }
+        match last {
+            Some(rank) => {
+                Err(format!("round {number} ended without the block of rank {rank}").into())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Rank 0: the digest of the block of `late` in its receive area, once a write that should
+    /// not happen would have landed.
+    fn kept_block(&self, late: Rank) -> Outcome<String> {
+        std::thread::sleep(SETTLE);
+        let Some(from) = self.plan.source(late) else {
+            return Err(format!("rank {late} is not a source of rank 0").into());
+        };
+        let mut block = vec![0; usize::try_from(from.bytes)?];
+        self.ctx
+            .segment_read(self.setup.receive, from.offset, &mut block)?;
+        let mut kept = Digest::default();
+        kept.add(&block);
+        Ok(kept.hex())
+    }
+
+    /// L in round 6: sends every block but rank 0's, starts a thread that takes arrivals (it
+    /// waits for rank 0's block), and once it waits, sends the block for rank 0, which has no
+    /// credit yet, and tells rank 0.
+    fn send_while_waiting(&self, round: &Round<'_>, signals: &Signals<'_>) -> Outcome<Received> {
+        let blocks = self.plan.destinations().iter().zip(&self.setup.offsets);
+        for (d, &offset) in blocks.clone().filter(|(d, _)| d.rank != 0) {
+            round.send(d.rank, offset)?;
+        }
+        let (_, &to_0) = blocks
+            .clone()
+            .find(|(d, _)| d.rank == 0)
+            .ok_or("rank 0 is not a destination")?;
+        std::thread::scope(|scope| {
+            let taker = scope.spawn(|| -> Outcome<Received> {
+                let mut received = Received::default();
+                self.take(round, 6, &mut received, None, None)
+                    .map_err(|e| format!("round 6, the thread taking arrivals: {e}"))?;
+                Ok(received)
+            });
+            // Time for the taker to take what is here and wait for rank 0's block.
+            std::thread::sleep(SETTLE);
+            round.send(0, to_0)?;
+            signals.tell(0, Phase::Deferred)?;
+            taker.join().expect("the taking thread panicked")
+        })
+    }
 }
 
 /// The "I timed out" notifications between the ranks.
