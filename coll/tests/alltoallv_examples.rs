@@ -1,7 +1,8 @@
 //! The alltoallv examples as real jobs of separate processes under `gaspirun`, over `tcp` and
 //! `shm`. Each example checks its own results and exits non-zero on a mismatch; these tests
 //! also judge what every rank reports against what they compute themselves from the examples'
-//! data modules (included here): the digest of every block `threaded_reset` received.
+//! data modules (included here): the digest of every block `threaded_reset` received, and the
+//! sources and the final values (to the bit) of `spmv_halo`.
 
 #![forbid(unsafe_code)]
 
@@ -14,7 +15,13 @@ mod data;
 #[path = "../examples/threaded_reset/pattern.rs"]
 mod pattern;
 
+// Only the parts of these examples' data that decide what ranks must report are used here.
+#[allow(dead_code)]
+#[path = "../examples/spmv_halo/matrix.rs"]
+mod matrix;
+
 use common::{example, gaspirun, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use matrix::Grid;
 
 /// Runs example `name` with `args` on `ranks` ranks over `provider`; it must succeed.
 fn run(name: &str, ranks: u32, provider: &str, args: &[&str]) -> Finished {
@@ -62,6 +69,63 @@ fn threaded_reset(ranks: u32, provider: &str) {
     }
 }
 
+/// `spmv_halo` on a grid split `px` across (`None`: its default split): the sources the
+/// matrix implies, one arrival per source and iteration, and the serial iterations' values.
+fn spmv_halo(ranks: u32, provider: &str, px: Option<usize>) {
+    const ITERATIONS: u64 = 60;
+    let (width, height) = (96, 64);
+    let mut args = vec![
+        "--width".to_owned(),
+        width.to_string(),
+        "--height".to_owned(),
+        height.to_string(),
+        "--iterations".to_owned(),
+        ITERATIONS.to_string(),
+    ];
+    if let Some(px) = px {
+        args.extend(["--px".to_owned(), px.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = run("spmv_halo", ranks, provider, &args);
+    let report = job.report();
+    let grid = Grid::new(width, height, ranks, px).expect("the split fits");
+    let serial = grid.serial(ITERATIONS);
+    for rank in 0..ranks {
+        let data = job.data("spmv_halo", rank);
+        let rows = grid.rows(rank);
+        let sources: Vec<u32> = (0..ranks)
+            .filter(|&source| !grid.halo(rank, source).is_empty())
+            .collect();
+        let listed: Vec<String> = sources.iter().map(u32::to_string).collect();
+        let listed = if listed.is_empty() {
+            "none".to_owned()
+        } else {
+            listed.join("/")
+        };
+        let halo: usize = sources.iter().map(|&s| grid.halo(rank, s).len()).sum();
+        let interior = rows
+            .iter()
+            .filter(|&&i| grid.neighbours(i).iter().all(|&j| grid.owner(j) == rank))
+            .count();
+        let expected = [
+            ("ranks", format!("{}x{}", grid.px, grid.py)),
+            ("rows", rows.len().to_string()),
+            ("sources", listed),
+            ("halo_values", halo.to_string()),
+            ("arrivals", (ITERATIONS * sources.len() as u64).to_string()),
+            ("interior", interior.to_string()),
+            ("mismatches", "0".to_owned()),
+            (
+                "digest",
+                Grid::digest(rows.iter().map(|&i| serial[i])).hex(),
+            ),
+        ];
+        for (key, value) in expected {
+            assert_eq!(data.get(key), value, "rank {rank}: {key}\n{report}");
+        }
+    }
+}
+
 #[test]
 fn threaded_reset_1_shm() {
     threaded_reset(1, "shm");
@@ -80,4 +144,31 @@ fn threaded_reset_4_tcp() {
 #[test]
 fn threaded_reset_4_shm() {
     threaded_reset(4, "shm");
+}
+
+#[test]
+fn spmv_halo_1_tcp() {
+    spmv_halo(1, "tcp", None);
+}
+
+#[test]
+fn spmv_halo_2_shm() {
+    spmv_halo(2, "shm", None);
+}
+
+/// A 2 x 2 split: every other rank is a neighbour, with halos of different sizes.
+#[test]
+fn spmv_halo_4_tcp() {
+    spmv_halo(4, "tcp", None);
+}
+
+/// Strips: each rank reads from 2 of the 3 others, a sparse exchange.
+#[test]
+fn spmv_halo_4_strips_shm() {
+    spmv_halo(4, "shm", Some(4));
+}
+
+#[test]
+fn spmv_halo_4_strips_tcp() {
+    spmv_halo(4, "tcp", Some(4));
 }
