@@ -1,8 +1,9 @@
 //! The alltoallv examples as real jobs of separate processes under `gaspirun`, over `tcp` and
 //! `shm`. Each example checks its own results and exits non-zero on a mismatch; these tests
 //! also judge what every rank reports against what they compute themselves from the examples'
-//! data modules (included here): the digest of every block `threaded_reset` received, and the
-//! sources and the final values (to the bit) of `spmv_halo`.
+//! data modules (included here): the digest of every block `threaded_reset` received, the
+//! sources and the final values (to the bit) of `spmv_halo`, and a checksum of the columns of
+//! `fft_transpose`'s result against a plain 2-D FFT.
 
 #![forbid(unsafe_code)]
 
@@ -20,8 +21,14 @@ mod pattern;
 #[path = "../examples/spmv_halo/matrix.rs"]
 mod matrix;
 
+#[allow(dead_code)]
+#[path = "../examples/fft_transpose/signal.rs"]
+mod signal;
+
 use common::{example, gaspirun, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use matrix::Grid;
+use rustfft::num_complex::Complex64;
+use signal::Checksum;
 
 /// Runs example `name` with `args` on `ranks` ranks over `provider`; it must succeed.
 fn run(name: &str, ranks: u32, provider: &str, args: &[&str]) -> Finished {
@@ -126,6 +133,63 @@ fn spmv_halo(ranks: u32, provider: &str, px: Option<usize>) {
     }
 }
 
+/// `fft_transpose` on a 256 x 256 matrix: every rank's columns of the result agree with a
+/// plain 2-D FFT, and every block of every pipelined round was taken by one of its threads.
+fn fft_transpose(ranks: u32, provider: &str) {
+    const N: usize = 256;
+    const REPS: usize = 2;
+    let job = run(
+        "fft_transpose",
+        ranks,
+        provider,
+        &["--n", &N.to_string(), "--reps", &REPS.to_string()],
+    );
+    let report = job.report();
+    let all: Vec<usize> = (0..N).collect();
+    let reference = signal::reference(N, &all);
+    let p = ranks as usize;
+    for rank in 0..ranks {
+        let data = job.data("fft_transpose", rank);
+        assert_eq!(
+            data.parse::<usize>("columns"),
+            N / p,
+            "rank {rank}\n{report}"
+        );
+        assert_eq!(
+            data.parse::<usize>("arrivals"),
+            REPS * p,
+            "rank {rank}: blocks taken by the pipelined rounds\n{report}"
+        );
+        let columns: Vec<usize> = (0..N / p).map(|k| rank as usize + p * k).collect();
+        let values: Vec<_> = columns.iter().map(|&v| reference[v].clone()).collect();
+        let expected = Checksum::of(&columns, &values);
+        let reported = Checksum {
+            weighted: Complex64::new(data.parse("weighted_re"), data.parse("weighted_im")),
+            energy: data.parse("energy"),
+        };
+        assert!(
+            agrees(&reported, &expected, 1e-9),
+            "rank {rank}: checksum {reported:?}, a plain FFT gives {expected:?}\n{report}"
+        );
+    }
+    let pipelining = job
+        .stdout
+        .lines()
+        .find_map(|line| line.split_once("{\"bench\":\"pipelining\",\"value\":"))
+        .and_then(|(_, rest)| rest.split(',').next()?.parse::<f64>().ok());
+    assert!(
+        pipelining.is_some_and(|value| value.is_finite() && value > 0.0),
+        "rank 0 reports the pipelining ratio\n{report}"
+    );
+}
+
+/// Whether two checksums agree to `tolerance` relative to the size of the values.
+fn agrees(a: &Checksum, b: &Checksum, tolerance: f64) -> bool {
+    let energy = a.energy.max(b.energy);
+    (a.weighted - b.weighted).norm() <= tolerance * energy.sqrt().max(1.0)
+        && (a.energy - b.energy).abs() <= tolerance * energy
+}
+
 #[test]
 fn threaded_reset_1_shm() {
     threaded_reset(1, "shm");
@@ -171,4 +235,24 @@ fn spmv_halo_4_strips_shm() {
 #[test]
 fn spmv_halo_4_strips_tcp() {
     spmv_halo(4, "tcp", Some(4));
+}
+
+#[test]
+fn fft_transpose_1_tcp() {
+    fft_transpose(1, "tcp");
+}
+
+#[test]
+fn fft_transpose_2_shm() {
+    fft_transpose(2, "shm");
+}
+
+#[test]
+fn fft_transpose_4_tcp() {
+    fft_transpose(4, "tcp");
+}
+
+#[test]
+fn fft_transpose_4_shm() {
+    fft_transpose(4, "shm");
 }
