@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing gaspi needs on Debian/Ubuntu, if it is missing:
 # libfabric headers and tools, libclang for bindgen, and MPICH (whose mpiexec.hydra a test
-# uses to start the demo unchanged), plus any packages named as arguments (the benchmark's
-# MPI comparison adds the MPI development packages). Safe to run again; does nothing when all
-# is present.
+# uses to start the ring example unchanged), plus any packages named as arguments (the
+# benchmark's MPI comparison adds the MPI development packages). Safe to run again; does
+# nothing when all is present.
 set -euo pipefail
 
 packages=(libfabric-dev libfabric-bin libclang-dev clang pkg-config mpich "$@")
