@@ -10,7 +10,6 @@ mod layout;
 mod plan;
 mod round;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -18,6 +17,7 @@ pub use plan::{Destination, Plan, Source};
 pub use round::{Round, Status};
 
 use gaspi::{Batch, Context, Deadline, GroupId, Rank, Segment, SegmentId, Target, Timeout};
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::Result;
 use crate::Collectives;
@@ -199,7 +199,7 @@ impl<'c> Alltoallv<'c> {
             me,
             layout,
             control,
-            targets: Mutex::new(HashMap::new()),
+            targets: Mutex::new(HashMap::default()),
             batch: ctx.batch_with_depth(depth),
             credits: ctx.batch_with_depth(depth),
             id: OBJECTS.fetch_add(1, Ordering::Relaxed),

@@ -7,7 +7,7 @@
 //! source's block of a later round (the source got its credit and wrote again while the
 //! thread waited): it keeps it aside for that round, since the table no longer holds it.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Timeout};
 
