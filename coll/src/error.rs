@@ -1,5 +1,6 @@
 //! The crate's single error type: the runtime's errors, wrapped unchanged, and what a collective
-//! itself can detect (bad arguments, members that disagree, a broadcast abandoned upstream).
+//! itself can detect (bad arguments, members that disagree, a broadcast abandoned upstream,
+//! misuse of epochs).
 
 use gaspi::{GroupId, Rank};
 
@@ -204,6 +205,72 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// A second epoch of one kind on a [`Window`](crate::Window): a `post` while the exposure
+    /// epoch is open, a `start` while the access epoch is (or a `start_one` of a target already
+    /// in it).
+    #[error("an {epoch} epoch is already open on this window")]
+    EpochOpen {
+        /// The kind of epoch.
+        epoch: crate::Epoch,
+    },
+
+    /// A call that ends an epoch of a [`Window`](crate::Window) without one open: `complete`
+    /// without `start`, `wait` or `test` without `post`.
+    #[error("no {epoch} epoch is open on this window")]
+    NoEpoch {
+        /// The kind of epoch.
+        epoch: crate::Epoch,
+    },
+
+    /// A write to, or `complete_one` of, a rank outside the access epoch of a
+    /// [`Window`](crate::Window).
+    #[error("rank {rank} is not a target of the access epoch")]
+    NotStarted {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A write to a target of the access epoch whose post has not arrived (its start timed
+    /// out): call the start again first.
+    #[error("the post of target rank {rank} has not arrived")]
+    NotPosted {
+        /// The target.
+        rank: Rank,
+    },
+
+    /// A rank that is not a member of the group of the object.
+    #[error("rank {rank} is not a member of group {group}")]
+    NotMember {
+        /// The rank.
+        rank: Rank,
+        /// The group.
+        group: GroupId,
+    },
+
+    /// A rank given twice in one list.
+    #[error("rank {rank} is given twice")]
+    DuplicateRank {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A timeout while waiting for the posts of these targets (a start to a target that never
+    /// posts to this rank ends here): call again to continue. Counts as a timeout
+    /// ([`Error::is_timeout`]).
+    #[error("timed out waiting for the posts of target ranks {ranks:?}")]
+    PostsMissing {
+        /// The targets not heard from.
+        ranks: Vec<Rank>,
+    },
+
+    /// A timeout while waiting for these origins to complete: call again to continue. Counts
+    /// as a timeout ([`Error::is_timeout`]).
+    #[error("timed out waiting for origin ranks {ranks:?} to complete")]
+    CompletionsMissing {
+        /// The origins not heard from.
+        ranks: Vec<Rank>,
+    },
+
     /// An earlier broadcast on this object failed (with an error other than a timeout or a
     /// length mismatch), so its members are no longer in step: build a new object.
     #[error("an earlier broadcast (sequence {seq}) on this object failed; build a new one")]
@@ -214,10 +281,15 @@ pub enum Error {
 }
 
 impl Error {
-    /// True for a timeout of the runtime: the call may be repeated to continue.
+    /// True for a timeout (of the runtime, or one naming the ranks waited for): the call may be
+    /// repeated to continue.
     #[must_use]
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Gaspi(e) if e.is_timeout())
+        match self {
+            Error::Gaspi(e) => e.is_timeout(),
+            Error::PostsMissing { .. } | Error::CompletionsMissing { .. } => true,
+            _ => false,
+        }
     }
 }
 

@@ -17,6 +17,8 @@
 //!   resets with credits so that iterations need no barrier, and block-by-block sending.
 //! * [`Broadcast`]: one root's bytes to every member of a committed group, blocking
 //!   ([`Broadcast::broadcast`]) or not ([`Broadcast::broadcast_nb`]), along a binomial tree.
+//! * [`Window`]: MPI-3's post / start / complete / wait epochs on a user segment, matched by
+//!   rank and epoch (proposal G), with per-target `start_one` / `complete_one` / `start_any`.
 //!
 //! # What a broadcast guarantees
 //! * When [`Broadcast::broadcast`] returns `Ok` on a member (or its handle reports completion),
@@ -55,17 +57,19 @@ mod alltoallv;
 mod barrier;
 mod broadcast;
 mod error;
+mod pscw;
 mod tree;
 
 pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status, LARGE_BLOCK};
 pub use broadcast::{Broadcast, BroadcastHandle};
 pub use error::{Error, Result};
 pub use gaspi;
+pub use pscw::{Assert, Epoch, Window};
 
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
-use gaspi::{Context, GroupId, Library};
+use gaspi::{Context, GroupId, Library, Rank, SegmentId};
 
 /// This crate's namespace in a context: register it once per context, and build every
 /// collective object from it.
@@ -130,4 +134,25 @@ impl<'a> Collectives<'a> {
 pub(crate) fn tag(seq: u64) -> u32 {
     // The remainder is below u32::MAX, so the cast keeps every bit.
     (seq % u64::from(u32::MAX)) as u32 + 1
+}
+
+/// `Ok` when `bytes` from `offset` lie within this rank's segment `segment` of `size` bytes.
+pub(crate) fn check_range(
+    rank: Rank,
+    segment: SegmentId,
+    size: u64,
+    offset: u64,
+    bytes: u64,
+) -> Result<()> {
+    if offset.checked_add(bytes).is_some_and(|end| end <= size) {
+        return Ok(());
+    }
+    Err(gaspi::Error::OutOfBounds {
+        rank,
+        segment,
+        offset,
+        size: bytes,
+        segment_size: size,
+    }
+    .into())
 }

@@ -246,7 +246,7 @@ impl Alltoallv<'_> {
         if let Some(offsets) = offsets {
             check_offsets(data, offsets)?;
             for (d, &offset) in data.destinations.iter().zip(offsets) {
-                check_block(self.ctx.rank(), source, size, offset, d.bytes)?;
+                crate::check_range(self.ctx.rank(), source, size, offset, d.bytes)?;
             }
         }
         if !self.coll.begin_exchange(self.group) {
@@ -303,7 +303,7 @@ impl Alltoallv<'_> {
                 if run.sends[index] != Send::NotSent || blocks[..n].iter().any(|b| b.0 == index) {
                     return Err(Error::AlreadySent { rank: d.rank });
                 }
-                check_block(self.ctx.rank(), run.source, size, offset, d.bytes)?;
+                crate::check_range(self.ctx.rank(), run.source, size, offset, d.bytes)?;
             }
             for &(index, offset) in &blocks {
                 run.sends[index] = Send::Waiting(offset);
@@ -705,21 +705,6 @@ fn take_early(
         }
     }
     Ok(None)
-}
-
-/// `Ok` when `bytes` from `offset` lie within this rank's segment `segment` of `size` bytes.
-fn check_block(rank: Rank, segment: SegmentId, size: u64, offset: u64, bytes: u64) -> Result<()> {
-    if offset.checked_add(bytes).is_some_and(|end| end <= size) {
-        return Ok(());
-    }
-    Err(gaspi::Error::OutOfBounds {
-        rank,
-        segment,
-        offset,
-        size: bytes,
-        segment_size: size,
-    }
-    .into())
 }
 
 fn check_offsets(plan: &PlanData, offsets: &[u64]) -> Result<()> {

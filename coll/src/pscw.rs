@@ -1,0 +1,817 @@
+//! MPI-3's general active-target synchronisation (post / start / complete / wait) on a user
+//! segment: [`Window`], its [`Assert`]ions, and the epochs it keeps. Matching follows proposal
+//! G of the MPI-2 discussion (`mpi-rma-post-start-complete-wait-proposal.txt`): a target posts
+//! to named origins, an origin starts named targets, and every start matches exactly one post
+//! *by rank and by epoch*, never by count.
+//!
+//! The protocol and the mapping of every MPI call and assertion are documented on [`Window`].
+
+use std::collections::HashMap;
+use std::ops::BitOr;
+
+use gaspi::{
+    Batch, Context, Deadline, GroupId, Notification, NotificationId, Rank, Segment, SegmentId,
+    Target, Timeout,
+};
+
+use crate::error::{Error, Result};
+use crate::Collectives;
+
+/// Assertions on [`Window::post`] and [`Window::start`], combined with `|`: MPI's `assert`
+/// argument. Only [`NOCHECK`](Self::NOCHECK) changes what happens; the others are accepted as
+/// the hints they are in MPI and change nothing here (nothing is cached that a local store or
+/// a put would have to flush).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Assert(u8);
+
+impl Assert {
+    /// No assertion (MPI's `0`).
+    pub const NONE: Assert = Assert(0);
+    /// `MPI_MODE_NOCHECK`: the caller guarantees that the matching post already happened when
+    /// the start is made, so no handshake takes place. Like MPI, it must be given on both
+    /// sides: on a post (which then sends nothing) and on every start that matches it (which
+    /// then waits for nothing). Used for double buffering, where the synchronisation of the
+    /// other buffer's epoch already orders post before start.
+    pub const NOCHECK: Assert = Assert(1);
+    /// `MPI_MODE_NOSTORE` (on post): no local store since the last synchronisation. A hint.
+    pub const NOSTORE: Assert = Assert(2);
+    /// `MPI_MODE_NOPUT` (on post): no write into this window during the exposure epoch. A hint.
+    pub const NOPUT: Assert = Assert(4);
+    /// `MPI_MODE_NOPRECEDE`: no earlier epoch to complete (a fence assertion). A hint.
+    pub const NOPRECEDE: Assert = Assert(8);
+    /// `MPI_MODE_NOSUCCEED`: no later epoch follows (a fence assertion). A hint.
+    pub const NOSUCCEED: Assert = Assert(16);
+
+    /// Whether every assertion of `other` is in `self`.
+    pub fn contains(self, other: Assert) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Assert {
+    type Output = Assert;
+
+    fn bitor(self, rhs: Assert) -> Assert {
+        Assert(self.0 | rhs.0)
+    }
+}
+
+/// The two kinds of epoch of a [`Window`], as errors name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epoch {
+    /// Opened by [`Window::post`], closed by [`Window::wait`] or [`Window::test`].
+    Exposure,
+    /// Opened by [`Window::start`] (or [`start_one`](Window::start_one),
+    /// [`start_any`](Window::start_any)), closed by [`Window::complete`] (or
+    /// [`complete_one`](Window::complete_one) for each target).
+    Access,
+}
+
+impl std::fmt::Display for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Epoch::Exposure => "exposure",
+            Epoch::Access => "access",
+        })
+    }
+}
+
+/// An origin of the exposure epoch.
+#[derive(Debug, Clone, Copy)]
+struct Origin {
+    member: u32,
+    /// The tag its `done` must carry.
+    tag: u32,
+    completed: bool,
+}
+
+/// Where a target of the access epoch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Its post has not been seen: writes to it are refused.
+    Pending,
+    /// Its post matched (or NOCHECK): writes go out.
+    Ready,
+    /// Its `done` was posted; the epoch waits for local completion.
+    Told,
+}
+
+/// A target of the access epoch.
+#[derive(Debug, Clone, Copy)]
+struct Access {
+    member: u32,
+    rank: Rank,
+    /// The tag of the post it must match, and of the `done` it is sent.
+    tag: u32,
+    stage: Stage,
+}
+
+/// An epoch window over a user segment and a committed group: MPI-3's
+/// `MPI_Win_post / start / complete / wait / test` between the group's members, with proposal
+/// G's per-target extensions ([`start_one`](Self::start_one),
+/// [`complete_one`](Self::complete_one), [`start_any`](Self::start_any)).
+///
+/// Build it once (collective); then every member may open an *exposure epoch* (its segment is
+/// written by named origins) and an *access epoch* (it writes to named targets), both at once,
+/// as often as it likes, with other origins and targets each time.
+///
+/// # MPI calls and assertions, and what they are here
+/// | MPI | here |
+/// |---|---|
+/// | `MPI_Win_create` over a communicator | [`Window::new`] over a user segment (the window's memory, the same id on every member) and a committed group |
+/// | `MPI_Win_post(group, assert, win)` | [`post(origins, assert, timeout)`](Self::post): never waits for a peer |
+/// | `MPI_Win_start(group, assert, win)` | [`start(targets, assert, timeout)`](Self::start): returns once every target's matching post arrived (MPI lets start block; here it does) |
+/// | `MPI_Put` inside the access epoch | [`write`](Self::write), [`write_notify`](Self::write_notify), [`write_list`](Self::write_list): to a started target only |
+/// | `MPI_Win_complete(win)` | [`complete(timeout)`](Self::complete) |
+/// | `MPI_Win_wait(win)` | [`wait(timeout)`](Self::wait) |
+/// | `MPI_Win_test(win, &flag)` | [`test()`](Self::test): `true` once, closing the epoch |
+/// | `MPI_MODE_NOCHECK` | [`Assert::NOCHECK`], on both sides as in MPI |
+/// | `MPI_MODE_NOSTORE`, `MPI_MODE_NOPUT`, `MPI_MODE_NOPRECEDE`, `MPI_MODE_NOSUCCEED` | [`Assert::NOSTORE`], [`Assert::NOPUT`], [`Assert::NOPRECEDE`], [`Assert::NOSUCCEED`]: accepted hints |
+/// | proposal G `MPI_RMA_START(comm, rank)` / `MPI_RMA_COMPLETE(comm, rank)` | [`start_one`](Self::start_one) / [`complete_one`](Self::complete_one) |
+/// | proposal G's "polling on the next target that posts" | [`start_any`](Self::start_any) |
+///
+/// # Protocol
+/// Each member has a control table (a library notification table over the group) with two
+/// notifications per member: `post(t)`, set by target `t` when it posts to this member, and
+/// `done(o)`, set by origin `o` when it completes towards this member. Their values are
+/// *epoch tags*: a target counts the exposure epochs it posted to each origin, an origin
+/// counts the access epochs it started to each target, and the `k`-th start of `o` to `t`
+/// matches exactly the `k`-th post of `t` that named `o` (proposal G's rule). So:
+/// * a start never matches a stale post of an earlier epoch, nor one meant for another
+///   origin, nor one of another target: the post from D or E never counts towards an epoch
+///   started with B and C (the flaw of counter-only matching), and the proposal's cases (X),
+///   (Y), (Z) and (U) synchronise without extra messages;
+/// * `wait` collects `done` from exactly the posted origins, each with the tag of this epoch.
+///
+/// One notification per pair suffices: a target posts to an origin again only after its wait
+/// saw that origin's `done`, which the origin sends only after it took the previous post; a
+/// value other than the expected tag therefore means that the members disagree (NOCHECK on one
+/// side only, or different numbers of epochs), and is reported as [`Error::OutOfStep`].
+///
+/// Writes go through the window's own [`gaspi::Batch`]; `done` is posted on the same batch
+/// after them, and a batch's notification to a rank never lands before the batch's earlier
+/// writes to that rank. So when `wait` sees an origin's `done`, all its data is visible.
+///
+/// # Waiting, errors and faults
+/// * Every call that waits takes a [`Timeout`] and may be repeated after a timeout to
+///   continue: a `start` or `complete` that timed out waiting for posts reports
+///   [`Error::PostsMissing`] naming the targets (an origin that starts a target which did not
+///   post it is reported this way, never hangs); a `wait` reports
+///   [`Error::CompletionsMissing`] naming the origins. Both count as timeouts
+///   ([`Error::is_timeout`]).
+/// * A dead target makes `start` fail naming it ([`gaspi::Error::RankFailed`]), and
+///   `complete` when the runtime knows it dead; a dead origin makes `wait` fail naming it.
+/// * Misuse is an error, checked before anything changes: [`Error::EpochOpen`] for a second
+///   epoch of one kind, [`Error::NoEpoch`] for `complete` without `start` or `wait` without
+///   `post`, [`Error::NotStarted`] for a write to (or `complete_one` of) a rank outside the
+///   access epoch, [`Error::NotPosted`] for a write to a target whose post has not arrived,
+///   [`Error::NotMember`] and [`Error::DuplicateRank`] for bad rank lists.
+///
+/// # Choices
+/// * The calls take `&mut self`: one window carries one exposure and one access epoch at a
+///   time, and its calls come from one thread at a time, as the borrow checker says. Many
+///   windows may be open at once, each with its own epochs, and different threads may work in
+///   different windows.
+/// * `start` waits for the posts rather than deferring writes: a write then goes out at once,
+///   and the window keeps no copy of pending writes. [`start_one`](Self::start_one) and
+///   [`start_any`](Self::start_any) add targets one by one to the access epoch, so an origin
+///   can serve each target as soon as it is ready.
+/// * A member's control and data targets are resolved on first use, within the timeout of
+///   `post` or `start`, and cached.
+/// * `NOCHECK` cannot be used with `start_any`, which needs the post to find the target.
+///
+/// # Example
+/// A ring: each rank writes 8 bytes into its right neighbour's segment 0, every epoch.
+/// ```no_run
+/// use gaspi::{Context, Timeout, GROUP_ALL};
+/// use gaspi_coll::{Assert, Collectives, Window};
+///
+/// let ctx = Context::init()?;
+/// let t = Timeout::Millis(10_000);
+/// ctx.segment_create(0, 4096, t)?;
+/// let coll = Collectives::new(&ctx)?;
+/// let mut win = Window::new(&coll, GROUP_ALL, 0, t)?;
+/// let n = ctx.size();
+/// let (left, right) = ((ctx.rank() + n - 1) % n, (ctx.rank() + 1) % n);
+/// for _ in 0..10 {
+///     win.post(&[left], Assert::NONE, t)?;
+///     win.start(&[right], Assert::NONE, t)?;
+///     win.write(0, 0, right, 8, 8)?;
+///     win.complete(t)?;
+///     win.wait(t)?; // bytes 8..16 now hold what `left` wrote
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Window<'c> {
+    ctx: &'c Context,
+    group: GroupId,
+    segment: SegmentId,
+    /// The members' ranks, by member index.
+    ranks: Vec<Rank>,
+    /// Member indices by rank.
+    members: HashMap<Rank, u32>,
+    me: u32,
+    control: Segment<'c>,
+    /// Members' control tables, resolved on first use.
+    controls: HashMap<Rank, Target>,
+    /// Members' window segments, resolved on first use.
+    windows: HashMap<Rank, Target>,
+    /// Writes and `done`s: one batch, so that a `done` follows the writes it covers.
+    batch: Batch<'c>,
+    /// Per member: exposure epochs this member posted to it so far.
+    posts: Vec<u64>,
+    /// Per member: access epochs this member started to it so far.
+    starts: Vec<u64>,
+    exposure: Option<Vec<Origin>>,
+    access: Vec<Access>,
+    /// A target [`start_any`](Self::start_any) matched but did not return yet (its
+    /// targets were still being resolved when it timed out).
+    matched: Option<Rank>,
+}
+
+impl std::fmt::Debug for Window<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("group", &self.group)
+            .field("segment", &self.segment)
+            .field("members", &self.ranks.len())
+            .field("exposure", &self.exposure.is_some())
+            .field("access", &self.access.len())
+            .finish()
+    }
+}
+
+impl<'c> Window<'c> {
+    /// Builds the window over user segment `segment` of the members of committed group
+    /// `group` (collective over its members; `MPI_Win_create`): creates each member's control
+    /// table in `coll`'s namespace. The segment must exist on every member that is written to
+    /// when it is first started. After [`gaspi::Error::Timeout`], call again with the same
+    /// arguments to continue.
+    ///
+    /// # Errors
+    /// From the runtime: [`gaspi::Error::UnknownGroup`], [`gaspi::Error::GroupNotCommitted`],
+    /// [`gaspi::Error::NotInGroup`], [`gaspi::Error::InvalidNotification`] for a group too
+    /// large for a notification table, [`gaspi::Error::LibraryBusy`],
+    /// [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
+    pub fn new(
+        coll: &'c Collectives<'c>,
+        group: GroupId,
+        segment: SegmentId,
+        timeout: Timeout,
+    ) -> Result<Window<'c>> {
+        let ctx = coll.context();
+        let ranks = ctx.group_ranks(group)?;
+        let n = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
+        let control = coll
+            .library()
+            .notifications_create(group, n.saturating_mul(2), timeout)?;
+        // Only members get this far: notifications_create refuses the others.
+        let me = ctx
+            .group_index(group, ctx.rank())?
+            .ok_or(gaspi::Error::NotInGroup {
+                group,
+                rank: ctx.rank(),
+            })?;
+        let members = (0..n).map(|m| (ranks[m as usize], m)).collect();
+        Ok(Window {
+            ctx,
+            group,
+            segment,
+            members,
+            me,
+            control,
+            controls: HashMap::new(),
+            windows: HashMap::new(),
+            batch: ctx.batch(),
+            posts: vec![0; ranks.len()],
+            starts: vec![0; ranks.len()],
+            ranks,
+            exposure: None,
+            access: Vec::new(),
+            matched: None,
+        })
+    }
+
+    /// The group the window is over.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// The user segment the window exposes.
+    pub fn segment(&self) -> SegmentId {
+        self.segment
+    }
+
+    /// `MPI_Win_post`: opens an exposure epoch to `origins` (members of the group, this rank
+    /// included if it likes), telling each that it may start (unless `assert` has
+    /// [`Assert::NOCHECK`]). Never waits for a peer; `timeout` bounds only the first lookup
+    /// of an origin's control table. After a timeout nothing was posted: call again.
+    ///
+    /// # Errors
+    /// [`Error::EpochOpen`] while an exposure epoch is open; [`Error::NotMember`];
+    /// [`Error::DuplicateRank`]; from the runtime: [`gaspi::Error::Timeout`],
+    /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
+    pub fn post(&mut self, origins: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
+        if self.exposure.is_some() {
+            return Err(Error::EpochOpen {
+                epoch: Epoch::Exposure,
+            });
+        }
+        let members = self.members_of(origins)?;
+        let deadline = timeout.deadline();
+        let nocheck = assert.contains(Assert::NOCHECK);
+        if !nocheck {
+            for &rank in origins {
+                self.control_target(rank, deadline)?;
+            }
+        }
+        let mut epoch = Vec::with_capacity(members.len());
+        for &member in &members {
+            self.posts[member as usize] += 1;
+            let tag = crate::tag(self.posts[member as usize]);
+            epoch.push(Origin {
+                member,
+                tag,
+                completed: false,
+            });
+        }
+        // The epoch is open from here on, also when a notification fails below: the origin
+        // it was for is then dead or out of reach, and `wait` names it.
+        self.exposure = Some(epoch.clone());
+        if !nocheck {
+            let id = self.post_id(self.me);
+            for (o, &rank) in epoch.iter().zip(origins) {
+                self.notify(rank, Notification { id, value: o.tag }, deadline)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_wait`: waits until every origin of the exposure epoch completed; then all
+    /// their writes are visible in this rank's segment, and the epoch is closed. After a
+    /// timeout ([`Error::CompletionsMissing`], naming the origins not heard from), call
+    /// again to continue.
+    ///
+    /// # Errors
+    /// [`Error::NoEpoch`] without an exposure epoch; [`Error::CompletionsMissing`];
+    /// [`gaspi::Error::RankFailed`] naming a dead origin; [`Error::OutOfStep`] when an origin
+    /// completed another epoch than this one.
+    pub fn wait(&mut self, timeout: Timeout) -> Result<()> {
+        self.await_completions(timeout.deadline())
+    }
+
+    /// `MPI_Win_test`: [`wait`](Self::wait) that never blocks: `false` while an origin has
+    /// not completed; `true` once they all have, which closes the epoch (a further `test`
+    /// before the next [`post`](Self::post) is [`Error::NoEpoch`], as MPI forbids it).
+    ///
+    /// # Errors
+    /// As for [`wait`](Self::wait), except the timeout.
+    pub fn test(&mut self) -> Result<bool> {
+        match self.await_completions(Timeout::Test.deadline()) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_timeout() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `MPI_Win_start`: opens an access epoch to `targets` and returns once each has posted
+    /// to this rank for this epoch (at once with [`Assert::NOCHECK`]); then
+    /// [`write`](Self::write) to them. After a timeout ([`Error::PostsMissing`], naming the
+    /// targets not heard from) the epoch is open with the targets that did post: call again
+    /// with the same targets to continue (writes to those already there are allowed
+    /// meanwhile), or [`complete`](Self::complete) it.
+    ///
+    /// # Errors
+    /// [`Error::EpochOpen`] while another access epoch is open; [`Error::NotMember`];
+    /// [`Error::DuplicateRank`]; [`Error::PostsMissing`]; [`Error::OutOfStep`] when a target
+    /// posted another epoch; from the runtime: [`gaspi::Error::Timeout`] (resolving a target),
+    /// [`gaspi::Error::RankFailed`] naming a dead target.
+    pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
+        let deadline = timeout.deadline();
+        if !self.access.is_empty() {
+            if !self.resumes(targets) {
+                return Err(Error::EpochOpen {
+                    epoch: Epoch::Access,
+                });
+            }
+            return self.await_posts(deadline);
+        }
+        let members = self.members_of(targets)?;
+        for &rank in targets {
+            self.resolve(rank, deadline)?;
+        }
+        for (&member, &rank) in members.iter().zip(targets) {
+            self.open(member, rank, assert);
+        }
+        self.await_posts(deadline)
+    }
+
+    /// Proposal G's `MPI_RMA_START(comm, rank)`: adds `target` to the access epoch (opening
+    /// one if none is open) and returns once it posted to this rank for this epoch. After a
+    /// timeout, call again with the same target to continue.
+    ///
+    /// # Errors
+    /// [`Error::EpochOpen`] when `target` is already in the access epoch (and not waiting
+    /// for its post); otherwise as for [`start`](Self::start).
+    pub fn start_one(&mut self, target: Rank, assert: Assert, timeout: Timeout) -> Result<()> {
+        let deadline = timeout.deadline();
+        let member = self.member(target)?;
+        match self.access.iter().find(|a| a.rank == target) {
+            Some(a) if a.stage == Stage::Pending => {}
+            Some(_) => {
+                return Err(Error::EpochOpen {
+                    epoch: Epoch::Access,
+                })
+            }
+            None => {
+                self.resolve(target, deadline)?;
+                self.open(member, target, assert);
+            }
+        }
+        self.await_posts(deadline)
+    }
+
+    /// The next member (not in the access epoch) whose post to this rank arrived, added to the
+    /// access epoch and returned: an origin serves its targets in the order they become ready,
+    /// with [`complete_one`](Self::complete_one) for each. Posts made with
+    /// [`Assert::NOCHECK`] send nothing, so they are never found here.
+    ///
+    /// # Errors
+    /// [`gaspi::Error::Timeout`] (call again; no target was added);
+    /// [`gaspi::Error::RankFailed`] naming a dead member while none has posted;
+    /// [`Error::OutOfStep`] when a member posted another epoch.
+    pub fn start_any(&mut self, timeout: Timeout) -> Result<Rank> {
+        let deadline = timeout.deadline();
+        loop {
+            if let Some(rank) = self.matched {
+                self.resolve(rank, deadline)?;
+                self.matched = None;
+                return Ok(rank);
+            }
+            let candidates: Vec<u32> = (0..self.ranks.len() as u32)
+                .filter(|&m| self.access.iter().all(|a| a.member != m))
+                .collect();
+            for &m in &candidates {
+                let expected = crate::tag(self.starts[m as usize] + 1);
+                let rank = self.ranks[m as usize];
+                if self.take(self.post_id(m), rank, expected)? {
+                    self.starts[m as usize] += 1;
+                    self.access.push(Access {
+                        member: m,
+                        rank,
+                        tag: expected,
+                        stage: Stage::Ready,
+                    });
+                    self.matched = Some(rank);
+                    // One target per call: the others stay in the table for the next.
+                    break;
+                }
+            }
+            if self.matched.is_some() {
+                continue;
+            }
+            if candidates.is_empty() || expired(deadline) {
+                return Err(gaspi::Error::Timeout.into());
+            }
+            let ids: Vec<NotificationId> = candidates.iter().map(|&m| self.post_id(m)).collect();
+            let senders: Vec<Rank> = candidates.iter().map(|&m| self.ranks[m as usize]).collect();
+            self.sleep(&ids, &senders, deadline)?;
+        }
+    }
+
+    /// Writes `size` bytes of this rank's segment `src` at `src_offset` to `target`'s window
+    /// segment at `dst_offset`, inside the access epoch (`MPI_Put`). Never blocks; the
+    /// source must not change until [`complete`](Self::complete).
+    ///
+    /// # Errors
+    /// [`Error::NotStarted`] when `target` is not in the access epoch; [`Error::NotPosted`]
+    /// when its post has not arrived; from the runtime: [`gaspi::Error::UnknownSegment`],
+    /// [`gaspi::Error::OutOfBounds`], [`gaspi::Error::BatchFull`],
+    /// [`gaspi::Error::RankFailed`].
+    pub fn write(
+        &mut self,
+        src: SegmentId,
+        src_offset: u64,
+        target: Rank,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.write_with(src, src_offset, target, dst_offset, size, None)
+    }
+
+    /// Writes like [`write`](Self::write), then sets `notification` in the table of
+    /// `target`'s window segment, never before the data: for targets that consume data
+    /// before their epoch ends.
+    ///
+    /// # Errors
+    /// As for [`write`](Self::write), and [`gaspi::Error::InvalidNotification`] /
+    /// [`gaspi::Error::ZeroNotificationValue`].
+    pub fn write_notify(
+        &mut self,
+        src: SegmentId,
+        src_offset: u64,
+        target: Rank,
+        dst_offset: u64,
+        size: u64,
+        notification: Notification,
+    ) -> Result<()> {
+        let notification = Some(notification);
+        self.write_with(src, src_offset, target, dst_offset, size, notification)
+    }
+
+    fn write_with(
+        &mut self,
+        src: SegmentId,
+        src_offset: u64,
+        target: Rank,
+        dst_offset: u64,
+        size: u64,
+        notification: Option<Notification>,
+    ) -> Result<()> {
+        let dst = self.ready(target)?;
+        let src = self.ctx.segment(src)?;
+        match notification {
+            None => self.batch.write(&src, src_offset, &dst, dst_offset, size)?,
+            Some(n) => self
+                .batch
+                .write_notify(&src, src_offset, &dst, dst_offset, size, n)?,
+        }
+        Ok(())
+    }
+
+    /// Writes each `(src_offset, dst_offset, size)` of `blocks` from segment `src` to
+    /// `target`, as [`write`](Self::write) does (the list form): all checked against the
+    /// segments first, so that none is posted when one is refused.
+    ///
+    /// # Errors
+    /// As for [`write`](Self::write).
+    pub fn write_list(
+        &mut self,
+        src: SegmentId,
+        target: Rank,
+        blocks: &[(u64, u64, u64)],
+    ) -> Result<()> {
+        let dst = self.ready(target)?;
+        let segment = self.ctx.segment(src)?;
+        for &(src_offset, dst_offset, size) in blocks {
+            crate::check_range(self.ctx.rank(), src, segment.len(), src_offset, size)?;
+            dst.range(dst_offset, size)?;
+        }
+        for &(src_offset, dst_offset, size) in blocks {
+            self.batch
+                .write(&segment, src_offset, &dst, dst_offset, size)?;
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_complete`: ends the access epoch. Waits for the posts still missing (a start
+    /// that timed out), tells every target that this rank is done (after its writes there,
+    /// never before), and returns once every write of the epoch completed locally: the
+    /// sources may be reused. After a timeout, call again to continue.
+    ///
+    /// # Errors
+    /// [`Error::NoEpoch`] without an access epoch; [`Error::PostsMissing`];
+    /// [`Error::OutOfStep`]; from the runtime: [`gaspi::Error::Timeout`],
+    /// [`gaspi::Error::RankFailed`] naming a dead target.
+    pub fn complete(&mut self, timeout: Timeout) -> Result<()> {
+        if self.access.is_empty() {
+            return Err(Error::NoEpoch {
+                epoch: Epoch::Access,
+            });
+        }
+        let deadline = timeout.deadline();
+        self.await_posts(deadline)?;
+        let ranks: Vec<Rank> = self.access.iter().map(|a| a.rank).collect();
+        self.finish(&ranks, deadline)
+    }
+
+    /// Proposal G's `MPI_RMA_COMPLETE(comm, rank)`: ends the access epoch towards `target`
+    /// only, as [`complete`](Self::complete) does for all; the other targets stay started.
+    /// Local completion covers every write of the window in flight, also to other targets.
+    ///
+    /// # Errors
+    /// [`Error::NotStarted`] when `target` is not in the access epoch; otherwise as for
+    /// [`complete`](Self::complete).
+    pub fn complete_one(&mut self, target: Rank, timeout: Timeout) -> Result<()> {
+        if !self.access.iter().any(|a| a.rank == target) {
+            return Err(Error::NotStarted { rank: target });
+        }
+        let deadline = timeout.deadline();
+        self.await_posts(deadline)?;
+        self.finish(&[target], deadline)
+    }
+
+    /// Tells each of `targets` (all in the access epoch, all posted) that this rank is done,
+    /// waits for local completion, and removes them from the epoch.
+    fn finish(&mut self, targets: &[Rank], deadline: Deadline) -> Result<()> {
+        let done = self.done_id(self.me);
+        for i in 0..self.access.len() {
+            let a = self.access[i];
+            if a.stage == Stage::Ready && targets.contains(&a.rank) {
+                let notification = Notification {
+                    id: done,
+                    value: a.tag,
+                };
+                self.notify(a.rank, notification, deadline)?;
+                self.access[i].stage = Stage::Told;
+            }
+        }
+        self.batch.wait(deadline.left())?;
+        self.access.retain(|a| !targets.contains(&a.rank));
+        Ok(())
+    }
+
+    /// Waits until no target of the access epoch is pending.
+    fn await_posts(&mut self, deadline: Deadline) -> Result<()> {
+        loop {
+            for i in 0..self.access.len() {
+                let a = self.access[i];
+                if a.stage == Stage::Pending && self.take(self.post_id(a.member), a.rank, a.tag)? {
+                    self.access[i].stage = Stage::Ready;
+                }
+            }
+            let pending: Vec<&Access> = self
+                .access
+                .iter()
+                .filter(|a| a.stage == Stage::Pending)
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let ids: Vec<NotificationId> = pending.iter().map(|a| self.post_id(a.member)).collect();
+            let senders: Vec<Rank> = pending.iter().map(|a| a.rank).collect();
+            if expired(deadline) {
+                return Err(Error::PostsMissing { ranks: senders });
+            }
+            match self.sleep(&ids, &senders, deadline) {
+                Err(e) if e.is_timeout() => return Err(Error::PostsMissing { ranks: senders }),
+                other => other?,
+            }
+        }
+    }
+
+    /// Waits until every origin of the exposure epoch completed, then closes it.
+    fn await_completions(&mut self, deadline: Deadline) -> Result<()> {
+        let Some(mut origins) = self.exposure.take() else {
+            return Err(Error::NoEpoch {
+                epoch: Epoch::Exposure,
+            });
+        };
+        let outcome = self.collect(&mut origins, deadline);
+        if outcome.is_err() {
+            self.exposure = Some(origins);
+        }
+        outcome
+    }
+
+    fn collect(&self, origins: &mut [Origin], deadline: Deadline) -> Result<()> {
+        loop {
+            for o in origins.iter_mut().filter(|o| !o.completed) {
+                let rank = self.ranks[o.member as usize];
+                o.completed = self.take(self.done_id(o.member), rank, o.tag)?;
+            }
+            let missing: Vec<&Origin> = origins.iter().filter(|o| !o.completed).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let ids: Vec<NotificationId> = missing.iter().map(|o| self.done_id(o.member)).collect();
+            let senders: Vec<Rank> = missing
+                .iter()
+                .map(|o| self.ranks[o.member as usize])
+                .collect();
+            if expired(deadline) {
+                return Err(Error::CompletionsMissing { ranks: senders });
+            }
+            match self.sleep(&ids, &senders, deadline) {
+                Err(e) if e.is_timeout() => {
+                    return Err(Error::CompletionsMissing { ranks: senders })
+                }
+                other => other?,
+            }
+        }
+    }
+
+    /// Takes notification `id`, set by `rank`: true when it carried `expected`, false when
+    /// unset.
+    fn take(&self, id: NotificationId, rank: Rank, expected: u32) -> Result<bool> {
+        match self.control.notify_reset(id)? {
+            0 => Ok(false),
+            got if got == expected => Ok(true),
+            got => Err(Error::OutOfStep {
+                rank,
+                expected,
+                got,
+            }),
+        }
+    }
+
+    /// Sleeps until one of `ids` of the control table is set, watching `senders`.
+    fn sleep(&self, ids: &[NotificationId], senders: &[Rank], deadline: Deadline) -> Result<()> {
+        let ranges: Vec<_> = ids.iter().map(|&id| self.control.range(id, 1)).collect();
+        self.ctx
+            .notify_wait_any(&ranges, senders, deadline.left())?;
+        Ok(())
+    }
+
+    /// Adds `rank` (member `member`) to the access epoch, matching its next post.
+    fn open(&mut self, member: u32, rank: Rank, assert: Assert) {
+        self.starts[member as usize] += 1;
+        let stage = if assert.contains(Assert::NOCHECK) {
+            Stage::Ready
+        } else {
+            Stage::Pending
+        };
+        self.access.push(Access {
+            member,
+            rank,
+            tag: crate::tag(self.starts[member as usize]),
+            stage,
+        });
+    }
+
+    /// Whether `targets` are exactly those of the access epoch, some still pending: a start
+    /// that timed out, called again.
+    fn resumes(&self, targets: &[Rank]) -> bool {
+        targets.len() == self.access.len()
+            && self.access.iter().all(|a| targets.contains(&a.rank))
+            && self.access.iter().any(|a| a.stage == Stage::Pending)
+    }
+
+    /// `target`'s window segment, when `target` is in the access epoch and has posted.
+    fn ready(&self, target: Rank) -> Result<Target> {
+        match self.access.iter().find(|a| a.rank == target) {
+            Some(a) if a.stage == Stage::Ready => {}
+            Some(a) if a.stage == Stage::Pending => return Err(Error::NotPosted { rank: target }),
+            _ => return Err(Error::NotStarted { rank: target }),
+        }
+        // Resolved by the start that added it.
+        self.windows
+            .get(&target)
+            .copied()
+            .ok_or(Error::NotStarted { rank: target })
+    }
+
+    /// Member indices of `ranks`, checked.
+    fn members_of(&self, ranks: &[Rank]) -> Result<Vec<u32>> {
+        let mut members = Vec::with_capacity(ranks.len());
+        for (i, &rank) in ranks.iter().enumerate() {
+            if ranks[..i].contains(&rank) {
+                return Err(Error::DuplicateRank { rank });
+            }
+            members.push(self.member(rank)?);
+        }
+        Ok(members)
+    }
+
+    fn member(&self, rank: Rank) -> Result<u32> {
+        self.members.get(&rank).copied().ok_or(Error::NotMember {
+            rank,
+            group: self.group,
+        })
+    }
+
+    /// Resolves `rank`'s control table and window segment.
+    fn resolve(&mut self, rank: Rank, deadline: Deadline) -> Result<()> {
+        self.control_target(rank, deadline)?;
+        if !self.windows.contains_key(&rank) {
+            let target = self.ctx.target(rank, self.segment, deadline.left())?;
+            self.windows.insert(rank, target);
+        }
+        Ok(())
+    }
+
+    fn control_target(&mut self, rank: Rank, deadline: Deadline) -> Result<Target> {
+        if let Some(&target) = self.controls.get(&rank) {
+            return Ok(target);
+        }
+        let target = self.control.target(rank, deadline.left())?;
+        self.controls.insert(rank, target);
+        Ok(target)
+    }
+
+    /// Sets `notification` in `rank`'s control table, after this window's writes to `rank`.
+    fn notify(&mut self, rank: Rank, notification: Notification, deadline: Deadline) -> Result<()> {
+        let table = self.control_target(rank, deadline)?;
+        // Notifications complete at once; reaping them keeps the batch from filling up.
+        if self.batch.outstanding() > self.ranks.len() as u32 {
+            self.batch.test()?;
+        }
+        self.batch.notify(&table, notification)?;
+        Ok(())
+    }
+
+    /// `post(t)`: set by target member `t` when it posts to this member.
+    fn post_id(&self, member: u32) -> NotificationId {
+        member
+    }
+
+    /// `done(o)`: set by origin member `o` when it completes towards this member.
+    fn done_id(&self, member: u32) -> NotificationId {
+        self.ranks.len() as u32 + member
+    }
+}
+
+/// Whether `deadline` leaves no time to sleep.
+fn expired(deadline: Deadline) -> bool {
+    deadline.is_test() || deadline.remaining().is_some_and(|left| left.is_zero())
+}
