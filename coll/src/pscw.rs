@@ -223,6 +223,8 @@ pub struct Window<'c> {
     /// Per member: access epochs this member started to it so far.
     starts: Vec<u64>,
     exposure: Option<Vec<Origin>>,
+    /// Whether an access epoch is open (it may have no targets: `start(&[])`).
+    accessing: bool,
     access: Vec<Access>,
     /// A target [`start_any`](Self::start_any) matched but did not return yet (its
     /// targets were still being resolved when it timed out).
@@ -236,7 +238,7 @@ impl std::fmt::Debug for Window<'_> {
             .field("segment", &self.segment)
             .field("members", &self.ranks.len())
             .field("exposure", &self.exposure.is_some())
-            .field("access", &self.access.len())
+            .field("access", &self.accessing)
             .finish()
     }
 }
@@ -287,6 +289,7 @@ impl<'c> Window<'c> {
             starts: vec![0; ranks.len()],
             ranks,
             exposure: None,
+            accessing: false,
             access: Vec::new(),
             matched: None,
         })
@@ -388,7 +391,7 @@ impl<'c> Window<'c> {
     /// [`gaspi::Error::RankFailed`] naming a dead target.
     pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
         let deadline = timeout.deadline();
-        if !self.access.is_empty() {
+        if self.accessing {
             if !self.resumes(targets) {
                 return Err(Error::EpochOpen {
                     epoch: Epoch::Access,
@@ -403,6 +406,7 @@ impl<'c> Window<'c> {
         for (&member, &rank) in members.iter().zip(targets) {
             self.open(member, rank, assert);
         }
+        self.accessing = true;
         self.await_posts(deadline)
     }
 
@@ -426,6 +430,7 @@ impl<'c> Window<'c> {
             None => {
                 self.resolve(target, deadline)?;
                 self.open(member, target, assert);
+                self.accessing = true;
             }
         }
         self.await_posts(deadline)
@@ -462,6 +467,7 @@ impl<'c> Window<'c> {
                         tag: expected,
                         stage: Stage::Ready,
                     });
+                    self.accessing = true;
                     self.matched = Some(rank);
                     // One target per call: the others stay in the table for the next.
                     break;
@@ -574,7 +580,7 @@ impl<'c> Window<'c> {
     /// [`Error::OutOfStep`]; from the runtime: [`gaspi::Error::Timeout`],
     /// [`gaspi::Error::RankFailed`] naming a dead target.
     pub fn complete(&mut self, timeout: Timeout) -> Result<()> {
-        if self.access.is_empty() {
+        if !self.accessing {
             return Err(Error::NoEpoch {
                 epoch: Epoch::Access,
             });
@@ -618,6 +624,7 @@ impl<'c> Window<'c> {
         }
         self.batch.wait(deadline.left())?;
         self.access.retain(|a| !targets.contains(&a.rank));
+        self.accessing = !self.access.is_empty();
         Ok(())
     }
 

@@ -1,0 +1,403 @@
+//! Checks of the post / start / complete / wait epochs of [`Window`] as real jobs:
+//! `gaspirun -n 4 --provider shm pscw_check epochs 1000`. Every rank prints one line per check,
+//! `data <scenario> rank R: key=value; ...`, with what it received (counts, a digest of every
+//! byte) and what each misuse returned (`Variant { fields }`), which `coll/tests/pscw.rs`
+//! recomputes and judges.
+//!
+//! Scenarios (the first argument):
+//! * `epochs E`: for each pattern of `pattern.rs` (a ring whose stride changes every epoch,
+//!   all-to-one with a root that changes every epoch, origin sets drawn afresh every epoch),
+//!   `E` epochs on a window of its own (the three windows are open at once). Each target clears
+//!   its receive area before it posts and checks it after its wait: a block from another
+//!   epoch, or one that landed before the post or after the wait, shows as a mismatch. Origins
+//!   alternate `start` + `write` + `complete`, `start_one` + `write` + `complete_one` per
+//!   target, and `start` + `write_list` + `complete`; targets alternate `wait` with `test`
+//!   first. Lines `data epochs-<pattern> rank R: epochs; received; mismatches; digest`.
+//! * `nocheck E`: a ring of `E` NOCHECK epochs, each post ordered before the matching start
+//!   by a barrier: `data nocheck rank R: epochs; mismatches; digest`.
+//! * `overlap` (5 ranks or more): ranks 3 and 4 post to rank 0 before ranks 1 and 2 do; rank 0
+//!   starts 1 and 2 first, which must not count the posts of 3 and 4 (`first_try`), then 3
+//!   and 4.
+//! * `errors`: every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
+//!   waited for and are then continued, and `test` (false, then true once, then an error).
+//! * `any`: ranks 1.. post to rank 0 at skewed times (the highest first); rank 0 serves them
+//!   with `start_any` in the order their posts arrive (`order`).
+
+#![forbid(unsafe_code)]
+
+#[path = "../support/data.rs"]
+mod data;
+mod pattern;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use gaspi::{Context, Rank, Timeout, GROUP_ALL};
+use gaspi_coll::{Assert, Collectives, Window};
+
+use data::Digest;
+use pattern::{Pattern, BLOCK};
+
+/// The timeout of every call that is not meant to time out.
+const TIMEOUT: Timeout = Timeout::Millis(30_000);
+/// The window segment: origin `o` writes at `o * BLOCK`.
+const WIN: gaspi::SegmentId = 0;
+/// The source segment: the block for target `t` is packed at `t * BLOCK`.
+const SRC: gaspi::SegmentId = 1;
+
+type Outcome<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["epochs", e] => e
+            .parse()
+            .map_err(|_| "epochs E: a number of epochs".into())
+            .and_then(|e| in_job(|ctx, coll| epochs(ctx, coll, e))),
+        ["nocheck", e] => e
+            .parse()
+            .map_err(|_| "nocheck E: a number of epochs".into())
+            .and_then(|e| in_job(|ctx, coll| nocheck(ctx, coll, e))),
+        ["overlap"] => in_job(overlap),
+        ["errors"] => in_job(errors),
+        ["any"] => in_job(any),
+        _ => Err("usage: pscw_check epochs E | nocheck E | overlap | errors | any".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pscw_check: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `scenario` with the window and source segments created and the collectives
+/// registered, then finalizes.
+fn in_job(scenario: impl FnOnce(&Context, &Collectives<'_>) -> Outcome) -> Outcome {
+    let ctx = Context::init()?;
+    let bytes = u64::from(ctx.size()) * BLOCK;
+    ctx.segment_create(WIN, bytes, TIMEOUT)?;
+    ctx.segment_create(SRC, bytes, TIMEOUT)?;
+    {
+        let coll = Collectives::new(&ctx)?;
+        scenario(&ctx, &coll)?;
+        ctx.barrier(TIMEOUT)?;
+    }
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+/// What a target saw over its epochs.
+#[derive(Default)]
+struct Received {
+    blocks: u64,
+    mismatches: u64,
+    digest: Digest,
+}
+
+impl Received {
+    /// Checks the receive area after the exposure epoch `epoch` of `origins`: each origin's
+    /// block in its slot, zeros everywhere else.
+    fn check(&mut self, ctx: &Context, epoch: u64, origins: &[Rank]) -> Outcome {
+        let n = ctx.size();
+        let mut area = vec![0u8; (u64::from(n) * BLOCK) as usize];
+        ctx.segment_read(WIN, 0, &mut area)?;
+        for (o, slot) in (0..n).zip(area.chunks(BLOCK as usize)) {
+            let expected = if origins.contains(&o) {
+                pattern::block(epoch, o, ctx.rank())
+            } else {
+                Vec::new()
+            };
+            let (head, rest) = slot.split_at(expected.len());
+            if origins.contains(&o) {
+                self.blocks += 1;
+                self.digest.add(head);
+            }
+            if head != expected.as_slice() || rest.iter().any(|&b| b != 0) {
+                self.mismatches += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn report(&self, scenario: &str, ctx: &Context, epochs: u64) -> Outcome {
+        println!(
+            "data {scenario} rank {}: epochs={epochs}; received={}; mismatches={}; digest={}",
+            ctx.rank(),
+            self.blocks,
+            self.mismatches,
+            self.digest.hex()
+        );
+        if self.mismatches > 0 {
+            return Err(format!("{scenario}: {} mismatched slots", self.mismatches).into());
+        }
+        Ok(())
+    }
+}
+
+/// Clears the receive area: a local store before the post, as MPI allows.
+fn clear(ctx: &Context) -> Outcome {
+    ctx.segment_write(WIN, 0, &vec![0; (u64::from(ctx.size()) * BLOCK) as usize])?;
+    Ok(())
+}
+
+fn epochs(ctx: &Context, coll: &Collectives<'_>, epochs: u64) -> Outcome {
+    let mut windows = Vec::new();
+    for _ in Pattern::ALL {
+        windows.push(Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?);
+    }
+    let (n, me) = (ctx.size(), ctx.rank());
+    for (pattern, win) in Pattern::ALL.into_iter().zip(&mut windows) {
+        let mut received = Received::default();
+        for e in 1..=epochs {
+            let origins = pattern::origins(pattern, n, me, e);
+            let targets = pattern::targets(pattern, n, me, e);
+            clear(ctx)?;
+            win.post(&origins, Assert::NONE, TIMEOUT)?;
+            for &t in &targets {
+                ctx.segment_write(SRC, u64::from(t) * BLOCK, &pattern::block(e, me, t))?;
+            }
+            let at = |t: Rank| u64::from(t) * BLOCK;
+            let len = |t: Rank| pattern::block(e, me, t).len() as u64;
+            match e % 3 {
+                0 => {
+                    win.start(&targets, Assert::NONE, TIMEOUT)?;
+                    for &t in &targets {
+                        win.write(SRC, at(t), t, at(me), len(t))?;
+                    }
+                    win.complete(TIMEOUT)?;
+                }
+                1 => {
+                    for &t in &targets {
+                        win.start_one(t, Assert::NONE, TIMEOUT)?;
+                        win.write(SRC, at(t), t, at(me), len(t))?;
+                        win.complete_one(t, TIMEOUT)?;
+                    }
+                }
+                _ => {
+                    win.start(&targets, Assert::NONE, TIMEOUT)?;
+                    for &t in &targets {
+                        let half = len(t) / 2;
+                        let blocks = [
+                            (at(t), at(me), half),
+                            (at(t) + half, at(me) + half, len(t) - half),
+                        ];
+                        win.write_list(SRC, t, &blocks)?;
+                    }
+                    win.complete(TIMEOUT)?;
+                }
+            }
+            if e % 4 != 3 || !win.test()? {
+                win.wait(TIMEOUT)?;
+            }
+            received.check(ctx, e, &origins)?;
+        }
+        received.report(&format!("epochs-{}", pattern.name()), ctx, epochs)?;
+    }
+    Ok(())
+}
+
+fn nocheck(ctx: &Context, coll: &Collectives<'_>, epochs: u64) -> Outcome {
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let (n, me) = (ctx.size(), ctx.rank());
+    let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+    let mut received = Received::default();
+    for e in 1..=epochs {
+        clear(ctx)?;
+        win.post(&[left], Assert::NOCHECK | Assert::NOSTORE, TIMEOUT)?;
+        // What NOCHECK promises: every post happened before the matching start.
+        ctx.barrier(TIMEOUT)?;
+        let block = pattern::block(e, me, right);
+        let at = u64::from(right) * BLOCK;
+        ctx.segment_write(SRC, at, &block)?;
+        win.start(&[right], Assert::NOCHECK, TIMEOUT)?;
+        win.write(SRC, at, right, u64::from(me) * BLOCK, block.len() as u64)?;
+        win.complete(TIMEOUT)?;
+        win.wait(TIMEOUT)?;
+        received.check(ctx, e, &[left])?;
+    }
+    received.report("nocheck", ctx, epochs)
+}
+
+/// Writes this rank's epoch-1 block for `target` through `win` (started to it).
+fn put(ctx: &Context, win: &mut Window<'_>, target: Rank) -> Outcome {
+    let block = pattern::block(1, ctx.rank(), target);
+    let at = u64::from(target) * BLOCK;
+    ctx.segment_write(SRC, at, &block)?;
+    let dst = u64::from(ctx.rank()) * BLOCK;
+    win.write(SRC, at, target, dst, block.len() as u64)?;
+    Ok(())
+}
+
+/// `Variant { fields }` of an outcome, for the report.
+fn shown<T: std::fmt::Debug>(result: gaspi_coll::Result<T>) -> String {
+    match result {
+        Ok(value) => format!("Ok({value:?})"),
+        Err(gaspi_coll::Error::Gaspi(e)) => format!("{e:?}"),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+fn overlap(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    if ctx.size() < 5 {
+        return Err("overlap needs 5 ranks".into());
+    }
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let me = ctx.rank();
+    clear(ctx)?;
+    if me >= 3 {
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+    }
+    ctx.barrier(TIMEOUT)?;
+    let mut first_try = String::from("none");
+    if me == 0 {
+        // Ranks 1 and 2 post only after the next barrier: the posts of 3 and 4 are here,
+        // and must not open an epoch started with 1 and 2.
+        first_try = shown(win.start(&[1, 2], Assert::NONE, Timeout::Test));
+    }
+    ctx.barrier(TIMEOUT)?;
+    if me == 1 || me == 2 {
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+    }
+    if me == 0 {
+        win.start(&[1, 2], Assert::NONE, TIMEOUT)?;
+        put(ctx, &mut win, 1)?;
+        put(ctx, &mut win, 2)?;
+        win.complete(TIMEOUT)?;
+        win.start(&[3, 4], Assert::NONE, TIMEOUT)?;
+        put(ctx, &mut win, 3)?;
+        put(ctx, &mut win, 4)?;
+        win.complete(TIMEOUT)?;
+    }
+    let mut received = Received::default();
+    if (1..=4).contains(&me) {
+        win.wait(TIMEOUT)?;
+        received.check(ctx, 1, &[0])?;
+    }
+    println!(
+        "data overlap rank {me}: first_try={first_try}; received={}; mismatches={}",
+        received.blocks, received.mismatches
+    );
+    Ok(())
+}
+
+fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let (n, me) = (ctx.size(), ctx.rank());
+    let short = Timeout::Millis(200);
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    clear(ctx)?;
+    if me == 0 {
+        seen.push(("complete", shown(win.complete(TIMEOUT))));
+        seen.push(("complete_one", shown(win.complete_one(1, TIMEOUT))));
+        seen.push(("wait", shown(win.wait(TIMEOUT))));
+        seen.push(("test", shown(win.test())));
+        seen.push(("duplicate", shown(win.post(&[1, 1], Assert::NONE, TIMEOUT))));
+        seen.push(("stranger", shown(win.start(&[n], Assert::NONE, TIMEOUT))));
+        seen.push(("unstarted", shown(win.write(SRC, 0, 1, 0, 8))));
+        // Rank 1 posts only after the barrier below: the start times out naming it.
+        seen.push(("unposted", shown(win.start(&[1], Assert::NONE, short))));
+        seen.push(("early_write", shown(win.write(SRC, 0, 1, 0, 8))));
+        seen.push(("other_start", shown(win.start(&[0], Assert::NONE, TIMEOUT))));
+    }
+    ctx.barrier(TIMEOUT)?;
+    if me == 1 {
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        seen.push(("second_post", shown(win.post(&[0], Assert::NONE, TIMEOUT))));
+    }
+    if me == 0 {
+        seen.push(("resumed", shown(win.start(&[1], Assert::NONE, TIMEOUT))));
+        put(ctx, &mut win, 1)?;
+        seen.push(("outside", shown(win.complete_one(0, TIMEOUT))));
+        seen.push((
+            "second_start",
+            shown(win.start_one(1, Assert::NONE, TIMEOUT)),
+        ));
+        seen.push(("done", shown(win.complete(TIMEOUT))));
+    }
+    let mut received = Received::default();
+    if me == 1 {
+        win.wait(TIMEOUT)?;
+        received.check(ctx, 1, &[0])?;
+        // A wait that times out names the origin, and is continued.
+        clear(ctx)?;
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        seen.push(("short_wait", shown(win.wait(short))));
+    }
+    ctx.barrier(TIMEOUT)?;
+    if me == 0 {
+        win.start(&[1], Assert::NONE, TIMEOUT)?;
+        put(ctx, &mut win, 1)?;
+        win.complete(TIMEOUT)?;
+    }
+    if me == 1 {
+        seen.push(("resumed_wait", shown(win.wait(TIMEOUT))));
+        received.check(ctx, 1, &[0])?;
+        // test: false while the origin has not started (it starts after the barrier).
+        clear(ctx)?;
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        seen.push(("test_before", shown(win.test())));
+    }
+    ctx.barrier(TIMEOUT)?;
+    if me == 0 {
+        win.start(&[1], Assert::NONE, TIMEOUT)?;
+        put(ctx, &mut win, 1)?;
+        win.complete(TIMEOUT)?;
+    }
+    if me == 1 {
+        // The example polls as an application may; the window itself never spins.
+        let mut polls = 0;
+        while !win.test()? {
+            polls += 1;
+            if polls > 30_000 {
+                return Err("test never turned true".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        seen.push(("test_after", "Ok(true)".into()));
+        seen.push(("test_again", shown(win.test())));
+        received.check(ctx, 1, &[0])?;
+    }
+    let pairs: Vec<String> = seen.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!(
+        "data errors rank {me}: {}; received={}; mismatches={}",
+        pairs.join("; "),
+        received.blocks,
+        received.mismatches
+    );
+    Ok(())
+}
+
+fn any(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let (n, me) = (ctx.size(), ctx.rank());
+    clear(ctx)?;
+    ctx.barrier(TIMEOUT)?;
+    let mut received = Received::default();
+    let mut order = Vec::new();
+    if me == 0 {
+        for _ in 1..n {
+            let t = win.start_any(TIMEOUT)?;
+            put(ctx, &mut win, t)?;
+            win.complete_one(t, TIMEOUT)?;
+            order.push(t.to_string());
+        }
+    } else {
+        // The highest rank posts first, each lower one 300 ms later.
+        std::thread::sleep(Duration::from_millis(300 * u64::from(n - me)));
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        win.wait(TIMEOUT)?;
+        received.check(ctx, 1, &[0])?;
+    }
+    let order = if order.is_empty() {
+        "none".to_owned()
+    } else {
+        order.join("/")
+    };
+    println!(
+        "data any rank {me}: order={order}; received={}; mismatches={}",
+        received.blocks, received.mismatches
+    );
+    Ok(())
+}

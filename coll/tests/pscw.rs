@@ -1,0 +1,193 @@
+//! The post / start / complete / wait epochs of `Window` as real jobs of separate processes
+//! under `gaspirun`, over `tcp` and `shm`: the `pscw_check` example runs its scenarios and
+//! reports, per rank, counts, a digest of every byte it received and what each misuse
+//! returned; these tests recompute from the same patterns (the example's `pattern.rs`,
+//! included here) what every rank must have received, and compare.
+
+#![forbid(unsafe_code)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+#[path = "../examples/support/data.rs"]
+mod data;
+
+// Only the parts that decide what targets receive are used here.
+#[allow(dead_code)]
+#[path = "../examples/pscw_check/pattern.rs"]
+mod pattern;
+
+use common::{example, gaspirun, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use data::Digest;
+use gaspi::Rank;
+use pattern::Pattern;
+
+/// Epochs per pattern of the `epochs` jobs.
+const EPOCHS: u64 = 1_000;
+
+fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
+    assert!(PROVIDERS.contains(&provider));
+    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, &example("pscw_check"), args);
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    job
+}
+
+/// The digest of what `target` must have received in epochs `1..=epochs`: every epoch, each
+/// origin's block, ascending origin.
+fn expected(pattern: Pattern, n: u32, target: Rank, epochs: u64) -> (u64, Digest) {
+    let mut digest = Digest::default();
+    let mut blocks = 0;
+    for epoch in 1..=epochs {
+        for o in pattern::origins(pattern, n, target, epoch) {
+            digest.add(&pattern::block(epoch, o, target));
+            blocks += 1;
+        }
+    }
+    (blocks, digest)
+}
+
+/// `epochs`: per pattern, every rank received exactly the blocks its origins of each epoch
+/// wrote, none early, late or from another epoch (`mismatches`), with origin and target sets
+/// that change every epoch and all start / complete forms.
+fn epochs(ranks: u32, provider: &str) {
+    let count = EPOCHS.to_string();
+    let job = job(ranks, provider, &["epochs", &count]);
+    let report = job.report();
+    for pattern in Pattern::ALL {
+        let scenario = format!("epochs-{}", pattern.name());
+        for rank in 0..ranks {
+            let data = job.data(&scenario, rank);
+            let (blocks, digest) = expected(pattern, ranks, rank, EPOCHS);
+            assert_eq!(
+                data.get("mismatches"),
+                "0",
+                "{scenario} rank {rank}\n{report}"
+            );
+            assert_eq!(
+                data.parse::<u64>("received"),
+                blocks,
+                "{scenario} rank {rank}: blocks received\n{report}"
+            );
+            assert_eq!(
+                data.get("digest"),
+                digest.hex(),
+                "{scenario} rank {rank}: the bytes received\n{report}"
+            );
+        }
+    }
+}
+
+/// `nocheck`: repeated NOCHECK epochs around a ring neither end early (every block is there
+/// after each wait) nor hang.
+fn nocheck(ranks: u32, provider: &str) {
+    const EPOCHS: u64 = 200;
+    let count = EPOCHS.to_string();
+    let job = job(ranks, provider, &["nocheck", &count]);
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data("nocheck", rank);
+        let left = (rank + ranks - 1) % ranks;
+        let mut digest = Digest::default();
+        for epoch in 1..=EPOCHS {
+            digest.add(&pattern::block(epoch, left, rank));
+        }
+        assert_eq!(data.get("mismatches"), "0", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
+/// `overlap` on 5 ranks: the posts of ranks 3 and 4 do not count towards rank 0's epoch
+/// started with 1 and 2 (counter-only matching would open it), and every target got its data.
+fn overlap(provider: &str) {
+    let job = job(5, provider, &["overlap"]);
+    let report = job.report();
+    assert_eq!(
+        job.data("overlap", 0).get("first_try"),
+        "PostsMissing { ranks: [1, 2] }",
+        "rank 0's first start\n{report}"
+    );
+    for rank in 1..5 {
+        let data = job.data("overlap", rank);
+        assert_eq!(data.get("received"), "1", "rank {rank}\n{report}");
+        assert_eq!(data.get("mismatches"), "0", "rank {rank}\n{report}");
+    }
+}
+
+/// `errors` on 2 ranks: every misuse by its variant; a start and a wait that time out name
+/// the rank they wait for and are continued; `test` is false, then true once, then an error.
+fn errors(provider: &str) {
+    let job = job(2, provider, &["errors"]);
+    let report = job.report();
+    let origin = job.data("errors", 0);
+    for (key, want) in [
+        ("complete", "NoEpoch { epoch: Access }"),
+        ("complete_one", "NotStarted { rank: 1 }"),
+        ("wait", "NoEpoch { epoch: Exposure }"),
+        ("test", "NoEpoch { epoch: Exposure }"),
+        ("duplicate", "DuplicateRank { rank: 1 }"),
+        ("stranger", "NotMember { rank: 2, group: 0 }"),
+        ("unstarted", "NotStarted { rank: 1 }"),
+        ("unposted", "PostsMissing { ranks: [1] }"),
+        ("early_write", "NotPosted { rank: 1 }"),
+        ("other_start", "EpochOpen { epoch: Access }"),
+        ("resumed", "Ok(())"),
+        ("outside", "NotStarted { rank: 0 }"),
+        ("second_start", "EpochOpen { epoch: Access }"),
+        ("done", "Ok(())"),
+    ] {
+        assert_eq!(origin.get(key), want, "rank 0: {key}\n{report}");
+    }
+    let target = job.data("errors", 1);
+    for (key, want) in [
+        ("second_post", "EpochOpen { epoch: Exposure }"),
+        ("short_wait", "CompletionsMissing { ranks: [0] }"),
+        ("resumed_wait", "Ok(())"),
+        ("test_before", "Ok(false)"),
+        ("test_after", "Ok(true)"),
+        ("test_again", "NoEpoch { epoch: Exposure }"),
+        ("received", "3"),
+        ("mismatches", "0"),
+    ] {
+        assert_eq!(target.get(key), want, "rank 1: {key}\n{report}");
+    }
+}
+
+/// `any` on 4 ranks: rank 0 serves the targets with `start_any` in the order their skewed
+/// posts arrive (the highest rank posts first), and each got its data.
+fn any(provider: &str) {
+    let job = job(4, provider, &["any"]);
+    let report = job.report();
+    assert_eq!(job.data("any", 0).get("order"), "3/2/1", "{report}");
+    for rank in 1..4 {
+        let data = job.data("any", rank);
+        assert_eq!(data.get("received"), "1", "rank {rank}\n{report}");
+        assert_eq!(data.get("mismatches"), "0", "rank {rank}\n{report}");
+    }
+}
+
+/// One test per job: `name: check(arguments);`.
+macro_rules! jobs {
+    ($($test:ident: $check:ident($($arg:expr),*);)*) => {
+        $(
+            #[test]
+            fn $test() {
+                $check($($arg),*);
+            }
+        )*
+    };
+}
+
+jobs! {
+    epochs_2_tcp: epochs(2, "tcp");
+    epochs_2_shm: epochs(2, "shm");
+    epochs_4_tcp: epochs(4, "tcp");
+    epochs_4_shm: epochs(4, "shm");
+    nocheck_3_tcp: nocheck(3, "tcp");
+    nocheck_3_shm: nocheck(3, "shm");
+    overlap_5_tcp: overlap("tcp");
+    overlap_5_shm: overlap("shm");
+    errors_2_tcp: errors("tcp");
+    errors_2_shm: errors("shm");
+    any_4_tcp: any("tcp");
+    any_4_shm: any("shm");
+}
