@@ -17,7 +17,7 @@ mod data;
 #[path = "../examples/pscw_check/pattern.rs"]
 mod pattern;
 
-use common::{example, gaspirun, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun, gaspirun_with, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use data::Digest;
 use gaspi::Rank;
 use pattern::Pattern;
@@ -113,6 +113,21 @@ fn overlap(provider: &str) {
     }
 }
 
+/// `xyzu` on 3 ranks: the proposal's cases (X), (Y), (Z) and (U), each start made before its
+/// post, each matching exactly the post meant for it.
+fn xyzu(provider: &str) {
+    let job = job(3, provider, &["xyzu"]);
+    let report = job.report();
+    let data = job.data("xyzu", 0);
+    let mut digest = Digest::default();
+    for (step, origin) in (1..).zip(pattern::XYZU) {
+        digest.add(&pattern::block(step, origin, 0));
+    }
+    assert_eq!(data.get("received"), "4", "{report}");
+    assert_eq!(data.get("mismatches"), "0", "{report}");
+    assert_eq!(data.get("digest"), digest.hex(), "{report}");
+}
+
 /// `errors` on 2 ranks: every misuse by its variant; a start and a wait that time out name
 /// the rank they wait for and are continued; `test` is false, then true once, then an error.
 fn errors(provider: &str) {
@@ -165,6 +180,30 @@ fn any(provider: &str) {
     }
 }
 
+/// `kill` on 3 ranks: an origin killed (SIGKILL) inside its access epoch makes the target's
+/// wait fail naming it, and the other origin's data is there.
+fn kill(provider: &str) {
+    let job = gaspirun_with(
+        &["--keep-going"],
+        3,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("pscw_check"),
+        &["kill"],
+    );
+    let report = job.report();
+    assert_eq!(
+        job.status.code(),
+        Some(137),
+        "the killed rank's status\n{report}"
+    );
+    let _: u32 = job.data("kill", 2).parse("pid");
+    let target = job.data("kill", 0);
+    assert_eq!(target.get("outcome"), "RankFailed(2)", "{report}");
+    assert_eq!(target.get("block"), "ok", "{report}");
+    assert_eq!(job.data("kill", 1).get("outcome"), "none", "{report}");
+}
+
 /// One test per job: `name: check(arguments);`.
 macro_rules! jobs {
     ($($test:ident: $check:ident($($arg:expr),*);)*) => {
@@ -186,8 +225,12 @@ jobs! {
     nocheck_3_shm: nocheck(3, "shm");
     overlap_5_tcp: overlap("tcp");
     overlap_5_shm: overlap("shm");
+    xyzu_3_tcp: xyzu("tcp");
+    xyzu_3_shm: xyzu("shm");
     errors_2_tcp: errors("tcp");
     errors_2_shm: errors("shm");
     any_4_tcp: any("tcp");
     any_4_shm: any("shm");
+    kill_3_tcp: kill("tcp");
+    kill_3_shm: kill("shm");
 }

@@ -18,10 +18,20 @@
 //! * `overlap` (5 ranks or more): ranks 3 and 4 post to rank 0 before ranks 1 and 2 do; rank 0
 //!   starts 1 and 2 first, which must not count the posts of 3 and 4 (`first_try`), then 3
 //!   and 4.
+//! * `xyzu` (3 ranks): the proposal's cases on target 0 with origins 1 and 2, whose starts are
+//!   all made before the matching post: (X) the origin set changes from 1 to 2, (Y) origin 2
+//!   starts before the target posts to it, (Z) origin 2 starts again right after its complete,
+//!   while the target has not posted anew, (U) origin 1 starts again (it took over origin 2's
+//!   task) while the target serves 2. Each start must match the post meant for it: the target
+//!   clears its area before each post and checks it after each wait (`steps`, `received`,
+//!   `mismatches`, `digest`).
 //! * `errors`: every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
 //!   waited for and are then continued, and `test` (false, then true once, then an error).
 //! * `any`: ranks 1.. post to rank 0 at skewed times (the highest first); rank 0 serves them
 //!   with `start_any` in the order their posts arrive (`order`).
+//! * `kill` (3 ranks, under `gaspirun --keep-going`): rank 0 posts to ranks 1 and 2; rank 2
+//!   starts, writes and is killed (SIGKILL) before it completes; rank 1 completes. Rank 0's
+//!   wait must name rank 2 (`outcome`) and rank 1's data must be there.
 
 #![forbid(unsafe_code)]
 
@@ -32,11 +42,11 @@ mod pattern;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use gaspi::{Context, Rank, Timeout, GROUP_ALL};
+use gaspi::{Config, Context, Intranode, Rank, Timeout, GROUP_ALL};
 use gaspi_coll::{Assert, Collectives, Window};
 
 use data::Digest;
-use pattern::{Pattern, BLOCK};
+use pattern::{Pattern, BLOCK, XYZU};
 
 /// The timeout of every call that is not meant to time out.
 const TIMEOUT: Timeout = Timeout::Millis(30_000);
@@ -60,8 +70,12 @@ fn main() -> ExitCode {
             .and_then(|e| in_job(|ctx, coll| nocheck(ctx, coll, e))),
         ["overlap"] => in_job(overlap),
         ["errors"] => in_job(errors),
+        ["xyzu"] => in_job(xyzu),
         ["any"] => in_job(any),
-        _ => Err("usage: pscw_check epochs E | nocheck E | overlap | errors | any".into()),
+        ["kill"] => kill(),
+        _ => Err(
+            "usage: pscw_check epochs E | nocheck E | overlap | xyzu | errors | any | kill".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,10 +89,7 @@ fn main() -> ExitCode {
 /// Runs `scenario` with the window and source segments created and the collectives
 /// registered, then finalizes.
 fn in_job(scenario: impl FnOnce(&Context, &Collectives<'_>) -> Outcome) -> Outcome {
-    let ctx = Context::init()?;
-    let bytes = u64::from(ctx.size()) * BLOCK;
-    ctx.segment_create(WIN, bytes, TIMEOUT)?;
-    ctx.segment_create(SRC, bytes, TIMEOUT)?;
+    let ctx = setup(Context::init()?)?;
     {
         let coll = Collectives::new(&ctx)?;
         scenario(&ctx, &coll)?;
@@ -86,6 +97,14 @@ fn in_job(scenario: impl FnOnce(&Context, &Collectives<'_>) -> Outcome) -> Outco
     }
     ctx.finalize(TIMEOUT)?;
     Ok(())
+}
+
+/// `ctx` with the window and source segments.
+fn setup(ctx: Context) -> Outcome<Context> {
+    let bytes = u64::from(ctx.size()) * BLOCK;
+    ctx.segment_create(WIN, bytes, TIMEOUT)?;
+    ctx.segment_create(SRC, bytes, TIMEOUT)?;
+    Ok(ctx)
 }
 
 /// What a target saw over its epochs.
@@ -222,12 +241,54 @@ fn nocheck(ctx: &Context, coll: &Collectives<'_>, epochs: u64) -> Outcome {
 
 /// Writes this rank's epoch-1 block for `target` through `win` (started to it).
 fn put(ctx: &Context, win: &mut Window<'_>, target: Rank) -> Outcome {
-    let block = pattern::block(1, ctx.rank(), target);
+    put_in(ctx, win, target, 1)
+}
+
+/// Writes this rank's block of epoch `epoch` for `target` through `win` (started to it).
+fn put_in(ctx: &Context, win: &mut Window<'_>, target: Rank, epoch: u64) -> Outcome {
+    let block = pattern::block(epoch, ctx.rank(), target);
     let at = u64::from(target) * BLOCK;
     ctx.segment_write(SRC, at, &block)?;
     let dst = u64::from(ctx.rank()) * BLOCK;
     win.write(SRC, at, target, dst, block.len() as u64)?;
     Ok(())
+}
+
+/// An access epoch to `target` alone, with this rank's epoch-1 block for it.
+fn access(ctx: &Context, win: &mut Window<'_>, target: Rank) -> Outcome {
+    access_in(ctx, win, target, 1)
+}
+
+/// An access epoch to `target` alone, with this rank's block of epoch `epoch` for it.
+fn access_in(ctx: &Context, win: &mut Window<'_>, target: Rank, epoch: u64) -> Outcome {
+    win.start(&[target], Assert::NONE, TIMEOUT)?;
+    put_in(ctx, win, target, epoch)?;
+    win.complete(TIMEOUT)?;
+    Ok(())
+}
+
+fn xyzu(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    if ctx.size() != 3 {
+        return Err("xyzu needs 3 ranks".into());
+    }
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let me = ctx.rank();
+    let mut received = Received::default();
+    if me == 0 {
+        for (step, origin) in (1..).zip(XYZU) {
+            // Give the origins time to start early: each start must still wait for its post.
+            std::thread::sleep(Duration::from_millis(50));
+            clear(ctx)?;
+            win.post(&[origin], Assert::NONE, TIMEOUT)?;
+            win.wait(TIMEOUT)?;
+            received.check(ctx, step, &[origin])?;
+        }
+    } else {
+        for (step, _) in (1..).zip(XYZU).filter(|&(_, origin)| origin == me) {
+            access_in(ctx, &mut win, 0, step)?;
+        }
+    }
+    received.report("xyzu", ctx, XYZU.len() as u64)
 }
 
 /// `Variant { fields }` of an outcome, for the report.
@@ -327,9 +388,7 @@ fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     }
     ctx.barrier(TIMEOUT)?;
     if me == 0 {
-        win.start(&[1], Assert::NONE, TIMEOUT)?;
-        put(ctx, &mut win, 1)?;
-        win.complete(TIMEOUT)?;
+        access(ctx, &mut win, 1)?;
     }
     if me == 1 {
         seen.push(("resumed_wait", shown(win.wait(TIMEOUT))));
@@ -341,9 +400,7 @@ fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     }
     ctx.barrier(TIMEOUT)?;
     if me == 0 {
-        win.start(&[1], Assert::NONE, TIMEOUT)?;
-        put(ctx, &mut win, 1)?;
-        win.complete(TIMEOUT)?;
+        access(ctx, &mut win, 1)?;
     }
     if me == 1 {
         // The example polls as an application may; the window itself never spins.
@@ -400,4 +457,56 @@ fn any(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
         received.blocks, received.mismatches
     );
     Ok(())
+}
+
+fn kill() -> Outcome {
+    let mut config = Config::from_env()?;
+    // Over shm through the fabric, a rank killed while it holds the provider's progress lock
+    // would leave its writers spinning inside libfabric (as in alltoallv_check's `kill`).
+    if config.intranode == Intranode::Fabric && config.provider.starts_with("shm") {
+        config.progress_thread = false;
+    }
+    let ctx = setup(Context::init_with(config)?)?;
+    if ctx.size() != 3 {
+        return Err("kill needs 3 ranks".into());
+    }
+    let me = ctx.rank();
+    let coll = Collectives::new(&ctx)?;
+    let mut win = Window::new(&coll, GROUP_ALL, WIN, TIMEOUT)?;
+    clear(&ctx)?;
+    let mut outcome = String::from("none");
+    let mut block = "none";
+    match me {
+        0 => {
+            win.post(&[1, 2], Assert::NONE, TIMEOUT)?;
+            outcome = match win.wait(TIMEOUT) {
+                Err(gaspi_coll::Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => {
+                    format!("RankFailed({rank})")
+                }
+                other => shown(other),
+            };
+            // Rank 1 completed: its block is there. (Rank 2's may be or not.)
+            let want = pattern::block(1, 1, 0);
+            let mut got = vec![0; want.len()];
+            ctx.segment_read(WIN, BLOCK, &mut got)?;
+            block = if got == want { "ok" } else { "bad" };
+        }
+        1 => access(&ctx, &mut win, 0)?,
+        _ => {
+            win.start(&[0], Assert::NONE, TIMEOUT)?;
+            put(&ctx, &mut win, 0)?;
+            println!("data kill rank {me}: pid={}", std::process::id());
+            std::process::Command::new("sh")
+                .args(["-c", "kill -9 $PPID"])
+                .status()?;
+            return Err("still alive after kill -9".into());
+        }
+    }
+    println!("data kill rank {me}: outcome={outcome}; block={block}");
+    drop(win);
+    drop(coll);
+    match ctx.finalize(TIMEOUT) {
+        Err(gaspi::Error::RankFailed { .. }) | Ok(()) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -8,6 +8,10 @@ use crate::data::{fill, mix64};
 /// Bytes reserved per origin in a target's window segment: origin `o` writes at `o * BLOCK`.
 pub const BLOCK: u64 = 256;
 
+/// The origin of each step of the `xyzu` scenario on target 0: (X) the set changes from 1
+/// to 2, (Y) and (Z) origin 2 twice, (U) origin 1 again.
+pub const XYZU: [Rank; 4] = [1, 2, 2, 1];
+
 /// How the origin sets change from epoch to epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
