@@ -221,6 +221,8 @@ jobs! {
     epochs_2_shm: epochs(2, "shm");
     epochs_4_tcp: epochs(4, "tcp");
     epochs_4_shm: epochs(4, "shm");
+    epochs_9_tcp: epochs(9, "tcp");
+    epochs_9_shm: epochs(9, "shm");
     nocheck_3_tcp: nocheck(3, "tcp");
     nocheck_3_shm: nocheck(3, "shm");
     overlap_5_tcp: overlap("tcp");

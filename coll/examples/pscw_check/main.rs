@@ -6,8 +6,9 @@
 //!
 //! Scenarios (the first argument):
 //! * `epochs E`: for each pattern of `pattern.rs` (a ring whose stride changes every epoch,
-//!   all-to-one with a root that changes every epoch, origin sets drawn afresh every epoch),
-//!   `E` epochs on a window of its own (the three windows are open at once). Each target clears
+//!   all-to-one with a root that changes every epoch, origin sets drawn afresh every epoch,
+//!   a 2-D stencil whose neighbours write or not, drawn afresh every epoch),
+//!   `E` epochs on a window of its own (the four windows are open at once). Each target clears
 //!   its receive area before it posts and checks it after its wait: a block from another
 //!   epoch, or one that landed before the post or after the wait, shows as a mismatch. Origins
 //!   alternate `start` + `write` + `complete`, `start_one` + `write` + `complete_one` per

@@ -22,16 +22,26 @@ pub enum Pattern {
     AllToOne,
     /// Each target draws its origins (itself possibly among them) afresh every epoch.
     Changing,
+    /// A periodic 2-D grid of `px` × `py` ranks (`px` the largest divisor of `n` up to its
+    /// square root): each target draws afresh every epoch which of its 4 neighbours (fewer
+    /// where the grid is too small for them to differ) write to it.
+    Stencil,
 }
 
 impl Pattern {
-    pub const ALL: [Pattern; 3] = [Pattern::Ring, Pattern::AllToOne, Pattern::Changing];
+    pub const ALL: [Pattern; 4] = [
+        Pattern::Ring,
+        Pattern::AllToOne,
+        Pattern::Changing,
+        Pattern::Stencil,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Pattern::Ring => "ring",
             Pattern::AllToOne => "all_to_one",
             Pattern::Changing => "changing",
+            Pattern::Stencil => "stencil",
         }
     }
 }
@@ -52,15 +62,43 @@ pub fn origins(pattern: Pattern, n: u32, target: Rank, epoch: u64) -> Vec<Rank> 
             }
         }
         Pattern::Changing => (0..n)
-            .filter(|&o| {
-                let key = epoch
-                    .wrapping_mul(1_000_003)
-                    .wrapping_add(u64::from(target) * 1009)
-                    .wrapping_add(u64::from(o));
-                mix64(key).is_multiple_of(3)
-            })
+            .filter(|&o| draw(epoch, target, o).is_multiple_of(3))
+            .collect(),
+        Pattern::Stencil => neighbours(n, target)
+            .into_iter()
+            .filter(|&o| !draw(epoch, target, o).is_multiple_of(4))
             .collect(),
     }
+}
+
+/// A number drawn for (`epoch`, `target`, `origin`).
+fn draw(epoch: u64, target: Rank, origin: Rank) -> u64 {
+    let key = epoch
+        .wrapping_mul(1_000_003)
+        .wrapping_add(u64::from(target) * 1009)
+        .wrapping_add(u64::from(origin));
+    mix64(key)
+}
+
+/// The distinct neighbours of `rank` (left, right, up, down) on the periodic grid of `n`
+/// ranks, ascending; itself excluded.
+pub fn neighbours(n: u32, rank: Rank) -> Vec<Rank> {
+    let px = (1..=n)
+        .filter(|&p| p * p <= n && n.is_multiple_of(p))
+        .max()
+        .unwrap_or(1);
+    let py = n / px;
+    let (x, y) = (rank % px, rank / px);
+    let mut all = vec![
+        y * px + (x + px - 1) % px,
+        y * px + (x + 1) % px,
+        ((y + py - 1) % py) * px + x,
+        ((y + 1) % py) * px + x,
+    ];
+    all.sort_unstable();
+    all.dedup();
+    all.retain(|&r| r != rank);
+    all
 }
 
 /// The targets of `origin` in epoch `epoch`, ascending.
