@@ -80,16 +80,40 @@ fn epochs(ranks: u32, provider: &str) {
 /// `nocheck`: repeated NOCHECK epochs around a ring neither end early (every block is there
 /// after each wait) nor hang.
 fn nocheck(ranks: u32, provider: &str) {
-    const EPOCHS: u64 = 200;
-    let count = EPOCHS.to_string();
-    let job = job(ranks, provider, &["nocheck", &count]);
+    ring("nocheck", 200, ranks, provider, |rank| {
+        vec![(rank + ranks - 1) % ranks]
+    });
+}
+
+/// `double`: NOCHECK double buffering between ring neighbours on two windows: every epoch's
+/// blocks from both neighbours, none early or late, no hang.
+fn double(ranks: u32, provider: &str) {
+    ring("double", 500, ranks, provider, |rank| {
+        let mut neighbours = vec![(rank + ranks - 1) % ranks, (rank + 1) % ranks];
+        neighbours.sort_unstable();
+        neighbours
+    });
+}
+
+/// Runs `scenario` for `epochs` epochs, in which every rank is written by the same `origins`
+/// each epoch, and checks every block of every epoch.
+fn ring(
+    scenario: &str,
+    epochs: u64,
+    ranks: u32,
+    provider: &str,
+    origins: impl Fn(Rank) -> Vec<Rank>,
+) {
+    let count = epochs.to_string();
+    let job = job(ranks, provider, &[scenario, &count]);
     let report = job.report();
     for rank in 0..ranks {
-        let data = job.data("nocheck", rank);
-        let left = (rank + ranks - 1) % ranks;
+        let data = job.data(scenario, rank);
         let mut digest = Digest::default();
-        for epoch in 1..=EPOCHS {
-            digest.add(&pattern::block(epoch, left, rank));
+        for epoch in 1..=epochs {
+            for o in origins(rank) {
+                digest.add(&pattern::block(epoch, o, rank));
+            }
         }
         assert_eq!(data.get("mismatches"), "0", "rank {rank}\n{report}");
         assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
@@ -225,6 +249,10 @@ jobs! {
     epochs_9_shm: epochs(9, "shm");
     nocheck_3_tcp: nocheck(3, "tcp");
     nocheck_3_shm: nocheck(3, "shm");
+    double_3_tcp: double(3, "tcp");
+    double_3_shm: double(3, "shm");
+    double_4_tcp: double(4, "tcp");
+    double_4_shm: double(4, "shm");
     overlap_5_tcp: overlap("tcp");
     overlap_5_shm: overlap("shm");
     xyzu_3_tcp: xyzu("tcp");

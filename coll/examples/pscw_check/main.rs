@@ -16,6 +16,12 @@
 //!   first. Lines `data epochs-<pattern> rank R: epochs; received; mismatches; digest`.
 //! * `nocheck E`: a ring of `E` NOCHECK epochs, each post ordered before the matching start
 //!   by a barrier: `data nocheck rank R: epochs; mismatches; digest`.
+//! * `double E` (3 ranks or more): NOCHECK double buffering between ring neighbours (each
+//!   writes to both), on two windows over two segments: epoch `e` uses buffer `e % 2`, and
+//!   each rank posts the other buffer for epoch `e + 1` before it completes epoch `e`, so a
+//!   neighbour's wait for epoch `e` orders that post before its NOCHECK start of `e + 1`,
+//!   with no other synchronisation. Only the first epoch has the handshake:
+//!   `data double rank R: epochs; received; mismatches; digest`.
 //! * `overlap` (5 ranks or more): ranks 3 and 4 post to rank 0 before ranks 1 and 2 do; rank 0
 //!   starts 1 and 2 first, which must not count the posts of 3 and 4 (`first_try`), then 3
 //!   and 4.
@@ -55,6 +61,8 @@ const TIMEOUT: Timeout = Timeout::Millis(30_000);
 const WIN: gaspi::SegmentId = 0;
 /// The source segment: the block for target `t` is packed at `t * BLOCK`.
 const SRC: gaspi::SegmentId = 1;
+/// The second buffer of the `double` scenario, laid out as [`WIN`].
+const WIN2: gaspi::SegmentId = 2;
 
 type Outcome<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -69,13 +77,17 @@ fn main() -> ExitCode {
             .parse()
             .map_err(|_| "nocheck E: a number of epochs".into())
             .and_then(|e| in_job(|ctx, coll| nocheck(ctx, coll, e))),
+        ["double", e] => e
+            .parse()
+            .map_err(|_| "double E: a number of epochs".into())
+            .and_then(|e| in_job(|ctx, coll| double(ctx, coll, e))),
         ["overlap"] => in_job(overlap),
         ["errors"] => in_job(errors),
         ["xyzu"] => in_job(xyzu),
         ["any"] => in_job(any),
         ["kill"] => kill(),
         _ => Err(
-            "usage: pscw_check epochs E | nocheck E | overlap | xyzu | errors | any | kill".into(),
+            "usage: pscw_check epochs E | nocheck E | double E | overlap | xyzu | errors | any | kill".into(),
         ),
     };
     match result {
@@ -105,6 +117,7 @@ fn setup(ctx: Context) -> Outcome<Context> {
     let bytes = u64::from(ctx.size()) * BLOCK;
     ctx.segment_create(WIN, bytes, TIMEOUT)?;
     ctx.segment_create(SRC, bytes, TIMEOUT)?;
+    ctx.segment_create(WIN2, bytes, TIMEOUT)?;
     Ok(ctx)
 }
 
@@ -120,9 +133,20 @@ impl Received {
     /// Checks the receive area after the exposure epoch `epoch` of `origins`: each origin's
     /// block in its slot, zeros everywhere else.
     fn check(&mut self, ctx: &Context, epoch: u64, origins: &[Rank]) -> Outcome {
+        self.check_in(ctx, WIN, epoch, origins)
+    }
+
+    /// [`check`](Self::check) of the receive area in segment `segment`.
+    fn check_in(
+        &mut self,
+        ctx: &Context,
+        segment: gaspi::SegmentId,
+        epoch: u64,
+        origins: &[Rank],
+    ) -> Outcome {
         let n = ctx.size();
         let mut area = vec![0u8; (u64::from(n) * BLOCK) as usize];
-        ctx.segment_read(WIN, 0, &mut area)?;
+        ctx.segment_read(segment, 0, &mut area)?;
         for (o, slot) in (0..n).zip(area.chunks(BLOCK as usize)) {
             let expected = if origins.contains(&o) {
                 pattern::block(epoch, o, ctx.rank())
@@ -158,7 +182,13 @@ impl Received {
 
 /// Clears the receive area: a local store before the post, as MPI allows.
 fn clear(ctx: &Context) -> Outcome {
-    ctx.segment_write(WIN, 0, &vec![0; (u64::from(ctx.size()) * BLOCK) as usize])?;
+    clear_in(ctx, WIN)
+}
+
+/// Clears the receive area in segment `segment`.
+fn clear_in(ctx: &Context, segment: gaspi::SegmentId) -> Outcome {
+    let zeros = vec![0; (u64::from(ctx.size()) * BLOCK) as usize];
+    ctx.segment_write(segment, 0, &zeros)?;
     Ok(())
 }
 
@@ -238,6 +268,50 @@ fn nocheck(ctx: &Context, coll: &Collectives<'_>, epochs: u64) -> Outcome {
         received.check(ctx, e, &[left])?;
     }
     received.report("nocheck", ctx, epochs)
+}
+
+fn double(ctx: &Context, coll: &Collectives<'_>, epochs: u64) -> Outcome {
+    let (n, me) = (ctx.size(), ctx.rank());
+    if n < 3 {
+        return Err("double needs 3 ranks".into());
+    }
+    let segments = [WIN, WIN2];
+    let mut windows = [
+        Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?,
+        Window::new(coll, GROUP_ALL, WIN2, TIMEOUT)?,
+    ];
+    let mut neighbours = vec![(me + n - 1) % n, (me + 1) % n];
+    neighbours.sort_unstable();
+    let mut received = Received::default();
+    // Epoch 0's buffer is posted with the handshake: nothing ordered it yet.
+    clear_in(ctx, segments[0])?;
+    windows[0].post(&neighbours, Assert::NONE, TIMEOUT)?;
+    for e in 0..epochs {
+        let (x, y) = ((e % 2) as usize, ((e + 1) % 2) as usize);
+        // The other buffer for epoch e + 1, before this epoch's complete: every neighbour's
+        // wait for epoch e sees that complete, so its start of e + 1 follows this post.
+        if e + 1 < epochs {
+            clear_in(ctx, segments[y])?;
+            windows[y].post(&neighbours, Assert::NOCHECK, TIMEOUT)?;
+        }
+        let assert = if e == 0 {
+            Assert::NONE
+        } else {
+            Assert::NOCHECK
+        };
+        windows[x].start(&neighbours, assert, TIMEOUT)?;
+        for &t in &neighbours {
+            let block = pattern::block(e + 1, me, t);
+            let at = u64::from(t) * BLOCK;
+            ctx.segment_write(SRC, at, &block)?;
+            let dst = u64::from(me) * BLOCK;
+            windows[x].write(SRC, at, t, dst, block.len() as u64)?;
+        }
+        windows[x].complete(TIMEOUT)?;
+        windows[x].wait(TIMEOUT)?;
+        received.check_in(ctx, segments[x], e + 1, &neighbours)?;
+    }
+    received.report("double", ctx, epochs)
 }
 
 /// Writes this rank's epoch-1 block for `target` through `win` (started to it).
