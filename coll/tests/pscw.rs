@@ -205,7 +205,8 @@ fn any(provider: &str) {
 }
 
 /// `kill` on 3 ranks: an origin killed (SIGKILL) inside its access epoch makes the target's
-/// wait fail naming it, and the other origin's data is there.
+/// wait fail naming it, and the other origin's data is there; a start of the dead rank as a
+/// target names it too.
 fn kill(provider: &str) {
     let job = gaspirun_with(
         &["--keep-going"],
@@ -225,7 +226,11 @@ fn kill(provider: &str) {
     let target = job.data("kill", 0);
     assert_eq!(target.get("outcome"), "RankFailed(2)", "{report}");
     assert_eq!(target.get("block"), "ok", "{report}");
-    assert_eq!(job.data("kill", 1).get("outcome"), "none", "{report}");
+    assert_eq!(
+        job.data("kill", 1).get("outcome"),
+        "RankFailed(2)",
+        "a start of the dead target\n{report}"
+    );
 }
 
 /// One test per job: `name: check(arguments);`.

@@ -37,8 +37,9 @@
 //! * `any`: ranks 1.. post to rank 0 at skewed times (the highest first); rank 0 serves them
 //!   with `start_any` in the order their posts arrive (`order`).
 //! * `kill` (3 ranks, under `gaspirun --keep-going`): rank 0 posts to ranks 1 and 2; rank 2
-//!   starts, writes and is killed (SIGKILL) before it completes; rank 1 completes. Rank 0's
-//!   wait must name rank 2 (`outcome`) and rank 1's data must be there.
+//!   starts, writes and is killed (SIGKILL) before it completes; rank 1 completes, then starts
+//!   rank 2 (after a first epoch with it), which never posts to it again. Rank 0's wait and rank 1's start must name rank 2
+//!   (`outcome`), and rank 1's data must be there.
 
 #![forbid(unsafe_code)]
 
@@ -370,6 +371,10 @@ fn xyzu(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
 fn shown<T: std::fmt::Debug>(result: gaspi_coll::Result<T>) -> String {
     match result {
         Ok(value) => format!("Ok({value:?})"),
+        // Only the dead rank: the rest of the message depends on how it was found dead.
+        Err(gaspi_coll::Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => {
+            format!("RankFailed({rank})")
+        }
         Err(gaspi_coll::Error::Gaspi(e)) => format!("{e:?}"),
         Err(e) => format!("{e:?}"),
     }
@@ -558,24 +563,33 @@ fn kill() -> Outcome {
     let coll = Collectives::new(&ctx)?;
     let mut win = Window::new(&coll, GROUP_ALL, WIN, TIMEOUT)?;
     clear(&ctx)?;
-    let mut outcome = String::from("none");
-    let mut block = "none";
+    // A first epoch from rank 1 to rank 2, so that rank 1 knows rank 2's tables before it
+    // dies: its later start then waits for a post, rather than for a first lookup (which
+    // the runtime may report as a failed operation rather than a dead rank).
     match me {
+        1 => access(&ctx, &mut win, 2)?,
+        2 => {
+            win.post(&[1], Assert::NONE, TIMEOUT)?;
+            win.wait(TIMEOUT)?;
+            clear(&ctx)?;
+        }
+        _ => {}
+    }
+    let (outcome, block) = match me {
         0 => {
             win.post(&[1, 2], Assert::NONE, TIMEOUT)?;
-            outcome = match win.wait(TIMEOUT) {
-                Err(gaspi_coll::Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => {
-                    format!("RankFailed({rank})")
-                }
-                other => shown(other),
-            };
+            let outcome = shown(win.wait(TIMEOUT));
             // Rank 1 completed: its block is there. (Rank 2's may be or not.)
             let want = pattern::block(1, 1, 0);
             let mut got = vec![0; want.len()];
             ctx.segment_read(WIN, BLOCK, &mut got)?;
-            block = if got == want { "ok" } else { "bad" };
+            (outcome, if got == want { "ok" } else { "bad" })
         }
-        1 => access(&ctx, &mut win, 0)?,
+        1 => {
+            access(&ctx, &mut win, 0)?;
+            // Rank 2 dies without posting to this rank: the start names it.
+            (shown(win.start(&[2], Assert::NONE, TIMEOUT)), "none")
+        }
         _ => {
             win.start(&[0], Assert::NONE, TIMEOUT)?;
             put(&ctx, &mut win, 0)?;
@@ -585,7 +599,7 @@ fn kill() -> Outcome {
                 .status()?;
             return Err("still alive after kill -9".into());
         }
-    }
+    };
     println!("data kill rank {me}: outcome={outcome}; block={block}");
     drop(win);
     drop(coll);
