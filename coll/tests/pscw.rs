@@ -120,6 +120,23 @@ fn ring(
     }
 }
 
+/// `threads` on 2 ranks: a thread waits in one window while another runs 100 epochs in a
+/// second one; both get their data.
+fn threads(provider: &str) {
+    const EPOCHS: u64 = 100;
+    let job = job(2, provider, &["threads"]);
+    let report = job.report();
+    let data = job.data("threads", 1);
+    let mut digest = Digest::default();
+    for epoch in 1..=EPOCHS {
+        digest.add(&pattern::block(epoch, 0, 1));
+    }
+    assert_eq!(data.get("first"), "1", "{report}");
+    assert_eq!(data.get("received"), EPOCHS.to_string(), "{report}");
+    assert_eq!(data.get("mismatches"), "0", "{report}");
+    assert_eq!(data.get("digest"), digest.hex(), "{report}");
+}
+
 /// `overlap` on 5 ranks: the posts of ranks 3 and 4 do not count towards rank 0's epoch
 /// started with 1 and 2 (counter-only matching would open it), and every target got its data.
 fn overlap(provider: &str) {
@@ -258,6 +275,8 @@ jobs! {
     double_3_shm: double(3, "shm");
     double_4_tcp: double(4, "tcp");
     double_4_shm: double(4, "shm");
+    threads_2_tcp: threads("tcp");
+    threads_2_shm: threads("shm");
     overlap_5_tcp: overlap("tcp");
     overlap_5_shm: overlap("shm");
     xyzu_3_tcp: xyzu("tcp");

@@ -22,6 +22,9 @@
 //!   neighbour's wait for epoch `e` orders that post before its NOCHECK start of `e + 1`,
 //!   with no other synchronisation. Only the first epoch has the handshake:
 //!   `data double rank R: epochs; received; mismatches; digest`.
+//! * `threads` (2 ranks): on rank 1, one thread waits in an exposure epoch of one window
+//!   while another runs 100 epochs of a second window with rank 0, which serves the first
+//!   window only after those: `data threads rank 1: first; received; mismatches; digest`.
 //! * `overlap` (5 ranks or more): ranks 3 and 4 post to rank 0 before ranks 1 and 2 do; rank 0
 //!   starts 1 and 2 first, which must not count the posts of 3 and 4 (`first_try`), then 3
 //!   and 4.
@@ -83,12 +86,13 @@ fn main() -> ExitCode {
             .map_err(|_| "double E: a number of epochs".into())
             .and_then(|e| in_job(|ctx, coll| double(ctx, coll, e))),
         ["overlap"] => in_job(overlap),
+        ["threads"] => in_job(threads),
         ["errors"] => in_job(errors),
         ["xyzu"] => in_job(xyzu),
         ["any"] => in_job(any),
         ["kill"] => kill(),
         _ => Err(
-            "usage: pscw_check epochs E | nocheck E | double E | overlap | xyzu | errors | any | kill".into(),
+            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | any | kill".into(),
         ),
     };
     match result {
@@ -378,6 +382,59 @@ fn shown<T: std::fmt::Debug>(result: gaspi_coll::Result<T>) -> String {
         Err(gaspi_coll::Error::Gaspi(e)) => format!("{e:?}"),
         Err(e) => format!("{e:?}"),
     }
+}
+
+/// Epochs of the second window in `threads`.
+const THREAD_EPOCHS: u64 = 100;
+
+fn threads(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    if ctx.size() != 2 {
+        return Err("threads needs 2 ranks".into());
+    }
+    let mut first = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let mut second = Window::new(coll, GROUP_ALL, WIN2, TIMEOUT)?;
+    if ctx.rank() == 0 {
+        for e in 1..=THREAD_EPOCHS {
+            access_in(ctx, &mut second, 1, e)?;
+        }
+        // The first window's epoch comes last: rank 1's waiting thread waited all along.
+        return access_in(ctx, &mut first, 1, THREAD_EPOCHS + 1);
+    }
+    let (waited, served) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| -> Outcome<Received> {
+            let mut received = Received::default();
+            clear(ctx)?;
+            first.post(&[0], Assert::NONE, TIMEOUT)?;
+            first.wait(TIMEOUT)?;
+            received.check(ctx, THREAD_EPOCHS + 1, &[0])?;
+            Ok(received)
+        });
+        let server = s.spawn(|| -> Outcome<Received> {
+            let mut received = Received::default();
+            for e in 1..=THREAD_EPOCHS {
+                clear_in(ctx, WIN2)?;
+                second.post(&[0], Assert::NONE, TIMEOUT)?;
+                second.wait(TIMEOUT)?;
+                received.check_in(ctx, WIN2, e, &[0])?;
+            }
+            Ok(received)
+        });
+        (joined(waiter), joined(server))
+    });
+    let (waited, served) = (waited?, served?);
+    println!(
+        "data threads rank 1: first={}; received={}; mismatches={}; digest={}",
+        waited.blocks,
+        served.blocks,
+        waited.mismatches + served.mismatches,
+        served.digest.hex()
+    );
+    Ok(())
+}
+
+/// The outcome of a scoped thread; a panic is a failure.
+fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, Outcome<T>>) -> Outcome<T> {
+    handle.join().map_err(|_| "a thread panicked")?
 }
 
 fn overlap(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
