@@ -161,6 +161,8 @@ struct Access {
 ///   ([`Error::is_timeout`]).
 /// * A dead target makes `start` fail naming it ([`gaspi::Error::RankFailed`]), and
 ///   `complete` when the runtime knows it dead; a dead origin makes `wait` fail naming it.
+///   The first `start` of a rank looks its tables up; when that rank died before, the
+///   runtime may report the failed lookup as [`gaspi::Error::OperationFailed`] naming it.
 /// * Misuse is an error, checked before anything changes: [`Error::EpochOpen`] for a second
 ///   epoch of one kind, [`Error::NoEpoch`] for `complete` without `start` or `wait` without
 ///   `post`, [`Error::NotStarted`] for a write to (or `complete_one` of) a rank outside the
