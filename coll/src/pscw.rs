@@ -6,54 +6,45 @@
 //!
 //! The protocol and the mapping of every MPI call and assertion are documented on [`Window`].
 
-use std::collections::HashMap;
-use std::ops::BitOr;
-
 use gaspi::{
     Batch, Context, Deadline, GroupId, Notification, NotificationId, Rank, Segment, SegmentId,
     Target, Timeout,
 };
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{Error, Result};
 use crate::Collectives;
 
-/// Assertions on [`Window::post`] and [`Window::start`], combined with `|`: MPI's `assert`
-/// argument. Only [`NOCHECK`](Self::NOCHECK) changes what happens; the others are accepted as
-/// the hints they are in MPI and change nothing here (nothing is cached that a local store or
-/// a put would have to flush).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Assert(u8);
-
-impl Assert {
-    /// No assertion (MPI's `0`).
-    pub const NONE: Assert = Assert(0);
-    /// `MPI_MODE_NOCHECK`: the caller guarantees that the matching post already happened when
-    /// the start is made, so no handshake takes place. Like MPI, it must be given on both
-    /// sides: on a post (which then sends nothing) and on every start that matches it (which
-    /// then waits for nothing). Used for double buffering, where the synchronisation of the
-    /// other buffer's epoch already orders post before start.
-    pub const NOCHECK: Assert = Assert(1);
-    /// `MPI_MODE_NOSTORE` (on post): no local store since the last synchronisation. A hint.
-    pub const NOSTORE: Assert = Assert(2);
-    /// `MPI_MODE_NOPUT` (on post): no write into this window during the exposure epoch. A hint.
-    pub const NOPUT: Assert = Assert(4);
-    /// `MPI_MODE_NOPRECEDE`: no earlier epoch to complete (a fence assertion). A hint.
-    pub const NOPRECEDE: Assert = Assert(8);
-    /// `MPI_MODE_NOSUCCEED`: no later epoch follows (a fence assertion). A hint.
-    pub const NOSUCCEED: Assert = Assert(16);
-
-    /// Whether every assertion of `other` is in `self`.
-    pub fn contains(self, other: Assert) -> bool {
-        self.0 & other.0 == other.0
+bitflags::bitflags! {
+    /// Assertions on [`Window::post`] and [`Window::start`], combined with `|`: MPI's `assert`
+    /// argument. Only [`NOCHECK`](Self::NOCHECK) changes what happens; the others are accepted
+    /// as the hints they are in MPI and change nothing here (nothing is cached that a local
+    /// store or a put would have to flush). [`Assert::empty()`] (or [`Assert::NONE`]) is MPI's
+    /// `0`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Assert: u8 {
+        /// `MPI_MODE_NOCHECK`: the caller guarantees that the matching post already happened
+        /// when the start is made, so no handshake takes place. Like MPI, it must be given on
+        /// both sides: on a post (which then sends nothing) and on every start that matches it
+        /// (which then waits for nothing). Used for double buffering, where the
+        /// synchronisation of the other buffer's epoch already orders post before start.
+        const NOCHECK = 1;
+        /// `MPI_MODE_NOSTORE` (on post): no local store since the last synchronisation. A
+        /// hint.
+        const NOSTORE = 2;
+        /// `MPI_MODE_NOPUT` (on post): no write into this window during the exposure epoch. A
+        /// hint.
+        const NOPUT = 4;
+        /// `MPI_MODE_NOPRECEDE`: no earlier epoch to complete (a fence assertion). A hint.
+        const NOPRECEDE = 8;
+        /// `MPI_MODE_NOSUCCEED`: no later epoch follows (a fence assertion). A hint.
+        const NOSUCCEED = 16;
     }
 }
 
-impl BitOr for Assert {
-    type Output = Assert;
-
-    fn bitor(self, rhs: Assert) -> Assert {
-        Assert(self.0 | rhs.0)
-    }
+impl Assert {
+    /// No assertion (MPI's `0`).
+    pub const NONE: Assert = Assert::empty();
 }
 
 /// The two kinds of epoch of a [`Window`], as errors name them.
@@ -284,8 +275,8 @@ impl<'c> Window<'c> {
             members,
             me,
             control,
-            controls: HashMap::new(),
-            windows: HashMap::new(),
+            controls: HashMap::default(),
+            windows: HashMap::default(),
             batch: ctx.batch(),
             posts: vec![0; ranks.len()],
             starts: vec![0; ranks.len()],
