@@ -1,4 +1,5 @@
-//! The demo: a ring of write_notify.
+//! A ring of write_notify: the smallest complete gaspi program, the one the README's "Running
+//! programs" section runs.
 //!
 //! Each rank writes a message into its right neighbour's segment with one write-with-notification
 //! and waits for the one from its left neighbour, for a number of laps; every lap the message

@@ -1,4 +1,4 @@
-//! Multi-process tests: every `gaspi-selftest` scenario, and the `ring` demo, run as real jobs
+//! Multi-process tests: every `gaspi-selftest` scenario, and the `ring` example, run as real jobs
 //! of separate OS processes under `gaspirun`, over the `tcp` and the `shm` provider.
 //!
 //! Each rank verifies what it received itself (see `src/bin/gaspi-selftest`); these tests
@@ -758,7 +758,7 @@ fn killed_target_4_shm() {
     killed_target(4, "shm");
 }
 
-/// The demo's own check line, for rank `r` of 4.
+/// The ring example's own check line, for rank `r` of 4.
 fn ring_ok(rank: u32) -> String {
     format!("ring ok: rank {rank} of 4 ")
 }
@@ -769,7 +769,7 @@ fn ring_demo_under_gaspirun() {
     for provider in PROVIDERS {
         let job = gaspirun(4, provider, common::JOB_TIMEOUT_S, &ring, &[]);
         job.assert_every_rank(4, ring_ok);
-        // The demo names the provider it ran over; shm must not silently fall back to tcp.
+        // The example names the provider it ran over; shm must not silently fall back to tcp.
         let provider_seen = job
             .stdout
             .lines()
