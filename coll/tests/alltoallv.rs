@@ -17,7 +17,9 @@ mod data;
 #[path = "../examples/alltoallv_check/plan.rs"]
 mod plan;
 
-use common::{example, gaspirun, gaspirun_with, Finished, RankData, JOB_TIMEOUT_S, PROVIDERS};
+use common::{
+    example, gaspirun, gaspirun_with, jobs, Finished, RankData, JOB_TIMEOUT_S, PROVIDERS,
+};
 use gaspi::{Rank, SegmentId};
 use plan::{Digest, Forms, Pattern, CASES, SENTINEL};
 
@@ -460,18 +462,6 @@ fn kill(provider: &str) {
             "rank {rank} received other bytes\n{report}"
         );
     }
-}
-
-/// One test per job: `name: check(arguments);`.
-macro_rules! jobs {
-    ($($test:ident: $check:ident($($arg:expr),*);)*) => {
-        $(
-            #[test]
-            fn $test() {
-                $check($($arg),*);
-            }
-        )*
-    };
 }
 
 jobs! {

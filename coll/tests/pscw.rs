@@ -17,7 +17,7 @@ mod data;
 #[path = "../examples/pscw_check/pattern.rs"]
 mod pattern;
 
-use common::{example, gaspirun, gaspirun_with, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun, gaspirun_with, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use data::Digest;
 use gaspi::Rank;
 use pattern::Pattern;
@@ -248,18 +248,6 @@ fn kill(provider: &str) {
         "RankFailed(2)",
         "a start of the dead target\n{report}"
     );
-}
-
-/// One test per job: `name: check(arguments);`.
-macro_rules! jobs {
-    ($($test:ident: $check:ident($($arg:expr),*);)*) => {
-        $(
-            #[test]
-            fn $test() {
-                $check($($arg),*);
-            }
-        )*
-    };
 }
 
 jobs! {

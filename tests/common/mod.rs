@@ -49,6 +49,21 @@ pub fn selftest_path() -> PathBuf {
     binary("gaspi-selftest", "gaspi")
 }
 
+/// One `#[test]` per job: `jobs! { name: check(arguments); ... }`.
+#[allow(unused_macros)]
+macro_rules! jobs {
+    ($($test:ident: $check:ident($($arg:expr),*);)*) => {
+        $(
+            #[test]
+            fn $test() {
+                $check($($arg),*);
+            }
+        )*
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use jobs;
+
 /// The providers every scenario runs over.
 pub const PROVIDERS: [&str; 2] = ["tcp", "shm"];
 
