@@ -167,18 +167,11 @@ impl<'c> Broadcast<'c> {
             .checked_add(HEADER)
             .filter(|&size| usize::try_from(size).is_ok())
             .ok_or(Error::Unaddressable { max: max_bytes })?;
-        let members = ctx.group_ranks(group)?;
-        let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        let (members, n) = crate::group_members(ctx, group)?;
         let staging =
             coll.library()
                 .segment_create(group, size, n.saturating_add(CREDITS), timeout)?;
-        // Only members get this far: segment_create refuses the others.
-        let me = ctx
-            .group_index(group, ctx.rank())?
-            .ok_or(gaspi::Error::NotInGroup {
-                group,
-                rank: ctx.rank(),
-            })?;
+        let me = crate::own_index(ctx, group)?;
         Ok(Broadcast {
             ctx,
             group,

@@ -129,6 +129,25 @@ impl<'a> Collectives<'a> {
     }
 }
 
+/// The ranks of committed group `group`, by member index, and their number.
+pub(crate) fn group_members(ctx: &Context, group: GroupId) -> Result<(Vec<Rank>, u32)> {
+    let ranks = ctx.group_ranks(group)?;
+    let n = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
+    Ok((ranks, n))
+}
+
+/// This rank's member index in `group`. Collective objects ask after creating their library
+/// resources over the group, which refuses a rank that is not a member with the runtime's
+/// own error first.
+pub(crate) fn own_index(ctx: &Context, group: GroupId) -> Result<u32> {
+    Ok(ctx
+        .group_index(group, ctx.rank())?
+        .ok_or(gaspi::Error::NotInGroup {
+            group,
+            rank: ctx.rank(),
+        })?)
+}
+
 /// The tag of operation `seq` of a collective object in notification values: never 0, which
 /// means "unset".
 pub(crate) fn tag(seq: u64) -> u32 {

@@ -255,18 +255,11 @@ impl<'c> Window<'c> {
         timeout: Timeout,
     ) -> Result<Window<'c>> {
         let ctx = coll.context();
-        let ranks = ctx.group_ranks(group)?;
-        let n = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
+        let (ranks, n) = crate::group_members(ctx, group)?;
         let control = coll
             .library()
             .notifications_create(group, n.saturating_mul(2), timeout)?;
-        // Only members get this far: notifications_create refuses the others.
-        let me = ctx
-            .group_index(group, ctx.rank())?
-            .ok_or(gaspi::Error::NotInGroup {
-                group,
-                rank: ctx.rank(),
-            })?;
+        let me = crate::own_index(ctx, group)?;
         let members = (0..n).map(|m| (ranks[m as usize], m)).collect();
         Ok(Window {
             ctx,

@@ -173,8 +173,7 @@ impl<'c> Alltoallv<'c> {
         timeout: Timeout,
     ) -> Result<Alltoallv<'c>> {
         let ctx = coll.context();
-        let ranks = ctx.group_ranks(group)?;
-        let n = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
+        let (ranks, n) = crate::group_members(ctx, group)?;
         let layout = Layout::new(n);
         let control = coll.library().segment_create(
             group,
@@ -182,13 +181,7 @@ impl<'c> Alltoallv<'c> {
             layout.notifications(),
             timeout,
         )?;
-        // Only members get this far: segment_create refuses the others.
-        let me = ctx
-            .group_index(group, ctx.rank())?
-            .ok_or(gaspi::Error::NotInGroup {
-                group,
-                rank: ctx.rank(),
-            })?;
+        let me = crate::own_index(ctx, group)?;
         // Room for every registration, reply and block of a round in flight at once.
         let depth = n.saturating_mul(2).saturating_add(64);
         Ok(Alltoallv {
