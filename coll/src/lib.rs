@@ -58,6 +58,7 @@ mod barrier;
 mod broadcast;
 mod error;
 mod pscw;
+mod schedule;
 mod tree;
 
 pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status, LARGE_BLOCK};

@@ -1,0 +1,239 @@
+//! Collectives as data: a [`Schedule`] is what one member does in one collective — a
+//! dependency graph of puts, signals, waits and local copies over member indices and byte
+//! ranges — computed by an algorithm from the team size, the member's index and the call's
+//! arguments, free of any transport call. The engine runs schedules on the runtime; the
+//! simulator (`sim`, in tests) runs every member's schedule of a call together and compares
+//! what each member ends with against a serial reference.
+//!
+//! # Buffers
+//! A schedule touches three buffers of its member: [`Buf::Src`] (the caller's input, read
+//! only), [`Buf::Dst`] (the caller's output, written only) and [`Buf::Stage`] (this call's
+//! staging area in a library segment). Remote operations go from stage to stage only: a
+//! [`Task::Put`] writes part of this member's stage into another member's stage, and local
+//! [`Task::Copy`] steps move data between the caller's buffers and the stage. So the
+//! caller's buffers may be ordinary memory, and an algorithm never needs to know where they
+//! are.
+//!
+//! # Signals
+//! A put raises a *signal* at its receiver once its data has landed (never before); a
+//! [`Task::Signal`] raises one without data, as a credit ("my stage is ready for you") or a
+//! synchronisation; a [`Task::Wait`] waits for one. Signals are numbered per receiver: within
+//! one schedule, a member waits for each of its signal numbers at most once, every signal is
+//! raised exactly once, and numbers stay below [`signal_bound`], split between the algorithm
+//! ([`algorithm_signals`]) and the synchronisation the modes add ([`sync`]).
+//!
+//! # Order
+//! Steps depend only on earlier steps (by index), so the list is a topological order, and a
+//! step may start once every step it names in [`Step::after`] is done. A put is done for its
+//! dependents once posted: an algorithm never overwrites a stage range it has put from within
+//! the same schedule (the simulator checks it), so no step needs to wait for local
+//! completion. A schedule is complete when every step is done and its puts have completed
+//! locally.
+
+pub(crate) mod sync;
+
+#[cfg(test)]
+pub(crate) mod sim;
+
+/// A buffer of the member running the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Buf {
+    /// The caller's input.
+    Src,
+    /// The caller's output.
+    Dst,
+    /// The call's staging area in the library's segment.
+    Stage,
+}
+
+/// `len` bytes of buffer `buf` from byte `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) buf: Buf,
+    pub(crate) at: u64,
+    pub(crate) len: u64,
+}
+
+impl Span {
+    pub(crate) fn src(at: u64, len: u64) -> Span {
+        Span {
+            buf: Buf::Src,
+            at,
+            len,
+        }
+    }
+
+    pub(crate) fn dst(at: u64, len: u64) -> Span {
+        Span {
+            buf: Buf::Dst,
+            at,
+            len,
+        }
+    }
+
+    pub(crate) fn stage(at: u64, len: u64) -> Span {
+        Span {
+            buf: Buf::Stage,
+            at,
+            len,
+        }
+    }
+
+    /// The byte after the span.
+    pub(crate) fn end(&self) -> u64 {
+        self.at + self.len
+    }
+}
+
+/// A signal number at its receiver.
+pub(crate) type Signal = u32;
+
+/// One thing a member does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Task {
+    /// Writes `len` bytes of this member's stage from `from` into member `to`'s stage at
+    /// `into`, then raises `signal` at `to`: the signal is never seen before the data.
+    Put {
+        to: u32,
+        from: u64,
+        into: u64,
+        len: u64,
+        signal: Signal,
+    },
+    /// Raises `signal` at member `to`, without data.
+    Signal { to: u32, signal: Signal },
+    /// Waits until member `from` raised `signal` here (and, for a put, its data is here).
+    Wait { from: u32, signal: Signal },
+    /// Copies `from` into `into` (the same length) within this member.
+    Copy { from: Span, into: Span },
+}
+
+/// The index of a step in its schedule.
+pub(crate) type StepId = u32;
+
+/// A task and the earlier steps it waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub(crate) task: Task,
+    pub(crate) after: Vec<StepId>,
+}
+
+/// What one member does in one collective: see the [module documentation](self).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Schedule {
+    pub(crate) steps: Vec<Step>,
+    /// Bytes of stage the schedule uses on this member.
+    pub(crate) stage: u64,
+}
+
+/// Signal numbers an algorithm may use in a team of `n` members: `0..algorithm_signals(n)`
+/// (a data signal and a credit per member, and room for the segments of a pipeline).
+pub(crate) fn algorithm_signals(n: u32) -> Signal {
+    2 * n + 64
+}
+
+/// Signal numbers a schedule of a team of `n` members may use in all: the algorithm's, then
+/// those of the synchronisation the modes add.
+pub(crate) fn signal_bound(n: u32) -> Signal {
+    algorithm_signals(n) + sync::SIGNALS
+}
+
+impl Schedule {
+    /// An empty schedule.
+    pub(crate) fn new() -> Schedule {
+        Schedule::default()
+    }
+
+    /// Appends `task`, to run after the steps `after`; returns its id.
+    pub(crate) fn push(&mut self, task: Task, after: &[StepId]) -> StepId {
+        debug_assert!(
+            after.iter().all(|&s| (s as usize) < self.steps.len()),
+            "a step depends on a later one"
+        );
+        for span in task.spans() {
+            if span.buf == Buf::Stage {
+                self.stage = self.stage.max(span.end());
+            }
+        }
+        let id = self.steps.len() as StepId;
+        self.steps.push(Step {
+            task,
+            after: after.to_vec(),
+        });
+        id
+    }
+
+    /// Puts `len` bytes of the stage from `from` into member `to`'s stage at `into`, raising
+    /// `signal` there, after `after`.
+    pub(crate) fn put(
+        &mut self,
+        to: u32,
+        from: u64,
+        into: u64,
+        len: u64,
+        signal: Signal,
+        after: &[StepId],
+    ) -> StepId {
+        self.push(
+            Task::Put {
+                to,
+                from,
+                into,
+                len,
+                signal,
+            },
+            after,
+        )
+    }
+
+    /// Raises `signal` at member `to` after `after`.
+    pub(crate) fn signal(&mut self, to: u32, signal: Signal, after: &[StepId]) -> StepId {
+        self.push(Task::Signal { to, signal }, after)
+    }
+
+    /// Waits for `signal` from member `from` after `after`.
+    pub(crate) fn wait(&mut self, from: u32, signal: Signal, after: &[StepId]) -> StepId {
+        self.push(Task::Wait { from, signal }, after)
+    }
+
+    /// Copies `from` into `into` after `after`; an empty copy is not recorded, and `after`'s
+    /// last step (if any) stands for it.
+    pub(crate) fn copy(&mut self, from: Span, into: Span, after: &[StepId]) -> Option<StepId> {
+        debug_assert_eq!(from.len, into.len, "a copy between spans of other lengths");
+        if from.len == 0 {
+            return after.last().copied();
+        }
+        Some(self.push(Task::Copy { from, into }, after))
+    }
+
+    /// The steps no other step waits for: where the schedule ends.
+    pub(crate) fn sinks(&self) -> Vec<StepId> {
+        let mut waited = vec![false; self.steps.len()];
+        for step in &self.steps {
+            for &s in &step.after {
+                waited[s as usize] = true;
+            }
+        }
+        (0..self.steps.len() as StepId)
+            .filter(|&s| !waited[s as usize])
+            .collect()
+    }
+
+    /// The steps that wait for nothing: where the schedule starts.
+    pub(crate) fn sources(&self) -> Vec<StepId> {
+        (0..self.steps.len() as StepId)
+            .filter(|&s| self.steps[s as usize].after.is_empty())
+            .collect()
+    }
+}
+
+impl Task {
+    /// The local spans the task reads or writes.
+    pub(crate) fn spans(&self) -> Vec<Span> {
+        match *self {
+            Task::Put { from, len, .. } => vec![Span::stage(from, len)],
+            Task::Copy { from, into } => vec![from, into],
+            Task::Signal { .. } | Task::Wait { .. } => Vec::new(),
+        }
+    }
+}

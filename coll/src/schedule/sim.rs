@@ -1,0 +1,321 @@
+//! The schedule simulator: runs every member's schedule of one call together, in an order
+//! drawn from a seed, moving real bytes, and checks the rules of the
+//! [module documentation](super) on the way:
+//! * a wait is matched by exactly one put or signal of the member it names, and every signal
+//!   raised is waited for; numbers stay below [`signal_bound`];
+//! * no put lands in, and no copy writes over, a stage range its member has put from (an
+//!   outgoing put may still be reading it);
+//! * every access stays within the buffers (the stage within the schedule's `stage`);
+//! * the schedules never deadlock, whatever order ready steps run in.
+//!
+//! Algorithm tests compare what each member ends with in its destination against a serial
+//! reference, for every team size 1..=33 and several orders.
+
+use std::collections::HashMap;
+
+use super::{signal_bound, Buf, Schedule, Signal, Span, Task};
+
+/// One member's memory during a simulation.
+struct Member {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+    stage: Vec<u8>,
+    /// Stage ranges this member has put from.
+    sent_from: Vec<(u64, u64)>,
+    /// Signals raised here and not yet waited for: by number, the member that raised it.
+    raised: HashMap<Signal, u32>,
+}
+
+impl Member {
+    fn buf(&mut self, buf: Buf) -> &mut Vec<u8> {
+        match buf {
+            Buf::Src => &mut self.src,
+            Buf::Dst => &mut self.dst,
+            Buf::Stage => &mut self.stage,
+        }
+    }
+
+    fn read(&mut self, span: Span, who: &str) -> Vec<u8> {
+        let buf = self.buf(span.buf);
+        assert!(
+            span.end() <= buf.len() as u64,
+            "{who}: reads {span:?} beyond its {} bytes",
+            buf.len()
+        );
+        buf[span.at as usize..span.end() as usize].to_vec()
+    }
+
+    fn write(&mut self, span: Span, data: &[u8], who: &str) {
+        assert_ne!(span.buf, Buf::Src, "{who}: writes into its source");
+        if span.buf == Buf::Stage {
+            self.check_unsent(span.at, span.len, who);
+        }
+        let buf = self.buf(span.buf);
+        assert!(
+            span.end() <= buf.len() as u64,
+            "{who}: writes {span:?} beyond its {} bytes",
+            buf.len()
+        );
+        buf[span.at as usize..span.end() as usize].copy_from_slice(data);
+    }
+
+    fn check_unsent(&self, at: u64, len: u64, who: &str) {
+        for &(from, sent) in &self.sent_from {
+            assert!(
+                len == 0 || sent == 0 || at + len <= from || from + sent <= at,
+                "{who}: stage {at}..{} overwritten while a put from {from}..{} may read it",
+                at + len,
+                from + sent
+            );
+        }
+    }
+}
+
+/// A small deterministic generator for the order of steps.
+struct Draw(u64);
+
+impl Draw {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Runs `schedules` (member `m`'s at index `m`) with member `m`'s source `srcs[m]` and a
+/// destination of `dst_lens[m]` bytes, choosing among ready steps by `seed`; returns every
+/// member's destination. Panics, naming the member and step, when a rule is broken.
+pub(crate) fn run(
+    schedules: &[Schedule],
+    srcs: Vec<Vec<u8>>,
+    dst_lens: &[u64],
+    seed: u64,
+) -> Vec<Vec<u8>> {
+    let n = schedules.len() as u32;
+    let bound = signal_bound(n);
+    let mut members: Vec<Member> = srcs
+        .into_iter()
+        .zip(schedules)
+        .zip(dst_lens)
+        .map(|((src, s), &dst)| Member {
+            src,
+            // Filler that no reference contains by accident in long runs.
+            dst: vec![0xd5; dst as usize],
+            stage: vec![0xee; s.stage as usize],
+            sent_from: Vec::new(),
+            raised: HashMap::new(),
+        })
+        .collect();
+    let mut waiting: Vec<Vec<usize>> = schedules
+        .iter()
+        .map(|s| s.steps.iter().map(|st| st.after.len()).collect())
+        .collect();
+    let mut dependents: Vec<Vec<Vec<u32>>> = schedules
+        .iter()
+        .map(|s| {
+            let mut d = vec![Vec::new(); s.steps.len()];
+            for (i, st) in s.steps.iter().enumerate() {
+                for &a in &st.after {
+                    d[a as usize].push(i as u32);
+                }
+            }
+            d
+        })
+        .collect();
+    let mut ready: Vec<(u32, u32)> = Vec::new();
+    for (m, s) in schedules.iter().enumerate() {
+        for id in s.sources() {
+            ready.push((m as u32, id));
+        }
+    }
+    let total: usize = schedules.iter().map(|s| s.steps.len()).sum();
+    let mut done = 0;
+    let mut draw = Draw(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    while done < total {
+        let runnable: Vec<usize> = (0..ready.len())
+            .filter(|&i| {
+                let (m, id) = ready[i];
+                match schedules[m as usize].steps[id as usize].task {
+                    Task::Wait { signal, .. } => members[m as usize].raised.contains_key(&signal),
+                    _ => true,
+                }
+            })
+            .collect();
+        assert!(
+            !runnable.is_empty(),
+            "n={n}: deadlock with {} of {total} steps done; waiting: {:?}",
+            done,
+            ready
+                .iter()
+                .map(|&(m, id)| (m, schedules[m as usize].steps[id as usize].task))
+                .collect::<Vec<_>>()
+        );
+        let (m, id) = ready.swap_remove(runnable[draw.below(runnable.len())]);
+        let who = format!("n={n} member {m} step {id}");
+        match schedules[m as usize].steps[id as usize].task {
+            Task::Put {
+                to,
+                from,
+                into,
+                len,
+                signal,
+            } => {
+                assert!(to < n && to != m, "{who}: puts to member {to}");
+                let data = members[m as usize].read(Span::stage(from, len), &who);
+                members[m as usize].sent_from.push((from, len));
+                let receiver = &mut members[to as usize];
+                let limit = schedules[to as usize].stage;
+                assert!(
+                    into + len <= limit,
+                    "{who}: puts {into}..{} beyond member {to}'s stage of {limit}",
+                    into + len
+                );
+                receiver.write(Span::stage(into, len), &data, &who);
+                raise(receiver, to, m, signal, bound, &who);
+            }
+            Task::Signal { to, signal } => {
+                assert!(to < n && to != m, "{who}: signals member {to}");
+                raise(&mut members[to as usize], to, m, signal, bound, &who);
+            }
+            Task::Wait { from, signal } => {
+                let raiser = members[m as usize].raised.remove(&signal);
+                assert_eq!(
+                    raiser,
+                    Some(from),
+                    "{who}: waits for signal {signal} from {from}"
+                );
+            }
+            Task::Copy { from, into } => {
+                assert_eq!(from.len, into.len, "{who}: copies between other lengths");
+                let data = members[m as usize].read(from, &who);
+                members[m as usize].write(into, &data, &who);
+            }
+        }
+        done += 1;
+        for &next in &dependents[m as usize][id as usize] {
+            let left = &mut waiting[m as usize][next as usize];
+            *left -= 1;
+            if *left == 0 {
+                ready.push((m, next));
+            }
+        }
+        dependents[m as usize][id as usize].clear();
+    }
+    for (m, member) in members.iter().enumerate() {
+        assert!(
+            member.raised.is_empty(),
+            "n={n} member {m}: signals raised but never waited for: {:?}",
+            member.raised
+        );
+    }
+    members.into_iter().map(|m| m.dst).collect()
+}
+
+fn raise(receiver: &mut Member, to: u32, from: u32, signal: Signal, bound: Signal, who: &str) {
+    assert!(
+        signal < bound,
+        "{who}: signal {signal} at member {to} is beyond the bound {bound}"
+    );
+    if let Some(earlier) = receiver.raised.insert(signal, from) {
+        panic!("{who}: signal {signal} at member {to} raised again (first by {earlier}) before it was waited for");
+    }
+}
+
+/// The bytes member `m` contributes in block `b` of `len` bytes of a test: distinct for
+/// every member, block and byte.
+pub(crate) fn pattern(m: u32, b: u32, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (u64::from(m) * 131 + u64::from(b) * 31 + i * 7 + 1) as u8)
+        .collect()
+}
+
+/// Runs the schedules `schedule(n, m)` of every member `m` with sources `src(m)` over several
+/// seeds, and checks that every member's destination equals `want(m)`.
+pub(crate) fn check(
+    what: &str,
+    n: u32,
+    schedule: impl Fn(u32) -> Schedule,
+    src: impl Fn(u32) -> Vec<u8>,
+    want: impl Fn(u32) -> Vec<u8>,
+) {
+    let schedules: Vec<Schedule> = (0..n).map(&schedule).collect();
+    let wants: Vec<Vec<u8>> = (0..n).map(&want).collect();
+    let lens: Vec<u64> = wants.iter().map(|w| w.len() as u64).collect();
+    for seed in 1..=3 {
+        let got = run(&schedules, (0..n).map(&src).collect(), &lens, seed);
+        for (m, (got, want)) in got.iter().zip(&wants).enumerate() {
+            assert!(
+                got == want,
+                "{what} n={n} seed {seed}: member {m} ends with the wrong bytes"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sync::synchronise;
+    use super::*;
+
+    /// A ring shift: member m puts its source to m + 1, after that member's credit.
+    fn shift(n: u32, m: u32, len: u64) -> Schedule {
+        let mut s = Schedule::new();
+        if n == 1 {
+            s.copy(Span::src(0, len), Span::dst(0, len), &[]);
+            return s;
+        }
+        let (right, left) = ((m + 1) % n, (m + n - 1) % n);
+        let staged = s.copy(Span::src(0, len), Span::stage(0, len), &[]);
+        let credit = s.signal(left, 1, &[]);
+        let go = s.wait(right, 1, &[]);
+        let deps: Vec<_> = staged.into_iter().chain([go]).collect();
+        s.put(right, 0, len, len, 0, &deps);
+        let got = s.wait(left, 0, &[credit]);
+        s.copy(Span::stage(len, len), Span::dst(0, len), &[got]);
+        s
+    }
+
+    #[test]
+    fn a_ring_shift_moves_every_block_with_and_without_barriers() {
+        for n in 1..=9 {
+            for (before, after) in [(false, false), (true, false), (false, true), (true, true)] {
+                check(
+                    "shift",
+                    n,
+                    |m| synchronise(shift(n, m, 5), n, m, before, after),
+                    |m| pattern(m, 0, 5),
+                    |m| pattern((m + n - 1) % n, 0, 5),
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "deadlock")]
+    fn a_wait_nobody_signals_is_a_deadlock() {
+        let mut s = Schedule::new();
+        s.wait(1, 0, &[]);
+        run(&[s, Schedule::new()], vec![Vec::new(); 2], &[0, 0], 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "never waited for")]
+    fn a_signal_nobody_waits_for_is_reported() {
+        let mut s = Schedule::new();
+        s.signal(1, 0, &[]);
+        run(&[s, Schedule::new()], vec![Vec::new(); 2], &[0, 0], 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "overwritten while a put")]
+    fn overwriting_a_stage_range_being_put_is_reported() {
+        let mut a = Schedule::new();
+        let put = a.put(1, 0, 0, 4, 0, &[]);
+        a.copy(Span::src(0, 4), Span::stage(2, 4), &[put]);
+        let mut b = Schedule::new();
+        b.wait(0, 0, &[]);
+        b.stage = 4;
+        run(&[a, b], vec![vec![1; 4], Vec::new()], &[0, 0], 1);
+    }
+}
