@@ -278,6 +278,66 @@ pub enum Error {
         /// The sequence number of the broadcast that failed (the first is 1).
         seq: u64,
     },
+
+    /// A member's notification in a team collective carried another value than this
+    /// member's: it initiated another collective at this point of the sequence, or the same
+    /// one with another root, size, sync mode or algorithm.
+    #[error("rank {rank} called another collective, or with other arguments (value {value:#x})")]
+    Mismatch {
+        /// The member whose notification disagreed.
+        rank: Rank,
+        /// The value it carried.
+        value: u32,
+    },
+
+    /// A buffer too short for what the collective moves through it.
+    #[error("a buffer of {len} bytes where the collective needs {need}")]
+    BufferTooShort {
+        /// The buffer's length.
+        len: u64,
+        /// The length needed.
+        need: u64,
+    },
+
+    /// The runtime failed in a way kept by a collective in flight, reported again when its
+    /// handle syncs.
+    #[error("the runtime failed: {0}")]
+    Runtime(String),
+
+    /// Bad flags for a team collective: exactly one `IN_` mode, one `OUT_` mode and one of
+    /// `SINGLE` / `LOCAL` are needed.
+    #[error("bad collective flags {flags:#x}: {why}")]
+    Flags {
+        /// The flags passed.
+        flags: u32,
+        /// What is wrong with them.
+        why: &'static str,
+    },
+
+    /// A rank that is not a member of the team (as a root).
+    #[error("rank {rank} is not a member of the team")]
+    NotInTeam {
+        /// The rank passed.
+        rank: Rank,
+    },
+
+    /// A handle that was synced already.
+    #[error("the collective's handle was synced already")]
+    Synced,
+
+    /// Handles of several teams passed to one sync over a set.
+    #[error("the handles of one sync over a set must belong to one team")]
+    ForeignHandle,
+
+    /// An algorithm that the operation does not have (from an environment variable or an
+    /// explicit choice).
+    #[error("{op} has no algorithm {name:?}")]
+    UnknownAlgorithm {
+        /// The operation.
+        op: &'static str,
+        /// The name asked for.
+        name: String,
+    },
 }
 
 impl Error {

@@ -56,9 +56,12 @@
 mod alltoallv;
 mod barrier;
 mod broadcast;
+mod engine;
 mod error;
+mod ops;
 mod pscw;
 mod schedule;
+mod team;
 mod tree;
 
 pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status, LARGE_BLOCK};
@@ -66,6 +69,9 @@ pub use broadcast::{Broadcast, BroadcastHandle};
 pub use error::{Error, Result};
 pub use gaspi;
 pub use pscw::{Assert, Epoch, Window};
+pub use team::{
+    try_sync_all, try_sync_some, wait_sync_all, wait_sync_some, Capacity, Flags, Handle, Team,
+};
 
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};

@@ -22,6 +22,14 @@
 //! raised exactly once, and numbers stay below [`signal_bound`], split between the algorithm
 //! ([`algorithm_signals`]) and the synchronisation the modes add ([`sync`]).
 //!
+//! # The caller's buffers
+//! The engine takes the steps that touch the caller's buffers differently: a copy from the
+//! source runs only in a call that holds the collective's handle, and a copy into the
+//! destination is deferred to the handle's sync (and counts as done for the steps after it).
+//! So a stage range copied into the destination must never be written again within the
+//! schedule; the simulator defers those copies the same way, so a schedule that breaks the
+//! rule ends with the wrong bytes.
+//!
 //! # Order
 //! Steps depend only on earlier steps (by index), so the list is a topological order, and a
 //! step may start once every step it names in [`Step::after`] is done. A put is done for its

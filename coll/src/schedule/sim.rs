@@ -6,7 +6,10 @@
 //! * no put lands in, and no copy writes over, a stage range its member has put from (an
 //!   outgoing put may still be reading it);
 //! * every access stays within the buffers (the stage within the schedule's `stage`);
-//! * the schedules never deadlock, whatever order ready steps run in.
+//! * the schedules never deadlock, whatever order ready steps run in;
+//! * copies into the destination are carried out at the very end, as the engine defers
+//!   them: a schedule that writes over a stage range after copying it out ends with the
+//!   wrong bytes.
 //!
 //! Algorithm tests compare what each member ends with in its destination against a serial
 //! reference, for every team size 1..=33 and several orders.
@@ -132,6 +135,8 @@ pub(crate) fn run(
     let total: usize = schedules.iter().map(|s| s.steps.len()).sum();
     let mut done = 0;
     let mut draw = Draw(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // Copies into the destination, carried out at the end as the engine does.
+    let mut deferred = Vec::new();
     while done < total {
         let runnable: Vec<usize> = (0..ready.len())
             .filter(|&i| {
@@ -186,6 +191,10 @@ pub(crate) fn run(
                     "{who}: waits for signal {signal} from {from}"
                 );
             }
+            Task::Copy { from, into } if into.buf == Buf::Dst => {
+                assert_eq!(from.len, into.len, "{who}: copies between other lengths");
+                deferred.push((m, from, into, who));
+            }
             Task::Copy { from, into } => {
                 assert_eq!(from.len, into.len, "{who}: copies between other lengths");
                 let data = members[m as usize].read(from, &who);
@@ -201,6 +210,10 @@ pub(crate) fn run(
             }
         }
         dependents[m as usize][id as usize].clear();
+    }
+    for (m, from, into, who) in deferred {
+        let data = members[m as usize].read(from, &who);
+        members[m as usize].write(into, &data, &who);
     }
     for (m, member) in members.iter().enumerate() {
         assert!(

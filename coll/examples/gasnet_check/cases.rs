@@ -1,0 +1,102 @@
+//! The cases of the `ops` scenario and what every member must end with in each: shared by
+//! the example and by `coll/tests/gasnet.rs`, which recomputes from it (a serial reference)
+//! what every rank must have received.
+
+use gaspi_coll::Flags;
+
+use crate::data::{fill, mix64};
+
+/// The operations, in the order the example runs them.
+pub const OPS: [&str; 9] = [
+    "broadcast",
+    "scatter",
+    "gather",
+    "gather_all",
+    "exchange",
+    "scatterv",
+    "gatherv",
+    "gather_allv",
+    "exchangev",
+];
+
+/// Bytes per block (the largest of a v form's blocks).
+pub const SIZES: [u64; 4] = [0, 1, 100, 20_000];
+
+/// Every combination of one `IN_` mode, one `OUT_` mode and `SINGLE` or `LOCAL`.
+pub fn flags() -> Vec<Flags> {
+    let ins = [Flags::IN_NOSYNC, Flags::IN_MYSYNC, Flags::IN_ALLSYNC];
+    let outs = [Flags::OUT_NOSYNC, Flags::OUT_MYSYNC, Flags::OUT_ALLSYNC];
+    let mut all = Vec::new();
+    for i in ins {
+        for o in outs {
+            for a in [Flags::SINGLE, Flags::LOCAL] {
+                all.push(i | o | a);
+            }
+        }
+    }
+    all
+}
+
+/// The root member of case `case`.
+pub fn root(case: u64, n: u32) -> u32 {
+    (mix64(case) % u64::from(n)) as u32
+}
+
+/// The bytes member `from` contributes for member `to` in case `case`.
+pub fn block(case: u64, from: u32, to: u32, len: u64) -> Vec<u8> {
+    let mut bytes = vec![0; len as usize];
+    fill(mix64(case ^ (u64::from(from) << 40) ^ (u64::from(to) << 20)), &mut bytes);
+    bytes
+}
+
+/// Block `i`'s length in the v forms of a case of `size`: irregular, zeros included.
+pub fn count(size: u64, i: u32) -> u64 {
+    (size * u64::from(i % 4)) / 3 % (size + 1)
+}
+
+/// What member `from` sends to member `to` in an exchangev of `size`.
+pub fn xcount(size: u64, from: u32, to: u32) -> u64 {
+    (size * u64::from((from * 3 + to * 5) % 7)) / 6 % (size + 1)
+}
+
+fn concat(parts: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
+    parts.flatten().collect()
+}
+
+/// Member `me`'s source for `op` in case `case` of `size` among `n` (empty where it is not
+/// read).
+pub fn src(op: &str, case: u64, size: u64, n: u32, me: u32) -> Vec<u8> {
+    let r = root(case, n);
+    match op {
+        "broadcast" if me == r => block(case, r, 0, size),
+        "scatter" if me == r => concat((0..n).map(|j| block(case, r, j, size))),
+        "scatterv" if me == r => concat((0..n).map(|j| block(case, r, j, count(size, j)))),
+        "broadcast" | "scatter" | "scatterv" => Vec::new(),
+        "gather" => block(case, me, r, size),
+        "gatherv" => block(case, me, r, count(size, me)),
+        "gather_all" => block(case, me, 0, size),
+        "gather_allv" => block(case, me, 0, count(size, me)),
+        "exchange" => concat((0..n).map(|j| block(case, me, j, size))),
+        "exchangev" => concat((0..n).map(|j| block(case, me, j, xcount(size, me, j)))),
+        _ => unreachable!("no operation {op}"),
+    }
+}
+
+/// What member `me`'s destination must hold after `op` in case `case` (the serial
+/// reference); its length is the destination's.
+pub fn want(op: &str, case: u64, size: u64, n: u32, me: u32) -> Vec<u8> {
+    let r = root(case, n);
+    match op {
+        "broadcast" => block(case, r, 0, size),
+        "scatter" => block(case, r, me, size),
+        "scatterv" => block(case, r, me, count(size, me)),
+        "gather" if me == r => concat((0..n).map(|i| block(case, i, r, size))),
+        "gatherv" if me == r => concat((0..n).map(|i| block(case, i, r, count(size, i)))),
+        "gather" | "gatherv" => Vec::new(),
+        "gather_all" => concat((0..n).map(|i| block(case, i, 0, size))),
+        "gather_allv" => concat((0..n).map(|i| block(case, i, 0, count(size, i)))),
+        "exchange" => concat((0..n).map(|i| block(case, i, me, size))),
+        "exchangev" => concat((0..n).map(|i| block(case, i, me, xcount(size, i, me)))),
+        _ => unreachable!("no operation {op}"),
+    }
+}

@@ -1,0 +1,620 @@
+//! The one engine that runs [schedules](crate::schedule) on the runtime: every collective of
+//! a team is a [`Run`] in the team's engine, and any thread that initiates, tests or waits
+//! on any collective of the team advances all of them.
+//!
+//! # Lanes
+//! The team's library segment is cut into `lanes` stages of `lane_bytes` each, and its
+//! notification table into blocks of [`signal_bound`] ids, two per lane. Collective number
+//! `seq` (counted alike on every member, since collectives are initiated in the same order
+//! everywhere) uses lane `seq % lanes` and, in it, the block of the parity of
+//! `seq / lanes`. A run starts once the run before it on its lane has given the lane up —
+//! when its handle synced, or, if a later run needs the lane first, once it completed and its
+//! output was read out of the stage. Initiation never waits: a run that cannot start yet
+//! waits in the engine, and starts in whichever call makes progress next.
+//!
+//! Two blocks per lane keep a fast member from raising a signal of the next run on a lane
+//! over one of the previous run that its receiver has not taken yet: a member is never more
+//! than one run ahead on a lane, because every put waits for its receiver's credit and every
+//! barrier for everyone.
+//!
+//! # Values
+//! Every notification of a run carries the run's value: its sequence number mixed with the
+//! call's operation and arguments. A receiver that sees another value than its own was sent
+//! by a member that called another collective, or with other arguments, and says so
+//! ([`Error::Mismatch`] naming it).
+//!
+//! # Waiting
+//! As in the alltoallv: one thread at a time (the watcher) sleeps on the notifications the
+//! runs wait for, the others on a condition variable; whoever changes something wakes the
+//! sleepers, and the watcher through a notification of its own.
+
+mod run;
+
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use gaspi::{
+    Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
+};
+
+pub(crate) use run::Owner;
+use run::{Run, Transport};
+
+use crate::error::{Error, Result};
+use crate::schedule::{signal_bound, Schedule};
+
+/// Why a run failed, kept so that its handle reports it whenever it is synced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// A member died, and what the runtime saw.
+    Rank(Rank, String),
+    /// A member's notification carried another value.
+    OutOfStep { rank: Rank, got: u32, expected: u32 },
+    /// A step's span lies outside the caller's buffer.
+    Buffer { len: u64, need: u64 },
+    /// The runtime failed otherwise.
+    Runtime(String),
+}
+
+impl From<gaspi::Error> for Failure {
+    fn from(e: gaspi::Error) -> Failure {
+        match e {
+            gaspi::Error::RankFailed { rank, reason } => Failure::Rank(rank, reason),
+            e => Failure::Runtime(e.to_string()),
+        }
+    }
+}
+
+impl From<Failure> for Error {
+    fn from(f: Failure) -> Error {
+        match f {
+            Failure::Rank(rank, reason) => gaspi::Error::RankFailed { rank, reason }.into(),
+            Failure::OutOfStep { rank, got, .. } => Error::Mismatch { rank, value: got },
+            Failure::Buffer { len, need } => Error::BufferTooShort { len, need },
+            Failure::Runtime(what) => Error::Runtime(what),
+        }
+    }
+}
+
+/// How the team's segment and table are cut.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub(crate) lanes: u32,
+    pub(crate) lane_bytes: u64,
+    /// Signals per block.
+    bound: u32,
+}
+
+impl Layout {
+    pub(crate) fn new(n: u32, lanes: u32, lane_bytes: u64) -> Layout {
+        Layout {
+            lanes,
+            lane_bytes,
+            bound: signal_bound(n),
+        }
+    }
+
+    fn lane(&self, seq: u64) -> u32 {
+        // Below `lanes`, a u32.
+        (seq % u64::from(self.lanes)) as u32
+    }
+
+    fn id(&self, seq: u64, signal: u32) -> NotificationId {
+        let parity = ((seq / u64::from(self.lanes)) % 2) as u32;
+        (self.lane(seq) * 2 + parity) * self.bound + signal
+    }
+
+    fn offset(&self, seq: u64) -> u64 {
+        u64::from(self.lane(seq)) * self.lane_bytes
+    }
+
+    fn wake(&self) -> NotificationId {
+        self.lanes * 2 * self.bound
+    }
+
+    /// Notifications in the team's table.
+    pub(crate) fn ids(&self) -> u32 {
+        self.wake() + 1
+    }
+
+    /// Bytes of the team's segment.
+    pub(crate) fn bytes(&self) -> u64 {
+        u64::from(self.lanes) * self.lane_bytes
+    }
+}
+
+/// The engine's state, under its lock.
+struct State<'c> {
+    /// The sequence number of the next collective initiated.
+    next: u64,
+    runs: BTreeMap<u64, Run<'c>>,
+    /// The run holding each lane.
+    lanes: Vec<Option<u64>>,
+    /// A member known dead: every run not complete fails naming it.
+    dead: Option<Failure>,
+    watcher: bool,
+    sleepers: u32,
+}
+
+/// The engine of one team: see the [module documentation](self).
+pub(crate) struct Engine<'c> {
+    ctx: &'c Context,
+    seg: Segment<'c>,
+    ranks: Vec<Rank>,
+    me: u32,
+    /// Every member's segment, by member index (this member's too, for the wake-up).
+    targets: Vec<Target>,
+    layout: Layout,
+    state: Mutex<State<'c>>,
+    changes: Condvar,
+    /// The watcher's wake-ups.
+    wakes: Batch<'c>,
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("members", &self.ranks.len())
+            .field("me", &self.me)
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+/// What a handle needs of its team's engine, whatever the engine's lifetime.
+pub(crate) trait Runner: Sync {
+    /// See [`Engine::sync`].
+    fn sync(
+        &self,
+        owners: &mut [Owner<'_>],
+        enough: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Option<Result<()>>>>;
+    /// See [`Engine::orphan`].
+    fn orphan(&self, seq: u64, src: &[u8]);
+}
+
+impl Runner for Engine<'_> {
+    fn sync(
+        &self,
+        owners: &mut [Owner<'_>],
+        enough: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Option<Result<()>>>> {
+        Engine::sync(self, owners, enough, deadline)
+    }
+
+    fn orphan(&self, seq: u64, src: &[u8]) {
+        Engine::orphan(self, seq, src);
+    }
+}
+
+/// What a call does after a pass over the runs.
+enum Next<T> {
+    Done(T),
+    Wait,
+}
+
+impl<'c> Engine<'c> {
+    /// An engine over `seg` (the team's segment, cut by `layout`) of the team `ranks`, in
+    /// which this member is `me`; resolves every member's segment.
+    pub(crate) fn new(
+        ctx: &'c Context,
+        seg: Segment<'c>,
+        ranks: Vec<Rank>,
+        me: u32,
+        layout: Layout,
+        timeout: Timeout,
+    ) -> Result<Engine<'c>> {
+        let deadline = timeout.deadline();
+        let targets = ranks
+            .iter()
+            .map(|&rank| seg.target(rank, deadline.left()))
+            .collect::<gaspi::Result<Vec<_>>>()?;
+        Ok(Engine {
+            ctx,
+            seg,
+            ranks,
+            me,
+            targets,
+            layout,
+            state: Mutex::new(State {
+                next: 0,
+                runs: BTreeMap::new(),
+                lanes: vec![None; layout.lanes as usize],
+                dead: None,
+                watcher: false,
+                sleepers: 0,
+            }),
+            changes: Condvar::new(),
+            wakes: ctx.batch(),
+        })
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    pub(crate) fn me(&self) -> u32 {
+        self.me
+    }
+
+    pub(crate) fn ranks(&self) -> &[Rank] {
+        &self.ranks
+    }
+
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    fn state(&self) -> MutexGuard<'_, State<'c>> {
+        // Every run is consistent between steps: a panic elsewhere cannot break it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Initiates a run of `schedule` (whose notifications carry `value` mixed with its
+    /// sequence number) with the caller's `src`, and takes its first steps; returns its
+    /// sequence number.
+    pub(crate) fn initiate(&self, schedule: Schedule, signature: u64, src: &[u8]) -> Result<u64> {
+        if schedule.stage > self.layout.lane_bytes {
+            return Err(Error::TooLarge {
+                rank: self.ctx.rank(),
+                len: schedule.stage,
+                max: self.layout.lane_bytes,
+            });
+        }
+        let mut state = self.state();
+        let seq = state.next;
+        state.next += 1;
+        let value = value(seq, signature);
+        state
+            .runs
+            .insert(seq, Run::new(seq, schedule, value, self.ctx.batch()));
+        let mut nobody = [0u8; 0];
+        let mut owner = Owner {
+            seq,
+            src,
+            dst: &mut nobody,
+        };
+        let changed = self.pass(&mut state, std::slice::from_mut(&mut owner));
+        let listeners = (state.watcher, state.sleepers > 0);
+        drop(state);
+        if changed {
+            self.changed(listeners)?;
+        }
+        Ok(seq)
+    }
+
+    /// Syncs the runs of `owners` (each with its caller's buffers): returns, per owner,
+    /// `Some(outcome)` for a run that completed here (its output delivered), `None` for one
+    /// still in flight; waits until `enough` of them completed or `deadline` passed.
+    pub(crate) fn sync(
+        &self,
+        owners: &mut [Owner<'_>],
+        enough: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Option<Result<()>>>> {
+        let mut outcomes: Vec<Option<Result<()>>> = owners.iter().map(|_| None).collect();
+        let mut got = 0;
+        self.drive(deadline, |engine, state| {
+            engine.pass(state, owners);
+            for (i, owner) in owners.iter_mut().enumerate() {
+                if outcomes[i].is_some() {
+                    continue;
+                }
+                if let Some(outcome) = engine.collect(state, owner) {
+                    outcomes[i] = Some(outcome);
+                    got += 1;
+                }
+            }
+            if got >= enough.min(owners.len()) {
+                Next::Done(())
+            } else {
+                Next::Wait
+            }
+        })?;
+        Ok(std::mem::take(&mut outcomes))
+    }
+
+    /// Lets run `seq` go on without its handle: its source is captured now, its output
+    /// dropped when it completes.
+    pub(crate) fn orphan(&self, seq: u64, src: &[u8]) {
+        let mut state = self.state();
+        if let Some(run) = state.runs.get_mut(&seq) {
+            run.orphan = Some(src.to_vec());
+        }
+        self.pass(&mut state, &mut []);
+    }
+
+    /// The outcome of `owner`'s run if it is over: its output delivered and its lane given up.
+    fn collect(&self, state: &mut State<'c>, owner: &mut Owner<'_>) -> Option<Result<()>> {
+        let run = state.runs.get(&owner.seq)?;
+        let outcome = match (&run.failed, &state.dead) {
+            (Some(f), _) => Err(f.clone().into()),
+            (None, Some(f)) if !run.complete => Err(f.clone().into()),
+            (None, _) if !run.complete => return None,
+            (None, _) => run.deliver(self, owner.dst).map_err(Error::from),
+        };
+        self.release(state, owner.seq);
+        Some(outcome)
+    }
+
+    /// Removes run `seq`, giving its lane up.
+    fn release(&self, state: &mut State<'c>, seq: u64) {
+        state.runs.remove(&seq);
+        let lane = self.layout.lane(seq) as usize;
+        if state.lanes[lane] == Some(seq) {
+            state.lanes[lane] = None;
+        }
+    }
+
+    /// Advances every run as far as it goes; returns whether anything changed.
+    fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) -> bool {
+        let mut changed = false;
+        let seqs: Vec<u64> = state.runs.keys().copied().collect();
+        for seq in seqs {
+            let lane = self.layout.lane(seq) as usize;
+            let Some(run) = state.runs.get_mut(&seq) else {
+                continue;
+            };
+            if !run.started {
+                // Runs on a lane start in sequence order: the lane is free and no earlier
+                // run of this lane is waiting.
+                if state.lanes[lane].is_some() {
+                    continue;
+                }
+                run.started = true;
+                state.lanes[lane] = Some(seq);
+                changed = true;
+            }
+            let owner = owners.iter_mut().find(|o| o.seq == seq);
+            match run.advance(self, owner) {
+                Ok(c) => changed |= c,
+                Err(f) => {
+                    if let Failure::Rank(..) = f {
+                        state.dead = Some(f.clone());
+                    }
+                    run.failed = Some(f);
+                    changed = true;
+                }
+            }
+            let run = &state.runs[&seq];
+            let over = run.complete || run.failed.is_some();
+            if over && run.orphan.is_some() {
+                self.release(state, seq);
+                changed = true;
+            } else if over && self.wanted(state, seq) {
+                // A later run waits for the lane: read the output out of the stage.
+                if let Some(run) = state.runs.get_mut(&seq) {
+                    if run.complete {
+                        if let Err(f) = run.keep(self) {
+                            run.failed = Some(f);
+                        }
+                    }
+                }
+                let lane = self.layout.lane(seq) as usize;
+                state.lanes[lane] = None;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Whether a run after `seq` waits for its lane.
+    fn wanted(&self, state: &State<'c>, seq: u64) -> bool {
+        let lane = self.layout.lane(seq);
+        state.lanes[lane as usize] == Some(seq)
+            && state
+                .runs
+                .range(seq + 1..)
+                .any(|(&s, r)| !r.started && self.layout.lane(s) == lane)
+    }
+
+    /// Runs `decide` under the lock until it is done, sleeping between tries on what the
+    /// runs wait for (see the [module documentation](self)).
+    fn drive<T>(
+        &self,
+        deadline: Deadline,
+        mut decide: impl FnMut(&Self, &mut State<'c>) -> Next<T>,
+    ) -> Result<T> {
+        loop {
+            let mut state = self.state();
+            let before = state.runs.len();
+            if let Next::Done(value) = decide(self, &mut state) {
+                let listeners = (state.watcher, state.sleepers > 0);
+                let changed = state.runs.len() != before;
+                drop(state);
+                if changed {
+                    self.changed(listeners)?;
+                }
+                return Ok(value);
+            }
+            if deadline.remaining().is_some_and(|left| left.is_zero()) {
+                return Err(gaspi::Error::Timeout.into());
+            }
+            let mut awaited = Vec::new();
+            for run in state.runs.values() {
+                run.awaited(self, &mut awaited);
+            }
+            if awaited.is_empty() {
+                // Nothing to hear from anyone: only local completions, or another thread's
+                // progress (a lane given up, a source copied), can move the runs on.
+                if let Some(run) = state.runs.values().find(|r| r.flushing()) {
+                    if let Err(f) = run.flush(deadline.left()) {
+                        return Err(f.into());
+                    }
+                    continue;
+                }
+                state = self.sleep(state, deadline);
+                drop(state);
+                continue;
+            }
+            if state.watcher {
+                let s = self.sleep(state, deadline);
+                drop(s);
+                continue;
+            }
+            state.watcher = true;
+            self.seg.notify_reset(self.layout.wake())?;
+            drop(state);
+            let outcome = self.watch(&awaited, deadline);
+            let mut state = self.state();
+            state.watcher = false;
+            if let Err(Error::Gaspi(gaspi::Error::RankFailed { rank, reason })) = &outcome {
+                state.dead = Some(Failure::Rank(*rank, reason.clone()));
+            }
+            let sleepers = state.sleepers > 0;
+            drop(state);
+            if sleepers {
+                self.changes.notify_all();
+            }
+            match outcome {
+                Err(Error::Gaspi(gaspi::Error::RankFailed { .. })) | Ok(()) => {}
+                Err(Error::Gaspi(gaspi::Error::Timeout)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sleeps on the condition variable until another thread's change or the deadline.
+    fn sleep<'g>(
+        &self,
+        mut state: MutexGuard<'g, State<'c>>,
+        deadline: Deadline,
+    ) -> MutexGuard<'g, State<'c>> {
+        if deadline.is_test() {
+            return state;
+        }
+        state.sleepers += 1;
+        let mut state = match deadline.remaining() {
+            None => self
+                .changes
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner),
+            Some(left) => {
+                self.changes
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            }
+        };
+        state.sleepers -= 1;
+        state
+    }
+
+    /// Waits, as the watcher, for one of `awaited` or the wake-up.
+    fn watch(&self, awaited: &[(NotificationId, Rank)], deadline: Deadline) -> Result<()> {
+        let mut ids: Vec<NotificationId> = awaited.iter().map(|&(id, _)| id).collect();
+        ids.push(self.layout.wake());
+        ids.sort_unstable();
+        ids.dedup();
+        let mut senders: Vec<Rank> = awaited.iter().map(|&(_, rank)| rank).collect();
+        senders.sort_unstable();
+        senders.dedup();
+        let mut ranges = Vec::new();
+        let mut i = 0;
+        while i < ids.len() {
+            let mut num = 1;
+            while i + num < ids.len() && ids[i + num] == ids[i] + num as u32 {
+                num += 1;
+            }
+            ranges.push(self.seg.range(ids[i], num as u32));
+            i += num;
+        }
+        self.ctx
+            .notify_wait_any(&ranges, &senders, deadline.left())?;
+        Ok(())
+    }
+
+    /// Tells the other threads that the runs changed.
+    fn changed(&self, (watcher, sleepers): (bool, bool)) -> Result<()> {
+        if sleepers {
+            self.changes.notify_all();
+        }
+        if watcher {
+            if self.wakes.outstanding() > 0 {
+                self.wakes.test()?;
+            }
+            self.wakes.notify(
+                &self.targets[self.me as usize],
+                Notification {
+                    id: self.layout.wake(),
+                    value: 1,
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Transport for Engine<'_> {
+    fn put(
+        &self,
+        batch: &Batch<'_>,
+        seq: u64,
+        to: u32,
+        from: u64,
+        into: u64,
+        len: u64,
+        signal: Notification,
+    ) -> std::result::Result<(), Failure> {
+        let base = self.layout.offset(seq);
+        batch
+            .write_notify(
+                &self.seg,
+                base + from,
+                &self.targets[to as usize],
+                base + into,
+                len,
+                signal,
+            )
+            .map_err(Failure::from)
+    }
+
+    fn signal(
+        &self,
+        batch: &Batch<'_>,
+        to: u32,
+        signal: Notification,
+    ) -> std::result::Result<(), Failure> {
+        batch
+            .notify(&self.targets[to as usize], signal)
+            .map_err(Failure::from)
+    }
+
+    fn take(&self, id: NotificationId) -> std::result::Result<u32, Failure> {
+        self.seg.notify_reset(id).map_err(Failure::from)
+    }
+
+    fn read(&self, seq: u64, at: u64, buf: &mut [u8]) -> std::result::Result<(), Failure> {
+        self.seg
+            .read(self.layout.offset(seq) + at, buf)
+            .map_err(Failure::from)
+    }
+
+    fn write(&self, seq: u64, at: u64, data: &[u8]) -> std::result::Result<(), Failure> {
+        self.seg
+            .write(self.layout.offset(seq) + at, data)
+            .map_err(Failure::from)
+    }
+
+    fn id(&self, seq: u64, signal: u32) -> NotificationId {
+        self.layout.id(seq, signal)
+    }
+
+    fn rank(&self, index: u32) -> Rank {
+        self.ranks[index as usize]
+    }
+}
+
+/// The value of run `seq`'s notifications: never 0.
+fn value(seq: u64, signature: u64) -> u32 {
+    let mut z = seq
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(signature);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    // The remainder is below u32::MAX, so the cast keeps every bit.
+    (z % u64::from(u32::MAX)) as u32 + 1
+}

@@ -1,0 +1,292 @@
+//! One collective in flight on one member: its [`Schedule`], which steps are done, which
+//! are ready, and what the member's caller must still do.
+//!
+//! A run advances as far as it can whenever a thread of the team makes progress, except for
+//! the steps that touch the caller's buffers: a copy from the source runs only in a call that
+//! holds the handle (the [`Owner`]), and a copy into the destination is *deferred* — counted
+//! as done for the steps after it, and carried out when the handle syncs. Both are safe
+//! because of two rules every algorithm keeps (the simulator checks them): a copy from the
+//! source depends on nothing but the synchronisation the mode asks for, and a stage range
+//! copied into the destination is never written again in the same schedule.
+
+use gaspi::{Batch, Notification, NotificationId, Rank};
+
+use super::Failure;
+use crate::schedule::{Buf, Schedule, Span, StepId, Task};
+
+/// The caller's buffers of one run, lent by its handle for one call.
+pub(crate) struct Owner<'o> {
+    pub(crate) seq: u64,
+    pub(crate) src: &'o [u8],
+    pub(crate) dst: &'o mut [u8],
+}
+
+/// What a run needs from the engine to take a step.
+pub(crate) trait Transport {
+    /// Posts a put of `len` bytes from this member's stage of the run at `from` to member
+    /// `to`'s at `into`, raising `id` there with `value`.
+    fn put(
+        &self,
+        batch: &Batch<'_>,
+        seq: u64,
+        to: u32,
+        from: u64,
+        into: u64,
+        len: u64,
+        signal: Notification,
+    ) -> Result<(), Failure>;
+    /// Raises `signal` at member `to`.
+    fn signal(&self, batch: &Batch<'_>, to: u32, signal: Notification) -> Result<(), Failure>;
+    /// Takes the value of notification `id` here (0 when unset).
+    fn take(&self, id: NotificationId) -> Result<u32, Failure>;
+    /// Reads `buf.len()` bytes of the run's stage at `at`.
+    fn read(&self, seq: u64, at: u64, buf: &mut [u8]) -> Result<(), Failure>;
+    /// Writes `data` into the run's stage at `at`.
+    fn write(&self, seq: u64, at: u64, data: &[u8]) -> Result<(), Failure>;
+    /// The notification id of `signal` for run `seq`.
+    fn id(&self, seq: u64, signal: u32) -> NotificationId;
+    /// The rank of member `index`.
+    fn rank(&self, index: u32) -> Rank;
+}
+
+/// Where a run stands.
+pub(crate) struct Run<'c> {
+    pub(crate) seq: u64,
+    schedule: Schedule,
+    /// The value of every notification of this run: its tag mixed with the call's arguments,
+    /// so that members that called with other arguments are told.
+    pub(crate) value: u32,
+    /// Unfinished dependencies per step.
+    waiting: Vec<u32>,
+    /// The steps that depend on each step.
+    dependents: Vec<Vec<StepId>>,
+    ready: Vec<StepId>,
+    /// Steps not done.
+    left: usize,
+    /// Whether the run holds its lane.
+    pub(crate) started: bool,
+    batch: Batch<'c>,
+    /// Copies into the destination, in schedule order.
+    deferred: Vec<(Span, Span)>,
+    /// The deferred copies' data, read out of the stage when the lane was given up before
+    /// the handle synced.
+    kept: Option<Vec<Vec<u8>>>,
+    /// The source, when the handle was dropped before the run could read it.
+    pub(crate) orphan: Option<Vec<u8>>,
+    pub(crate) failed: Option<Failure>,
+    /// Every step is done and every put completed locally.
+    pub(crate) complete: bool,
+}
+
+impl<'c> Run<'c> {
+    pub(crate) fn new(seq: u64, schedule: Schedule, value: u32, batch: Batch<'c>) -> Run<'c> {
+        let waiting = schedule.steps.iter().map(|s| s.after.len() as u32).collect();
+        let mut dependents = vec![Vec::new(); schedule.steps.len()];
+        for (id, step) in schedule.steps.iter().enumerate() {
+            for &before in &step.after {
+                dependents[before as usize].push(id as StepId);
+            }
+        }
+        let ready = schedule.sources();
+        let left = schedule.steps.len();
+        Run {
+            seq,
+            schedule,
+            value,
+            waiting,
+            dependents,
+            ready,
+            left,
+            started: false,
+            batch,
+            deferred: Vec::new(),
+            kept: None,
+            orphan: None,
+            failed: None,
+            complete: false,
+        }
+    }
+
+    /// Bytes of stage the run uses here.
+    pub(crate) fn stage(&self) -> u64 {
+        self.schedule.stage
+    }
+
+    /// Takes every step it can; `owner` lends the caller's buffers when the call holds this
+    /// run's handle. Returns whether anything changed.
+    pub(crate) fn advance(
+        &mut self,
+        net: &impl Transport,
+        mut owner: Option<&mut Owner<'_>>,
+    ) -> Result<bool, Failure> {
+        if !self.started || self.complete || self.failed.is_some() {
+            return Ok(false);
+        }
+        let mut changed = false;
+        loop {
+            let mut progressed = false;
+            let mut i = 0;
+            while i < self.ready.len() {
+                let id = self.ready[i];
+                if self.take(net, id, owner.as_deref_mut())? {
+                    self.ready.swap_remove(i);
+                    self.finish(id);
+                    progressed = true;
+                } else {
+                    i += 1;
+                }
+            }
+            if !progressed {
+                break;
+            }
+            changed = true;
+        }
+        if self.left == 0 && !self.complete && self.batch.test().map_err(Failure::from)? {
+            self.complete = true;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Takes step `id` if it can; false when it must wait.
+    fn take(
+        &mut self,
+        net: &impl Transport,
+        id: StepId,
+        owner: Option<&mut Owner<'_>>,
+    ) -> Result<bool, Failure> {
+        let seq = self.seq;
+        let value = self.value;
+        match self.schedule.steps[id as usize].task {
+            Task::Put {
+                to,
+                from,
+                into,
+                len,
+                signal,
+            } => {
+                let n = Notification {
+                    id: net.id(seq, signal),
+                    value,
+                };
+                net.put(&self.batch, seq, to, from, into, len, n)?;
+            }
+            Task::Signal { to, signal } => {
+                let n = Notification {
+                    id: net.id(seq, signal),
+                    value,
+                };
+                net.signal(&self.batch, to, n)?;
+            }
+            Task::Wait { from, signal } => match net.take(net.id(seq, signal))? {
+                0 => return Ok(false),
+                got if got == value => {}
+                got => {
+                    return Err(Failure::OutOfStep {
+                        rank: net.rank(from),
+                        got,
+                        expected: value,
+                    })
+                }
+            },
+            Task::Copy { from, into } => match (from.buf, into.buf) {
+                (_, Buf::Dst) => self.deferred.push((from, into)),
+                (Buf::Src, _) => {
+                    let src = match (&self.orphan, owner) {
+                        (Some(orphan), _) => orphan.as_slice(),
+                        (None, Some(owner)) if owner.seq == seq => owner.src,
+                        _ => return Ok(false),
+                    };
+                    let data = slice(src, from)?;
+                    net.write(seq, into.at, data)?;
+                }
+                _ => {
+                    let mut data = vec![0; from.len as usize];
+                    net.read(seq, from.at, &mut data)?;
+                    net.write(seq, into.at, &data)?;
+                }
+            },
+        }
+        Ok(true)
+    }
+
+    fn finish(&mut self, id: StepId) {
+        self.left -= 1;
+        for &later in &self.dependents[id as usize] {
+            let w = &mut self.waiting[later as usize];
+            *w -= 1;
+            if *w == 0 {
+                self.ready.push(later);
+            }
+        }
+    }
+
+    /// The notifications the run waits for now, with the ranks that raise them.
+    pub(crate) fn awaited(&self, net: &impl Transport, out: &mut Vec<(NotificationId, Rank)>) {
+        if !self.started || self.complete || self.failed.is_some() {
+            return;
+        }
+        for &id in &self.ready {
+            if let Task::Wait { from, signal } = self.schedule.steps[id as usize].task {
+                out.push((net.id(self.seq, signal), net.rank(from)));
+            }
+        }
+    }
+
+    /// Whether only the local completion of puts is missing.
+    pub(crate) fn flushing(&self) -> bool {
+        self.started && self.left == 0 && !self.complete && self.failed.is_none()
+    }
+
+    /// Waits for the run's puts to complete locally.
+    pub(crate) fn flush(&self, timeout: gaspi::Timeout) -> Result<(), Failure> {
+        self.batch.wait(timeout).map_err(Failure::from)
+    }
+
+    /// Reads the deferred copies' data out of the stage, so the lane can go to the next run.
+    pub(crate) fn keep(&mut self, net: &impl Transport) -> Result<(), Failure> {
+        let mut kept = Vec::with_capacity(self.deferred.len());
+        for &(from, _) in &self.deferred {
+            let mut data = vec![0; from.len as usize];
+            net.read(self.seq, from.at, &mut data)?;
+            kept.push(data);
+        }
+        self.kept = Some(kept);
+        Ok(())
+    }
+
+    /// Carries out the deferred copies into the caller's destination.
+    pub(crate) fn deliver(&self, net: &impl Transport, dst: &mut [u8]) -> Result<(), Failure> {
+        for (i, &(from, into)) in self.deferred.iter().enumerate() {
+            let out = slice_mut(dst, into)?;
+            match &self.kept {
+                Some(kept) => out.copy_from_slice(&kept[i]),
+                None => net.read(self.seq, from.at, out)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn slice(buf: &[u8], span: Span) -> Result<&[u8], Failure> {
+    usize::try_from(span.at)
+        .ok()
+        .zip(usize::try_from(span.end()).ok())
+        .and_then(|(a, b)| buf.get(a..b))
+        .ok_or(Failure::Buffer {
+            len: buf.len() as u64,
+            need: span.end(),
+        })
+}
+
+fn slice_mut(buf: &mut [u8], span: Span) -> Result<&mut [u8], Failure> {
+    let len = buf.len() as u64;
+    usize::try_from(span.at)
+        .ok()
+        .zip(usize::try_from(span.end()).ok())
+        .and_then(|(a, b)| buf.get_mut(a..b))
+        .ok_or(Failure::Buffer {
+            len,
+            need: span.end(),
+        })
+}

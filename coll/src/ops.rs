@@ -1,0 +1,533 @@
+//! The data-movement collectives of a [`Team`] (GASNet's set, with the variable-size forms
+//! MPI users expect): argument checks, the choice of algorithm, and the schedule each
+//! member runs.
+//!
+//! # Algorithms
+//! Chosen per call from the size and the team size by this table, the same on every member;
+//! the environment variable `GASPI_COLL_<OP>` (e.g. `GASPI_COLL_BROADCAST=pipelined`, read
+//! when the team is built) overrides it and must then be the same on every member — a
+//! difference is reported as [`Error::Mismatch`], since the algorithm is part of what the
+//! members check they agree on.
+//!
+//! | operation | rule | names |
+//! |---|---|---|
+//! | `broadcast` | `n <= 3`: flat; below 256 KiB: binomial; else pipelined (64 KiB segments) | `flat`, `binomial`, `knomialK`, `pipelined` |
+//! | `scatter(v)`, `gather(v)` | `n <= 4` or a block of 64 KiB or more: flat; else binomial | `flat`, `binomial`, `knomialK` |
+//! | `gather_all(v)` | up to 64 KiB in all: dissemination (Bruck); else ring | `dissemination`, `ring` |
+//! | `exchange` | blocks up to 256 B: Bruck; else pairwise | `bruck`, `pairwise` |
+//! | `exchangev` | pairwise (Bruck would need every member's counts) | `pairwise` |
+
+use gaspi::{Rank, Timeout};
+
+use crate::error::{Error, Result};
+use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
+use crate::schedule::tree::Tree;
+use crate::schedule::{broadcast, gather, scatter, Schedule};
+use crate::team::{Flags, Handle, Team};
+
+/// The algorithms forced by the environment, read when a team is built.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Choices {
+    broadcast: Option<String>,
+    scatter: Option<String>,
+    gather: Option<String>,
+    gather_all: Option<String>,
+    exchange: Option<String>,
+}
+
+impl Choices {
+    pub(crate) fn from_env() -> Choices {
+        let var = |op: &str| std::env::var(format!("GASPI_COLL_{}", op.to_uppercase())).ok();
+        Choices {
+            broadcast: var("broadcast"),
+            scatter: var("scatter"),
+            gather: var("gather"),
+            gather_all: var("gather_all"),
+            exchange: var("exchange"),
+        }
+    }
+}
+
+/// A rooted operation's tree: `forced` if given, else `default`.
+fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, &'static str)> {
+    let tree = match forced {
+        None => default,
+        Some("flat") => Tree::Flat,
+        Some("binomial") => Tree::Binomial,
+        Some("pipelined") if op == "broadcast" => Tree::Pipelined { segment: 64 << 10 },
+        Some(name) => match name.strip_prefix("knomial").map(str::parse::<u32>) {
+            Some(Ok(k)) if k >= 2 => Tree::Knomial(k),
+            _ => {
+                return Err(Error::UnknownAlgorithm {
+                    op,
+                    name: name.to_string(),
+                })
+            }
+        },
+    };
+    let name = match tree {
+        Tree::Flat => "flat",
+        Tree::Binomial | Tree::Knomial(2) => "binomial",
+        Tree::Knomial(4) => "knomial4",
+        Tree::Knomial(8) => "knomial8",
+        Tree::Knomial(_) => "knomial",
+        Tree::Pipelined { .. } => "pipelined",
+    };
+    Ok((tree, name))
+}
+
+/// Mixes the words that members must agree on into a signature.
+fn signature(words: &[u64]) -> u64 {
+    words.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| {
+        (h ^ w).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The signature of a list of counts.
+fn counts_word(counts: &[u64]) -> u64 {
+    signature(counts)
+}
+
+fn name_word(name: &str) -> u64 {
+    signature(&name.bytes().map(u64::from).collect::<Vec<_>>())
+}
+
+fn check_len(len: usize, need: u64) -> Result<()> {
+    if len as u64 == need {
+        Ok(())
+    } else {
+        Err(Error::BufferTooShort {
+            len: len as u64,
+            need,
+        })
+    }
+}
+
+impl<'c> Team<'c> {
+    /// The member index of `root`.
+    fn root_index(&self, root: Rank) -> Result<u32> {
+        self.ranks()
+            .iter()
+            .position(|&r| r == root)
+            .map(|i| i as u32)
+            .ok_or(Error::NotInTeam { rank: root })
+    }
+
+    fn start<'t, 'b>(
+        &'t self,
+        schedule: Schedule,
+        words: &[u64],
+        flags: Flags,
+        algorithm: &'static str,
+        src: &'b [u8],
+        dst: &'b mut [u8],
+    ) -> Result<Handle<'t, 'b>> {
+        let schedule = self.synchronised(schedule, flags)?;
+        let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
+        let mut all = words.to_vec();
+        all.push(u64::from(mode.bits()));
+        all.push(name_word(algorithm));
+        self.launch(schedule, signature(&all), algorithm, src, dst)
+    }
+
+    /// Non-blocking broadcast: `root`'s `src` into every member's `dst` (the root's too);
+    /// `src` is read on the root only, `dst.len()` bytes of it.
+    ///
+    /// # Errors
+    /// [`Error::NotInTeam`] for a root outside the team; [`Error::BufferTooShort`] for a
+    /// root's `src` of another length than `dst`; [`Error::Flags`]; [`Error::TooLarge`] when
+    /// the staging exceeds the team's [`Capacity`](crate::Capacity);
+    /// [`Error::UnknownAlgorithm`] for a bad `GASPI_COLL_BROADCAST`.
+    pub fn broadcast_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        root: Rank,
+        src: &'b [u8],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        let bytes = dst.len() as u64;
+        if me == r {
+            check_len(src.len(), bytes)?;
+        }
+        let default = if n <= 3 {
+            Tree::Flat
+        } else if bytes < 256 << 10 {
+            Tree::Binomial
+        } else {
+            Tree::Pipelined { segment: 64 << 10 }
+        };
+        let (algo, name) = tree("broadcast", self.choices().broadcast.as_deref(), default)?;
+        let schedule = broadcast::broadcast(n, me, r, bytes, algo);
+        self.start(schedule, &[1, u64::from(r), bytes], flags, name, src, dst)
+    }
+
+    /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
+    /// leaves this member's part to finish without it (the others are not held up); use the
+    /// non-blocking form to continue after a timeout.
+    ///
+    /// # Errors
+    /// As for [`broadcast_nb`](Self::broadcast_nb) and [`Handle::wait_sync`].
+    pub fn broadcast(
+        &self,
+        dst: &mut [u8],
+        root: Rank,
+        src: &[u8],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.broadcast_nb(dst, root, src, flags)?.wait_sync(timeout)
+    }
+
+    fn rooted_tree(&self, forced: Option<&str>, op: &'static str, block: u64) -> Result<(Tree, &'static str)> {
+        let default = if self.size() <= 4 || block >= 64 << 10 {
+            Tree::Flat
+        } else {
+            Tree::Binomial
+        };
+        tree(op, forced, default)
+    }
+
+    /// Non-blocking scatter: block `i` of `root`'s `src` (`size()` blocks of `dst.len()`
+    /// bytes, read on the root only) into member `i`'s `dst`.
+    ///
+    /// # Errors
+    /// As for [`broadcast_nb`](Self::broadcast_nb).
+    pub fn scatter_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        root: Rank,
+        src: &'b [u8],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        let bytes = dst.len() as u64;
+        if me == r {
+            check_len(src.len(), bytes * u64::from(n))?;
+        }
+        let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatter", bytes)?;
+        let schedule = scatter::scatter(n, me, r, bytes, algo);
+        self.start(schedule, &[2, u64::from(r), bytes], flags, name, src, dst)
+    }
+
+    /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`scatter_nb`](Self::scatter_nb) and [`Handle::wait_sync`].
+    pub fn scatter(
+        &self,
+        dst: &mut [u8],
+        root: Rank,
+        src: &[u8],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.scatter_nb(dst, root, src, flags)?.wait_sync(timeout)
+    }
+
+    /// Non-blocking scatterv: block `i` of `counts[i]` bytes of `root`'s `src` (packed in
+    /// member order, read on the root only) into member `i`'s `dst` (`counts[i]` bytes).
+    /// Every member passes all `counts`, which must agree (checked).
+    ///
+    /// # Errors
+    /// As for [`scatter_nb`](Self::scatter_nb); [`Error::BufferTooShort`] for `counts` of
+    /// another length than the team.
+    pub fn scatterv_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        root: Rank,
+        src: &'b [u8],
+        counts: &[u64],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        check_len(counts.len(), u64::from(n))?;
+        check_len(dst.len(), counts[me as usize])?;
+        if me == r {
+            check_len(src.len(), counts.iter().sum())?;
+        }
+        let largest = counts.iter().copied().max().unwrap_or(0);
+        let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
+        let schedule = scatter::scatterv(n, me, r, counts, algo);
+        let words = [3, u64::from(r), counts_word(counts)];
+        self.start(schedule, &words, flags, name, src, dst)
+    }
+
+    /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`scatterv_nb`](Self::scatterv_nb) and [`Handle::wait_sync`].
+    pub fn scatterv(
+        &self,
+        dst: &mut [u8],
+        root: Rank,
+        src: &[u8],
+        counts: &[u64],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.scatterv_nb(dst, root, src, counts, flags)?
+            .wait_sync(timeout)
+    }
+
+    /// Non-blocking gather: every member's `src` into block `i` (member `i`'s) of `root`'s
+    /// `dst` (`size()` blocks of `src.len()` bytes, written on the root only).
+    ///
+    /// # Errors
+    /// As for [`broadcast_nb`](Self::broadcast_nb).
+    pub fn gather_nb<'t, 'b>(
+        &'t self,
+        root: Rank,
+        dst: &'b mut [u8],
+        src: &'b [u8],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        let bytes = src.len() as u64;
+        if me == r {
+            check_len(dst.len(), bytes * u64::from(n))?;
+        }
+        let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gather", bytes)?;
+        let schedule = gather::gather(n, me, r, bytes, algo);
+        self.start(schedule, &[4, u64::from(r), bytes], flags, name, src, dst)
+    }
+
+    /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`gather_nb`](Self::gather_nb) and [`Handle::wait_sync`].
+    pub fn gather(
+        &self,
+        root: Rank,
+        dst: &mut [u8],
+        src: &[u8],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.gather_nb(root, dst, src, flags)?.wait_sync(timeout)
+    }
+
+    /// Non-blocking gatherv: member `i`'s `src` (`counts[i]` bytes) into `root`'s `dst`,
+    /// packed in member order. Every member passes all `counts`, which must agree.
+    ///
+    /// # Errors
+    /// As for [`scatterv_nb`](Self::scatterv_nb).
+    pub fn gatherv_nb<'t, 'b>(
+        &'t self,
+        root: Rank,
+        dst: &'b mut [u8],
+        src: &'b [u8],
+        counts: &[u64],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        check_len(counts.len(), u64::from(n))?;
+        check_len(src.len(), counts[me as usize])?;
+        if me == r {
+            check_len(dst.len(), counts.iter().sum())?;
+        }
+        let largest = counts.iter().copied().max().unwrap_or(0);
+        let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
+        let schedule = gather::gatherv(n, me, r, counts, algo);
+        let words = [5, u64::from(r), counts_word(counts)];
+        self.start(schedule, &words, flags, name, src, dst)
+    }
+
+    /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`gatherv_nb`](Self::gatherv_nb) and [`Handle::wait_sync`].
+    pub fn gatherv(
+        &self,
+        root: Rank,
+        dst: &mut [u8],
+        src: &[u8],
+        counts: &[u64],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.gatherv_nb(root, dst, src, counts, flags)?
+            .wait_sync(timeout)
+    }
+
+    fn all_algo(&self, total: u64) -> Result<(GatherAllAlgo, &'static str)> {
+        match self.choices().gather_all.as_deref() {
+            Some("ring") => Ok((GatherAllAlgo::Ring, "ring")),
+            Some("dissemination") => Ok((GatherAllAlgo::Dissemination, "dissemination")),
+            Some(name) => Err(Error::UnknownAlgorithm {
+                op: "gather_all",
+                name: name.to_string(),
+            }),
+            None if total <= 64 << 10 => Ok((GatherAllAlgo::Dissemination, "dissemination")),
+            None => Ok((GatherAllAlgo::Ring, "ring")),
+        }
+    }
+
+    /// Non-blocking gather_all: every member's `src` into block `i` (member `i`'s) of every
+    /// member's `dst` (`size()` blocks of `src.len()` bytes).
+    ///
+    /// # Errors
+    /// [`Error::BufferTooShort`]; [`Error::Flags`]; [`Error::TooLarge`];
+    /// [`Error::UnknownAlgorithm`].
+    pub fn gather_all_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        src: &'b [u8],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me) = (self.size(), self.index());
+        let bytes = src.len() as u64;
+        check_len(dst.len(), bytes * u64::from(n))?;
+        let (algo, name) = self.all_algo(bytes * u64::from(n))?;
+        let schedule = all::gather_all(n, me, bytes, algo);
+        self.start(schedule, &[6, bytes], flags, name, src, dst)
+    }
+
+    /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
+    /// on timeouts).
+    ///
+    /// # Errors
+    /// As for [`gather_all_nb`](Self::gather_all_nb) and [`Handle::wait_sync`].
+    pub fn gather_all(
+        &self,
+        dst: &mut [u8],
+        src: &[u8],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.gather_all_nb(dst, src, flags)?.wait_sync(timeout)
+    }
+
+    /// Non-blocking gather_allv: member `i`'s `src` (`counts[i]` bytes) into every member's
+    /// `dst`, packed in member order. Every member passes all `counts`, which must agree.
+    ///
+    /// # Errors
+    /// As for [`gather_all_nb`](Self::gather_all_nb).
+    pub fn gather_allv_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        src: &'b [u8],
+        counts: &[u64],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me) = (self.size(), self.index());
+        check_len(counts.len(), u64::from(n))?;
+        check_len(src.len(), counts[me as usize])?;
+        let total = counts.iter().sum();
+        check_len(dst.len(), total)?;
+        let (algo, name) = self.all_algo(total)?;
+        let schedule = all::gather_allv(n, me, counts, algo);
+        self.start(schedule, &[7, counts_word(counts)], flags, name, src, dst)
+    }
+
+    /// Blocking [`gather_allv_nb`](Self::gather_allv_nb) (see [`broadcast`](Self::broadcast)
+    /// on timeouts).
+    ///
+    /// # Errors
+    /// As for [`gather_allv_nb`](Self::gather_allv_nb) and [`Handle::wait_sync`].
+    pub fn gather_allv(
+        &self,
+        dst: &mut [u8],
+        src: &[u8],
+        counts: &[u64],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.gather_allv_nb(dst, src, counts, flags)?
+            .wait_sync(timeout)
+    }
+
+    /// Non-blocking exchange (all-to-all): block `j` of member `i`'s `src` into block `i`
+    /// of member `j`'s `dst`, blocks of `src.len() / size()` bytes.
+    ///
+    /// # Errors
+    /// As for [`gather_all_nb`](Self::gather_all_nb); [`Error::BufferTooShort`] for a
+    /// `src` that is not `size()` blocks or a `dst` of another length.
+    pub fn exchange_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        src: &'b [u8],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me) = (self.size(), self.index());
+        let bytes = src.len() as u64 / u64::from(n);
+        check_len(src.len(), bytes * u64::from(n))?;
+        check_len(dst.len(), bytes * u64::from(n))?;
+        let (algo, name) = match self.choices().exchange.as_deref() {
+            Some("bruck") => (ExchangeAlgo::Bruck, "bruck"),
+            Some("pairwise") => (ExchangeAlgo::Pairwise, "pairwise"),
+            Some(name) => {
+                return Err(Error::UnknownAlgorithm {
+                    op: "exchange",
+                    name: name.to_string(),
+                })
+            }
+            None if bytes <= 256 => (ExchangeAlgo::Bruck, "bruck"),
+            None => (ExchangeAlgo::Pairwise, "pairwise"),
+        };
+        let schedule = all::exchange(n, me, bytes, algo);
+        self.start(schedule, &[8, bytes], flags, name, src, dst)
+    }
+
+    /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`exchange_nb`](Self::exchange_nb) and [`Handle::wait_sync`].
+    pub fn exchange(
+        &self,
+        dst: &mut [u8],
+        src: &[u8],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.exchange_nb(dst, src, flags)?.wait_sync(timeout)
+    }
+
+    /// Non-blocking exchangev: `send_counts[j]` bytes of `src` (packed in member order) to
+    /// member `j`, `recv_counts[i]` bytes from member `i` into `dst` (packed in member
+    /// order). Each member knows only its own counts, as in `MPI_Alltoallv`; a member's
+    /// `send_counts[j]` must equal member `j`'s `recv_counts[i]`, which is not checked.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooShort`] for counts of another length than the team, or buffers of
+    /// other lengths than their counts' sums; [`Error::Flags`]; [`Error::TooLarge`].
+    pub fn exchangev_nb<'t, 'b>(
+        &'t self,
+        dst: &'b mut [u8],
+        recv_counts: &[u64],
+        src: &'b [u8],
+        send_counts: &[u64],
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (n, me) = (self.size(), self.index());
+        check_len(send_counts.len(), u64::from(n))?;
+        check_len(recv_counts.len(), u64::from(n))?;
+        check_len(src.len(), send_counts.iter().sum())?;
+        check_len(dst.len(), recv_counts.iter().sum())?;
+        let schedule = all::exchangev(n, me, send_counts, recv_counts);
+        self.start(schedule, &[9], flags, "pairwise", src, dst)
+    }
+
+    /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`exchangev_nb`](Self::exchangev_nb) and [`Handle::wait_sync`].
+    pub fn exchangev(
+        &self,
+        dst: &mut [u8],
+        recv_counts: &[u64],
+        src: &[u8],
+        send_counts: &[u64],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.exchangev_nb(dst, recv_counts, src, send_counts, flags)?
+            .wait_sync(timeout)
+    }
+}

@@ -1,0 +1,124 @@
+//! The GASNet collectives of `Team` as real jobs of separate processes under `gaspirun`, over
+//! `tcp` and `shm`: the `gasnet_check` example runs every operation × size × sync mode ×
+//! addressing and reports a digest of what each rank received; these tests recompute from
+//! the same cases (the example's `cases.rs`, included here, a serial reference) what every
+//! rank must have received, and compare.
+
+#![forbid(unsafe_code)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+#[path = "../examples/support/data.rs"]
+mod data;
+
+#[allow(dead_code)]
+#[path = "../examples/gasnet_check/cases.rs"]
+mod cases;
+
+use common::{example, gaspirun, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use data::Digest;
+
+fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
+    assert!(PROVIDERS.contains(&provider));
+    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, &example("gasnet_check"), args);
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    job
+}
+
+/// `ops`: every rank's destination of every case equals the serial reference.
+fn ops(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["ops"]);
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data("ops", rank);
+        let mut case = 0;
+        for op in cases::OPS {
+            let mut digest = Digest::default();
+            let mut count = 0;
+            for size in cases::SIZES {
+                for _ in cases::flags() {
+                    case += 1;
+                    digest.add(&cases::want(op, case, size, ranks, rank));
+                    count += 1;
+                }
+            }
+            assert_eq!(
+                data.get(op),
+                format!("{count}/{}", digest.hex()),
+                "rank {rank}: {op}\n{report}"
+            );
+        }
+    }
+}
+
+/// `many`: 64 gather_alls in flight at once on a team of 4 lanes, synced in an order of each
+/// rank's own, every one with every member's block.
+fn many(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["many"]);
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in 0..64u64 {
+        let len = if i % 2 == 0 { 64 } else { 1024 };
+        let all: Vec<u8> = (0..ranks)
+            .flat_map(|m| cases::block(1000 + i, m, 0, len))
+            .collect();
+        digest.add(&all);
+    }
+    for rank in 0..ranks {
+        let data = job.data("many", rank);
+        assert_eq!(data.get("synced"), "64", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
+/// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their
+/// variants; members that disagree on the root are told (`Mismatch`) rather than corrupted.
+fn errors(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["errors"]);
+    let report = job.report();
+    let stranger = format!("NotInTeam {{ rank: {} }}", ranks + 3);
+    for rank in 0..ranks {
+        let data = job.data("errors", rank);
+        for (key, want) in [
+            (
+                "no_out",
+                "Flags { flags: 130, why: \"exactly one OUT_ sync mode is needed\" }",
+            ),
+            (
+                "two_in",
+                "Flags { flags: 150, why: \"exactly one IN_ sync mode is needed\" }",
+            ),
+            ("stranger", stranger.as_str()),
+            ("second_sync", "Synced"),
+        ] {
+            assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");
+        }
+        assert!(
+            data.get("short").starts_with("BufferTooShort"),
+            "rank {rank}\n{report}"
+        );
+    }
+    // Members that disagree on the root are never all told Ok: a notification that crosses
+    // between them carries another value (Mismatch); a member whose partner never sends
+    // times out.
+    let kinds: Vec<String> = (0..ranks)
+        .map(|r| job.data("errors", r).get("disagree").to_string())
+        .collect();
+    assert!(kinds.iter().any(|k| k != "Ok"), "{kinds:?}\n{report}");
+    assert!(kinds.iter().all(|k| k != "Other"), "{kinds:?}\n{report}");
+}
+
+jobs! {
+    ops_1_tcp: ops(1, "tcp");
+    ops_2_tcp: ops(2, "tcp");
+    ops_2_shm: ops(2, "shm");
+    ops_3_shm: ops(3, "shm");
+    ops_4_tcp: ops(4, "tcp");
+    ops_5_shm: ops(5, "shm");
+    ops_8_shm: ops(8, "shm");
+    many_4_tcp: many(4, "tcp");
+    many_4_shm: many(4, "shm");
+    errors_3_tcp: errors(3, "tcp");
+    errors_3_shm: errors(3, "shm");
+}
