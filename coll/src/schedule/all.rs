@@ -1,7 +1,7 @@
 //! The schedules of the collectives in which every member sends to every other:
-//! `gather_all` (every member's block ends at every member) and its variable-size form
-//! `gather_allv`. Each function returns what member `me` of `n` does; the engine runs it and
-//! the simulator checks it.
+//! `gather_all` (every member's block ends at every member), `exchange` (alltoall: a block from
+//! every member to every member) and their variable-size forms. Each function returns what
+//! member `me` of `n` does; the engine runs it and the simulator checks it.
 //!
 //! # Gather_all
 //! Member `i`'s source is block `i` of every member's destination, the blocks packed in member
@@ -22,12 +22,47 @@
 //! the later steps. A zero-byte block or round moves nothing and raises no signal: every member
 //! knows every count, so sender and receiver skip it alike.
 //!
-//! # Signals
-//! In step or round `t` (`t < n`), the data a member receives raises [`data(t)`](data) at it,
-//! and the credit it gives its sender for that data raises [`credit(n, t)`](credit) at the
-//! sender: so numbers stay below `2n`, within [`algorithm_signals`](super::algorithm_signals).
-//! The ring's steps all land in slots of their own, so one credit (`credit(n, 0)`) covers them
-//! all.
+//! # Exchange
+//! Member `i`'s source holds a block for every member, in member order; block `i` of member
+//! `j`'s destination is member `i`'s block for `j` ([`exchangev`]: member `i` sends
+//! `send_counts[j]` bytes to `j` and `j` receives `recv_counts[i]` from `i`, the two the same;
+//! a member knows only its own counts). A member's block for itself goes straight from source to
+//! destination. The algorithms ([`ExchangeAlgo`]):
+//! * `Pairwise`: in step `s = 1..n` a member sends its block for `me + s` and receives from
+//!   `me − s`, the spec's staggered order, in which every member receives from exactly one
+//!   other per step. The steps do not wait for each other: each put waits only for its block's
+//!   staging copy and its receiver's credit, and each block received gets a slot of its own in
+//!   the stage and is copied out as it lands, so all `n − 1` puts and receipts may be in flight
+//!   at once.
+//! * `Bruck`: `⌈log2 n⌉` rounds. A member's block for `me + j` has offset `j`; in round `k` a
+//!   member packs the blocks whose offset has bit `k` set — its own or ones received in earlier
+//!   rounds — sends them to `me + 2^k` in one put, and receives as many from `me − 2^k` in
+//!   their place. A block travels once per bit of its offset, ending at `me + j`: about
+//!   `n/2 · log2 n` blocks sent instead of `n − 1`, in `⌈log2 n⌉` messages instead of `n − 1`.
+//!   For small blocks. Each round packs into and receives into areas of its own, so the stage
+//!   holds about `n · log2 n` blocks.
+//!
+//! `exchangev` is pairwise only: Bruck forwards other members' blocks, whose sizes a member
+//! does not know. For the same reason a sender cannot know where in its receiver's stage its
+//! block could go beside the others, so each member receives into one area at the start of its
+//! stage (as large as its largest block from another), one sender at a time: it gives the
+//! credit of a step only once the block of its last step is copied out. Puts to different
+//! members still overlap, but a member's receipts are one round trip apart. A block of zero
+//! bytes moves nothing and raises no signal: its sender and receiver both know its size.
+//!
+//! # Signals and credits
+//! In step or round `t` — below `n` in every algorithm: the ring's steps are `0..n − 1`, the
+//! pairwise steps `1..n`, and there are `⌈log2 n⌉ ≤ n − 1` rounds — the data a member receives
+//! raises [`data(t)`](data) at it, and the credit it gives its sender for that data raises
+//! [`credit(n, t)`](credit) at the sender: so numbers stay below `2n`, within
+//! [`algorithm_signals`](super::algorithm_signals). A member waits for each data signal after
+//! raising its credit, as the data cannot come before. Every put but exchangev's lands in a
+//! stage range of its own, which no step of its receiver ever puts from, so the credits are
+//! given at the start; the ring's steps all land in slots of their own behind the same link,
+//! so one credit (`credit(n, 0)`) covers them all.
+//!
+//! Since every put waits for its receiver's credit, every algorithm here meets `IN_MYSYNC` and
+//! `OUT_MYSYNC` by itself; the `ALLSYNC` modes add [`sync`](super::sync)'s barriers.
 
 use super::{Schedule, Signal, Span, StepId};
 
@@ -37,6 +72,14 @@ use super::{Schedule, Signal, Span, StepId};
 pub(crate) enum GatherAllAlgo {
     Ring,
     Dissemination,
+}
+
+/// The algorithms of [`exchange`] (see the [module documentation](self)); [`exchangev`] is
+/// pairwise only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExchangeAlgo {
+    Pairwise,
+    Bruck,
 }
 
 /// Member `me`'s part in a gather_all of `bytes` per member among `n`: see the
@@ -72,11 +115,12 @@ fn ring(s: &mut Schedule, n: u32, me: u32, counts: &[u64], dst_at: &[u64]) {
     let slots = |p: u32| packed((0..n).map(|j| counts[behind(n, p, j) as usize]));
     let (mine, theirs) = (slots(me), slots(right));
     let size = |t: u32| mine[t as usize + 1] - mine[t as usize];
-    // A member forwards every block but its right neighbour's, and receives every block but
-    // its own: without a byte to move, neither side asks for or gives the credit.
-    if (1..n).any(|t| size(t) > 0) {
-        s.signal(left, credit(n, 0), &[]);
-    }
+    // A member forwards every block but its right neighbour's (slots 0..n - 1) and receives
+    // every block but its own (slots 1..n): without a byte to move, neither side asks for or
+    // gives the credit.
+    let credited = (1..n)
+        .any(|t| size(t) > 0)
+        .then(|| s.signal(left, credit(n, 0), &[]));
     let go = (0..n - 1)
         .any(|t| size(t) > 0)
         .then(|| s.wait(right, credit(n, 0), &[]));
@@ -95,7 +139,7 @@ fn ring(s: &mut Schedule, n: u32, me: u32, counts: &[u64], dst_at: &[u64]) {
             );
         }
         filled = (size(t + 1) > 0).then(|| {
-            let got = s.wait(left, data(t), &[]);
+            let got = s.wait(left, data(t), credited.as_slice());
             let block = behind(n, me, t + 1) as usize;
             s.copy(
                 Span::stage(mine[t as usize + 1], size(t + 1)),
@@ -139,8 +183,8 @@ fn dissemination(s: &mut Schedule, n: u32, me: u32, counts: &[u64], dst_at: &[u6
         let (at, end) = (mine[d as usize], mine[(d + count) as usize]);
         received.push((end > at).then(|| {
             let from = ahead(n, me, d);
-            s.signal(from, credit(n, k), &[]);
-            let got = s.wait(from, data(k), &[]);
+            let credited = s.signal(from, credit(n, k), &[]);
+            let got = s.wait(from, data(k), &[credited]);
             copy_rotated(s, n, me, &mine, dst_at, d..d + count, got);
             got
         }));
@@ -176,6 +220,162 @@ fn copy_rotated(
             &[after],
         );
     }
+}
+
+/// Member `me`'s part in an exchange of `bytes` per pair of members among `n`: see the
+/// [module documentation](self).
+pub(crate) fn exchange(n: u32, me: u32, bytes: u64, algo: ExchangeAlgo) -> Schedule {
+    match algo {
+        ExchangeAlgo::Pairwise => {
+            let counts = vec![bytes; n as usize];
+            pairwise(n, me, &counts, &counts, Incoming::Slots(bytes))
+        }
+        ExchangeAlgo::Bruck => bruck(n, me, bytes),
+    }
+}
+
+/// Member `me`'s part in an exchange among `n` in which it sends `send_counts[j]` bytes to
+/// member `j` and receives `recv_counts[i]` from member `i`, pairwise: see the
+/// [module documentation](self).
+pub(crate) fn exchangev(n: u32, me: u32, send_counts: &[u64], recv_counts: &[u64]) -> Schedule {
+    assert_eq!(
+        send_counts.len(),
+        n as usize,
+        "exchangev: one send count per member"
+    );
+    assert_eq!(
+        recv_counts.len(),
+        n as usize,
+        "exchangev: one receive count per member"
+    );
+    pairwise(n, me, send_counts, recv_counts, Incoming::Shared)
+}
+
+/// Where in its receiver's stage a pairwise step's block lands.
+#[derive(Debug, Clone, Copy)]
+enum Incoming {
+    /// Step `s`'s block at `(s − 1) × bytes`: every block has a slot of its own, which needs
+    /// every block to have the same size.
+    Slots(u64),
+    /// Every block at 0, one step at a time.
+    Shared,
+}
+
+/// The pairwise exchange: the receiving area (see [`Incoming`]) at the start of the stage, then
+/// the blocks sent, packed in the order of the steps.
+fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> Schedule {
+    let (src_at, dst_at) = (packed(send.iter().copied()), packed(recv.iter().copied()));
+    let mine = me as usize;
+    debug_assert_eq!(
+        send[mine], recv[mine],
+        "a member's counts for itself differ"
+    );
+    let mut s = Schedule::new();
+    s.copy(
+        Span::src(src_at[mine], send[mine]),
+        Span::dst(dst_at[mine], recv[mine]),
+        &[],
+    );
+    let into = |t: u32| match incoming {
+        Incoming::Slots(bytes) => u64::from(t - 1) * bytes,
+        Incoming::Shared => 0,
+    };
+    let mut sending_at = match incoming {
+        Incoming::Slots(bytes) => u64::from(n - 1) * bytes,
+        Incoming::Shared => (0..n)
+            .filter(|&i| i != me)
+            .map(|i| recv[i as usize])
+            .max()
+            .unwrap_or(0),
+    };
+    // In a shared area, the copy out of the last block received, which the next credit waits
+    // for.
+    let mut freed = None;
+    for t in 1..n {
+        let to = ahead(n, me, t);
+        let len = send[to as usize];
+        if len > 0 {
+            let staged = s.copy(
+                Span::src(src_at[to as usize], len),
+                Span::stage(sending_at, len),
+                &[],
+            );
+            let go = s.wait(to, credit(n, t), &[]);
+            let after: Vec<StepId> = staged.into_iter().chain([go]).collect();
+            s.put(to, sending_at, into(t), len, data(t), &after);
+            sending_at += len;
+        }
+        let from = behind(n, me, t);
+        let len = recv[from as usize];
+        if len > 0 {
+            let ready = match incoming {
+                Incoming::Slots(_) => None,
+                Incoming::Shared => freed,
+            };
+            let credited = s.signal(from, credit(n, t), ready.as_slice());
+            let got = s.wait(from, data(t), &[credited]);
+            freed = s.copy(
+                Span::stage(into(t), len),
+                Span::dst(dst_at[from as usize], len),
+                &[got],
+            );
+        }
+    }
+    s
+}
+
+/// Bruck's exchange. Same layout on every member: per round, the area it packs into, then the
+/// area it receives into.
+fn bruck(n: u32, me: u32, bytes: u64) -> Schedule {
+    let block = |m: u32| u64::from(m) * bytes;
+    let mut s = Schedule::new();
+    s.copy(
+        Span::src(block(me), bytes),
+        Span::dst(block(me), bytes),
+        &[],
+    );
+    if bytes == 0 {
+        return s;
+    }
+    // Where the block of each offset is now, and the step it waits for there: at first its
+    // source block (which needs none).
+    let mut held: Vec<(Span, Option<StepId>)> = (0..n)
+        .map(|j| (Span::src(block(ahead(n, me, j)), bytes), None))
+        .collect();
+    let mut stage_end = 0;
+    let (mut k, mut d) = (0, 1u32);
+    while d < n {
+        let moving: Vec<u32> = (1..n).filter(|j| j & d != 0).collect();
+        let len = moving.len() as u64 * bytes;
+        let (packing, receiving) = (stage_end, stage_end + len);
+        stage_end += 2 * len;
+        let (to, from) = (ahead(n, me, d), behind(n, me, d));
+        let mut after = vec![s.wait(to, credit(n, k), &[])];
+        for (i, &j) in moving.iter().enumerate() {
+            let (span, ready) = held[j as usize];
+            let into = Span::stage(packing + i as u64 * bytes, bytes);
+            after.extend(s.copy(span, into, ready.as_slice()));
+        }
+        s.put(to, packing, receiving, len, data(k), &after);
+        let credited = s.signal(from, credit(n, k), &[]);
+        let got = s.wait(from, data(k), &[credited]);
+        for (i, &j) in moving.iter().enumerate() {
+            let at = Span::stage(receiving + i as u64 * bytes, bytes);
+            held[j as usize] = (at, Some(got));
+        }
+        k += 1;
+        d = d.saturating_mul(2);
+    }
+    // The block of offset j has come from me − j, for me.
+    for j in 1..n {
+        let (span, ready) = held[j as usize];
+        s.copy(
+            span,
+            Span::dst(block(behind(n, me, j)), bytes),
+            ready.as_slice(),
+        );
+    }
+    s
 }
 
 /// Where each of blocks of `sizes` starts when packed, and where the last ends.
@@ -316,6 +516,130 @@ mod tests {
                 let s = gather_all(n, me, 5, GatherAllAlgo::Dissemination);
                 assert_eq!(puts(&s), want, "n={n} me={me}");
             }
+        }
+    }
+
+    /// Checks the exchange in which member `i` sends `count(i, j)` bytes to member `j`: by
+    /// `algo`, or by exchangev when `None`; with barriers before and after when `barriers`.
+    fn check_exchange(
+        n: u32,
+        count: impl Fn(u32, u32) -> u64,
+        algo: Option<ExchangeAlgo>,
+        barriers: bool,
+    ) {
+        let schedule = |m: u32| match algo {
+            Some(algo) => exchange(n, m, count(0, 0), algo),
+            None => {
+                let send: Vec<u64> = (0..n).map(|j| count(m, j)).collect();
+                let recv: Vec<u64> = (0..n).map(|i| count(i, m)).collect();
+                exchangev(n, m, &send, &recv)
+            }
+        };
+        check(
+            &match algo {
+                Some(algo) => format!("exchange {algo:?} barriers {barriers}"),
+                None => format!("exchangev barriers {barriers}"),
+            },
+            n,
+            |m| synchronise(schedule(m), n, m, barriers, barriers),
+            |m| (0..n).flat_map(|j| pattern(m, j, count(m, j))).collect(),
+            |m| (0..n).flat_map(|i| pattern(i, m, count(i, m))).collect(),
+        );
+    }
+
+    /// Checks exchanges by `algo` of every size for every `n`, and with barriers for some. The
+    /// longest simulations of the module: a test per algorithm, so that they run in parallel.
+    fn check_exchange_by(algo: ExchangeAlgo) {
+        for n in 1..=33 {
+            for bytes in SIZES {
+                check_exchange(n, |_, _| bytes, Some(algo), false);
+            }
+            if n % 4 == 1 {
+                check_exchange(n, |_, _| 7, Some(algo), true);
+            }
+        }
+    }
+
+    #[test]
+    fn the_pairwise_exchange_delivers_every_block_to_its_member() {
+        check_exchange_by(ExchangeAlgo::Pairwise);
+    }
+
+    #[test]
+    fn the_bruck_exchange_delivers_every_block_to_its_member() {
+        check_exchange_by(ExchangeAlgo::Bruck);
+    }
+
+    #[test]
+    fn exchangev_delivers_blocks_of_any_size_including_none() {
+        let irregular = |i: u32, j: u32| u64::from(i * 3 + j * 5) % 7;
+        for n in 1..=33 {
+            check_exchange(n, irregular, None, false);
+            if n % 4 == 1 {
+                check_exchange(n, irregular, None, true);
+            }
+            check_exchange(
+                n,
+                |i, j| if i == 0 || j == n / 2 { 100 } else { 0 },
+                None,
+                false,
+            );
+            check_exchange(n, |_, _| 0, None, false);
+        }
+    }
+
+    /// Whether step `s` of `schedule` waits, directly or not, for a put's data.
+    fn waits_for_data(schedule: &Schedule, s: StepId, n: u32) -> bool {
+        let step = &schedule.steps[s as usize];
+        matches!(step.task, Task::Wait { signal, .. } if signal < n)
+            || step.after.iter().any(|&a| waits_for_data(schedule, a, n))
+    }
+
+    #[test]
+    fn pairwise_puts_to_every_other_member_without_waiting_for_any_data() {
+        for n in 1..=33 {
+            for me in 0..n {
+                let s = exchange(n, me, 5, ExchangeAlgo::Pairwise);
+                let want: Vec<(u32, u64)> = (1..n).map(|t| ((me + t) % n, 5)).collect();
+                assert_eq!(puts(&s), want, "n={n} me={me}");
+                for (id, step) in s.steps.iter().enumerate() {
+                    if let Task::Put { .. } = step.task {
+                        assert!(!waits_for_data(&s, id as StepId, n), "n={n} me={me}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bruck_puts_once_a_round_to_me_plus_2_to_the_k_the_offsets_with_bit_k() {
+        for n in 1..=33 {
+            for me in 0..n {
+                let want: Vec<(u32, u64)> = (0..rounds(n))
+                    .map(|k| {
+                        let moving = (1..n).filter(|j| j & (1 << k) != 0).count();
+                        ((me + (1 << k)) % n, moving as u64 * 5)
+                    })
+                    .collect();
+                let s = exchange(n, me, 5, ExchangeAlgo::Bruck);
+                assert_eq!(puts(&s), want, "n={n} me={me}");
+            }
+        }
+    }
+
+    #[test]
+    fn pairwise_exchangev_puts_only_nonempty_blocks_in_step_order() {
+        let n = 9;
+        let count = |i: u32, j: u32| u64::from(i * 3 + j * 5) % 7;
+        for me in 0..n {
+            let send: Vec<u64> = (0..n).map(|j| count(me, j)).collect();
+            let recv: Vec<u64> = (0..n).map(|i| count(i, me)).collect();
+            let want: Vec<(u32, u64)> = (1..n)
+                .map(|t| (me + t) % n)
+                .map(|j| (j, count(me, j)))
+                .filter(|&(_, len)| len > 0)
+                .collect();
+            assert_eq!(puts(&exchangev(n, me, &send, &recv)), want, "me={me}");
         }
     }
 }
