@@ -38,6 +38,7 @@
 //! completion. A schedule is complete when every step is done and its puts have completed
 //! locally.
 
+pub(crate) mod all;
 pub(crate) mod sync;
 
 #[cfg(test)]
