@@ -30,7 +30,9 @@
 //! completion. A schedule is complete when every step is done and its puts have completed
 //! locally.
 
+pub(crate) mod broadcast;
 pub(crate) mod sync;
+pub(crate) mod tree;
 
 #[cfg(test)]
 pub(crate) mod sim;
