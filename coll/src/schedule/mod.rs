@@ -31,6 +31,8 @@
 //! locally.
 
 pub(crate) mod broadcast;
+pub(crate) mod gather;
+pub(crate) mod scatter;
 pub(crate) mod sync;
 pub(crate) mod tree;
 

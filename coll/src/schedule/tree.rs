@@ -1,6 +1,6 @@
-//! What the rooted collectives' schedules ([`broadcast`](super::broadcast), and scatter and
-//! gather to come) share: the trees they run along ([`Tree`]) and the numbering of their
-//! signals.
+//! What the rooted collectives' schedules ([`broadcast`](super::broadcast),
+//! [`scatter`](super::scatter), [`gather`](super::gather)) share: the trees they run along
+//! ([`Tree`]), the numbering of their signals, and where their blocks lie in the stages.
 //!
 //! # Trees
 //! Members are numbered relative to the root, `v = (me - root) mod n`, so every tree is rooted
@@ -70,6 +70,11 @@ impl Tree {
             Tree::Knomial(k) => u64::from(k.max(2)),
         }
     }
+}
+
+/// The signal of the blocks member `from` puts, in a scatter or gather.
+pub(super) fn data(from: u32) -> Signal {
+    from
 }
 
 /// The signal of member `from`'s credit in a team of `n`.
@@ -163,6 +168,124 @@ impl Node {
     }
 }
 
+/// The block sizes of a scatter or gather by member index; the blocks are packed in member
+/// order in the root's buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Blocks<'a> {
+    /// Every block has this many bytes.
+    Equal(u64),
+    /// Block `i` has `counts[i]` bytes.
+    Counts(&'a [u64]),
+}
+
+impl Blocks<'_> {
+    /// Member `m`'s block's bytes.
+    pub(super) fn len(self, m: u32) -> u64 {
+        match self {
+            Blocks::Equal(len) => len,
+            Blocks::Counts(counts) => counts[m as usize],
+        }
+    }
+
+    /// Bytes of the blocks of members `from..to`.
+    fn sum(self, from: u64, to: u64) -> u64 {
+        match self {
+            Blocks::Equal(len) => (to - from) * len,
+            Blocks::Counts(counts) => counts[from as usize..to as usize].iter().sum(),
+        }
+    }
+}
+
+/// Where a scatter's or gather's blocks lie in the stages along the tree: a member's stage
+/// holds its subtree's blocks in relative order from its own, which comes first; the root's
+/// holds all others from relative member 1, since its own block never travels. A subtree's
+/// blocks are contiguous there, and a child's subtree lies in its parent's stage at the
+/// offset where the child's stage puts it first.
+pub(super) struct Layout<'a> {
+    n: u64,
+    root: u64,
+    blocks: Blocks<'a>,
+    /// Bytes of all blocks.
+    total: u64,
+    /// Where the root's block ends in the packed buffer.
+    root_end: u64,
+}
+
+impl<'a> Layout<'a> {
+    pub(super) fn new(n: u32, root: u32, blocks: Blocks<'a>) -> Layout<'a> {
+        if let Blocks::Counts(counts) = blocks {
+            assert_eq!(counts.len(), n as usize, "counts for another team size");
+        }
+        let (n, root) = (u64::from(n), u64::from(root));
+        Layout {
+            n,
+            root,
+            blocks,
+            total: blocks.sum(0, n),
+            root_end: blocks.sum(0, root + 1),
+        }
+    }
+
+    /// Bytes of the blocks of relative members `lo..hi`.
+    pub(super) fn bytes(&self, lo: u64, hi: u64) -> u64 {
+        let (from, to) = (lo + self.root, hi + self.root);
+        if to <= self.n {
+            self.blocks.sum(from, to)
+        } else if from >= self.n {
+            self.blocks.sum(from - self.n, to - self.n)
+        } else {
+            self.blocks.sum(from, self.n) + self.blocks.sum(0, to - self.n)
+        }
+    }
+
+    /// Bytes of `node`'s subtree's blocks: what crosses the edge to its parent.
+    pub(super) fn subtree(&self, node: Node) -> u64 {
+        self.bytes(node.v, node.end())
+    }
+
+    /// Where `v`'s subtree's blocks lie in `parent`'s stage.
+    pub(super) fn offset_in(&self, parent: Node, v: u64) -> u64 {
+        // The root's stage starts at relative member 1, any other's at the member itself.
+        self.bytes(parent.v.max(1), v)
+    }
+
+    /// `node`'s children with where their subtrees lie in `node`'s stage and their bytes.
+    pub(super) fn children(&self, node: Node) -> impl Iterator<Item = (Node, u64, u64)> + '_ {
+        // Siblings on one place follow each other, so the offset runs on from the previous
+        // one; only the first child of a place sums from the start of the stage. That keeps
+        // a member's work linear in its subtree, also for the flat tree's root.
+        let mut next = (node.v.max(1), 0);
+        node.children().map(move |child| {
+            let at = if child.v == next.0 {
+                next.1
+            } else {
+                self.offset_in(node, child.v)
+            };
+            let len = self.subtree(child);
+            next = (child.end(), at + len);
+            (child, at, len)
+        })
+    }
+
+    /// Where the root's block lies in the packed buffer.
+    pub(super) fn root_at(&self) -> u64 {
+        self.root_end - self.blocks.len(self.root as u32)
+    }
+
+    /// The pieces of the root's stage range `at..at + len` in the packed buffer, as
+    /// `(packed offset, stage offset, length)`. The root's stage is the packed buffer rotated
+    /// to start after the root's block, so a range wraps at most once.
+    pub(super) fn packed(&self, at: u64, len: u64) -> [(u64, u64, u64); 2] {
+        let start = self.root_end + at;
+        if start >= self.total {
+            [(start - self.total, at, len), (0, at + len, 0)]
+        } else {
+            let first = len.min(self.total - start);
+            [(start, at, first), (0, at + first, len - first)]
+        }
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::super::sync::synchronise;
@@ -208,6 +331,11 @@ pub(super) mod tests {
                 }
             }
         }
+    }
+
+    /// Irregular block sizes for the v forms, with empty blocks among them.
+    pub(crate) fn irregular(n: u32) -> Vec<u64> {
+        (0..u64::from(n)).map(|i| (i * 7) % 5).collect()
     }
 
     /// Member `m`'s schedule of `n`, checked for credits, with barriers around it when
@@ -369,5 +497,19 @@ pub(super) mod tests {
         assert_eq!(shape(9, 0, Tree::Knomial(3))[6], (Some(0), vec![7, 8]));
         // A radix below 2 is binomial.
         assert_eq!(shape(7, 2, Tree::Knomial(0)), shape(7, 2, Tree::Binomial));
+    }
+
+    #[test]
+    fn blocks_lie_rotated_in_the_roots_stage() {
+        let counts = [3, 0, 5, 2, 4];
+        let layout = Layout::new(5, 2, Blocks::Counts(&counts));
+        // Relative order from the root: members 2, 3, 4, 0, 1.
+        assert_eq!(layout.bytes(0, 5), 14);
+        assert_eq!(layout.bytes(1, 4), 2 + 4 + 3);
+        assert_eq!(layout.root_at(), 3);
+        // The root's stage holds members 3, 4, 0, 1: packed 8..14, then 0..3.
+        assert_eq!(layout.packed(0, 9), [(8, 0, 6), (0, 6, 3)]);
+        assert_eq!(layout.packed(2, 4), [(10, 2, 4), (0, 6, 0)]);
+        assert_eq!(layout.packed(6, 3), [(0, 6, 3), (0, 9, 0)]);
     }
 }
