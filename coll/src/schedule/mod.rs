@@ -39,7 +39,11 @@
 //! locally.
 
 pub(crate) mod all;
+pub(crate) mod broadcast;
+pub(crate) mod gather;
+pub(crate) mod scatter;
 pub(crate) mod sync;
+pub(crate) mod tree;
 
 #[cfg(test)]
 pub(crate) mod sim;
