@@ -17,6 +17,9 @@
 //!   resets with credits so that iterations need no barrier, and block-by-block sending.
 //! * [`Broadcast`]: one root's bytes to every member of a committed group, blocking
 //!   ([`Broadcast::broadcast`]) or not ([`Broadcast::broadcast_nb`]), along a binomial tree.
+//! * [`Team`]: GASNet's data-movement collectives (broadcast, scatter, gather, gather_all,
+//!   exchange and their v forms), blocking and non-blocking with [`Handle`]s and [`Flags`],
+//!   each a schedule (plain data) run by one engine per team.
 //! * [`Window`]: MPI-3's post / start / complete / wait epochs on a user segment, matched by
 //!   rank and epoch (proposal G), with per-target `start_one` / `complete_one` / `start_any`.
 //!

@@ -179,7 +179,12 @@ impl<'c> Team<'c> {
         self.broadcast_nb(dst, root, src, flags)?.wait_sync(timeout)
     }
 
-    fn rooted_tree(&self, forced: Option<&str>, op: &'static str, block: u64) -> Result<(Tree, &'static str)> {
+    fn rooted_tree(
+        &self,
+        forced: Option<&str>,
+        op: &'static str,
+        block: u64,
+    ) -> Result<(Tree, &'static str)> {
         let default = if self.size() <= 4 || block >= 64 << 10 {
             Tree::Flat
         } else {
@@ -248,7 +253,8 @@ impl<'c> Team<'c> {
             check_len(src.len(), counts.iter().sum())?;
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
-        let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
+        let (algo, name) =
+            self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
         let schedule = scatter::scatterv(n, me, r, counts, algo);
         let words = [3, u64::from(r), counts_word(counts)];
         self.start(schedule, &words, flags, name, src, dst)
@@ -330,7 +336,8 @@ impl<'c> Team<'c> {
             check_len(dst.len(), counts.iter().sum())?;
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
-        let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
+        let (algo, name) =
+            self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
         let schedule = gather::gatherv(n, me, r, counts, algo);
         let words = [5, u64::from(r), counts_word(counts)];
         self.start(schedule, &words, flags, name, src, dst)

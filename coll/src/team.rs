@@ -115,7 +115,51 @@ impl Default for Capacity {
     }
 }
 
-/// A team: see the [module documentation](self).
+/// A team: an immutable set of ranks (a committed group's members) with a member index
+/// each, and one engine that runs every collective of the team — GASNet's data-movement
+/// collectives as schedules, many in flight at once, each advanced by whichever thread
+/// initiates, tests or waits on any collective of the team.
+///
+/// Every operation exists blocking and non-blocking (`_nb`, returning a [`Handle`] that
+/// borrows the buffers it moves until it is synced). Collectives must be initiated in the
+/// same order on every member; syncs are local and may come in any order.
+///
+/// ```no_run
+/// use gaspi::{Context, Timeout, GROUP_ALL};
+/// use gaspi_coll::{Collectives, Flags, Team};
+///
+/// let ctx = Context::init()?;
+/// let coll = Collectives::new(&ctx)?;
+/// let team = Team::new(&coll, GROUP_ALL, Timeout::Millis(10_000))?;
+/// let mine = [ctx.rank() as u8; 4];
+/// let mut all = vec![0u8; 4 * team.size() as usize];
+/// let mut handle = team.gather_all_nb(&mut all, &mine, Flags::MY)?;
+/// handle.wait_sync(Timeout::Millis(10_000))?;
+/// drop(handle);
+/// assert_eq!(all[4], 1);
+/// # Ok::<(), gaspi_coll::Error>(())
+/// ```
+///
+/// # Staging and capacity
+/// Data moves from stage to stage in a library segment of the team: a member copies what it
+/// sends from its source into its stage, and what it received from its stage into its
+/// destination, so sources and destinations may be ordinary memory. The segment holds
+/// [`Capacity::lanes`] stages of [`Capacity::lane_bytes`]: a collective whose staging
+/// exceeds a lane is refused ([`Error::TooLarge`], before anything moves); the (n+1)-th
+/// collective in flight waits in the engine for the lane of the first (initiation never
+/// waits).
+///
+/// # Progress
+/// Steps that touch the caller's buffers are taken in the calls that hold the collective's
+/// handle (initiation, [`Handle::try_sync`], [`Handle::wait_sync`] and the set syncs), all
+/// other steps in any call of the team: GASNet's worst case, progress in the sync call.
+///
+/// # Faults
+/// A dead member makes every pending collective of the team fail naming it
+/// ([`gaspi::Error::RankFailed`]); a member that initiated another collective, or the same
+/// one with another root, size, sync mode or algorithm, is named when one of its
+/// notifications reaches a member that disagrees ([`Error::Mismatch`]), and otherwise its
+/// partners time out.
 pub struct Team<'c> {
     ctx: &'c Context,
     engine: Engine<'c>,
@@ -127,7 +171,9 @@ pub struct Team<'c> {
 
 impl std::fmt::Debug for Team<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Team").field("engine", &self.engine).finish()
+        f.debug_struct("Team")
+            .field("engine", &self.engine)
+            .finish()
     }
 }
 
@@ -174,12 +220,9 @@ impl<'c> Team<'c> {
         let ctx = coll.context();
         let layout = Layout::new(n, capacity.lanes.max(1), capacity.lane_bytes);
         let deadline = timeout.deadline();
-        let seg = coll.library().segment_create(
-            scope,
-            layout.bytes(),
-            layout.ids(),
-            deadline.left(),
-        )?;
+        let seg =
+            coll.library()
+                .segment_create(scope, layout.bytes(), layout.ids(), deadline.left())?;
         let engine = Engine::new(ctx, seg, ranks, me, layout, deadline.left())?;
         Ok(Team {
             ctx,
@@ -223,7 +266,7 @@ impl<'c> Team<'c> {
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
-        let seq = self.engine.initiate(schedule, signature, src)?;
+        let seq = self.engine.initiate(schedule, signature, src, dst)?;
         Ok(Handle {
             engine: &self.engine,
             seq,

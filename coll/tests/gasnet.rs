@@ -21,7 +21,13 @@ use data::Digest;
 
 fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
     assert!(PROVIDERS.contains(&provider));
-    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, &example("gasnet_check"), args);
+    let job = gaspirun(
+        ranks,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("gasnet_check"),
+        args,
+    );
     assert!(job.status.success(), "the job failed\n{}", job.report());
     job
 }
@@ -59,7 +65,7 @@ fn many(ranks: u32, provider: &str) {
     let report = job.report();
     let mut digest = Digest::default();
     for i in 0..64u64 {
-        let len = if i % 2 == 0 { 64 } else { 1024 };
+        let len = if i.is_multiple_of(2) { 64 } else { 1024 };
         let all: Vec<u8> = (0..ranks)
             .flat_map(|m| cases::block(1000 + i, m, 0, len))
             .collect();

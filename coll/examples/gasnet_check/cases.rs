@@ -45,7 +45,10 @@ pub fn root(case: u64, n: u32) -> u32 {
 /// The bytes member `from` contributes for member `to` in case `case`.
 pub fn block(case: u64, from: u32, to: u32, len: u64) -> Vec<u8> {
     let mut bytes = vec![0; len as usize];
-    fill(mix64(case ^ (u64::from(from) << 40) ^ (u64::from(to) << 20)), &mut bytes);
+    fill(
+        mix64(case ^ (u64::from(from) << 40) ^ (u64::from(to) << 20)),
+        &mut bytes,
+    );
     bytes
 }
 

@@ -18,9 +18,9 @@
 
 #![forbid(unsafe_code)]
 
+mod cases;
 #[path = "../support/data.rs"]
 mod data;
-mod cases;
 
 use std::process::ExitCode;
 
@@ -88,7 +88,7 @@ fn run(team: &Team<'_>, op: &str, case: u64, size: u64, flags: Flags) -> Outcome
         "exchangev" => team.exchangev_nb(&mut dst, &recvs, &src, &sends, flags)?,
         _ => return Err(format!("no operation {op}").into()),
     };
-    if case % 2 == 0 {
+    if case.is_multiple_of(2) {
         handle.wait_sync(TIMEOUT)?;
     } else {
         while !handle.try_sync()? {
@@ -123,7 +123,7 @@ fn ops(ctx: &Context, team: &Team<'_>) -> Outcome {
 fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
     const COUNT: usize = 64;
     let n = team.size() as usize;
-    let len = |i: usize| if i % 2 == 0 { 64 } else { 1024 };
+    let len = |i: usize| if i.is_multiple_of(2) { 64 } else { 1024 };
     let srcs: Vec<Vec<u8>> = (0..COUNT)
         .map(|i| cases::block(1000 + i as u64, team.index(), 0, len(i) as u64))
         .collect();
@@ -193,7 +193,11 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
     line.push(format!("second_sync={}", said(h.wait_sync(TIMEOUT))));
     drop(h);
     if n >= 2 {
-        let root = if team.index() == 0 { team.ranks()[0] } else { team.ranks()[1] };
+        let root = if team.index() == 0 {
+            team.ranks()[0]
+        } else {
+            team.ranks()[1]
+        };
         let outcome = team.broadcast(&mut dst, root, &src, Flags::MY, Timeout::Millis(3_000));
         let kind = match outcome {
             Err(gaspi_coll::Error::Mismatch { .. }) => "Mismatch",

@@ -38,7 +38,7 @@ use gaspi::{
 };
 
 pub(crate) use run::Owner;
-use run::{Run, Transport};
+use run::{Run, Transfer, Transport};
 
 use crate::error::{Error, Result};
 use crate::schedule::{signal_bound, Schedule};
@@ -243,19 +243,21 @@ impl<'c> Engine<'c> {
         &self.ranks
     }
 
-    pub(crate) fn layout(&self) -> Layout {
-        self.layout
-    }
-
     fn state(&self) -> MutexGuard<'_, State<'c>> {
         // Every run is consistent between steps: a panic elsewhere cannot break it.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Initiates a run of `schedule` (whose notifications carry `value` mixed with its
-    /// sequence number) with the caller's `src`, and takes its first steps; returns its
+    /// Initiates a run of `schedule` (whose notifications carry `signature` mixed with its
+    /// sequence number) with the caller's buffers, and takes its first steps; returns its
     /// sequence number.
-    pub(crate) fn initiate(&self, schedule: Schedule, signature: u64, src: &[u8]) -> Result<u64> {
+    pub(crate) fn initiate(
+        &self,
+        schedule: Schedule,
+        signature: u64,
+        src: &[u8],
+        dst: &mut [u8],
+    ) -> Result<u64> {
         if schedule.stage > self.layout.lane_bytes {
             return Err(Error::TooLarge {
                 rank: self.ctx.rank(),
@@ -270,12 +272,7 @@ impl<'c> Engine<'c> {
         state
             .runs
             .insert(seq, Run::new(seq, schedule, value, self.ctx.batch()));
-        let mut nobody = [0u8; 0];
-        let mut owner = Owner {
-            seq,
-            src,
-            dst: &mut nobody,
-        };
+        let mut owner = Owner { seq, src, dst };
         let changed = self.pass(&mut state, std::slice::from_mut(&mut owner));
         let listeners = (state.watcher, state.sleepers > 0);
         drop(state);
@@ -552,20 +549,17 @@ impl Transport for Engine<'_> {
         &self,
         batch: &Batch<'_>,
         seq: u64,
-        to: u32,
-        from: u64,
-        into: u64,
-        len: u64,
+        put: Transfer,
         signal: Notification,
     ) -> std::result::Result<(), Failure> {
         let base = self.layout.offset(seq);
         batch
             .write_notify(
                 &self.seg,
-                base + from,
-                &self.targets[to as usize],
-                base + into,
-                len,
+                base + put.from,
+                &self.targets[put.to as usize],
+                base + put.into,
+                put.len,
                 signal,
             )
             .map_err(Failure::from)

@@ -3,11 +3,11 @@
 //!
 //! A run advances as far as it can whenever a thread of the team makes progress, except for
 //! the steps that touch the caller's buffers: a copy from the source runs only in a call that
-//! holds the handle (the [`Owner`]), and a copy into the destination is *deferred* — counted
-//! as done for the steps after it, and carried out when the handle syncs. Both are safe
-//! because of two rules every algorithm keeps (the simulator checks them): a copy from the
-//! source depends on nothing but the synchronisation the mode asks for, and a stage range
-//! copied into the destination is never written again in the same schedule.
+//! holds the handle (the [`Owner`]), and a copy into the destination taken in any other call
+//! is *deferred* — counted as done for the steps after it, and carried out when the handle
+//! syncs. Deferring is safe because of a rule every algorithm keeps (the simulator checks
+//! it): a stage range copied into the destination is never written again in the same
+//! schedule.
 
 use gaspi::{Batch, Notification, NotificationId, Rank};
 
@@ -21,18 +21,23 @@ pub(crate) struct Owner<'o> {
     pub(crate) dst: &'o mut [u8],
 }
 
+/// A put: `len` bytes of this member's stage from `from` to member `to`'s at `into`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transfer {
+    pub(crate) to: u32,
+    pub(crate) from: u64,
+    pub(crate) into: u64,
+    pub(crate) len: u64,
+}
+
 /// What a run needs from the engine to take a step.
 pub(crate) trait Transport {
-    /// Posts a put of `len` bytes from this member's stage of the run at `from` to member
-    /// `to`'s at `into`, raising `id` there with `value`.
+    /// Posts `put` of run `seq`, raising `signal` at its receiver after its data.
     fn put(
         &self,
         batch: &Batch<'_>,
         seq: u64,
-        to: u32,
-        from: u64,
-        into: u64,
-        len: u64,
+        put: Transfer,
         signal: Notification,
     ) -> Result<(), Failure>;
     /// Raises `signal` at member `to`.
@@ -80,7 +85,11 @@ pub(crate) struct Run<'c> {
 
 impl<'c> Run<'c> {
     pub(crate) fn new(seq: u64, schedule: Schedule, value: u32, batch: Batch<'c>) -> Run<'c> {
-        let waiting = schedule.steps.iter().map(|s| s.after.len() as u32).collect();
+        let waiting = schedule
+            .steps
+            .iter()
+            .map(|s| s.after.len() as u32)
+            .collect();
         let mut dependents = vec![Vec::new(); schedule.steps.len()];
         for (id, step) in schedule.steps.iter().enumerate() {
             for &before in &step.after {
@@ -105,11 +114,6 @@ impl<'c> Run<'c> {
             failed: None,
             complete: false,
         }
-    }
-
-    /// Bytes of stage the run uses here.
-    pub(crate) fn stage(&self) -> u64 {
-        self.schedule.stage
     }
 
     /// Takes every step it can; `owner` lends the caller's buffers when the call holds this
@@ -169,7 +173,13 @@ impl<'c> Run<'c> {
                     id: net.id(seq, signal),
                     value,
                 };
-                net.put(&self.batch, seq, to, from, into, len, n)?;
+                let put = Transfer {
+                    to,
+                    from,
+                    into,
+                    len,
+                };
+                net.put(&self.batch, seq, put, n)?;
             }
             Task::Signal { to, signal } => {
                 let n = Notification {
@@ -189,9 +199,18 @@ impl<'c> Run<'c> {
                     })
                 }
             },
-            Task::Copy { from, into } => match (from.buf, into.buf) {
-                (_, Buf::Dst) => self.deferred.push((from, into)),
-                (Buf::Src, _) => {
+            Task::Copy { from, into } => match (from.buf, into.buf, owner) {
+                (Buf::Src, Buf::Dst, Some(owner)) if owner.seq == seq => {
+                    slice_mut(owner.dst, into)?.copy_from_slice(slice(owner.src, from)?);
+                }
+                // An orphan's output is dropped.
+                (Buf::Src, Buf::Dst, _) if self.orphan.is_some() => {}
+                (Buf::Src, Buf::Dst, _) => return Ok(false),
+                (_, Buf::Dst, Some(owner)) if owner.seq == seq => {
+                    net.read(seq, from.at, slice_mut(owner.dst, into)?)?;
+                }
+                (_, Buf::Dst, _) => self.deferred.push((from, into)),
+                (Buf::Src, _, owner) => {
                     let src = match (&self.orphan, owner) {
                         (Some(orphan), _) => orphan.as_slice(),
                         (None, Some(owner)) if owner.seq == seq => owner.src,
@@ -200,7 +219,7 @@ impl<'c> Run<'c> {
                     let data = slice(src, from)?;
                     net.write(seq, into.at, data)?;
                 }
-                _ => {
+                (_, _, _) => {
                     let mut data = vec![0; from.len as usize];
                     net.read(seq, from.at, &mut data)?;
                     net.write(seq, into.at, &data)?;

@@ -288,6 +288,14 @@ fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> 
             .max()
             .unwrap_or(0),
     };
+    // A shared area is rewritten step after step, so its blocks are first copied into an
+    // area of their own after the blocks sent, and from there into the destination (which
+    // the engine defers to the sync, so it must read from stage that stays put).
+    let kept_at = sending_at
+        + (0..n)
+            .filter(|&i| i != me)
+            .map(|i| send[i as usize])
+            .sum::<u64>();
     // In a shared area, the copy out of the last block received, which the next credit waits
     // for.
     let mut freed = None;
@@ -314,11 +322,16 @@ fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> 
             };
             let credited = s.signal(from, credit(n, t), ready.as_slice());
             let got = s.wait(from, data(t), &[credited]);
-            freed = s.copy(
-                Span::stage(into(t), len),
-                Span::dst(dst_at[from as usize], len),
-                &[got],
-            );
+            let out = Span::dst(dst_at[from as usize], len);
+            freed = match incoming {
+                Incoming::Slots(_) => s.copy(Span::stage(into(t), len), out, &[got]),
+                Incoming::Shared => {
+                    let kept = Span::stage(kept_at + dst_at[from as usize], len);
+                    let moved = s.copy(Span::stage(0, len), kept, &[got]);
+                    s.copy(kept, out, moved.as_slice());
+                    moved
+                }
+            };
         }
     }
     s
