@@ -26,10 +26,11 @@ mod api;
 mod coll;
 mod floor;
 mod raw;
+mod stamp;
 
 use std::time::Duration;
 
-use gaspi::{local, remote, Context, Notification, Timeout};
+use gaspi::{local, remote, Context, Notification, ReduceOp, Timeout, GROUP_ALL};
 
 /// Why a benchmark run failed.
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +150,17 @@ impl Figure {
 pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort_unstable();
     samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// The largest of the ranks' medians of `samples` (collective over all ranks; a rank without
+/// samples counts as 0).
+pub(crate) fn slowest_median(ctx: &Context, samples: &[Duration]) -> Result<Duration> {
+    let mine = median(samples.to_vec()).as_secs_f64();
+    let mut slowest = [0.0];
+    let timeout = Timeout::Millis(60_000);
+    ctx.allreduce(GROUP_ALL, &[mine], &mut slowest, ReduceOp::Max, timeout)?;
+    // The largest of durations' seconds: finite and not negative, as from_secs_f64 requires.
+    Ok(Duration::from_secs_f64(slowest[0]))
 }
 
 /// The transport name used in the JSON lines: the user-facing provider name.
