@@ -1,7 +1,7 @@
 /*
- * What the MPI sides of the benchmarks (coll.c, alltoallv.c) share: their start, with the
- * command line they all take, the order their samples are sorted in, the figure of the slowest
- * rank, and the stamps in their blocks.
+ * What the MPI sides of the benchmarks (coll.c, alltoallv.c, pscw.c) share: their start, with
+ * the command line they all take, the order their samples are sorted in, the figure of the
+ * slowest rank, and the stamps in their blocks.
  */
 #ifndef BENCH_H
 #define BENCH_H
