@@ -1,8 +1,10 @@
-# What the comparisons with MPI share, sourced by scripts/bench-coll.sh and
-# scripts/bench-alltoallv.sh: `sweep` builds their C program against both MPIs and runs it and
-# gaspi-bench at 2, 4 and 8 local ranks, each job under a time limit (`job`). Sets `tmp` (a
-# directory removed on exit), `limit` (seconds per job), `me` (the script's name, for progress
-# lines) and `figures` (the file the jobs' JSON lines go to).
+# What the comparisons with MPI share, sourced by scripts/bench-coll.sh,
+# scripts/bench-alltoallv.sh and scripts/bench-pscw.sh: `sweep` builds their C program against
+# both MPIs and runs it and gaspi-bench at 2, 4 and 8 local ranks, each job under a time limit
+# (`job`). Sets `tmp` (a directory removed on exit), `limit` (seconds per job), `me` (the
+# script's name, for progress lines), `figures` (the file the jobs' JSON lines go to) and
+# `ompi_tcp` (the options that restrict Open MPI to tcp, to which a script adds what its calls
+# need beyond the btl).
 
 me=${0##*/}
 me=${me%.sh}
@@ -11,6 +13,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 figures=$tmp/figures
 touch "$figures"
+ompi_tcp=(--mca btl self,tcp)
 
 # mpi_build NAME: builds bench/mpi/NAME.c with MPICH and with Open MPI into target/mpi/NAME-LIB.
 mpi_build() {
@@ -49,7 +52,7 @@ lines = [l.strip() for l in open(err, errors="replace") if l.strip()]
 # than the launcher's last line, which only tells that a rank exited.
 said = [f"{l} {n}" if "panicked at" in l else l
         for l, n in zip(lines, lines[1:] + [""])
-        if "panicked at" in l or l.startswith(("gaspi-bench:", "alltoallv:", "coll:"))]
+        if "panicked at" in l or l.startswith(("gaspi-bench:", "alltoallv:", "coll:", "pscw:"))]
 reason = "timed out" if status == "124" else f"exit status {status}"
 line = {"bench": bench, "lib": lib, "transport": transport, "ranks": int(ranks)}
 line.update({"mode": mode} if mode else {})
@@ -60,8 +63,8 @@ PY
 
 # sweep BENCH NAME [--capped] ARGS...: at 2, 4 and 8 ranks, gaspi-bench ARGS over tcp and shm,
 # each with GASPI_INTRANODE=direct and =fabric, then target/mpi/NAME-LIB (built here from
-# bench/mpi/NAME.c) under MPICH, under Open MPI restricted to tcp (btl self,tcp; at 2 ranks
-# only) and under Open MPI on its own transports. On an oversubscribed host MPICH makes fewer
+# bench/mpi/NAME.c) under MPICH, under Open MPI restricted to tcp (`ompi_tcp`; at 2 ranks only)
+# and under Open MPI on its own transports. On an oversubscribed host MPICH makes fewer
 # timed calls, and with --capped every library makes that many (gaspi-bench --max-rounds).
 sweep() {
     local bench=$1 name=$2 capped=false ranks provider mode calls
@@ -99,7 +102,7 @@ sweep() {
         job "$bench" mpich any "" "$ranks" mpiexec.mpich -n "$ranks" "target/mpi/$name-mpich" \
             mpich any "$calls"
         if [ "$ranks" -eq 2 ]; then
-            job "$bench" openmpi tcp "" "$ranks" "${ompi[@]}" "${spread[@]}" --mca btl self,tcp \
+            job "$bench" openmpi tcp "" "$ranks" "${ompi[@]}" "${spread[@]}" "${ompi_tcp[@]}" \
                 -n "$ranks" "target/mpi/$name-openmpi" openmpi tcp "${cap[@]}"
         fi
         job "$bench" openmpi any "" "$ranks" "${ompi[@]}" "${spread[@]}" -n "$ranks" \

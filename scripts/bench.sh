@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks, printed as JSON lines followed by ratio lines against their targets.
 #
-#   scripts/bench.sh [all|p2p|coll|alltoallv]      (default: all)
+#   scripts/bench.sh [all|p2p|coll|alltoallv|pscw]      (default: all)
 #
 # p2p:  gaspi-bench on 2 local ranks over tcp and over shm, each run once with
 #       GASPI_INTRANODE=direct and once with =fabric. gaspi lines carry "mode", the path the
@@ -25,14 +25,18 @@
 # alltoallv: gaspi-coll's sparse alltoallv, dense and sparse, at 2, 4 and 8 ranks, gaspi in
 #       both modes beside MPI_Alltoallv and MPI_Neighbor_alltoallv of MPICH and Open MPI, and
 #       the pipelining figure of coll/examples/fft_transpose (scripts/bench-alltoallv.sh).
+# pscw: gaspi-coll's post / start / complete / wait epochs, an epoch ping-pong and a halo epoch
+#       at 2, 4 and 8 ranks, gaspi in both modes beside MPI_Win_post / start / complete / wait of
+#       MPICH and Open MPI, with the epoch's ratio to a write_notify ping-pong of the same job
+#       (scripts/bench-pscw.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
 case $part in
 p2p) mpi_dev=() ;;
-all | coll | alltoallv) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
+all | coll | alltoallv | pscw) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
 *)
-    echo "usage: $0 [all|p2p|coll|alltoallv]" >&2
+    echo "usage: $0 [all|p2p|coll|alltoallv|pscw]" >&2
     exit 2
     ;;
 esac
@@ -95,4 +99,7 @@ if [ "$part" = all ] || [ "$part" = coll ]; then
 fi
 if [ "$part" = all ] || [ "$part" = alltoallv ]; then
     ./scripts/bench-alltoallv.sh
+fi
+if [ "$part" = all ] || [ "$part" = pscw ]; then
+    ./scripts/bench-pscw.sh
 fi

@@ -37,12 +37,6 @@ static int iterations(int bytes, int cap)
     return n < cap ? n : cap;
 }
 
-static int compare_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 /* The ranks `me` sends to (and, the sets being symmetric, receives from) in a job of `size`,
  * ascending, without `me`; returns their count. */
 static int peers(int me, int size, int reach, int *out)
@@ -60,36 +54,15 @@ static int peers(int me, int size, int reach, int *out)
     return kept;
 }
 
-/* The stamp of the block `sender` sends `receiver` in `round`, in a block's first and last 8
- * bytes (the same as gaspi-bench's). */
-static uint64_t stamp(uint64_t round, int sender, int receiver)
-{
-    return round << 32 | (uint64_t)(sender & 0xffff) << 16 | (uint64_t)(receiver & 0xffff);
-}
-
-static void put_stamps(char *block, int bytes, uint64_t value)
-{
-    memcpy(block, &value, 8);
-    memcpy(block + bytes - 8, &value, 8);
-}
-
-static int stamps_are(const char *block, int bytes, uint64_t value)
-{
-    return memcmp(block, &value, 8) == 0 && memcmp(block + bytes - 8, &value, 8) == 0;
-}
-
 /* Rank 0 prints the largest of the ranks' medians of `samples` (collective). */
 static void report(const char *op, const char *variant, int npeers, const char *lib,
                    const char *transport, int ranks, int bytes, double *samples, int iters)
 {
-    qsort(samples, (size_t)iters, sizeof *samples, compare_double);
-    double mine = samples[iters / 2], slowest = 0;
-    MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    double us = slowest_median(samples, iters) * 1e6;
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank != 0)
         return;
-    double us = slowest * 1e6;
     double mib_s = us > 0 ? bytes / (double)(1 << 20) / (us / 1e6) : 0;
     printf("{\"bench\":\"alltoallv\",\"lib\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,"
            "\"bytes\":%d,\"median_us\":%.3f,\"mib_s\":%.1f,\"iters\":%d,\"variant\":\"%s\","

@@ -1,13 +1,16 @@
 /*
- * What the MPI sides of the benchmarks (coll.c, alltoallv.c) share: their start, with the
- * command line they all take, and the order their samples are sorted in.
+ * What the MPI sides of the benchmarks (coll.c, alltoallv.c, pscw.c) share: their start, with
+ * the command line they all take, the order their samples are sorted in, the figure of the
+ * slowest rank, and the stamps in their blocks.
  */
 #ifndef BENCH_H
 #define BENCH_H
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The job and its command line, `LIB TRANSPORT [MAX_ITERS]`. */
 struct job {
@@ -42,6 +45,41 @@ static int compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Inline, so that a benchmark that uses none of what follows builds without warnings. */
+static inline int compare_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The largest of the ranks' medians of their `n` samples, on rank 0 (collective; a rank
+ * without samples counts as 0). Sorts the samples. */
+static inline double slowest_median(double *samples, int n)
+{
+    qsort(samples, (size_t)n, sizeof *samples, compare_double);
+    double mine = n > 0 ? samples[n / 2] : 0, slowest = 0;
+    MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    return slowest;
+}
+
+/* The stamp of the block `sender` sends `receiver` in `round`, in a block's first and last 8
+ * bytes (the same as gaspi-bench's). */
+static inline uint64_t stamp(uint64_t round, int sender, int receiver)
+{
+    return round << 32 | (uint64_t)(sender & 0xffff) << 16 | (uint64_t)(receiver & 0xffff);
+}
+
+static inline void put_stamps(char *block, int bytes, uint64_t value)
+{
+    memcpy(block, &value, 8);
+    memcpy(block + bytes - 8, &value, 8);
+}
+
+static inline int stamps_are(const char *block, int bytes, uint64_t value)
+{
+    return memcmp(block, &value, 8) == 0 && memcmp(block + bytes - 8, &value, 8) == 0;
 }
 
 #endif

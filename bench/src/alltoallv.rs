@@ -18,13 +18,14 @@
 //!   8 bytes. Here the stamps are checked inside the timed round, before the reset that lets
 //!   the next round's block land; MPI checks after its call.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use gaspi::{Context, Rank, ReduceOp, SegmentId, Timeout, GROUP_ALL};
+use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
 
 use crate::api::figure;
-use crate::{median, Error, Figure, Result};
+use crate::stamp::Stamp;
+use crate::{slowest_median, Error, Figure, Result};
 
 /// A wait this long without a new arrival is a failure of the run, not a pause to sit out.
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
@@ -60,19 +61,6 @@ pub(crate) fn peers(me: Rank, size: u32, reach: u32) -> Vec<Rank> {
     peers.sort_unstable();
     peers.dedup();
     peers
-}
-
-/// The stamp of the block `sender` sends `receiver` in `round`. Ranks below 2^16 keep the
-/// fields apart, far beyond the jobs of one host this benchmark runs.
-fn stamp(round: u64, sender: Rank, receiver: Rank) -> [u8; 8] {
-    ((round << 32) | (u64::from(sender & 0xffff) << 16) | u64::from(receiver & 0xffff))
-        .to_le_bytes()
-}
-
-/// Offsets of the first and last 8 bytes of a block of `bytes` at `offset` (the same for a
-/// block of 8).
-fn stamp_offsets(offset: u64, bytes: usize) -> [u64; 2] {
-    [offset, offset + bytes as u64 - 8]
 }
 
 /// The exchange's segments and its alltoallv over all ranks, for every variant and size.
@@ -145,10 +133,12 @@ impl<'c> Bench<'c> {
     fn stamp_blocks(&self, plan: &Plan, offsets: &[u64], bytes: usize) -> Result<()> {
         let me = self.ctx.rank();
         for (d, &offset) in plan.destinations().iter().zip(offsets) {
-            let stamp = stamp(self.rounds, me, d.rank);
-            for at in stamp_offsets(offset, bytes) {
-                self.ctx.segment_write(SOURCE, at, &stamp)?;
-            }
+            let stamp = Stamp {
+                round: self.rounds,
+                sender: me,
+                receiver: d.rank,
+            };
+            stamp.put(self.ctx, SOURCE, offset, bytes)?;
         }
         Ok(())
     }
@@ -174,30 +164,13 @@ impl<'c> Bench<'c> {
                 "alltoallv: rank {me} was told of an arrival from rank {source}, not a source"
             )));
         };
-        let want = stamp(self.rounds, source, me);
-        let mut got = [0u8; 8];
-        for at in stamp_offsets(from.offset, bytes) {
-            self.ctx.segment_read(RECEIVE, at, &mut got)?;
-            if got != want {
-                return Err(Error::Check(format!(
-                    "alltoallv round {}: rank {me} found stamp {:#x} at offset {at} of the block from rank {source}, not {:#x}",
-                    self.rounds,
-                    u64::from_le_bytes(got),
-                    u64::from_le_bytes(want)
-                )));
-            }
-        }
-        Ok(())
+        let stamp = Stamp {
+            round: self.rounds,
+            sender: source,
+            receiver: me,
+        };
+        stamp.check(self.ctx, RECEIVE, from.offset, bytes, "alltoallv")
     }
-}
-
-/// The largest of the ranks' medians of `samples` (collective).
-fn slowest_median(ctx: &Context, samples: &[Duration]) -> Result<Duration> {
-    let mine = median(samples.to_vec()).as_secs_f64();
-    let mut slowest = [0.0];
-    ctx.allreduce(GROUP_ALL, &[mine], &mut slowest, ReduceOp::Max, TIMEOUT)?;
-    // The largest of durations' seconds: finite and not negative, as from_secs_f64 requires.
-    Ok(Duration::from_secs_f64(slowest[0]))
 }
 
 #[cfg(test)]

@@ -2,12 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use gaspi::{local, remote, Context, Notification, Timeout};
+use gaspi::{local, remote, Context, Notification, Rank, SegmentId, Timeout};
 
 use crate::{mode, Figure, Result};
 
 /// Segment both sides of the gaspi benchmark use.
-pub(crate) const SEGMENT: u8 = 0;
+pub(crate) const SEGMENT: SegmentId = 0;
 const QUEUE: u8 = 0;
 const DATA: u32 = 0;
 const ACK: u32 = 1;
@@ -23,9 +23,9 @@ fn posting(ctx: &Context, mut post: impl FnMut() -> gaspi::Result<()>) -> Result
     }
 }
 
-fn take(ctx: &Context, id: u32) -> Result<u32> {
-    let got = ctx.notify_waitsome(SEGMENT, id, 1, TIMEOUT)?;
-    Ok(ctx.notify_reset(SEGMENT, got)?)
+fn take(ctx: &Context, segment: SegmentId, id: u32) -> Result<u32> {
+    let got = ctx.notify_waitsome(segment, id, 1, TIMEOUT)?;
+    Ok(ctx.notify_reset(segment, got)?)
 }
 
 /// Untimed and timed round trips of a ping-pong of `bytes`, the same for every library.
@@ -40,42 +40,52 @@ pub(crate) fn pingpong_iterations(bytes: usize) -> (usize, usize) {
 /// Half round trip of write_notify between ranks 0 and 1.
 pub(crate) fn pingpong(ctx: &Context, bytes: usize) -> Result<Option<Figure>> {
     let me = ctx.rank();
-    let (warmup, iters) = pingpong_iterations(bytes);
-    let mut samples = Vec::with_capacity(iters);
-    if me < 2 {
-        let peer = 1 - me;
-        for i in 0..(warmup + iters) as u32 {
-            let n = Notification {
-                id: DATA,
-                value: i + 1,
-            };
-            let send = || {
-                posting(ctx, || {
-                    ctx.write_notify(
-                        local(SEGMENT, 0),
-                        remote(peer, SEGMENT, 0),
-                        bytes as u64,
-                        n,
-                        QUEUE,
-                    )
-                })
-            };
-            let start = Instant::now();
-            if me == 0 {
-                send()?;
-                take(ctx, DATA)?;
-            } else {
-                take(ctx, DATA)?;
-                send()?;
-            }
-            if i as usize >= warmup {
-                samples.push(start.elapsed() / 2);
-            }
-        }
-        ctx.wait(QUEUE, TIMEOUT)?;
-    }
+    let counts = pingpong_iterations(bytes);
+    let samples = match me {
+        0 | 1 => round_trips(ctx, [SEGMENT; 2], 1 - me, me == 0, bytes, counts)?,
+        _ => Vec::new(),
+    };
     ctx.barrier(TIMEOUT)?;
     Ok(figure(ctx, "pingpong", bytes, samples))
+}
+
+/// Round trips of write_notify of `bytes` with `peer`, from offset 0 of segment `from` to
+/// offset 0 of segment `to` (both of at least `bytes` on both sides; `to` takes the
+/// notification), this rank writing first when it `leads`: the half round trip of each of the
+/// `iters` after the untimed `warmup`.
+pub(crate) fn round_trips(
+    ctx: &Context,
+    [from, to]: [SegmentId; 2],
+    peer: Rank,
+    leads: bool,
+    bytes: usize,
+    (warmup, iters): (usize, usize),
+) -> Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..(warmup + iters) as u32 {
+        let n = Notification {
+            id: DATA,
+            value: i + 1,
+        };
+        let send = || {
+            posting(ctx, || {
+                ctx.write_notify(local(from, 0), remote(peer, to, 0), bytes as u64, n, QUEUE)
+            })
+        };
+        let start = Instant::now();
+        if leads {
+            send()?;
+            take(ctx, to, DATA)?;
+        } else {
+            take(ctx, to, DATA)?;
+            send()?;
+        }
+        if i as usize >= warmup {
+            samples.push(start.elapsed() / 2);
+        }
+    }
+    ctx.wait(QUEUE, TIMEOUT)?;
+    Ok(samples)
 }
 
 /// One burst of streaming writes from rank 0 to rank 1, the last one notified and
@@ -100,11 +110,11 @@ pub(crate) fn bandwidth_burst(ctx: &Context, bytes: usize, rep: u32) -> Result<O
                 }
             })?;
         }
-        take(ctx, ACK)?;
+        take(ctx, SEGMENT, ACK)?;
         sample = Some(start.elapsed() / count as u32);
         ctx.wait(QUEUE, TIMEOUT)?;
     } else if me == 1 {
-        take(ctx, DATA)?;
+        take(ctx, SEGMENT, DATA)?;
         let ack = Notification {
             id: ACK,
             value: rep + 1,

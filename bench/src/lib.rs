@@ -14,7 +14,11 @@
 //!
 //! The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` (barrier, allreduce: see the
 //! `coll` module) and `bench/mpi/alltoallv.c` (the sparse alltoallv of `gaspi-coll`: see the
-//! `alltoallv` module, whose lines add `"variant"` and `"peers"`) with the same keys.
+//! `alltoallv` module, whose lines add `"variant"` and `"peers"`) with the same keys, and so is
+//! that of the post / start / complete / wait epochs of `gaspi-coll`'s window, measured by
+//! `bench/mpi/pscw.c` (see the `pscw` module: `"bench"` is `pscw` for the epoch ping-pong and
+//! `pscw_halo` for the halo epoch, whose lines add `"peers"`; the epoch ping-pong's own yardstick
+//! is a write_notify ping-pong in the same job, a `pingpong` line).
 //!
 //! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
 //! (`gaspi-fabric`, and thus the same provider setup) as the runtime, with no runtime above it.
@@ -25,11 +29,13 @@ mod alltoallv;
 mod api;
 mod coll;
 mod floor;
+mod pscw;
 mod raw;
+mod stamp;
 
 use std::time::Duration;
 
-use gaspi::{local, remote, Context, Notification, Timeout};
+use gaspi::{local, remote, Context, Notification, ReduceOp, Timeout, GROUP_ALL};
 
 /// Why a benchmark run failed.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +93,7 @@ pub(crate) struct Figure {
     pub iters: usize,
     /// Which raw pattern produced a raw-libfabric figure, or which alltoallv.
     pub variant: Option<&'static str>,
-    /// How many ranks each rank sends to, in an alltoallv figure.
+    /// How many ranks each rank sends to, in an alltoallv or halo figure.
     pub peers: Option<u32>,
     /// Which path a gaspi figure's operations took (see [`mode`]).
     pub mode: Option<&'static str>,
@@ -151,6 +157,17 @@ pub(crate) fn median(mut samples: Vec<Duration>) -> Duration {
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
+/// The largest of the ranks' medians of `samples` (collective over all ranks; a rank without
+/// samples counts as 0).
+pub(crate) fn slowest_median(ctx: &Context, samples: &[Duration]) -> Result<Duration> {
+    let mine = median(samples.to_vec()).as_secs_f64();
+    let mut slowest = [0.0];
+    let timeout = Timeout::Millis(60_000);
+    ctx.allreduce(GROUP_ALL, &[mine], &mut slowest, ReduceOp::Max, timeout)?;
+    // The largest of durations' seconds: finite and not negative, as from_secs_f64 requires.
+    Ok(Duration::from_secs_f64(slowest[0]))
+}
+
 /// The transport name used in the JSON lines: the user-facing provider name.
 fn transport(ctx: &Context) -> String {
     ctx.config().provider.clone()
@@ -201,14 +218,21 @@ pub(crate) fn swap_cards(ctx: &Context, card: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Every benchmark, in the order `all` runs them.
-const BENCHES: [&str; 5] = ["pingpong", "bandwidth", "barrier", "allreduce", "alltoallv"];
+const BENCHES: [&str; 6] = [
+    "pingpong",
+    "bandwidth",
+    "barrier",
+    "allreduce",
+    "alltoallv",
+    "pscw",
+];
 
 /// What one run measures.
 struct Choice {
     benches: Vec<&'static str>,
     gaspi_side: bool,
     yardsticks: bool,
-    /// The most timed rounds of an alltoallv figure.
+    /// The most timed rounds of an alltoallv or pscw figure.
     max_rounds: usize,
 }
 
@@ -264,11 +288,12 @@ impl Choice {
 }
 
 /// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`,
-/// `alltoallv`, or `all`, the default) and prints their figures on rank 0. `--only gaspi` or
-/// `--only yardsticks` (raw libfabric, the flag ping-pong and memcpy) measures one side of the
-/// point-to-point benchmarks; `--max-rounds N` caps the timed rounds of each alltoallv figure
-/// (for oversubscribed hosts). Ranks beyond the first two take part in the point-to-point
-/// benchmarks only to synchronise; the collectives run on every rank.
+/// `alltoallv`, `pscw`, or `all`, the default) and prints their figures on rank 0. `--only
+/// gaspi` or `--only yardsticks` (raw libfabric, the flag ping-pong and memcpy) measures one
+/// side of the point-to-point benchmarks; `--max-rounds N` caps the timed rounds of each
+/// alltoallv and pscw figure (for oversubscribed hosts). Ranks beyond the first two take part
+/// in the point-to-point benchmarks only to synchronise; the collectives and the epochs run on
+/// every rank.
 ///
 /// # Errors
 ///
@@ -294,12 +319,25 @@ pub fn run(args: &[String]) -> Result<()> {
             figures.extend(coll::allreduce(&ctx, bytes)?);
         }
     }
-    if choice.wants("alltoallv") {
+    if choice.wants("alltoallv") || choice.wants("pscw") {
+        // One namespace for both: a context registers it once at a time.
         let coll = gaspi_coll::Collectives::new(&ctx)?;
-        let mut bench = alltoallv::Bench::new(&ctx, &coll)?;
-        for variant in alltoallv::VARIANTS {
-            for &bytes in &alltoallv::SIZES {
-                figures.extend(bench.figure(variant, bytes, choice.max_rounds)?);
+        if choice.wants("alltoallv") {
+            let mut bench = alltoallv::Bench::new(&ctx, &coll)?;
+            for variant in alltoallv::VARIANTS {
+                for &bytes in &alltoallv::SIZES {
+                    figures.extend(bench.figure(variant, bytes, choice.max_rounds)?);
+                }
+            }
+        }
+        if choice.wants("pscw") {
+            let mut bench = pscw::Bench::new(&ctx, &coll)?;
+            for &bytes in &pscw::SIZES {
+                figures.extend(bench.write_notify(bytes, choice.max_rounds)?);
+                figures.extend(bench.pingpong(bytes, choice.max_rounds)?);
+            }
+            for &bytes in &pscw::SIZES {
+                figures.extend(bench.halo(bytes, choice.max_rounds)?);
             }
         }
     }
