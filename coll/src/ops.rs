@@ -83,15 +83,6 @@ fn signature(words: &[u64]) -> u64 {
     })
 }
 
-/// The signature of a list of counts.
-fn counts_word(counts: &[u64]) -> u64 {
-    signature(counts)
-}
-
-fn name_word(name: &str) -> u64 {
-    signature(&name.bytes().map(u64::from).collect::<Vec<_>>())
-}
-
 fn check_len(len: usize, need: u64) -> Result<()> {
     if len as u64 == need {
         Ok(())
@@ -126,7 +117,7 @@ impl<'c> Team<'c> {
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
         let mut all = words.to_vec();
         all.push(u64::from(mode.bits()));
-        all.push(name_word(algorithm));
+        all.extend(algorithm.bytes().map(u64::from));
         self.launch(schedule, signature(&all), algorithm, src, dst)
     }
 
@@ -256,7 +247,7 @@ impl<'c> Team<'c> {
         let (algo, name) =
             self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
         let schedule = scatter::scatterv(n, me, r, counts, algo);
-        let words = [3, u64::from(r), counts_word(counts)];
+        let words = [3, u64::from(r), signature(counts)];
         self.start(schedule, &words, flags, name, src, dst)
     }
 
@@ -339,7 +330,7 @@ impl<'c> Team<'c> {
         let (algo, name) =
             self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
         let schedule = gather::gatherv(n, me, r, counts, algo);
-        let words = [5, u64::from(r), counts_word(counts)];
+        let words = [5, u64::from(r), signature(counts)];
         self.start(schedule, &words, flags, name, src, dst)
     }
 
@@ -428,7 +419,7 @@ impl<'c> Team<'c> {
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
         let schedule = all::gather_allv(n, me, counts, algo);
-        self.start(schedule, &[7, counts_word(counts)], flags, name, src, dst)
+        self.start(schedule, &[7, signature(counts)], flags, name, src, dst)
     }
 
     /// Blocking [`gather_allv_nb`](Self::gather_allv_nb) (see [`broadcast`](Self::broadcast)

@@ -78,6 +78,24 @@ fn many(ranks: u32, provider: &str) {
     }
 }
 
+/// `threads`: two threads sync halves of 32 gather_alls at once; every one is complete.
+fn threads(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["threads"]);
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in 0..32u64 {
+        let all: Vec<u8> = (0..ranks)
+            .flat_map(|m| cases::block(2000 + i, m, 0, 256))
+            .collect();
+        digest.add(&all);
+    }
+    for rank in 0..ranks {
+        let data = job.data("threads", rank);
+        assert_eq!(data.get("synced"), "32", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their
 /// variants; members that disagree on the root are told (`Mismatch`) rather than corrupted.
 fn errors(ranks: u32, provider: &str) {
@@ -125,6 +143,8 @@ jobs! {
     ops_8_shm: ops(8, "shm");
     many_4_tcp: many(4, "tcp");
     many_4_shm: many(4, "shm");
+    threads_3_tcp: threads(3, "tcp");
+    threads_4_shm: threads(4, "shm");
     errors_3_tcp: errors(3, "tcp");
     errors_3_shm: errors(3, "shm");
 }

@@ -12,6 +12,9 @@
 //! * `many`: 64 non-blocking gather_alls (of 64 B, then 1 KiB, alternating) initiated at once
 //!   on one team (more than its lanes), then synced with `wait_sync_some` in an order drawn
 //!   per rank: `data many rank R: synced; digest` (the digest in initiation order).
+//! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
+//!   threads at once, each with half the handles (every other one), so one sleeps while the
+//!   other takes what it waits for: `data threads rank R: synced; digest`.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, and members that disagree on the root (rank 0 names root 0, the others root 1):
 //!   `data errors rank R: <check>=<outcome>`.
@@ -39,8 +42,9 @@ fn main() -> ExitCode {
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["ops"] => in_job(ops),
         ["many"] => in_job(many),
+        ["threads"] => in_job(threads),
         ["errors"] => in_job(errors),
-        _ => Err("usage: gasnet_check ops|many|errors".into()),
+        _ => Err("usage: gasnet_check ops|many|threads|errors".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -155,6 +159,51 @@ fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
     }
     println!(
         "data many rank {}: synced={synced}; digest={}",
+        ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
+}
+
+fn threads(ctx: &Context, team: &Team<'_>) -> Outcome {
+    const COUNT: usize = 32;
+    let n = team.size() as usize;
+    let srcs: Vec<Vec<u8>> = (0..COUNT)
+        .map(|i| cases::block(2000 + i as u64, team.index(), 0, 256))
+        .collect();
+    let mut dsts: Vec<Vec<u8>> = (0..COUNT).map(|_| vec![0; 256 * n]).collect();
+    let mut even = Vec::new();
+    let mut odd = Vec::new();
+    for (i, (dst, src)) in dsts.iter_mut().zip(&srcs).enumerate() {
+        let handle = team.gather_all_nb(dst, src, Flags::MY)?;
+        if i.is_multiple_of(2) {
+            even.push(handle);
+        } else {
+            odd.push(handle);
+        }
+    }
+    let synced = std::thread::scope(|s| -> Outcome<usize> {
+        let workers: Vec<_> = [even, odd]
+            .into_iter()
+            .map(|mut half| {
+                s.spawn(move || -> Outcome<usize> {
+                    gaspi_coll::wait_sync_all(&mut half, TIMEOUT)?;
+                    Ok(half.len())
+                })
+            })
+            .collect();
+        let mut synced = 0;
+        for worker in workers {
+            synced += worker.join().map_err(|_| "a syncing thread panicked")??;
+        }
+        Ok(synced)
+    })?;
+    let mut digest = Digest::default();
+    for dst in &dsts {
+        digest.add(dst);
+    }
+    println!(
+        "data threads rank {}: synced={synced}; digest={}",
         ctx.rank(),
         digest.hex()
     );

@@ -134,6 +134,10 @@ struct State<'c> {
     dead: Option<Failure>,
     watcher: bool,
     sleepers: u32,
+    /// Something changed under the lock that the other threads have not been told: a step
+    /// taken (a notification consumed that a watcher may sleep on), a run removed, a lane
+    /// given up.
+    changed: bool,
 }
 
 /// The engine of one team: see the [module documentation](self).
@@ -225,6 +229,7 @@ impl<'c> Engine<'c> {
                 dead: None,
                 watcher: false,
                 sleepers: 0,
+                changed: false,
             }),
             changes: Condvar::new(),
             wakes: ctx.batch(),
@@ -273,12 +278,8 @@ impl<'c> Engine<'c> {
             .runs
             .insert(seq, Run::new(seq, schedule, value, self.ctx.batch()));
         let mut owner = Owner { seq, src, dst };
-        let changed = self.pass(&mut state, std::slice::from_mut(&mut owner));
-        let listeners = (state.watcher, state.sleepers > 0);
-        drop(state);
-        if changed {
-            self.changed(listeners)?;
-        }
+        self.pass(&mut state, std::slice::from_mut(&mut owner));
+        self.tell(state)?;
         Ok(seq)
     }
 
@@ -321,6 +322,8 @@ impl<'c> Engine<'c> {
             run.orphan = Some(src.to_vec());
         }
         self.pass(&mut state, &mut []);
+        // A drop cannot report a failure; the runs' own failures are kept in them.
+        let _ = self.tell(state);
     }
 
     /// The outcome of `owner`'s run if it is over: its output delivered and its lane given up.
@@ -338,6 +341,7 @@ impl<'c> Engine<'c> {
 
     /// Removes run `seq`, giving its lane up.
     fn release(&self, state: &mut State<'c>, seq: u64) {
+        state.changed = true;
         state.runs.remove(&seq);
         let lane = self.layout.lane(seq) as usize;
         if state.lanes[lane] == Some(seq) {
@@ -345,8 +349,8 @@ impl<'c> Engine<'c> {
         }
     }
 
-    /// Advances every run as far as it goes; returns whether anything changed.
-    fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) -> bool {
+    /// Advances every run as far as it goes, marking the state changed if anything did.
+    fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) {
         let mut changed = false;
         let seqs: Vec<u64> = state.runs.keys().copied().collect();
         for seq in seqs {
@@ -394,7 +398,7 @@ impl<'c> Engine<'c> {
                 changed = true;
             }
         }
-        changed
+        state.changed |= changed;
     }
 
     /// Whether a run after `seq` waits for its lane.
@@ -416,15 +420,15 @@ impl<'c> Engine<'c> {
     ) -> Result<T> {
         loop {
             let mut state = self.state();
-            let before = state.runs.len();
             if let Next::Done(value) = decide(self, &mut state) {
-                let listeners = (state.watcher, state.sleepers > 0);
-                let changed = state.runs.len() != before;
-                drop(state);
-                if changed {
-                    self.changed(listeners)?;
-                }
+                self.tell(state)?;
                 return Ok(value);
+            }
+            if state.changed {
+                // What this pass did may be what another thread sleeps on: tell it, and look
+                // again before sleeping.
+                self.tell(state)?;
+                continue;
             }
             if deadline.remaining().is_some_and(|left| left.is_zero()) {
                 return Err(gaspi::Error::Timeout.into());
@@ -523,8 +527,13 @@ impl<'c> Engine<'c> {
         Ok(())
     }
 
-    /// Tells the other threads that the runs changed.
-    fn changed(&self, (watcher, sleepers): (bool, bool)) -> Result<()> {
+    /// Releases the lock, telling the other threads if the runs changed under it.
+    fn tell(&self, mut state: MutexGuard<'_, State<'c>>) -> Result<()> {
+        if !std::mem::take(&mut state.changed) {
+            return Ok(());
+        }
+        let (watcher, sleepers) = (state.watcher, state.sleepers > 0);
+        drop(state);
         if sleepers {
             self.changes.notify_all();
         }

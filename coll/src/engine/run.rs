@@ -287,25 +287,24 @@ impl<'c> Run<'c> {
     }
 }
 
-fn slice(buf: &[u8], span: Span) -> Result<&[u8], Failure> {
+/// The bytes of `span` in a caller's buffer of `len` bytes.
+fn range(len: usize, span: Span) -> Result<std::ops::Range<usize>, Failure> {
     usize::try_from(span.at)
         .ok()
         .zip(usize::try_from(span.end()).ok())
-        .and_then(|(a, b)| buf.get(a..b))
+        .filter(|&(_, end)| end <= len)
+        .map(|(at, end)| at..end)
         .ok_or(Failure::Buffer {
-            len: buf.len() as u64,
+            len: len as u64,
             need: span.end(),
         })
 }
 
+fn slice(buf: &[u8], span: Span) -> Result<&[u8], Failure> {
+    Ok(&buf[range(buf.len(), span)?])
+}
+
 fn slice_mut(buf: &mut [u8], span: Span) -> Result<&mut [u8], Failure> {
-    let len = buf.len() as u64;
-    usize::try_from(span.at)
-        .ok()
-        .zip(usize::try_from(span.end()).ok())
-        .and_then(|(a, b)| buf.get_mut(a..b))
-        .ok_or(Failure::Buffer {
-            len,
-            need: span.end(),
-        })
+    let r = range(buf.len(), span)?;
+    Ok(&mut buf[r])
 }
