@@ -35,7 +35,7 @@ pub const GROUP_ALL: GroupId = 0;
 pub(crate) enum Members {
     /// Ranks `0..n`: index and rank coincide.
     All(u32),
-    /// An ascending list, with the reverse map.
+    /// The ranks in member order (ascending for a group), with the reverse map.
     Some {
         ranks: Vec<Rank>,
         index: HashMap<Rank, u32>,
@@ -44,7 +44,11 @@ pub(crate) enum Members {
 
 impl Members {
     pub(crate) fn from_set(set: &BTreeSet<Rank>) -> Self {
-        let ranks: Vec<Rank> = set.iter().copied().collect();
+        Members::in_order(set.iter().copied().collect())
+    }
+
+    /// Members `ranks`, member `i` being `ranks[i]` (distinct ranks).
+    pub(crate) fn in_order(ranks: Vec<Rank>) -> Self {
         let index = ranks
             .iter()
             .enumerate()

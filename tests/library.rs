@@ -51,6 +51,17 @@ fn library(ranks: u32, provider: &str) {
             "none".into()
         };
         expect("team_even", even);
+        // The split by rank % 3 (none for 2), by descending rank: what MPI_Comm_split gives.
+        let split = if rank % 3 == 2 {
+            "none".into()
+        } else {
+            let members: Vec<u32> = (0..ranks).rev().filter(|r| r % 3 == rank % 3).collect();
+            let me = members.iter().position(|&r| r == rank).unwrap_or(usize::MAX);
+            let maps: Vec<Option<u32>> = (0..members.len() as u32).map(Some).collect();
+            expect("team_split_ranks", format!("{members:?}"));
+            format!("{}:{me}:{maps:?}", members.len())
+        };
+        expect("team_split", split);
         let ids: BTreeSet<u64> = LIBRARY_SEGMENTS.iter().map(|key| num(key)).collect();
         assert_eq!(
             ids.len(),

@@ -329,6 +329,15 @@ pub enum Error {
     #[error("the handles of one sync over a set must belong to one team")]
     ForeignHandle,
 
+    /// A split of the team with other arguments timed out and was not continued.
+    #[error("a split with colour {color:?} and key {key} timed out and is still in progress; call again with these arguments to finish it")]
+    SplitInProgress {
+        /// The pending split's colour.
+        color: Option<u32>,
+        /// The pending split's key.
+        key: u32,
+    },
+
     /// An algorithm that the operation does not have (from an environment variable or an
     /// explicit choice).
     #[error("{op} has no algorithm {name:?}")]

@@ -97,11 +97,7 @@ fn check_len(len: usize, need: u64) -> Result<()> {
 impl<'c> Team<'c> {
     /// The member index of `root`.
     fn root_index(&self, root: Rank) -> Result<u32> {
-        self.ranks()
-            .iter()
-            .position(|&r| r == root)
-            .map(|i| i as u32)
-            .ok_or(Error::NotInTeam { rank: root })
+        self.index_of(root).ok_or(Error::NotInTeam { rank: root })
     }
 
     fn start<'t, 'b>(

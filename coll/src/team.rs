@@ -7,7 +7,8 @@
 //! returns a [`Handle`]); the handle borrows the buffers it moves until it is synced, so the
 //! borrow checker enforces the spec's rule that they are left untouched while in flight.
 
-use std::marker::PhantomData;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use gaspi::{Context, GroupId, Rank, Timeout};
 
@@ -161,12 +162,39 @@ impl Default for Capacity {
 /// notifications reaches a member that disagrees ([`Error::Mismatch`]), and otherwise its
 /// partners time out.
 pub struct Team<'c> {
-    ctx: &'c Context,
+    coll: &'c Collectives<'c>,
     engine: Engine<'c>,
+    /// Member index by rank.
+    index: HashMap<Rank, u32>,
     choices: Choices,
-    /// The runtime's library team of a split team, which its segment is scoped to.
-    _scope: Option<gaspi::Team<'c>>,
-    namespace: PhantomData<&'c Collectives<'c>>,
+    capacity: Capacity,
+    parent: Parent<'c>,
+    /// A split of this team that timed out, to be continued.
+    splitting: Mutex<Option<Splitting<'c>>>,
+}
+
+/// What a team's segment (and its splits) are scoped to in the runtime.
+enum Parent<'c> {
+    Group(GroupId),
+    /// The runtime's library team of a split.
+    Library(gaspi::Team<'c>),
+}
+
+impl Parent<'_> {
+    fn scope(&self) -> gaspi::Scope<'_> {
+        match self {
+            Parent::Group(group) => gaspi::Scope::Group(*group),
+            Parent::Library(team) => gaspi::Scope::Team(team),
+        }
+    }
+}
+
+/// A split that timed out: what it got so far.
+struct Splitting<'c> {
+    color: Option<u32>,
+    key: u32,
+    /// The runtime's split, once over (`None` inside: no colour, no team).
+    team: Option<Option<gaspi::Team<'c>>>,
 }
 
 impl std::fmt::Debug for Team<'_> {
@@ -188,8 +216,8 @@ impl<'c> Team<'c> {
     }
 
     /// The team of committed group `group`'s members, staging `capacity` (collective over
-    /// the group, which must all pass the same capacity). After [`gaspi::Error::Timeout`],
-    /// call again with the same arguments to continue.
+    /// the group, which must all pass the same capacity); member indices are the group's.
+    /// After [`gaspi::Error::Timeout`], call again with the same arguments to continue.
     ///
     /// # Errors
     /// The runtime's errors for the group and the segment creation; [`Error::TooLarge`]
@@ -200,36 +228,140 @@ impl<'c> Team<'c> {
         capacity: Capacity,
         timeout: Timeout,
     ) -> Result<Team<'c>> {
-        let ctx = coll.context();
-        let (ranks, n) = crate::group_members(ctx, group)?;
-        let me = crate::own_index(ctx, group)?;
-        Team::build(coll, group.into(), None, ranks, n, me, capacity, timeout)
+        Team::build(coll, Parent::Group(group), capacity, timeout).map_err(|(e, _)| e)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn build(
-        coll: &'c Collectives<'c>,
-        scope: gaspi::Scope<'_>,
-        library_team: Option<gaspi::Team<'c>>,
-        ranks: Vec<Rank>,
-        n: u32,
-        me: u32,
+    /// Splits the team by `color` (collective over the team, like `MPI_Comm_split`): the
+    /// members that pass the same `Some(color)` form a new team, with member indices in the
+    /// order of `key` and, for equal keys, of their index here; a member passing `None`
+    /// takes part but joins no team and gets `Ok(None)`. The new team has this team's
+    /// [`Capacity`] (see [`split_with_capacity`](Self::split_with_capacity)) and its own
+    /// engine: collectives on disjoint teams may be initiated and synced in any interleaving.
+    /// After [`gaspi::Error::Timeout`], call again with the same arguments to continue.
+    ///
+    /// # Errors
+    /// [`Error::SplitInProgress`] when a split with other arguments timed out and was not
+    /// continued; the runtime's errors of [`gaspi::Library::split`] and of the segment
+    /// creation (a dead member as [`gaspi::Error::RankFailed`]).
+    pub fn split(
+        &self,
+        color: Option<u32>,
+        key: u32,
+        timeout: Timeout,
+    ) -> Result<Option<Team<'c>>> {
+        self.split_with_capacity(color, key, self.capacity, timeout)
+    }
+
+    /// [`split`](Self::split), staging `capacity` in the new team (the same on its members).
+    ///
+    /// # Errors
+    /// As for [`split`](Self::split).
+    pub fn split_with_capacity(
+        &self,
+        color: Option<u32>,
+        key: u32,
         capacity: Capacity,
         timeout: Timeout,
-    ) -> Result<Team<'c>> {
-        let ctx = coll.context();
-        let layout = Layout::new(n, capacity.lanes.max(1), capacity.lane_bytes);
+    ) -> Result<Option<Team<'c>>> {
         let deadline = timeout.deadline();
-        let seg =
-            coll.library()
-                .segment_create(scope, layout.bytes(), layout.ids(), deadline.left())?;
-        let engine = Engine::new(ctx, seg, ranks, me, layout, deadline.left())?;
+        // Only the pending split is under the lock: a consistent value whatever panicked.
+        let mut splitting = self
+            .splitting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut split = match splitting.take() {
+            Some(s) if s.color == color && s.key == key => s,
+            Some(s) => {
+                let pending = Error::SplitInProgress {
+                    color: s.color,
+                    key: s.key,
+                };
+                *splitting = Some(s);
+                return Err(pending);
+            }
+            None => Splitting {
+                color,
+                key,
+                team: None,
+            },
+        };
+        let team = match split.team.take() {
+            Some(team) => team,
+            None => {
+                let library = self.coll.library();
+                match library.split(self.parent.scope(), color, key, deadline.left()) {
+                    Ok(team) => team,
+                    Err(e) => {
+                        if e.is_timeout() {
+                            *splitting = Some(split);
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        let Some(team) = team else {
+            return Ok(None);
+        };
+        let parent = Parent::Library(team);
+        match Team::build(self.coll, parent, capacity, deadline.left()) {
+            Ok(team) => Ok(Some(team)),
+            Err((e, parent)) => {
+                if e.is_timeout() {
+                    if let Parent::Library(team) = parent {
+                        split.team = Some(Some(team));
+                    }
+                    *splitting = Some(split);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The team of `parent`'s members (on failure, `parent` comes back with the error).
+    fn build(
+        coll: &'c Collectives<'c>,
+        parent: Parent<'c>,
+        capacity: Capacity,
+        timeout: Timeout,
+    ) -> std::result::Result<Team<'c>, (Error, Parent<'c>)> {
+        let ctx = coll.context();
+        let members = match &parent {
+            Parent::Group(group) => crate::group_members(ctx, *group)
+                .and_then(|(ranks, _)| Ok((ranks, crate::own_index(ctx, *group)?))),
+            Parent::Library(team) => Ok((team.ranks(), team.index())),
+        };
+        let (ranks, me) = match members {
+            Ok(m) => m,
+            Err(e) => return Err((e, parent)),
+        };
+        let layout = Layout::new(
+            ranks.len() as u32,
+            capacity.lanes.max(1),
+            capacity.lane_bytes,
+        );
+        let seg = match coll.library().segment_create(
+            parent.scope(),
+            layout.bytes(),
+            layout.ids(),
+            timeout,
+        ) {
+            Ok(seg) => seg,
+            Err(e) => return Err((e.into(), parent)),
+        };
+        let index = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| (r, i as u32))
+            .collect();
         Ok(Team {
-            ctx,
-            engine,
+            coll,
+            engine: Engine::new(ctx, seg, ranks, me, layout),
+            index,
             choices: Choices::from_env(),
-            _scope: library_team,
-            namespace: PhantomData,
+            capacity,
+            parent,
+            splitting: Mutex::new(None),
         })
     }
 
@@ -248,9 +380,14 @@ impl<'c> Team<'c> {
         self.engine.ranks()
     }
 
+    /// The member index of `rank`, if it is a member.
+    pub fn index_of(&self, rank: Rank) -> Option<u32> {
+        self.index.get(&rank).copied()
+    }
+
     /// The context of the team.
     pub fn context(&self) -> &'c Context {
-        self.ctx
+        self.coll.context()
     }
 
     pub(crate) fn choices(&self) -> &Choices {

@@ -96,6 +96,43 @@ fn threads(ranks: u32, provider: &str) {
     }
 }
 
+/// `split`: teams split by parity with keys descending hold the members MPI_Comm_split
+/// gives, a member without colour joins none, and collectives on the split (disjoint) teams
+/// interleaved with the whole team's, in orders that differ between members, all deliver.
+fn split(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["split"]);
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data("split", rank);
+        // Group-all member indices are ranks.
+        let sub: Vec<u32> = (0..ranks).rev().filter(|r| r % 2 == rank % 2).collect();
+        let mine = sub.iter().position(|&r| r == rank).unwrap_or(usize::MAX);
+        assert_eq!(
+            data.get("sub"),
+            format!("{}:{mine}:{sub:?}", sub.len()),
+            "rank {rank}\n{report}"
+        );
+        let rest = if rank + 1 == ranks {
+            "none".to_string()
+        } else {
+            format!("{}:{rank}", ranks - 1)
+        };
+        assert_eq!(data.get("rest"), rest, "rank {rank}\n{report}");
+        let mut digest = Digest::default();
+        for i in 0..8u64 {
+            let all: Vec<u8> = (0..sub.len() as u32)
+                .flat_map(|m| cases::block(3000 + i, m, 0, 96))
+                .collect();
+            digest.add(&all);
+        }
+        for i in 0..8u64 {
+            let root = (i % u64::from(ranks)) as u32;
+            digest.add(&cases::block(4000 + i, root, 0, 200));
+        }
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their
 /// variants; members that disagree on the root are told (`Mismatch`) rather than corrupted.
 fn errors(ranks: u32, provider: &str) {
@@ -145,6 +182,9 @@ jobs! {
     many_4_shm: many(4, "shm");
     threads_3_tcp: threads(3, "tcp");
     threads_4_shm: threads(4, "shm");
+    split_1_shm: split(1, "shm");
+    split_4_tcp: split(4, "tcp");
+    split_5_shm: split(5, "shm");
     errors_3_tcp: errors(3, "tcp");
     errors_3_shm: errors(3, "shm");
 }

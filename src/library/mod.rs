@@ -12,7 +12,8 @@
 //!   never takes part in (or waits for) the user's barriers and collectives, and libraries may
 //!   create concurrently with each other and with the user. A library segment is deleted when
 //!   its last [`Segment`] handle is dropped.
-//! * **Teams** ([`Library::team`]) are the library's groups: they take no user group id.
+//! * **Teams** ([`Library::team`], or [`Library::split`] of a scope by colour) are the library's
+//!   groups: they take no user group id.
 //!
 //! Everything else a library needs is on [`Context`] for libraries and users alike:
 //! [`Batch`](crate::Batch)es for completion tracking per set of operations,
@@ -80,6 +81,7 @@ enum Kind {
     Segment = 1,
     Notifications = 2,
     Team = 3,
+    Split = 4,
 }
 
 /// A creation that timed out, to be continued.
@@ -237,13 +239,68 @@ impl<'a> Library<'a> {
             members,
             me,
         };
-        let (key, _) = self.rendezvous(&resolved, Kind::Team, timeout, || Ok(None))?;
+        let key = self
+            .rendezvous(&resolved, Kind::Team, [0; WIDTH], timeout, || Ok(None))?
+            .key;
         Ok(Team {
             ctx: PhantomData,
             members: Arc::new(resolved.members),
             key,
             me,
         })
+    }
+
+    /// Splits `scope` into teams by `color` (collective over the scope's members, like
+    /// `MPI_Comm_split`): the members that pass the same `Some(color)` form one team, ordered
+    /// by `key` and, for equal keys, by their index in `scope`; a member passing `None`
+    /// takes part but joins no team and gets `Ok(None)`. Every member of a new team gets the
+    /// same team (the same member order and the same identity for segments scoped to it).
+    /// After [`Error::Timeout`], call again with the same arguments to continue.
+    ///
+    /// # Errors
+    /// As for [`segment_create`](Self::segment_create): [`Error::NotInGroup`],
+    /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`], [`Error::LibraryBusy`],
+    /// [`Error::LibraryMismatch`] naming a member that created something else,
+    /// [`Error::Timeout`], [`Error::RankFailed`].
+    pub fn split<'s>(
+        &self,
+        scope: impl Into<Scope<'s>>,
+        color: Option<u32>,
+        key: u32,
+        timeout: Timeout,
+    ) -> Result<Option<Team<'a>>> {
+        let resolved = self.resolve(scope.into())?;
+        let mut value = [0u8; WIDTH];
+        value[4..8].copy_from_slice(&key.to_le_bytes());
+        // Colours are u32, so u64::MAX can stand for "no colour".
+        let colour = |c: Option<u32>| c.map_or(u64::MAX, u64::from);
+        value[8..16].copy_from_slice(&colour(color).to_le_bytes());
+        let done = self.rendezvous(&resolved, Kind::Split, value, timeout, || Ok(None))?;
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let word = |v: &[u8; WIDTH], at: std::ops::Range<usize>| {
+            v[at].iter().rev().fold(0u64, |w, &b| w << 8 | u64::from(b))
+        };
+        let mut chosen: Vec<(u64, u32)> = (0..resolved.members.len())
+            .filter(|&i| word(&done.values[i as usize], 8..16) == u64::from(color))
+            .map(|i| (word(&done.values[i as usize], 4..8), i))
+            .collect();
+        chosen.sort_unstable();
+        let ranks = chosen
+            .iter()
+            .map(|&(_, i)| resolved.members.rank_at(i).unwrap_or(self.ctx.rank()))
+            .collect::<Vec<Rank>>();
+        let members = Members::in_order(ranks);
+        let me = members.index_of(self.ctx.rank()).ok_or_else(|| {
+            Error::Protocol("a split team does not hold the member that joined it".into())
+        })?;
+        Ok(Some(Team {
+            ctx: PhantomData,
+            members: Arc::new(members),
+            key: fnv1a_words([0x5b11, done.key, u64::from(color)]),
+            me,
+        }))
     }
 
     fn resolve(&self, scope: Scope<'_>) -> Result<Resolved> {
@@ -310,7 +367,7 @@ impl<'a> Library<'a> {
                             .map_err(Error::segment(ctx.rank(), 0))?,
                     )
                 }
-                Kind::Notifications | Kind::Team => None,
+                Kind::Notifications | Kind::Team | Kind::Split => None,
             };
             let seg = inner.segments.insert_library(|id| {
                 inner.new_segment(Table::Library(id), memory, notifications)
@@ -320,7 +377,9 @@ impl<'a> Library<'a> {
             inner.publish_segment(key, &seg)?;
             Ok(Some(seg))
         };
-        let (_, created) = self.rendezvous(&resolved, kind, timeout, make)?;
+        let created = self
+            .rendezvous(&resolved, kind, [0; WIDTH], timeout, make)?
+            .created;
         let (local, ids) = created.ok_or_else(|| {
             Error::Protocol("a library segment creation ended without a segment".into())
         })?;
@@ -338,16 +397,18 @@ impl<'a> Library<'a> {
     }
 
     /// Runs (or continues) the rendezvous of this library's next creation of `kind` over
-    /// `resolved`, installing what `make` builds first. Returns the rendezvous key and, for
-    /// segments, the segment with every member's local id.
-    #[allow(clippy::type_complexity)]
+    /// `resolved`, installing what `make` builds first; each member contributes `value`
+    /// (bytes 2.. are the caller's: the first two say what is created). Returns the
+    /// rendezvous key, every member's value by member index, and for segments the segment
+    /// with every member's local id.
     fn rendezvous(
         &self,
         resolved: &Resolved,
         kind: Kind,
+        value: [u8; WIDTH],
         timeout: Timeout,
         make: impl FnOnce() -> Result<Option<Arc<LocalSegment>>>,
-    ) -> Result<(u64, Option<(Arc<LocalSegment>, Vec<u8>)>)> {
+    ) -> Result<Rendezvous> {
         let inner = &self.ctx.inner;
         if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(Error::Finalized);
@@ -364,6 +425,7 @@ impl<'a> Library<'a> {
                         Kind::Segment => "segment creation",
                         Kind::Notifications => "notification table creation",
                         Kind::Team => "team creation",
+                        Kind::Split => "team split",
                     },
                 });
             }
@@ -378,7 +440,7 @@ impl<'a> Library<'a> {
                     *count
                 };
                 let key = fnv1a_words([self.state.key, resolved.key, seq]);
-                let mut value = [0u8; WIDTH];
+                let mut value = value;
                 value[0] = segment.as_ref().map_or(0, |s| s.id());
                 value[1] = kind as u8;
                 Creation {
@@ -417,11 +479,24 @@ impl<'a> Library<'a> {
             });
         }
         let ids = values.iter().map(|v| v[0]).collect();
-        Ok((key, creation.segment.map(|seg| (seg, ids))))
+        Ok(Rendezvous {
+            key,
+            created: creation.segment.map(|seg| (seg, ids)),
+            values,
+        })
     }
 }
 
-/// A library's group of ranks, from [`Library::team`]: a [`Scope`] for the library's
+/// What a rendezvous ended with.
+struct Rendezvous {
+    key: u64,
+    /// The segment installed, with every member's local id of it.
+    created: Option<(Arc<LocalSegment>, Vec<u8>)>,
+    /// Every member's value, by member index.
+    values: Vec<[u8; WIDTH]>,
+}
+
+/// A library's group of ranks, from [`Library::team`] or [`Library::split`]: a [`Scope`] for the library's
 /// segments, with O(1) rank ↔ member-index maps.
 #[derive(Clone)]
 pub struct Team<'a> {
@@ -462,7 +537,8 @@ impl Team<'_> {
         self.members.rank_at(index)
     }
 
-    /// The members' ranks, ascending.
+    /// The members' ranks, by member index: ascending for a team from [`Library::team`], in
+    /// key order for one from [`Library::split`].
     pub fn ranks(&self) -> Vec<Rank> {
         self.members.ranks()
     }

@@ -1,6 +1,6 @@
 //! Rendezvous: small keyed collectives that set up library resources.
 //!
-//! A rendezvous is an allgather of one 8-byte value per member over runtime-internal messages
+//! A rendezvous is an allgather of one 16-byte value per member over runtime-internal messages
 //! (see the `passive` module), in `ceil(log2 n)` rounds: in round `k`, a member that knows the
 //! values of `c` consecutive members (itself and those before it) sends the first
 //! `min(c, n - c)` of them to member `me + c` and receives as many from member `me - c`. Every
@@ -24,7 +24,7 @@ pub(crate) const MESSAGE: u8 = 2;
 /// Kind, round, padding, key.
 const HEAD: usize = 16;
 /// Bytes of each member's value.
-pub(crate) const WIDTH: usize = 8;
+pub(crate) const WIDTH: usize = 16;
 
 /// Bytes a rendezvous message may carry in a job of `size` ranks.
 pub(crate) fn room(size: u32) -> usize {

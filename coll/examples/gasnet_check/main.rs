@@ -15,6 +15,11 @@
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
+//! * `split`: the team split by member index parity, key descending (`sub`), and split again
+//!   with the last member passing no colour (`rest`); then 8 rounds of a gather_all on `sub`
+//!   (disjoint teams, one per parity) and a broadcast on the whole team, initiated
+//!   non-blocking in an order that differs between even and odd members, and synced (each
+//!   team's in reverse): `data split rank R: sub=<size>:<index>:<ranks>; rest=...; digest`.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, and members that disagree on the root (rank 0 names root 0, the others root 1):
 //!   `data errors rank R: <check>=<outcome>`.
@@ -43,8 +48,9 @@ fn main() -> ExitCode {
         ["ops"] => in_job(ops),
         ["many"] => in_job(many),
         ["threads"] => in_job(threads),
+        ["split"] => in_job(split),
         ["errors"] => in_job(errors),
-        _ => Err("usage: gasnet_check ops|many|threads|errors".into()),
+        _ => Err("usage: gasnet_check ops|many|threads|split|errors".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -205,6 +211,57 @@ fn threads(ctx: &Context, team: &Team<'_>) -> Outcome {
     println!(
         "data threads rank {}: synced={synced}; digest={}",
         ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
+}
+
+fn split(ctx: &Context, team: &Team<'_>) -> Outcome {
+    const ROUNDS: u64 = 8;
+    let (n, me) = (team.size(), team.index());
+    let sub = team
+        .split(Some(me % 2), n - me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    let rest = team.split((me + 1 != n).then_some(7), me, TIMEOUT)?;
+    let rest = rest.map_or("none".to_string(), |t| format!("{}:{}", t.size(), t.index()));
+    let (k, mine) = (sub.size() as usize, sub.index());
+    let sub_src: Vec<Vec<u8>> = (0..ROUNDS)
+        .map(|i| cases::block(3000 + i, mine, 0, 96))
+        .collect();
+    let all_src: Vec<Vec<u8>> = (0..ROUNDS)
+        .map(|i| cases::block(4000 + i, me, 0, 200))
+        .collect();
+    let mut sub_dst = vec![vec![0u8; 96 * k]; ROUNDS as usize];
+    let mut all_dst = vec![vec![0u8; 200]; ROUNDS as usize];
+    let mut sub_handles = Vec::new();
+    let mut all_handles = Vec::new();
+    let rounds = sub_dst.iter_mut().zip(all_dst.iter_mut()).enumerate();
+    for (i, (sub_dst, all_dst)) in rounds {
+        let root = team.ranks()[i % n as usize];
+        if me % 2 == 0 {
+            sub_handles.push(sub.gather_all_nb(sub_dst, &sub_src[i], Flags::MY)?);
+            all_handles.push(team.broadcast_nb(all_dst, root, &all_src[i], Flags::MY)?);
+        } else {
+            all_handles.push(team.broadcast_nb(all_dst, root, &all_src[i], Flags::MY)?);
+            sub_handles.push(sub.gather_all_nb(sub_dst, &sub_src[i], Flags::MY)?);
+        }
+    }
+    for mut h in sub_handles.into_iter().rev() {
+        h.wait_sync(TIMEOUT)?;
+    }
+    for mut h in all_handles.into_iter().rev() {
+        h.wait_sync(TIMEOUT)?;
+    }
+    let mut digest = Digest::default();
+    for dst in sub_dst.iter().chain(&all_dst) {
+        digest.add(dst);
+    }
+    println!(
+        "data split rank {}: sub={}:{}:{:?}; rest={rest}; digest={}",
+        ctx.rank(),
+        k,
+        mine,
+        sub.ranks(),
         digest.hex()
     );
     Ok(())

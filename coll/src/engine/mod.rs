@@ -31,7 +31,7 @@
 mod run;
 
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use gaspi::{
     Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
@@ -146,8 +146,10 @@ pub(crate) struct Engine<'c> {
     seg: Segment<'c>,
     ranks: Vec<Rank>,
     me: u32,
-    /// Every member's segment, by member index (this member's too, for the wake-up).
-    targets: Vec<Target>,
+    /// Every member's segment, by member index (this member's too, for the wake-up), once
+    /// resolved: by the first call that may wait, so that building a team never has to
+    /// (see [`connect`](Self::connect)).
+    targets: OnceLock<Vec<Target>>,
     layout: Layout,
     state: Mutex<State<'c>>,
     changes: Condvar,
@@ -201,26 +203,20 @@ enum Next<T> {
 
 impl<'c> Engine<'c> {
     /// An engine over `seg` (the team's segment, cut by `layout`) of the team `ranks`, in
-    /// which this member is `me`; resolves every member's segment.
+    /// which this member is `me`.
     pub(crate) fn new(
         ctx: &'c Context,
         seg: Segment<'c>,
         ranks: Vec<Rank>,
         me: u32,
         layout: Layout,
-        timeout: Timeout,
-    ) -> Result<Engine<'c>> {
-        let deadline = timeout.deadline();
-        let targets = ranks
-            .iter()
-            .map(|&rank| seg.target(rank, deadline.left()))
-            .collect::<gaspi::Result<Vec<_>>>()?;
-        Ok(Engine {
+    ) -> Engine<'c> {
+        Engine {
             ctx,
             seg,
             ranks,
             me,
-            targets,
+            targets: OnceLock::new(),
             layout,
             state: Mutex::new(State {
                 next: 0,
@@ -233,7 +229,7 @@ impl<'c> Engine<'c> {
             }),
             changes: Condvar::new(),
             wakes: ctx.batch(),
-        })
+        }
     }
 
     pub(crate) fn size(&self) -> u32 {
@@ -246,6 +242,32 @@ impl<'c> Engine<'c> {
 
     pub(crate) fn ranks(&self) -> &[Rank] {
         &self.ranks
+    }
+
+    /// Resolves every member's segment if not done yet, within `deadline`. The team's
+    /// creation only makes sure every member created its segment; resolving them may wait,
+    /// so it is left to the calls that may: a call that times out here leaves the team
+    /// whole (the runtime continues the lookups), and the next call goes on.
+    fn connect(&self, deadline: Deadline) -> Result<()> {
+        if self.targets.get().is_some() {
+            return Ok(());
+        }
+        let targets = self
+            .ranks
+            .iter()
+            .map(|&rank| self.seg.target(rank, deadline.left()))
+            .collect::<gaspi::Result<Vec<_>>>()?;
+        // Another thread may have resolved them meanwhile: the same targets either way.
+        let _ = self.targets.set(targets);
+        Ok(())
+    }
+
+    /// Member `index`'s segment; resolved before any run takes a step.
+    fn target(&self, index: u32) -> std::result::Result<&Target, Failure> {
+        self.targets
+            .get()
+            .and_then(|t| t.get(index as usize))
+            .ok_or_else(|| Failure::Runtime(format!("member {index}'s segment is unresolved")))
     }
 
     fn state(&self) -> MutexGuard<'_, State<'c>> {
@@ -269,6 +291,10 @@ impl<'c> Engine<'c> {
                 len: schedule.stage,
                 max: self.layout.lane_bytes,
             });
+        }
+        match self.connect(Timeout::Test.deadline()) {
+            Err(e) if e.is_timeout() => {}
+            other => other?,
         }
         let mut state = self.state();
         let seq = state.next;
@@ -351,6 +377,9 @@ impl<'c> Engine<'c> {
 
     /// Advances every run as far as it goes, marking the state changed if anything did.
     fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) {
+        if self.targets.get().is_none() {
+            return;
+        }
         let mut changed = false;
         let seqs: Vec<u64> = state.runs.keys().copied().collect();
         for seq in seqs {
@@ -418,6 +447,7 @@ impl<'c> Engine<'c> {
         deadline: Deadline,
         mut decide: impl FnMut(&Self, &mut State<'c>) -> Next<T>,
     ) -> Result<T> {
+        self.connect(deadline)?;
         loop {
             let mut state = self.state();
             if let Next::Done(value) = decide(self, &mut state) {
@@ -542,7 +572,7 @@ impl<'c> Engine<'c> {
                 self.wakes.test()?;
             }
             self.wakes.notify(
-                &self.targets[self.me as usize],
+                self.target(self.me)?,
                 Notification {
                     id: self.layout.wake(),
                     value: 1,
@@ -566,7 +596,7 @@ impl Transport for Engine<'_> {
             .write_notify(
                 &self.seg,
                 base + put.from,
-                &self.targets[put.to as usize],
+                self.target(put.to)?,
                 base + put.into,
                 put.len,
                 signal,
@@ -581,7 +611,7 @@ impl Transport for Engine<'_> {
         signal: Notification,
     ) -> std::result::Result<(), Failure> {
         batch
-            .notify(&self.targets[to as usize], signal)
+            .notify(self.target(to)?, signal)
             .map_err(Failure::from)
     }
 

@@ -242,6 +242,9 @@ struct LibB<'a> {
     _lib: Library<'a>,
     all: Team<'a>,
     even: Option<Team<'a>>,
+    /// Of the team of all ranks by `rank % 3`, without the ranks where that is 2, in
+    /// descending rank order.
+    split: Option<Team<'a>>,
     segs: [Segment<'a>; 2],
 }
 
@@ -294,10 +297,14 @@ fn setup_b<'a>(ctx: &'a Context, start: &Barrier) -> Outcome<LibB<'a>> {
     let second = lib
         .segment_create(&all, SIZE, notes, TIMEOUT)
         .doing(|| "lib-b creating its second segment")?;
+    let split = lib
+        .split(&all, (me % 3 != 2).then_some(me % 3), n - me, TIMEOUT)
+        .doing(|| "lib-b splitting the team of all ranks")?;
     Ok(LibB {
         _lib: lib,
         all,
         even,
+        split,
         segs: [first, second],
     })
 }
@@ -376,6 +383,21 @@ impl LibB<'_> {
                 );
             }
             None => data.put("team_even", "none"),
+        }
+        let split = match &self.split {
+            Some(team) => format!(
+                "{}:{}:{:?}",
+                team.size(),
+                team.index(),
+                (0..team.size())
+                    .map(|i| team.rank_of(i).and_then(|r| team.index_of(r)))
+                    .collect::<Vec<_>>()
+            ),
+            None => "none".into(),
+        };
+        data.put("team_split", split);
+        if let Some(team) = &self.split {
+            data.put("team_split_ranks", format!("{:?}", team.ranks()));
         }
         Ok(())
     }
