@@ -56,7 +56,10 @@ fn library(ranks: u32, provider: &str) {
             "none".into()
         } else {
             let members: Vec<u32> = (0..ranks).rev().filter(|r| r % 3 == rank % 3).collect();
-            let me = members.iter().position(|&r| r == rank).unwrap_or(usize::MAX);
+            let me = members
+                .iter()
+                .position(|&r| r == rank)
+                .unwrap_or(usize::MAX);
             let maps: Vec<Option<u32>> = (0..members.len() as u32).map(Some).collect();
             expect("team_split_ranks", format!("{members:?}"));
             format!("{}:{me}:{maps:?}", members.len())

@@ -16,7 +16,7 @@ mod data;
 #[path = "../examples/gasnet_check/cases.rs"]
 mod cases;
 
-use common::{example, gaspirun, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun, gaspirun_casualty, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use data::Digest;
 
 fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
@@ -170,6 +170,37 @@ fn errors(ranks: u32, provider: &str) {
     assert!(kinds.iter().all(|k| k != "Other"), "{kinds:?}\n{report}");
 }
 
+/// `kill`: the last of 4 members is killed (SIGKILL) between two collectives. The survivors'
+/// collectives in flight that need it end in `RankFailed` naming it, and so does one
+/// initiated after, never in a timeout or a hang; a broadcast that does not need it may
+/// complete; the survivors then run a team of their own.
+fn kill(provider: &str) {
+    const RANKS: u32 = 4;
+    let victim = RANKS - 1;
+    let job = gaspirun_casualty(RANKS, provider, &example("gasnet_check"), &["kill"], 137);
+    let report = job.report();
+    let _: u32 = job.data("kill", victim).parse("pid");
+    let failed = format!("RankFailed({victim})");
+    let mut digest = Digest::default();
+    let blocks: Vec<u8> = (0..victim)
+        .flat_map(|m| cases::block(5002, m, 0, 4096))
+        .collect();
+    digest.add(&blocks);
+    for rank in 0..victim {
+        let data = job.data("kill", rank);
+        assert_eq!(data.get("first"), "Ok", "rank {rank}\n{report}");
+        assert_eq!(data.get("second"), failed, "rank {rank}\n{report}");
+        let third = data.get("third");
+        assert!(
+            third == "Ok" || third == failed,
+            "rank {rank}: the broadcast ended in {third}\n{report}"
+        );
+        assert_eq!(data.get("later"), failed, "rank {rank}\n{report}");
+        assert_eq!(data.get("survivors"), "Ok", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 jobs! {
     ops_1_tcp: ops(1, "tcp");
     ops_2_tcp: ops(2, "tcp");
@@ -185,6 +216,8 @@ jobs! {
     split_1_shm: split(1, "shm");
     split_4_tcp: split(4, "tcp");
     split_5_shm: split(5, "shm");
+    kill_4_tcp: kill("tcp");
+    kill_4_shm: kill("shm");
     errors_3_tcp: errors(3, "tcp");
     errors_3_shm: errors(3, "shm");
 }

@@ -17,7 +17,7 @@ mod data;
 #[path = "../examples/pscw_check/pattern.rs"]
 mod pattern;
 
-use common::{example, gaspirun, gaspirun_with, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun, gaspirun_casualty, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use data::Digest;
 use gaspi::Rank;
 use pattern::Pattern;
@@ -225,20 +225,8 @@ fn any(provider: &str) {
 /// wait fail naming it, and the other origin's data is there; a start of the dead rank as a
 /// target names it too.
 fn kill(provider: &str) {
-    let job = gaspirun_with(
-        &["--keep-going"],
-        3,
-        provider,
-        JOB_TIMEOUT_S,
-        &example("pscw_check"),
-        &["kill"],
-    );
+    let job = gaspirun_casualty(3, provider, &example("pscw_check"), &["kill"], 137);
     let report = job.report();
-    assert_eq!(
-        job.status.code(),
-        Some(137),
-        "the killed rank's status\n{report}"
-    );
     let _: u32 = job.data("kill", 2).parse("pid");
     let target = job.data("kill", 0);
     assert_eq!(target.get("outcome"), "RankFailed(2)", "{report}");

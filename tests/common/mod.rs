@@ -279,6 +279,32 @@ pub fn gaspirun_with(
     run(command, Duration::from_secs(timeout_s) + WATCHDOG_MARGIN)
 }
 
+/// Runs `program args` under `gaspirun --keep-going` for a job in which one rank ends early
+/// with exit status `status` (137: killed by SIGKILL), and checks that the job ended with it.
+pub fn gaspirun_casualty(
+    ranks: u32,
+    provider: &str,
+    program: &Path,
+    args: &[&str],
+    status: i32,
+) -> Finished {
+    let job = gaspirun_with(
+        &["--keep-going"],
+        ranks,
+        provider,
+        JOB_TIMEOUT_S,
+        program,
+        args,
+    );
+    assert_eq!(
+        job.status.code(),
+        Some(status),
+        "the status of the rank that ended early\n{}",
+        job.report()
+    );
+    job
+}
+
 /// Runs `gaspi-selftest <scenario>` and checks that every rank reported `ok`.
 pub fn selftest(scenario: &str, ranks: u32, provider: &str) -> Finished {
     selftest_with_env(&[], scenario, ranks, provider)

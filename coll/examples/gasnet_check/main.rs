@@ -20,6 +20,12 @@
 //!   (disjoint teams, one per parity) and a broadcast on the whole team, initiated
 //!   non-blocking in an order that differs between even and odd members, and synced (each
 //!   team's in reverse): `data split rank R: sub=<size>:<index>:<ranks>; rest=...; digest`.
+//! * `kill` (4 ranks, under `gaspirun --keep-going`): a gather_all everywhere, then the last
+//!   member prints its pid and is killed (SIGKILL) while the others have a gather_all and a
+//!   broadcast in flight, and initiate one more after the first failure; then the survivors
+//!   build a team of their own and gather_all on it:
+//!   `data kill rank R: first; second; third; later; survivors`, each an outcome, the last
+//!   with the digest of what the survivors' gather_all delivered.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, and members that disagree on the root (rank 0 names root 0, the others root 1):
 //!   `data errors rank R: <check>=<outcome>`.
@@ -32,7 +38,7 @@ mod data;
 
 use std::process::ExitCode;
 
-use gaspi::{Context, Timeout, GROUP_ALL};
+use gaspi::{Config, Context, Intranode, Timeout, GROUP_ALL};
 use gaspi_coll::{wait_sync_some, Capacity, Collectives, Flags, Handle, Team};
 
 use data::{mix64, Digest};
@@ -50,7 +56,8 @@ fn main() -> ExitCode {
         ["threads"] => in_job(threads),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
-        _ => Err("usage: gasnet_check ops|many|threads|split|errors".into()),
+        ["kill"] => kill(),
+        _ => Err("usage: gasnet_check ops|many|threads|split|errors|kill".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -223,7 +230,9 @@ fn split(ctx: &Context, team: &Team<'_>) -> Outcome {
         .split(Some(me % 2), n - me, TIMEOUT)?
         .ok_or("a member with a colour got no team")?;
     let rest = team.split((me + 1 != n).then_some(7), me, TIMEOUT)?;
-    let rest = rest.map_or("none".to_string(), |t| format!("{}:{}", t.size(), t.index()));
+    let rest = rest.map_or("none".to_string(), |t| {
+        format!("{}:{}", t.size(), t.index())
+    });
     let (k, mine) = (sub.size() as usize, sub.index());
     let sub_src: Vec<Vec<u8>> = (0..ROUNDS)
         .map(|i| cases::block(3000 + i, mine, 0, 96))
@@ -265,6 +274,79 @@ fn split(ctx: &Context, team: &Team<'_>) -> Outcome {
         digest.hex()
     );
     Ok(())
+}
+
+/// An outcome as the tests read it: `Ok`, `RankFailed(<rank>)` or the error.
+fn shown(outcome: Result<(), gaspi_coll::Error>) -> String {
+    match outcome {
+        Ok(()) => "Ok".into(),
+        Err(gaspi_coll::Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => {
+            format!("RankFailed({rank})")
+        }
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+fn kill() -> Outcome {
+    let mut config = Config::from_env()?;
+    // Over shm through the fabric, a rank killed while it holds the provider's progress lock
+    // would leave its writers spinning inside libfabric (as in alltoallv_check's `kill`).
+    if config.intranode == Intranode::Fabric && config.provider.starts_with("shm") {
+        config.progress_thread = false;
+    }
+    let ctx = Context::init_with(config)?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n != 4 {
+        return Err("kill needs 4 ranks".into());
+    }
+    let victim = n - 1;
+    let coll = Collectives::new(&ctx)?;
+    let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+    let block = |seq: u64, member: u32| cases::block(seq, member, 0, 4096);
+    let mut all = vec![0u8; 4096 * n as usize];
+    let first = shown(team.gather_all(&mut all, &block(5000, me), Flags::MY, TIMEOUT));
+    if me == victim {
+        println!("data kill rank {me}: pid={}", std::process::id());
+        // `sh` is a child of this process: $PPID is this rank.
+        std::process::Command::new("sh")
+            .args(["-c", "kill -9 $PPID"])
+            .status()?;
+        return Err("still alive after kill -9".into());
+    }
+    let mut gathered = vec![0u8; 4096 * n as usize];
+    let mut spread = vec![0u8; 1 << 20];
+    let source = vec![me as u8; 1 << 20];
+    let src = block(5001, me);
+    let mut second = team.gather_all_nb(&mut gathered, &src, Flags::MY)?;
+    let mut third = team.broadcast_nb(&mut spread, 0, &source, Flags::MY)?;
+    let second_outcome = shown(second.wait_sync(TIMEOUT));
+    let third_outcome = shown(third.wait_sync(TIMEOUT));
+    drop((second, third));
+    let mut again = vec![0u8; 8 * n as usize];
+    let later = shown(team.gather_all(&mut again, &[me as u8; 8], Flags::MY, TIMEOUT));
+    let group = ctx.group_create()?;
+    for rank in 0..victim {
+        ctx.group_add(group, rank)?;
+    }
+    ctx.group_commit(group, TIMEOUT)?;
+    let survivors = Team::new(&coll, group, TIMEOUT)?;
+    let mut theirs = vec![0u8; 4096 * victim as usize];
+    let outcome = survivors.gather_all(&mut theirs, &block(5002, me), Flags::MY, TIMEOUT);
+    let mut digest = Digest::default();
+    digest.add(&theirs);
+    println!(
+        "data kill rank {me}: first={first}; second={second_outcome}; third={third_outcome}; \
+         later={later}; survivors={}; digest={}",
+        shown(outcome),
+        digest.hex()
+    );
+    drop(survivors);
+    drop(team);
+    drop(coll);
+    match ctx.finalize(TIMEOUT) {
+        Err(gaspi::Error::RankFailed { .. }) | Ok(()) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
