@@ -16,13 +16,17 @@
 //! | `gather_all(v)` | up to 64 KiB in all: dissemination (Bruck); else ring | `dissemination`, `ring` |
 //! | `exchange` | blocks up to 256 B: Bruck; else pairwise | `bruck`, `pairwise` |
 //! | `exchangev` | pairwise (Bruck would need every member's counts) | `pairwise` |
+//!
+//! The choice is made for the whole operation, also when it runs as pieces (see
+//! [`Team`]'s staging and capacity).
 
 use gaspi::{Rank, Timeout};
 
+use crate::engine::{Blocks, Cut, Views};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
-use crate::schedule::{broadcast, gather, scatter, Schedule};
+use crate::schedule::{broadcast, gather, scatter, stage_bound, Schedule};
 use crate::team::{Flags, Handle, Team};
 
 /// The algorithms forced by the environment, read when a team is built.
@@ -46,6 +50,36 @@ impl Choices {
             exchange: var("exchange"),
         }
     }
+}
+
+/// The blocks an operation moves, for cutting it into pieces: the block sizes of the
+/// caller's source and destination (packed in order), and the largest block of any member
+/// (the same on every member, so that members cut alike).
+struct Shape {
+    src: Vec<u64>,
+    dst: Vec<u64>,
+    largest: u64,
+}
+
+impl Shape {
+    fn new(src: Vec<u64>, dst: Vec<u64>) -> Shape {
+        let largest = src.iter().chain(&dst).copied().max().unwrap_or(0);
+        Shape { src, dst, largest }
+    }
+
+    /// An operation that is never cut: one piece whatever its size.
+    fn whole() -> Shape {
+        Shape {
+            src: Vec::new(),
+            dst: Vec::new(),
+            largest: 0,
+        }
+    }
+}
+
+/// `counts` cut by `cut`.
+fn cut_all(counts: &[u64], cut: Cut) -> Vec<u64> {
+    counts.iter().map(|&c| cut.of(c)).collect()
 }
 
 /// A rooted operation's tree: `forced` if given, else `default`.
@@ -100,21 +134,74 @@ impl<'c> Team<'c> {
         self.index_of(root).ok_or(Error::NotInTeam { rank: root })
     }
 
+    /// Initiates an operation described by `shape`: `build(m, cut)` is member `m`'s
+    /// schedule for the bytes `cut` of every block. When some member's staging of the
+    /// whole operation exceeds a lane, it runs as pieces of equal cuts on every member (see
+    /// the engine's `piece` module), each synchronised as `flags` ask; `words` are the
+    /// arguments members must agree on.
+    #[allow(clippy::too_many_arguments)]
     fn start<'t, 'b>(
         &'t self,
-        schedule: Schedule,
         words: &[u64],
         flags: Flags,
         algorithm: &'static str,
+        shape: Shape,
+        build: impl Fn(u32, Cut) -> Schedule,
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
-        let schedule = self.synchronised(schedule, flags)?;
+        let (n, me) = (self.size(), self.index());
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
         let mut all = words.to_vec();
         all.push(u64::from(mode.bits()));
         all.extend(algorithm.bytes().map(u64::from));
-        self.launch(schedule, signature(&all), algorithm, src, dst)
+        let lane = self.lane_bytes();
+        // Whether to cut must not depend on the member: decided on the heaviest staging of
+        // any member, which the bound spares computing in the common case.
+        let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
+        let whole = Cut::whole(shape.largest);
+        let pieces = if stage_bound(n, shape.largest) <= lane || heaviest(whole) <= lane {
+            let schedule = self.synchronised(build(me, whole), flags)?;
+            vec![(schedule, signature(&all), None)]
+        } else {
+            let c = self.cut_size(&heaviest, shape.largest)?;
+            let mut pieces = Vec::new();
+            for cut in Cut::all(shape.largest, c) {
+                let views = Views {
+                    src: Blocks::new(&shape.src, cut),
+                    dst: Blocks::new(&shape.dst, cut),
+                };
+                let mut words = all.clone();
+                words.extend([cut.at, cut.len]);
+                let schedule = self.synchronised(build(me, cut), flags)?;
+                pieces.push((schedule, signature(&words), Some(views)));
+            }
+            pieces
+        };
+        self.launch(pieces, algorithm, src, dst)
+    }
+
+    /// The bytes per block of the pieces of an operation whose largest block is `largest`:
+    /// the largest cut, down from the share of one lane, whose `heaviest` staging on any
+    /// member fits a lane.
+    fn cut_size(&self, heaviest: &impl Fn(Cut) -> u64, largest: u64) -> Result<u64> {
+        let lane = self.lane_bytes().max(1);
+        let mut pieces = heaviest(Cut::whole(largest)).div_ceil(lane);
+        loop {
+            let c = largest.div_ceil(pieces).max(1);
+            let need = heaviest(Cut::whole(c));
+            if need <= lane {
+                return Ok(c);
+            }
+            if c == 1 {
+                return Err(Error::TooLarge {
+                    rank: self.context().rank(),
+                    len: need,
+                    max: lane,
+                });
+            }
+            pieces *= 2;
+        }
     }
 
     /// Non-blocking broadcast: `root`'s `src` into every member's `dst` (the root's too);
@@ -145,8 +232,10 @@ impl<'c> Team<'c> {
             Tree::Pipelined { segment: 64 << 10 }
         };
         let (algo, name) = tree("broadcast", self.choices().broadcast.as_deref(), default)?;
-        let schedule = broadcast::broadcast(n, me, r, bytes, algo);
-        self.start(schedule, &[1, u64::from(r), bytes], flags, name, src, dst)
+        let shape = Shape::new(vec![bytes], vec![bytes]);
+        let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
+        let words = [1, u64::from(r), bytes];
+        self.start(&words, flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
@@ -198,8 +287,10 @@ impl<'c> Team<'c> {
             check_len(src.len(), bytes * u64::from(n))?;
         }
         let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatter", bytes)?;
-        let schedule = scatter::scatter(n, me, r, bytes, algo);
-        self.start(schedule, &[2, u64::from(r), bytes], flags, name, src, dst)
+        let shape = Shape::new(vec![bytes; n as usize], vec![bytes]);
+        let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
+        let words = [2, u64::from(r), bytes];
+        self.start(&words, flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
@@ -242,9 +333,10 @@ impl<'c> Team<'c> {
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) =
             self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
-        let schedule = scatter::scatterv(n, me, r, counts, algo);
+        let shape = Shape::new(counts.to_vec(), vec![counts[me as usize]]);
+        let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
-        self.start(schedule, &words, flags, name, src, dst)
+        self.start(&words, flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -283,8 +375,10 @@ impl<'c> Team<'c> {
             check_len(dst.len(), bytes * u64::from(n))?;
         }
         let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gather", bytes)?;
-        let schedule = gather::gather(n, me, r, bytes, algo);
-        self.start(schedule, &[4, u64::from(r), bytes], flags, name, src, dst)
+        let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
+        let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
+        let words = [4, u64::from(r), bytes];
+        self.start(&words, flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
@@ -325,9 +419,10 @@ impl<'c> Team<'c> {
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) =
             self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
-        let schedule = gather::gatherv(n, me, r, counts, algo);
+        let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
+        let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
-        self.start(schedule, &words, flags, name, src, dst)
+        self.start(&words, flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -373,12 +468,13 @@ impl<'c> Team<'c> {
         src: &'b [u8],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (n, me) = (self.size(), self.index());
+        let n = self.size();
         let bytes = src.len() as u64;
         check_len(dst.len(), bytes * u64::from(n))?;
         let (algo, name) = self.all_algo(bytes * u64::from(n))?;
-        let schedule = all::gather_all(n, me, bytes, algo);
-        self.start(schedule, &[6, bytes], flags, name, src, dst)
+        let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
+        let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
+        self.start(&[6, bytes], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
@@ -414,8 +510,9 @@ impl<'c> Team<'c> {
         let total = counts.iter().sum();
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
-        let schedule = all::gather_allv(n, me, counts, algo);
-        self.start(schedule, &[7, signature(counts)], flags, name, src, dst)
+        let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
+        let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
+        self.start(&[7, signature(counts)], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gather_allv_nb`](Self::gather_allv_nb) (see [`broadcast`](Self::broadcast)
@@ -447,7 +544,7 @@ impl<'c> Team<'c> {
         src: &'b [u8],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (n, me) = (self.size(), self.index());
+        let n = self.size();
         let bytes = src.len() as u64 / u64::from(n);
         check_len(src.len(), bytes * u64::from(n))?;
         check_len(dst.len(), bytes * u64::from(n))?;
@@ -463,8 +560,9 @@ impl<'c> Team<'c> {
             None if bytes <= 256 => (ExchangeAlgo::Bruck, "bruck"),
             None => (ExchangeAlgo::Pairwise, "pairwise"),
         };
-        let schedule = all::exchange(n, me, bytes, algo);
-        self.start(schedule, &[8, bytes], flags, name, src, dst)
+        let shape = Shape::new(vec![bytes; n as usize], vec![bytes; n as usize]);
+        let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
+        self.start(&[8, bytes], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
@@ -503,8 +601,11 @@ impl<'c> Team<'c> {
         check_len(recv_counts.len(), u64::from(n))?;
         check_len(src.len(), send_counts.iter().sum())?;
         check_len(dst.len(), recv_counts.iter().sum())?;
-        let schedule = all::exchangev(n, me, send_counts, recv_counts);
-        self.start(schedule, &[9], flags, "pairwise", src, dst)
+        // Never cut: the pieces would depend on every member's counts, which no member
+        // knows (see the module documentation).
+        let shape = Shape::whole();
+        let build = |_, _| all::exchangev(n, me, send_counts, recv_counts);
+        self.start(&[9], flags, "pairwise", shape, build, src, dst)
     }
 
     /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on

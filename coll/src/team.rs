@@ -8,11 +8,12 @@
 //! borrow checker enforces the spec's rule that they are left untouched while in flight.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 use gaspi::{Context, GroupId, Rank, Timeout};
 
-use crate::engine::{Engine, Layout, Owner, Runner};
+use crate::engine::{Engine, Layout, Owner, Runner, Views};
 use crate::error::{Error, Result};
 use crate::ops::Choices;
 use crate::schedule::{sync::synchronise, Schedule};
@@ -145,10 +146,16 @@ impl Default for Capacity {
 /// Data moves from stage to stage in a library segment of the team: a member copies what it
 /// sends from its source into its stage, and what it received from its stage into its
 /// destination, so sources and destinations may be ordinary memory. The segment holds
-/// [`Capacity::lanes`] stages of [`Capacity::lane_bytes`]: a collective whose staging
-/// exceeds a lane is refused ([`Error::TooLarge`], before anything moves); the (n+1)-th
-/// collective in flight waits in the engine for the lane of the first (initiation never
-/// waits).
+/// [`Capacity::lanes`] stages of [`Capacity::lane_bytes`]; the (n+1)-th collective in
+/// flight waits in the engine for the lane of the first (initiation never waits). A
+/// collective whose staging exceeds a lane on any member runs as *pieces* on every member:
+/// piece `k` moves bytes `[k·c, (k+1)·c)` of every block, with `c` the largest cut whose
+/// staging fits a lane, and the pieces stream through the lanes like consecutive
+/// collectives (each with the sync modes' barriers, so `ALLSYNC` holds for every byte).
+/// Any size works, down to blocks cut into single bytes; only `exchangev` is never cut
+/// (no member knows the others' counts, so members could not cut alike): one whose staging
+/// exceeds a lane is refused on the members where it does ([`Error::TooLarge`], before
+/// anything moves), and its partners time out. Raise the capacity for those.
 ///
 /// # Progress
 /// Steps that touch the caller's buffers are taken in the calls that hold the collective's
@@ -394,24 +401,29 @@ impl<'c> Team<'c> {
         &self.choices
     }
 
-    /// Initiates `schedule` (already synchronised for `flags`) for the caller's buffers.
+    /// Initiates a collective of `pieces` (schedules already synchronised for their flags,
+    /// with their signatures and views) for the caller's buffers.
     pub(crate) fn launch<'t, 'b>(
         &'t self,
-        schedule: Schedule,
-        signature: u64,
+        pieces: Vec<(Schedule, u64, Option<Views>)>,
         algorithm: &'static str,
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
-        let seq = self.engine.initiate(schedule, signature, src, dst)?;
+        let seqs = self.engine.initiate(pieces, src, dst)?;
         Ok(Handle {
             engine: &self.engine,
-            seq,
+            seqs,
             src,
             dst,
             algorithm,
             synced: false,
         })
+    }
+
+    /// The bytes of staging one collective may use on this member.
+    pub(crate) fn lane_bytes(&self) -> u64 {
+        self.capacity.lane_bytes
     }
 
     /// `schedule` of this member with the barriers `flags` ask for.
@@ -435,7 +447,8 @@ impl<'c> Team<'c> {
 /// without this member's output: its source is captured at the drop.
 pub struct Handle<'t, 'b> {
     engine: &'t dyn Runner,
-    seq: u64,
+    /// Its runs, one per piece.
+    seqs: Range<u64>,
     src: &'b [u8],
     dst: &'b mut [u8],
     algorithm: &'static str,
@@ -445,7 +458,7 @@ pub struct Handle<'t, 'b> {
 impl std::fmt::Debug for Handle<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Handle")
-            .field("seq", &self.seq)
+            .field("seqs", &self.seqs)
             .field("algorithm", &self.algorithm)
             .field("synced", &self.synced)
             .finish()
@@ -486,7 +499,7 @@ impl Handle<'_, '_> {
 
     fn owner(&mut self) -> Owner<'_> {
         Owner {
-            seq: self.seq,
+            seqs: self.seqs.clone(),
             src: self.src,
             dst: self.dst,
         }
@@ -496,7 +509,7 @@ impl Handle<'_, '_> {
 impl Drop for Handle<'_, '_> {
     fn drop(&mut self) {
         if !self.synced {
-            self.engine.orphan(self.seq, self.src);
+            self.engine.orphan(self.seqs.clone(), self.src);
         }
     }
 }

@@ -58,6 +58,29 @@ fn ops(ranks: u32, provider: &str) {
     }
 }
 
+/// `large`: operations of up to 4 MiB per block, run as many pieces through small lanes,
+/// deliver what the serial reference says.
+fn large(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["large"]);
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data("large", rank);
+        let mut case = cases::LARGE_FIRST;
+        for op in cases::OPS.iter().filter(|&&op| op != "exchangev") {
+            let mut digest = Digest::default();
+            for size in cases::LARGE_SIZES {
+                digest.add(&cases::want(op, case, size, ranks, rank));
+                case += 1;
+            }
+            assert_eq!(
+                data.get(op),
+                format!("{}/{}", cases::LARGE_SIZES.len(), digest.hex()),
+                "rank {rank}: {op}\n{report}"
+            );
+        }
+    }
+}
+
 /// `many`: 64 gather_alls in flight at once on a team of 4 lanes, synced in an order of each
 /// rank's own, every one with every member's block.
 fn many(ranks: u32, provider: &str) {
@@ -209,6 +232,9 @@ jobs! {
     ops_4_tcp: ops(4, "tcp");
     ops_5_shm: ops(5, "shm");
     ops_8_shm: ops(8, "shm");
+    large_1_shm: large(1, "shm");
+    large_3_tcp: large(3, "tcp");
+    large_4_shm: large(4, "shm");
     many_4_tcp: many(4, "tcp");
     many_4_shm: many(4, "shm");
     threads_3_tcp: threads(3, "tcp");

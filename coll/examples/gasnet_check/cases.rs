@@ -22,6 +22,25 @@ pub const OPS: [&str; 9] = [
 /// Bytes per block (the largest of a v form's blocks).
 pub const SIZES: [u64; 4] = [0, 1, 100, 20_000];
 
+/// The cases of the `large` scenario: every operation but `exchangev` (never cut into
+/// pieces) at these sizes, on a team whose lanes hold [`LARGE_LANE`] bytes.
+pub const LARGE_SIZES: [u64; 2] = [300_001, 4 << 20];
+
+/// The lane of the `large` scenario's team: every large case runs as many pieces.
+pub const LARGE_LANE: u64 = 256 << 10;
+
+/// The first case number of the `large` scenario.
+pub const LARGE_FIRST: u64 = 20_000;
+
+/// The flags of the `large` scenario's cases, in turn.
+pub fn large_flags() -> [Flags; 3] {
+    [
+        Flags::MY,
+        Flags::ALL,
+        Flags::IN_NOSYNC | Flags::OUT_ALLSYNC | Flags::SINGLE,
+    ]
+}
+
 /// Every combination of one `IN_` mode, one `OUT_` mode and `SINGLE` or `LOCAL`.
 pub fn flags() -> Vec<Flags> {
     let ins = [Flags::IN_NOSYNC, Flags::IN_MYSYNC, Flags::IN_ALLSYNC];

@@ -9,6 +9,10 @@
 //!   combinations of sync modes and addressing of `cases::flags()`, with a root drawn per
 //!   case; blocking and non-blocking forms alternate. Line `data ops rank R: <op>=<count>/<digest>`
 //!   per operation, the digest over the destinations of its cases in order.
+//! * `large`: every operation but `exchangev` at `cases::LARGE_SIZES` (up to 4 MiB per
+//!   block) on a split of the team with lanes of `cases::LARGE_LANE`, so each runs as many
+//!   pieces; flags in turn from `cases::large_flags()`. Lines as for `ops`:
+//!   `data large rank R: <op>=<count>/<digest>`.
 //! * `many`: 64 non-blocking gather_alls (of 64 B, then 1 KiB, alternating) initiated at once
 //!   on one team (more than its lanes), then synced with `wait_sync_some` in an order drawn
 //!   per rank: `data many rank R: synced; digest` (the digest in initiation order).
@@ -52,12 +56,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["ops"] => in_job(ops),
+        ["large"] => in_job(large),
         ["many"] => in_job(many),
         ["threads"] => in_job(threads),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
-        _ => Err("usage: gasnet_check ops|many|threads|split|errors|kill".into()),
+        _ => Err("usage: gasnet_check ops|large|many|threads|split|errors|kill".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -134,6 +139,33 @@ fn ops(ctx: &Context, team: &Team<'_>) -> Outcome {
         line.push(format!("{op}={count}/{}", digest.hex()));
     }
     println!("data ops rank {}: {}", ctx.rank(), line.join("; "));
+    Ok(())
+}
+
+fn large(ctx: &Context, team: &Team<'_>) -> Outcome {
+    let capacity = Capacity {
+        lanes: 2,
+        lane_bytes: cases::LARGE_LANE,
+    };
+    let small = team
+        .split_with_capacity(Some(0), team.index(), capacity, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    let mut case = cases::LARGE_FIRST;
+    let mut line = Vec::new();
+    for op in cases::OPS.iter().filter(|&&op| op != "exchangev") {
+        let mut digest = Digest::default();
+        let mut count = 0;
+        for size in cases::LARGE_SIZES {
+            let flags = cases::large_flags()[(case % 3) as usize];
+            let dst = run(&small, op, case, size, flags)
+                .map_err(|e| format!("{op} case {case} ({size} B, {flags:?}): {e}"))?;
+            digest.add(&dst);
+            count += 1;
+            case += 1;
+        }
+        line.push(format!("{op}={count}/{}", digest.hex()));
+    }
+    println!("data large rank {}: {}", ctx.rank(), line.join("; "));
     Ok(())
 }
 

@@ -28,16 +28,19 @@
 //! runs wait for, the others on a condition variable; whoever changes something wakes the
 //! sleepers, and the watcher through a notification of its own.
 
+mod piece;
 mod run;
 
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use gaspi::{
     Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
 };
 
-pub(crate) use run::Owner;
+pub(crate) use piece::{Blocks, Cut};
+pub(crate) use run::{Owner, Views};
 use run::{Run, Transfer, Transport};
 
 use crate::error::{Error, Result};
@@ -177,7 +180,7 @@ pub(crate) trait Runner: Sync {
         deadline: Deadline,
     ) -> Result<Vec<Option<Result<()>>>>;
     /// See [`Engine::orphan`].
-    fn orphan(&self, seq: u64, src: &[u8]);
+    fn orphan(&self, seqs: Range<u64>, src: &[u8]);
 }
 
 impl Runner for Engine<'_> {
@@ -190,8 +193,8 @@ impl Runner for Engine<'_> {
         Engine::sync(self, owners, enough, deadline)
     }
 
-    fn orphan(&self, seq: u64, src: &[u8]) {
-        Engine::orphan(self, seq, src);
+    fn orphan(&self, seqs: Range<u64>, src: &[u8]) {
+        Engine::orphan(self, seqs, src);
     }
 }
 
@@ -262,12 +265,9 @@ impl<'c> Engine<'c> {
         Ok(())
     }
 
-    /// Member `index`'s segment; resolved before any run takes a step.
-    fn target(&self, index: u32) -> std::result::Result<&Target, Failure> {
-        self.targets
-            .get()
-            .and_then(|t| t.get(index as usize))
-            .ok_or_else(|| Failure::Runtime(format!("member {index}'s segment is unresolved")))
+    /// Member `index`'s segment, once resolved.
+    fn target(&self, index: u32) -> Option<&Target> {
+        self.targets.get().and_then(|t| t.get(index as usize))
     }
 
     fn state(&self) -> MutexGuard<'_, State<'c>> {
@@ -275,20 +275,24 @@ impl<'c> Engine<'c> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Initiates a run of `schedule` (whose notifications carry `signature` mixed with its
-    /// sequence number) with the caller's buffers, and takes its first steps; returns its
-    /// sequence number.
+    /// Initiates a collective of one run per piece of `pieces` (each a schedule, whose
+    /// notifications carry its signature mixed with its sequence number, and for a piece of
+    /// a longer collective its views) with the caller's buffers, and takes their first
+    /// steps; returns their sequence numbers.
     pub(crate) fn initiate(
         &self,
-        schedule: Schedule,
-        signature: u64,
+        pieces: Vec<(Schedule, u64, Option<Views>)>,
         src: &[u8],
         dst: &mut [u8],
-    ) -> Result<u64> {
-        if schedule.stage > self.layout.lane_bytes {
+    ) -> Result<Range<u64>> {
+        if let Some(stage) = pieces
+            .iter()
+            .map(|p| p.0.stage)
+            .find(|&s| s > self.layout.lane_bytes)
+        {
             return Err(Error::TooLarge {
                 rank: self.ctx.rank(),
-                len: schedule.stage,
+                len: stage,
                 max: self.layout.lane_bytes,
             });
         }
@@ -297,16 +301,28 @@ impl<'c> Engine<'c> {
             other => other?,
         }
         let mut state = self.state();
-        let seq = state.next;
-        state.next += 1;
-        let value = value(seq, signature);
-        state
-            .runs
-            .insert(seq, Run::new(seq, schedule, value, self.ctx.batch()));
-        let mut owner = Owner { seq, src, dst };
+        let first = state.next;
+        for (schedule, signature, views) in pieces {
+            let seq = state.next;
+            state.next += 1;
+            let run = Run::new(
+                seq,
+                schedule,
+                value(seq, signature),
+                self.ctx.batch(),
+                views,
+            );
+            state.runs.insert(seq, run);
+        }
+        let seqs = first..state.next;
+        let mut owner = Owner {
+            seqs: seqs.clone(),
+            src,
+            dst,
+        };
         self.pass(&mut state, std::slice::from_mut(&mut owner));
         self.tell(state)?;
-        Ok(seq)
+        Ok(seqs)
     }
 
     /// Syncs the runs of `owners` (each with its caller's buffers): returns, per owner,
@@ -340,29 +356,52 @@ impl<'c> Engine<'c> {
         Ok(std::mem::take(&mut outcomes))
     }
 
-    /// Lets run `seq` go on without its handle: its source is captured now, its output
-    /// dropped when it completes.
-    pub(crate) fn orphan(&self, seq: u64, src: &[u8]) {
+    /// Lets the runs `seqs` go on without their handle: the source is captured now, the
+    /// output dropped when they complete.
+    pub(crate) fn orphan(&self, seqs: Range<u64>, src: &[u8]) {
         let mut state = self.state();
-        if let Some(run) = state.runs.get_mut(&seq) {
-            run.orphan = Some(src.to_vec());
-        }
+        Self::abandon(&mut state, seqs, src);
         self.pass(&mut state, &mut []);
         // A drop cannot report a failure; the runs' own failures are kept in them.
         let _ = self.tell(state);
     }
 
-    /// The outcome of `owner`'s run if it is over: its output delivered and its lane given up.
+    /// Marks the runs of `seqs` that are still there orphans, with the source `src`.
+    fn abandon(state: &mut State<'c>, seqs: Range<u64>, src: &[u8]) {
+        let src: Arc<[u8]> = src.into();
+        for seq in seqs {
+            if let Some(run) = state.runs.get_mut(&seq) {
+                run.orphan = Some(Arc::clone(&src));
+            }
+        }
+    }
+
+    /// The outcome of `owner`'s collective if it is over: every piece's output delivered
+    /// and its lane given up, or the first failure (the other pieces then go on without
+    /// the owner, as orphans).
     fn collect(&self, state: &mut State<'c>, owner: &mut Owner<'_>) -> Option<Result<()>> {
-        let run = state.runs.get(&owner.seq)?;
-        let outcome = match (&run.failed, &state.dead) {
-            (Some(f), _) => Err(f.clone().into()),
-            (None, Some(f)) if !run.complete => Err(f.clone().into()),
-            (None, _) if !run.complete => return None,
-            (None, _) => run.deliver(self, owner.dst).map_err(Error::from),
-        };
-        self.release(state, owner.seq);
-        Some(outcome)
+        let mut over = true;
+        for seq in owner.seqs.clone() {
+            // A piece no longer there was collected by an earlier call.
+            let Some(run) = state.runs.get_mut(&seq) else {
+                continue;
+            };
+            let outcome = match (&run.failed, &state.dead) {
+                (Some(f), _) => Err(f.clone().into()),
+                (None, Some(f)) if !run.complete => Err(f.clone().into()),
+                (None, _) if !run.complete => {
+                    over = false;
+                    continue;
+                }
+                (None, _) => run.deliver(self, owner.dst).map_err(Error::from),
+            };
+            self.release(state, seq);
+            if let Err(e) = outcome {
+                Self::abandon(state, owner.seqs.clone(), owner.src);
+                return Some(Err(e));
+            }
+        }
+        over.then_some(Ok(()))
     }
 
     /// Removes run `seq`, giving its lane up.
@@ -377,9 +416,6 @@ impl<'c> Engine<'c> {
 
     /// Advances every run as far as it goes, marking the state changed if anything did.
     fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) {
-        if self.targets.get().is_none() {
-            return;
-        }
         let mut changed = false;
         let seqs: Vec<u64> = state.runs.keys().copied().collect();
         for seq in seqs {
@@ -397,8 +433,8 @@ impl<'c> Engine<'c> {
                 state.lanes[lane] = Some(seq);
                 changed = true;
             }
-            let owner = owners.iter_mut().find(|o| o.seq == seq);
-            match run.advance(self, owner) {
+            let mut owner = owners.iter_mut().find(|o| o.seqs.contains(&seq));
+            match run.advance(self, owner.as_deref_mut()) {
                 Ok(c) => changed |= c,
                 Err(f) => {
                     if let Failure::Rank(..) = f {
@@ -414,10 +450,15 @@ impl<'c> Engine<'c> {
                 self.release(state, seq);
                 changed = true;
             } else if over && self.wanted(state, seq) {
-                // A later run waits for the lane: read the output out of the stage.
+                // A later run waits for the lane: deliver the output if this call holds
+                // the buffers, else read it out of the stage.
                 if let Some(run) = state.runs.get_mut(&seq) {
                     if run.complete {
-                        if let Err(f) = run.keep(self) {
+                        let kept = match owner {
+                            Some(owner) => run.deliver(self, owner.dst),
+                            None => run.keep(self),
+                        };
+                        if let Err(f) = kept {
                             run.failed = Some(f);
                         }
                     }
@@ -463,19 +504,22 @@ impl<'c> Engine<'c> {
             if deadline.remaining().is_some_and(|left| left.is_zero()) {
                 return Err(gaspi::Error::Timeout.into());
             }
+            // Local completions come first: no notification tells of them, and a run that
+            // only waits for its puts to complete may hold the lane that the run a partner
+            // waits for needs, so sleeping on notifications could wait for ever.
+            if let Some(run) = state.runs.values().find(|r| r.flushing()) {
+                if let Err(f) = run.flush(deadline.left()) {
+                    return Err(f.into());
+                }
+                continue;
+            }
             let mut awaited = Vec::new();
             for run in state.runs.values() {
                 run.awaited(self, &mut awaited);
             }
             if awaited.is_empty() {
-                // Nothing to hear from anyone: only local completions, or another thread's
-                // progress (a lane given up, a source copied), can move the runs on.
-                if let Some(run) = state.runs.values().find(|r| r.flushing()) {
-                    if let Err(f) = run.flush(deadline.left()) {
-                        return Err(f.into());
-                    }
-                    continue;
-                }
+                // Nothing to hear from anyone: only another thread's progress (a lane given
+                // up, a source copied) can move the runs on.
                 state = self.sleep(state, deadline);
                 drop(state);
                 continue;
@@ -571,8 +615,12 @@ impl<'c> Engine<'c> {
             if self.wakes.outstanding() > 0 {
                 self.wakes.test()?;
             }
+            // A watcher only watches once the segments are resolved.
+            let Some(me) = self.target(self.me) else {
+                return Ok(());
+            };
             self.wakes.notify(
-                self.target(self.me)?,
+                me,
                 Notification {
                     id: self.layout.wake(),
                     value: 1,
@@ -590,18 +638,22 @@ impl Transport for Engine<'_> {
         seq: u64,
         put: Transfer,
         signal: Notification,
-    ) -> std::result::Result<(), Failure> {
+    ) -> std::result::Result<bool, Failure> {
+        let Some(target) = self.target(put.to) else {
+            return Ok(false);
+        };
         let base = self.layout.offset(seq);
         batch
             .write_notify(
                 &self.seg,
                 base + put.from,
-                self.target(put.to)?,
+                target,
                 base + put.into,
                 put.len,
                 signal,
             )
-            .map_err(Failure::from)
+            .map_err(Failure::from)?;
+        Ok(true)
     }
 
     fn signal(
@@ -609,10 +661,12 @@ impl Transport for Engine<'_> {
         batch: &Batch<'_>,
         to: u32,
         signal: Notification,
-    ) -> std::result::Result<(), Failure> {
-        batch
-            .notify(self.target(to)?, signal)
-            .map_err(Failure::from)
+    ) -> std::result::Result<bool, Failure> {
+        let Some(target) = self.target(to) else {
+            return Ok(false);
+        };
+        batch.notify(target, signal).map_err(Failure::from)?;
+        Ok(true)
     }
 
     fn take(&self, id: NotificationId) -> std::result::Result<u32, Failure> {

@@ -9,16 +9,27 @@
 //! it): a stage range copied into the destination is never written again in the same
 //! schedule.
 
+use std::sync::Arc;
+
 use gaspi::{Batch, Notification, NotificationId, Rank};
 
+use super::piece::Blocks;
 use super::Failure;
 use crate::schedule::{Buf, Schedule, Span, StepId, Task};
 
-/// The caller's buffers of one run, lent by its handle for one call.
+/// The caller's buffers of one collective (its runs `seqs`, one per piece), lent by its
+/// handle for one call.
 pub(crate) struct Owner<'o> {
-    pub(crate) seq: u64,
+    pub(crate) seqs: std::ops::Range<u64>,
     pub(crate) src: &'o [u8],
     pub(crate) dst: &'o mut [u8],
+}
+
+/// Where a piece's views of the caller's buffers lie in them (see the `piece` module).
+#[derive(Debug, Clone)]
+pub(crate) struct Views {
+    pub(crate) src: Blocks,
+    pub(crate) dst: Blocks,
 }
 
 /// A put: `len` bytes of this member's stage from `from` to member `to`'s at `into`.
@@ -32,16 +43,18 @@ pub(crate) struct Transfer {
 
 /// What a run needs from the engine to take a step.
 pub(crate) trait Transport {
-    /// Posts `put` of run `seq`, raising `signal` at its receiver after its data.
+    /// Posts `put` of run `seq`, raising `signal` at its receiver after its data; false
+    /// when it cannot be posted yet (the receiver's segment is not resolved).
     fn put(
         &self,
         batch: &Batch<'_>,
         seq: u64,
         put: Transfer,
         signal: Notification,
-    ) -> Result<(), Failure>;
-    /// Raises `signal` at member `to`.
-    fn signal(&self, batch: &Batch<'_>, to: u32, signal: Notification) -> Result<(), Failure>;
+    ) -> Result<bool, Failure>;
+    /// Raises `signal` at member `to`; false when it cannot yet (as for a put).
+    fn signal(&self, batch: &Batch<'_>, to: u32, signal: Notification)
+        -> Result<bool, Failure>;
     /// Takes the value of notification `id` here (0 when unset).
     fn take(&self, id: NotificationId) -> Result<u32, Failure>;
     /// Reads `buf.len()` bytes of the run's stage at `at`.
@@ -77,14 +90,24 @@ pub(crate) struct Run<'c> {
     /// the handle synced.
     kept: Option<Vec<Vec<u8>>>,
     /// The source, when the handle was dropped before the run could read it.
-    pub(crate) orphan: Option<Vec<u8>>,
+    pub(crate) orphan: Option<Arc<[u8]>>,
+    /// For a piece of a longer collective, where its spans of the caller's buffers lie.
+    views: Option<Views>,
+    /// The deferred copies were carried out.
+    delivered: bool,
     pub(crate) failed: Option<Failure>,
     /// Every step is done and every put completed locally.
     pub(crate) complete: bool,
 }
 
 impl<'c> Run<'c> {
-    pub(crate) fn new(seq: u64, schedule: Schedule, value: u32, batch: Batch<'c>) -> Run<'c> {
+    pub(crate) fn new(
+        seq: u64,
+        schedule: Schedule,
+        value: u32,
+        batch: Batch<'c>,
+        views: Option<Views>,
+    ) -> Run<'c> {
         let waiting = schedule
             .steps
             .iter()
@@ -111,6 +134,8 @@ impl<'c> Run<'c> {
             deferred: Vec::new(),
             kept: None,
             orphan: None,
+            views,
+            delivered: false,
             failed: None,
             complete: false,
         }
@@ -179,14 +204,18 @@ impl<'c> Run<'c> {
                     into,
                     len,
                 };
-                net.put(&self.batch, seq, put, n)?;
+                if !net.put(&self.batch, seq, put, n)? {
+                    return Ok(false);
+                }
             }
             Task::Signal { to, signal } => {
                 let n = Notification {
                     id: net.id(seq, signal),
                     value,
                 };
-                net.signal(&self.batch, to, n)?;
+                if !net.signal(&self.batch, to, n)? {
+                    return Ok(false);
+                }
             }
             Task::Wait { from, signal } => match net.take(net.id(seq, signal))? {
                 0 => return Ok(false),
@@ -199,32 +228,55 @@ impl<'c> Run<'c> {
                     })
                 }
             },
-            Task::Copy { from, into } => match (from.buf, into.buf, owner) {
-                (Buf::Src, Buf::Dst, Some(owner)) if owner.seq == seq => {
-                    slice_mut(owner.dst, into)?.copy_from_slice(slice(owner.src, from)?);
+            Task::Copy { from, into } => {
+                let owner = owner.filter(|o| o.seqs.contains(&seq));
+                let (src_view, dst_view) = match &self.views {
+                    Some(v) => (Some(&v.src), Some(&v.dst)),
+                    None => (None, None),
+                };
+                match (from.buf, into.buf, owner) {
+                    (Buf::Src, Buf::Dst, Some(owner)) => match &self.views {
+                        None => {
+                            slice_mut(owner.dst, into)?.copy_from_slice(slice(owner.src, from)?);
+                        }
+                        Some(views) => {
+                            let mut data = Vec::with_capacity(from.len as usize);
+                            each(Some(&views.src), from, |_, real| {
+                                data.extend_from_slice(slice(owner.src, real)?);
+                                Ok(())
+                            })?;
+                            each(Some(&views.dst), into, |at, real| {
+                                let out = slice_mut(owner.dst, real)?;
+                                let at = at as usize;
+                                out.copy_from_slice(&data[at..at + out.len()]);
+                                Ok(())
+                            })?;
+                        }
+                    },
+                    // An orphan's output is dropped.
+                    (Buf::Src, Buf::Dst, _) if self.orphan.is_some() => {}
+                    (Buf::Src, Buf::Dst, _) => return Ok(false),
+                    (_, Buf::Dst, Some(owner)) => each(dst_view, into, |at, real| {
+                        net.read(seq, from.at + at, slice_mut(owner.dst, real)?)
+                    })?,
+                    (_, Buf::Dst, _) => self.deferred.push((from, into)),
+                    (Buf::Src, _, owner) => {
+                        let src = match (&self.orphan, owner) {
+                            (Some(orphan), _) => &orphan[..],
+                            (None, Some(owner)) => owner.src,
+                            _ => return Ok(false),
+                        };
+                        each(src_view, from, |at, real| {
+                            net.write(seq, into.at + at, slice(src, real)?)
+                        })?;
+                    }
+                    (_, _, _) => {
+                        let mut data = vec![0; from.len as usize];
+                        net.read(seq, from.at, &mut data)?;
+                        net.write(seq, into.at, &data)?;
+                    }
                 }
-                // An orphan's output is dropped.
-                (Buf::Src, Buf::Dst, _) if self.orphan.is_some() => {}
-                (Buf::Src, Buf::Dst, _) => return Ok(false),
-                (_, Buf::Dst, Some(owner)) if owner.seq == seq => {
-                    net.read(seq, from.at, slice_mut(owner.dst, into)?)?;
-                }
-                (_, Buf::Dst, _) => self.deferred.push((from, into)),
-                (Buf::Src, _, owner) => {
-                    let src = match (&self.orphan, owner) {
-                        (Some(orphan), _) => orphan.as_slice(),
-                        (None, Some(owner)) if owner.seq == seq => owner.src,
-                        _ => return Ok(false),
-                    };
-                    let data = slice(src, from)?;
-                    net.write(seq, into.at, data)?;
-                }
-                (_, _, _) => {
-                    let mut data = vec![0; from.len as usize];
-                    net.read(seq, from.at, &mut data)?;
-                    net.write(seq, into.at, &data)?;
-                }
-            },
+            }
         }
         Ok(true)
     }
@@ -274,17 +326,52 @@ impl<'c> Run<'c> {
         Ok(())
     }
 
-    /// Carries out the deferred copies into the caller's destination.
-    pub(crate) fn deliver(&self, net: &impl Transport, dst: &mut [u8]) -> Result<(), Failure> {
+    /// Carries out the deferred copies into the caller's destination (once).
+    pub(crate) fn deliver(&mut self, net: &impl Transport, dst: &mut [u8]) -> Result<(), Failure> {
+        if std::mem::replace(&mut self.delivered, true) {
+            return Ok(());
+        }
+        let view = self.views.as_ref().map(|v| &v.dst);
         for (i, &(from, into)) in self.deferred.iter().enumerate() {
-            let out = slice_mut(dst, into)?;
-            match &self.kept {
-                Some(kept) => out.copy_from_slice(&kept[i]),
-                None => net.read(self.seq, from.at, out)?,
-            }
+            each(view, into, |at, real| {
+                let out = slice_mut(dst, real)?;
+                match &self.kept {
+                    Some(kept) => {
+                        let at = at as usize;
+                        out.copy_from_slice(&kept[i][at..at + out.len()]);
+                        Ok(())
+                    }
+                    None => net.read(self.seq, from.at + at, out),
+                }
+            })?;
         }
         Ok(())
     }
+}
+
+/// Calls `f` with each part of the caller's buffer that holds `span` of a piece's `view`
+/// (the span itself without a view): its offset within the span, and where it is.
+fn each(
+    view: Option<&Blocks>,
+    span: Span,
+    mut f: impl FnMut(u64, Span) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let Some(view) = view else {
+        return f(0, span);
+    };
+    let mut at = 0;
+    for (start, len) in view.ranges(span.at, span.len) {
+        f(
+            at,
+            Span {
+                buf: span.buf,
+                at: start,
+                len,
+            },
+        )?;
+        at += len;
+    }
+    Ok(())
 }
 
 /// The bytes of `span` in a caller's buffer of `len` bytes.
