@@ -1,10 +1,10 @@
 # What the comparisons with MPI share, sourced by scripts/bench-coll.sh,
-# scripts/bench-alltoallv.sh and scripts/bench-pscw.sh: `sweep` builds their C program against
-# both MPIs and runs it and gaspi-bench at 2, 4 and 8 local ranks, each job under a time limit
-# (`job`). Sets `tmp` (a directory removed on exit), `limit` (seconds per job), `me` (the
-# script's name, for progress lines), `figures` (the file the jobs' JSON lines go to) and
-# `ompi_tcp` (the options that restrict Open MPI to tcp, to which a script adds what its calls
-# need beyond the btl).
+# scripts/bench-alltoallv.sh, scripts/bench-pscw.sh and scripts/bench-gasnet.sh: `sweep` builds
+# their C program against both MPIs and runs it and gaspi-bench at 2, 4 and 8 local ranks, each
+# job under a time limit (`job`). Sets `tmp` (a directory removed on exit), `limit` (seconds per
+# job), `me` (the script's name, for progress lines), `figures` (the file the jobs' JSON lines
+# go to) and `ompi_tcp` (the options that restrict Open MPI to tcp, to which a script adds what
+# its calls need beyond the btl).
 
 me=${0##*/}
 me=${me%.sh}
@@ -52,7 +52,8 @@ lines = [l.strip() for l in open(err, errors="replace") if l.strip()]
 # than the launcher's last line, which only tells that a rank exited.
 said = [f"{l} {n}" if "panicked at" in l else l
         for l, n in zip(lines, lines[1:] + [""])
-        if "panicked at" in l or l.startswith(("gaspi-bench:", "alltoallv:", "coll:", "pscw:"))]
+        if "panicked at" in l
+        or l.startswith(("gaspi-bench:", "alltoallv:", "coll:", "pscw:", "gasnet:"))]
 reason = "timed out" if status == "124" else f"exit status {status}"
 line = {"bench": bench, "lib": lib, "transport": transport, "ranks": int(ranks)}
 line.update({"mode": mode} if mode else {})

@@ -41,23 +41,16 @@ cd "$(dirname "$0")/.."
 ompi_tcp+=(--mca osc pt2pt)
 sweep pscw pscw --capped pscw
 
-python3 - "$figures" <<'PY'
+PYTHONPATH=scripts PYTHONDONTWRITEBYTECODE=1 python3 - "$figures" <<'PY'
 import json, sys
-rows = [(l.strip(), json.loads(l)) for l in open(sys.argv[1])]
+from functools import partial
+import bench_report
 benches = {"pscw": 0, "pingpong": 1, "pscw_halo": 2}
 def place(r):
     return (benches.get(r.get("bench"), 3), r.get("bytes", 0), r.get("ranks", 0),
             r.get("lib") != "gaspi", r.get("lib", ""), r.get("transport", ""), r.get("mode", ""))
-measured = sorted((tr for tr in rows if "error" not in tr[1]), key=lambda tr: place(tr[1]))
-for text, _ in measured + [tr for tr in rows if "error" in tr[1]]:
-    print(text)
-figures = [r for _, r in measured]
-
-def fastest(bench, ranks, size, mpi, **want):
-    """The fastest figure of gaspi (mpi false) or of an MPI that matches `want`."""
-    found = [r for r in figures if (r["bench"], r["ranks"], r["bytes"]) == (bench, ranks, size)
-             and (r["lib"] != "gaspi") == mpi and all(r.get(k) == v for k, v in want.items())]
-    return min(found, key=lambda r: r["median_us"], default=None)
+figures = bench_report.figures(sys.argv[1], place)
+fastest = partial(bench_report.fastest, figures)
 
 def ratio(name, bench, ranks, size, transport, mode, ours, theirs, versus, target):
     value = round(ours["median_us"] / theirs["median_us"], 3) if ours and theirs else None

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks, printed as JSON lines followed by ratio lines against their targets.
 #
-#   scripts/bench.sh [all|p2p|coll|alltoallv|pscw]      (default: all)
+#   scripts/bench.sh [all|p2p|coll|alltoallv|pscw|gasnet]      (default: all)
 #
 # p2p:  gaspi-bench on 2 local ranks over tcp and over shm, each run once with
 #       GASPI_INTRANODE=direct and once with =fabric. gaspi lines carry "mode", the path the
@@ -29,14 +29,19 @@
 #       at 2, 4 and 8 ranks, gaspi in both modes beside MPI_Win_post / start / complete / wait of
 #       MPICH and Open MPI, with the epoch's ratio to a write_notify ping-pong of the same job
 #       (scripts/bench-pscw.sh).
+# gasnet: gaspi-coll's Team collectives (broadcast, scatter, gather, gather_all, exchange and
+#       the v forms) with 8 B, 64 KiB and 1 MiB blocks per member at 2, 4 and 8 ranks, gaspi in
+#       both modes with the algorithm it chose, beside MPI_Bcast, MPI_Scatter, MPI_Gather,
+#       MPI_Allgather, MPI_Alltoall and the v forms of MPICH and Open MPI
+#       (scripts/bench-gasnet.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
 case $part in
 p2p) mpi_dev=() ;;
-all | coll | alltoallv | pscw) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
+all | coll | alltoallv | pscw | gasnet) mpi_dev=(libmpich-dev libopenmpi-dev) ;;
 *)
-    echo "usage: $0 [all|p2p|coll|alltoallv|pscw]" >&2
+    echo "usage: $0 [all|p2p|coll|alltoallv|pscw|gasnet]" >&2
     exit 2
     ;;
 esac
@@ -102,4 +107,7 @@ if [ "$part" = all ] || [ "$part" = alltoallv ]; then
 fi
 if [ "$part" = all ] || [ "$part" = pscw ]; then
     ./scripts/bench-pscw.sh
+fi
+if [ "$part" = all ] || [ "$part" = gasnet ]; then
+    ./scripts/bench-gasnet.sh
 fi

@@ -1,7 +1,7 @@
 /*
- * What the MPI sides of the benchmarks (coll.c, alltoallv.c, pscw.c) share: their start, with
- * the command line they all take, the order their samples are sorted in, the figure of the
- * slowest rank, and the stamps in their blocks.
+ * What the MPI sides of the benchmarks (coll.c, alltoallv.c, pscw.c, gasnet.c) share: their
+ * start, with the command line they all take, the order their samples are sorted in, the
+ * figure of the slowest rank and the start of its line, and the stamps in their blocks.
  */
 #ifndef BENCH_H
 #define BENCH_H
@@ -62,6 +62,23 @@ static inline double slowest_median(double *samples, int n)
     double mine = n > 0 ? samples[n / 2] : 0, slowest = 0;
     MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     return slowest;
+}
+
+/* Rank 0 starts the JSON line of a figure with the keys every line has, the largest of the
+ * ranks' medians of their `n` samples among them (collective; sorts the samples), and returns
+ * 1: the benchmark's own keys and the closing brace follow. Other ranks print nothing and
+ * return 0. */
+static inline int start_line(const char *bench, const struct job *job, int bytes,
+                             double *samples, int n, int iters)
+{
+    double us = slowest_median(samples, n) * 1e6;
+    if (job->rank != 0)
+        return 0;
+    double mib_s = us > 0 ? bytes / (double)(1 << 20) / (us / 1e6) : 0;
+    printf("{\"bench\":\"%s\",\"lib\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"bytes\":%d,"
+           "\"median_us\":%.3f,\"mib_s\":%.1f,\"iters\":%d",
+           bench, job->lib, job->transport, job->ranks, bytes, us, mib_s, iters);
+    return 1;
 }
 
 /* The stamp of the block `sender` sends `receiver` in `round`, in a block's first and last 8

@@ -69,13 +69,8 @@ struct epochs {
 static void report(const char *bench, const struct job *job, int bytes, double *samples, int n,
                    int iters, int peers)
 {
-    double us = slowest_median(samples, n) * 1e6;
-    if (job->rank != 0)
+    if (!start_line(bench, job, bytes, samples, n, iters))
         return;
-    double mib_s = us > 0 ? bytes / (double)(1 << 20) / (us / 1e6) : 0;
-    printf("{\"bench\":\"%s\",\"lib\":\"%s\",\"transport\":\"%s\",\"ranks\":%d,\"bytes\":%d,"
-           "\"median_us\":%.3f,\"mib_s\":%.1f,\"iters\":%d",
-           bench, job->lib, job->transport, job->ranks, bytes, us, mib_s, iters);
     if (peers >= 0)
         printf(",\"peers\":%d", peers);
     printf("}\n");

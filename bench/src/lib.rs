@@ -18,7 +18,10 @@
 //! that of the post / start / complete / wait epochs of `gaspi-coll`'s window, measured by
 //! `bench/mpi/pscw.c` (see the `pscw` module: `"bench"` is `pscw` for the epoch ping-pong and
 //! `pscw_halo` for the halo epoch, whose lines add `"peers"`; the epoch ping-pong's own yardstick
-//! is a write_notify ping-pong in the same job, a `pingpong` line).
+//! is a write_notify ping-pong in the same job, a `pingpong` line), and so is that of GASNet's
+//! data-movement collectives on a `gaspi-coll` team, measured by `bench/mpi/gasnet.c` (see the
+//! `gasnet` module: `"bench"` names the team's operation, `broadcast` to `exchangev`, on the
+//! lines of both sides; gaspi lines add `"algorithm"`, the one the team chose).
 //!
 //! The gaspi side uses only the runtime's public API; the raw side uses the same fabric layer
 //! (`gaspi-fabric`, and thus the same provider setup) as the runtime, with no runtime above it.
@@ -29,6 +32,7 @@ mod alltoallv;
 mod api;
 mod coll;
 mod floor;
+mod gasnet;
 mod pscw;
 mod raw;
 mod stamp;
@@ -97,6 +101,8 @@ pub(crate) struct Figure {
     pub peers: Option<u32>,
     /// Which path a gaspi figure's operations took (see [`mode`]).
     pub mode: Option<&'static str>,
+    /// The algorithm a team collective ran (`Handle::algorithm`).
+    pub algorithm: Option<&'static str>,
 }
 
 impl Figure {
@@ -123,6 +129,7 @@ impl Figure {
             variant: None,
             peers: None,
             mode: None,
+            algorithm: None,
         })
     }
 
@@ -144,8 +151,9 @@ impl Figure {
             .map(|p| format!(",\"peers\":{p}"))
             .unwrap_or_default();
         let mode = optional("mode", self.mode);
+        let algorithm = optional("algorithm", self.algorithm);
         format!(
-            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}{peers}{mode}}}",
+            "{{\"bench\":\"{}\",\"lib\":\"{}\",\"transport\":\"{}\",\"ranks\":{},\"bytes\":{},\"median_us\":{:.3},\"mib_s\":{:.1},\"iters\":{}{variant}{peers}{mode}{algorithm}}}",
             self.bench, self.lib, self.transport, self.ranks, self.bytes, us, mib_s, self.iters
         )
     }
@@ -218,13 +226,14 @@ pub(crate) fn swap_cards(ctx: &Context, card: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Every benchmark, in the order `all` runs them.
-const BENCHES: [&str; 6] = [
+const BENCHES: [&str; 7] = [
     "pingpong",
     "bandwidth",
     "barrier",
     "allreduce",
     "alltoallv",
     "pscw",
+    "gasnet",
 ];
 
 /// What one run measures.
@@ -232,7 +241,7 @@ struct Choice {
     benches: Vec<&'static str>,
     gaspi_side: bool,
     yardsticks: bool,
-    /// The most timed rounds of an alltoallv or pscw figure.
+    /// The most timed rounds of an alltoallv, pscw or gasnet figure.
     max_rounds: usize,
 }
 
@@ -288,12 +297,13 @@ impl Choice {
 }
 
 /// Runs the benchmarks named in `args` (`pingpong`, `bandwidth`, `barrier`, `allreduce`,
-/// `alltoallv`, `pscw`, or `all`, the default) and prints their figures on rank 0. `--only
-/// gaspi` or `--only yardsticks` (raw libfabric, the flag ping-pong and memcpy) measures one
-/// side of the point-to-point benchmarks; `--max-rounds N` caps the timed rounds of each
-/// alltoallv and pscw figure (for oversubscribed hosts). Ranks beyond the first two take part
-/// in the point-to-point benchmarks only to synchronise; the collectives and the epochs run on
-/// every rank.
+/// `alltoallv`, `pscw`, `gasnet`, or `all`, the default) and prints their figures on rank 0.
+/// `--only gaspi` or `--only yardsticks` (raw libfabric, the flag ping-pong and memcpy)
+/// measures one side of the point-to-point benchmarks; `--max-rounds N` caps the timed rounds
+/// of each alltoallv, pscw and gasnet figure (for oversubscribed hosts; gasnet's figures of
+/// larger blocks make proportionally fewer). Ranks beyond the first two take part in the
+/// point-to-point benchmarks only to synchronise; the collectives and the epochs run on every
+/// rank.
 ///
 /// # Errors
 ///
@@ -319,8 +329,11 @@ pub fn run(args: &[String]) -> Result<()> {
             figures.extend(coll::allreduce(&ctx, bytes)?);
         }
     }
-    if choice.wants("alltoallv") || choice.wants("pscw") {
-        // One namespace for both: a context registers it once at a time.
+    if ["alltoallv", "pscw", "gasnet"]
+        .iter()
+        .any(|b| choice.wants(b))
+    {
+        // One namespace for all: a context registers it once at a time.
         let coll = gaspi_coll::Collectives::new(&ctx)?;
         if choice.wants("alltoallv") {
             let mut bench = alltoallv::Bench::new(&ctx, &coll)?;
@@ -338,6 +351,14 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             for &bytes in &pscw::SIZES {
                 figures.extend(bench.halo(bytes, choice.max_rounds)?);
+            }
+        }
+        if choice.wants("gasnet") {
+            let mut bench = gasnet::Bench::new(&ctx, &coll)?;
+            for op in gasnet::OPS {
+                for &bytes in &gasnet::SIZES {
+                    figures.extend(bench.figure(op, bytes, choice.max_rounds)?);
+                }
             }
         }
     }
