@@ -30,9 +30,8 @@
 # least 20 (at 8 ranks 50, 20, 20), which keeps the part within minutes.
 #
 # The team is built with 4 lanes of staging large enough for every case (2n + 1 of the widest
-# blocks): the default lanes of 1 MiB refuse a call that stages more (Error::TooLarge, as long
-# as collectives are not cut into pieces), which every operation but the broadcast does at
-# 1 MiB blocks.
+# blocks), so that every call runs as one piece: with the default lanes of 1 MiB, calls that
+# stage more run as pieces, and exchangev (never cut) is refused (Error::TooLarge).
 #
 # Prints every figure as a JSON line, grouped by operation, size and rank count, then the
 # ratios of gaspi's median to MPI's for every operation and size, against the targets:

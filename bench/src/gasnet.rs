@@ -222,12 +222,12 @@ pub(crate) struct Bench<'c> {
 impl<'c> Bench<'c> {
     /// Builds the team over all ranks (collective) and buffers for the largest case.
     ///
-    /// The team stages what it moves and refuses a call whose staging exceeds a lane
-    /// (`Error::TooLarge`: collectives larger than a lane are not cut into pieces yet), so
-    /// every lane holds the most any call here stages, under `2n + 1` of the widest blocks
-    /// (`exchangev`: each block it sends another member, each it receives, and the widest
-    /// received once more). The default capacity, lanes of 1 MiB, would refuse every
-    /// operation but the broadcast at 1 MiB blocks, from 2 ranks up.
+    /// The team stages what it moves; a call whose staging exceeds a lane runs as pieces,
+    /// and `exchangev`, which is never cut, is refused (`Error::TooLarge`). Every lane here
+    /// holds the most any call stages, under `2n + 1` of the widest blocks (`exchangev`:
+    /// each block it sends another member, each it receives, and the widest received once
+    /// more), so every call is one piece: the figures are the algorithms', not the cutting's.
+    /// The default capacity, lanes of 1 MiB, would refuse `exchangev` at 1 MiB blocks.
     pub(crate) fn new(ctx: &'c Context, coll: &'c Collectives<'c>) -> Result<Bench<'c>> {
         let n = ctx.size() as usize;
         let largest = SIZES[SIZES.len() - 1];
