@@ -59,6 +59,7 @@
 mod alltoallv;
 mod barrier;
 mod broadcast;
+mod buffer;
 mod engine;
 mod error;
 mod ops;
@@ -69,6 +70,7 @@ mod tree;
 
 pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status, LARGE_BLOCK};
 pub use broadcast::{Broadcast, BroadcastHandle};
+pub use buffer::{Input, Output, SegmentRange};
 pub use error::{Error, Result};
 pub use gaspi;
 pub use pscw::{Assert, Epoch, Window};

@@ -22,6 +22,7 @@
 
 use gaspi::{Rank, Timeout};
 
+use crate::buffer::{Input, Output};
 use crate::engine::{Blocks, Cut, Views};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
@@ -147,8 +148,8 @@ impl<'c> Team<'c> {
         algorithm: &'static str,
         shape: Shape,
         build: impl Fn(u32, Cut) -> Schedule,
-        src: &'b [u8],
-        dst: &'b mut [u8],
+        src: Input<'b>,
+        dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
         let (n, me) = (self.size(), self.index());
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
@@ -178,7 +179,7 @@ impl<'c> Team<'c> {
             }
             pieces
         };
-        self.launch(pieces, algorithm, src, dst)
+        self.launch(pieces, flags, algorithm, src, dst)
     }
 
     /// The bytes per block of the pieces of an operation whose largest block is `largest`:
@@ -214,11 +215,12 @@ impl<'c> Team<'c> {
     /// [`Error::UnknownAlgorithm`] for a bad `GASPI_COLL_BROADCAST`.
     pub fn broadcast_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
+        dst: impl Into<Output<'b>>,
         root: Rank,
-        src: &'b [u8],
+        src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         let bytes = dst.len() as u64;
         if me == r {
@@ -244,11 +246,11 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`broadcast_nb`](Self::broadcast_nb) and [`Handle::wait_sync`].
-    pub fn broadcast(
+    pub fn broadcast<'b>(
         &self,
-        dst: &mut [u8],
+        dst: impl Into<Output<'b>>,
         root: Rank,
-        src: &[u8],
+        src: impl Into<Input<'b>>,
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
@@ -276,11 +278,12 @@ impl<'c> Team<'c> {
     /// As for [`broadcast_nb`](Self::broadcast_nb).
     pub fn scatter_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
+        dst: impl Into<Output<'b>>,
         root: Rank,
-        src: &'b [u8],
+        src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         let bytes = dst.len() as u64;
         if me == r {
@@ -298,11 +301,11 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`scatter_nb`](Self::scatter_nb) and [`Handle::wait_sync`].
-    pub fn scatter(
+    pub fn scatter<'b>(
         &self,
-        dst: &mut [u8],
+        dst: impl Into<Output<'b>>,
         root: Rank,
-        src: &[u8],
+        src: impl Into<Input<'b>>,
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
@@ -318,12 +321,13 @@ impl<'c> Team<'c> {
     /// another length than the team.
     pub fn scatterv_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
+        dst: impl Into<Output<'b>>,
         root: Rank,
-        src: &'b [u8],
+        src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         check_len(counts.len(), u64::from(n))?;
         check_len(dst.len(), counts[me as usize])?;
@@ -344,11 +348,11 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`scatterv_nb`](Self::scatterv_nb) and [`Handle::wait_sync`].
-    pub fn scatterv(
+    pub fn scatterv<'b>(
         &self,
-        dst: &mut [u8],
+        dst: impl Into<Output<'b>>,
         root: Rank,
-        src: &[u8],
+        src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
         timeout: Timeout,
@@ -365,10 +369,11 @@ impl<'c> Team<'c> {
     pub fn gather_nb<'t, 'b>(
         &'t self,
         root: Rank,
-        dst: &'b mut [u8],
-        src: &'b [u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         let bytes = src.len() as u64;
         if me == r {
@@ -386,11 +391,11 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`gather_nb`](Self::gather_nb) and [`Handle::wait_sync`].
-    pub fn gather(
+    pub fn gather<'b>(
         &self,
         root: Rank,
-        dst: &mut [u8],
-        src: &[u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
@@ -405,11 +410,12 @@ impl<'c> Team<'c> {
     pub fn gatherv_nb<'t, 'b>(
         &'t self,
         root: Rank,
-        dst: &'b mut [u8],
-        src: &'b [u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         check_len(counts.len(), u64::from(n))?;
         check_len(src.len(), counts[me as usize])?;
@@ -430,11 +436,11 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`gatherv_nb`](Self::gatherv_nb) and [`Handle::wait_sync`].
-    pub fn gatherv(
+    pub fn gatherv<'b>(
         &self,
         root: Rank,
-        dst: &mut [u8],
-        src: &[u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
         timeout: Timeout,
@@ -464,10 +470,11 @@ impl<'c> Team<'c> {
     /// [`Error::UnknownAlgorithm`].
     pub fn gather_all_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
-        src: &'b [u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let n = self.size();
         let bytes = src.len() as u64;
         check_len(dst.len(), bytes * u64::from(n))?;
@@ -482,10 +489,10 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`gather_all_nb`](Self::gather_all_nb) and [`Handle::wait_sync`].
-    pub fn gather_all(
+    pub fn gather_all<'b>(
         &self,
-        dst: &mut [u8],
-        src: &[u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
@@ -499,11 +506,12 @@ impl<'c> Team<'c> {
     /// As for [`gather_all_nb`](Self::gather_all_nb).
     pub fn gather_allv_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
-        src: &'b [u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me) = (self.size(), self.index());
         check_len(counts.len(), u64::from(n))?;
         check_len(src.len(), counts[me as usize])?;
@@ -520,10 +528,10 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`gather_allv_nb`](Self::gather_allv_nb) and [`Handle::wait_sync`].
-    pub fn gather_allv(
+    pub fn gather_allv<'b>(
         &self,
-        dst: &mut [u8],
-        src: &[u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
         timeout: Timeout,
@@ -540,10 +548,11 @@ impl<'c> Team<'c> {
     /// `src` that is not `size()` blocks or a `dst` of another length.
     pub fn exchange_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
-        src: &'b [u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let n = self.size();
         let bytes = src.len() as u64 / u64::from(n);
         check_len(src.len(), bytes * u64::from(n))?;
@@ -570,10 +579,10 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`exchange_nb`](Self::exchange_nb) and [`Handle::wait_sync`].
-    pub fn exchange(
+    pub fn exchange<'b>(
         &self,
-        dst: &mut [u8],
-        src: &[u8],
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
@@ -590,12 +599,13 @@ impl<'c> Team<'c> {
     /// other lengths than their counts' sums; [`Error::Flags`]; [`Error::TooLarge`].
     pub fn exchangev_nb<'t, 'b>(
         &'t self,
-        dst: &'b mut [u8],
+        dst: impl Into<Output<'b>>,
         recv_counts: &[u64],
-        src: &'b [u8],
+        src: impl Into<Input<'b>>,
         send_counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me) = (self.size(), self.index());
         check_len(send_counts.len(), u64::from(n))?;
         check_len(recv_counts.len(), u64::from(n))?;
@@ -613,11 +623,11 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`exchangev_nb`](Self::exchangev_nb) and [`Handle::wait_sync`].
-    pub fn exchangev(
+    pub fn exchangev<'b>(
         &self,
-        dst: &mut [u8],
+        dst: impl Into<Output<'b>>,
         recv_counts: &[u64],
-        src: &[u8],
+        src: impl Into<Input<'b>>,
         send_counts: &[u64],
         flags: Flags,
         timeout: Timeout,

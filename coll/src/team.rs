@@ -13,6 +13,7 @@ use std::sync::{Mutex, PoisonError};
 
 use gaspi::{Context, GroupId, Rank, Timeout};
 
+use crate::buffer::{Input, Output};
 use crate::engine::{Engine, Layout, Owner, Runner, Views};
 use crate::error::{Error, Result};
 use crate::ops::Choices;
@@ -52,6 +53,13 @@ bitflags::bitflags! {
         const SINGLE = 1 << 6;
         /// Each member passes its own buffers only (GASNet's `LOCAL`).
         const LOCAL = 1 << 7;
+        /// The source is a [`SegmentRange`](crate::SegmentRange) of one of the user's
+        /// segments (checked; an empty source in memory is accepted where the member reads
+        /// none, e.g. a non-root's in a broadcast).
+        const SRC_IN_SEGMENT = 1 << 8;
+        /// The destination is a [`SegmentRange`](crate::SegmentRange) of one of the user's
+        /// segments (checked like [`SRC_IN_SEGMENT`](Self::SRC_IN_SEGMENT)).
+        const DST_IN_SEGMENT = 1 << 9;
     }
 }
 
@@ -94,6 +102,35 @@ impl Flags {
             self.contains(Flags::IN_ALLSYNC),
             self.contains(Flags::OUT_ALLSYNC),
         ))
+    }
+
+    /// Checks that the `IN_SEGMENT` flags say where `src` and `dst` are, and that segment
+    /// ranges lie in their segments.
+    fn check_buffers(self, ctx: &Context, src: &Input<'_>, dst: &Output<'_>) -> Result<()> {
+        let agree = |flag: Flags, in_segment: bool, empty: bool, what: &'static str| {
+            if self.contains(flag) == in_segment || (self.contains(flag) && empty) {
+                Ok(())
+            } else {
+                Err(Error::Flags {
+                    flags: self.bits(),
+                    why: what,
+                })
+            }
+        };
+        agree(
+            Flags::SRC_IN_SEGMENT,
+            matches!(src, Input::Segment(_)),
+            src.is_empty(),
+            "SRC_IN_SEGMENT is set if and only if the source is a segment range",
+        )?;
+        agree(
+            Flags::DST_IN_SEGMENT,
+            matches!(dst, Output::Segment(_)),
+            dst.is_empty(),
+            "DST_IN_SEGMENT is set if and only if the destination is a segment range",
+        )?;
+        src.check(ctx)?;
+        dst.check(ctx)
     }
 }
 
@@ -401,16 +438,18 @@ impl<'c> Team<'c> {
         &self.choices
     }
 
-    /// Initiates a collective of `pieces` (schedules already synchronised for their flags,
-    /// with their signatures and views) for the caller's buffers.
+    /// Initiates a collective of `pieces` (schedules already synchronised for `flags`, with
+    /// their signatures and views) for the caller's buffers.
     pub(crate) fn launch<'t, 'b>(
         &'t self,
         pieces: Vec<(Schedule, u64, Option<Views>)>,
+        flags: Flags,
         algorithm: &'static str,
-        src: &'b [u8],
-        dst: &'b mut [u8],
+        src: Input<'b>,
+        mut dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
-        let seqs = self.engine.initiate(pieces, src, dst)?;
+        flags.check_buffers(self.context(), &src, &dst)?;
+        let seqs = self.engine.initiate(pieces, src, dst.reborrow())?;
         Ok(Handle {
             engine: &self.engine,
             seqs,
@@ -449,8 +488,8 @@ pub struct Handle<'t, 'b> {
     engine: &'t dyn Runner,
     /// Its runs, one per piece.
     seqs: Range<u64>,
-    src: &'b [u8],
-    dst: &'b mut [u8],
+    src: Input<'b>,
+    dst: Output<'b>,
     algorithm: &'static str,
     synced: bool,
 }
@@ -501,7 +540,7 @@ impl Handle<'_, '_> {
         Owner {
             seqs: self.seqs.clone(),
             src: self.src,
-            dst: self.dst,
+            dst: self.dst.reborrow(),
         }
     }
 }

@@ -162,8 +162,15 @@ fn errors(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["errors"]);
     let report = job.report();
     let stranger = format!("NotInTeam {{ rank: {} }}", ranks + 3);
+    // The segments of the `in_job` scenarios: 400 000 bytes per rank.
+    let seg = 400_000 * u64::from(ranks);
     for rank in 0..ranks {
         let data = job.data("errors", rank);
+        let unknown = format!("Gaspi(UnknownSegment {{ rank: {rank}, segment: 9 }})");
+        let beyond = format!(
+            "Gaspi(OutOfBounds {{ rank: {rank}, segment: 0, offset: {}, size: 8, segment_size: {seg} }})",
+            seg - 4
+        );
         for (key, want) in [
             (
                 "no_out",
@@ -175,6 +182,16 @@ fn errors(ranks: u32, provider: &str) {
             ),
             ("stranger", stranger.as_str()),
             ("second_sync", "Synced"),
+            (
+                "src_flag_memory",
+                "Flags { flags: 402, why: \"SRC_IN_SEGMENT is set if and only if the source is a segment range\" }",
+            ),
+            (
+                "src_range_no_flag",
+                "Flags { flags: 146, why: \"SRC_IN_SEGMENT is set if and only if the source is a segment range\" }",
+            ),
+            ("dst_unknown_segment", unknown.as_str()),
+            ("src_range_beyond", beyond.as_str()),
         ] {
             assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");
         }

@@ -56,6 +56,13 @@ pub fn flags() -> Vec<Flags> {
     all
 }
 
+/// Whether case `case` keeps its source and its destination in user segments (with the
+/// `IN_SEGMENT` flags): every combination in turn, the same on every member.
+pub fn placement(case: u64) -> (bool, bool) {
+    let k = (case / 2) % 4;
+    (k & 1 == 1, k & 2 == 2)
+}
+
 /// The root member of case `case`.
 pub fn root(case: u64, n: u32) -> u32 {
     (mix64(case) % u64::from(n)) as u32

@@ -7,7 +7,8 @@
 //! Scenarios (the first argument):
 //! * `ops`: every operation of `cases::OPS` × every size of `cases::SIZES` × the 18
 //!   combinations of sync modes and addressing of `cases::flags()`, with a root drawn per
-//!   case; blocking and non-blocking forms alternate. Line `data ops rank R: <op>=<count>/<digest>`
+//!   case; blocking and non-blocking forms alternate, and so do sources and destinations in
+//!   memory and in user segments (`cases::placement`, with the `IN_SEGMENT` flags). Line `data ops rank R: <op>=<count>/<digest>`
 //!   per operation, the digest over the destinations of its cases in order.
 //! * `large`: every operation but `exchangev` at `cases::LARGE_SIZES` (up to 4 MiB per
 //!   block) on a split of the team with lanes of `cases::LARGE_LANE`, so each runs as many
@@ -42,8 +43,10 @@ mod data;
 
 use std::process::ExitCode;
 
-use gaspi::{Config, Context, Intranode, Timeout, GROUP_ALL};
-use gaspi_coll::{wait_sync_some, Capacity, Collectives, Flags, Handle, Team};
+use gaspi::{Config, Context, Intranode, SegmentId, Timeout, GROUP_ALL};
+use gaspi_coll::{
+    wait_sync_some, Capacity, Collectives, Flags, Handle, Input, Output, SegmentRange, Team,
+};
 
 use data::{mix64, Digest};
 
@@ -75,6 +78,9 @@ fn main() -> ExitCode {
 
 fn in_job(scenario: impl FnOnce(&Context, &Team<'_>) -> Outcome) -> Outcome {
     let ctx = Context::init()?;
+    let bytes = SEG_BYTES_PER_RANK * u64::from(ctx.size());
+    ctx.segment_create(SRC_SEG, bytes, TIMEOUT)?;
+    ctx.segment_create(DST_SEG, bytes, TIMEOUT)?;
     {
         let coll = Collectives::new(&ctx)?;
         let capacity = Capacity {
@@ -89,25 +95,64 @@ fn in_job(scenario: impl FnOnce(&Context, &Team<'_>) -> Outcome) -> Outcome {
     Ok(())
 }
 
-/// Runs `op` of case `case` and returns this member's destination.
-fn run(team: &Team<'_>, op: &str, case: u64, size: u64, flags: Flags) -> Outcome<Vec<u8>> {
+/// The user segments that hold the buffers of the cases that keep theirs in segments.
+const SRC_SEG: SegmentId = 0;
+const DST_SEG: SegmentId = 1;
+
+/// Bytes of [`SRC_SEG`] and [`DST_SEG`] per rank of the job: the largest buffer of a case
+/// whose buffers may be in segments (`cases::placement`).
+const SEG_BYTES_PER_RANK: u64 = 400_000;
+
+/// Runs `op` of case `case` and returns this member's destination; its source and
+/// destination are in memory or in segments as `cases::placement` says for the case (in
+/// memory only unless `in_segments`).
+fn run(
+    team: &Team<'_>,
+    op: &str,
+    case: u64,
+    size: u64,
+    flags: Flags,
+    in_segments: bool,
+) -> Outcome<Vec<u8>> {
     let (n, me) = (team.size(), team.index());
+    let ctx = team.context();
     let root = team.ranks()[cases::root(case, n) as usize];
     let src = cases::src(op, case, size, n, me);
     let mut dst = vec![0xa5; cases::want(op, case, size, n, me).len()];
+    let (src_in, dst_in) = if in_segments {
+        cases::placement(case)
+    } else {
+        (false, false)
+    };
+    let mut flags = flags;
+    let input = if src_in {
+        flags |= Flags::SRC_IN_SEGMENT;
+        ctx.segment_write(SRC_SEG, 0, &src)?;
+        Input::from(SegmentRange::new(SRC_SEG, 0, src.len() as u64))
+    } else {
+        Input::from(&src)
+    };
+    let len = dst.len() as u64;
+    let output = if dst_in {
+        flags |= Flags::DST_IN_SEGMENT;
+        ctx.segment_write(DST_SEG, 0, &dst)?;
+        Output::from(SegmentRange::new(DST_SEG, 0, len))
+    } else {
+        Output::from(&mut dst)
+    };
     let counts: Vec<u64> = (0..n).map(|i| cases::count(size, i)).collect();
     let sends: Vec<u64> = (0..n).map(|j| cases::xcount(size, me, j)).collect();
     let recvs: Vec<u64> = (0..n).map(|i| cases::xcount(size, i, me)).collect();
     let mut handle = match op {
-        "broadcast" => team.broadcast_nb(&mut dst, root, &src, flags)?,
-        "scatter" => team.scatter_nb(&mut dst, root, &src, flags)?,
-        "gather" => team.gather_nb(root, &mut dst, &src, flags)?,
-        "gather_all" => team.gather_all_nb(&mut dst, &src, flags)?,
-        "exchange" => team.exchange_nb(&mut dst, &src, flags)?,
-        "scatterv" => team.scatterv_nb(&mut dst, root, &src, &counts, flags)?,
-        "gatherv" => team.gatherv_nb(root, &mut dst, &src, &counts, flags)?,
-        "gather_allv" => team.gather_allv_nb(&mut dst, &src, &counts, flags)?,
-        "exchangev" => team.exchangev_nb(&mut dst, &recvs, &src, &sends, flags)?,
+        "broadcast" => team.broadcast_nb(output, root, input, flags)?,
+        "scatter" => team.scatter_nb(output, root, input, flags)?,
+        "gather" => team.gather_nb(root, output, input, flags)?,
+        "gather_all" => team.gather_all_nb(output, input, flags)?,
+        "exchange" => team.exchange_nb(output, input, flags)?,
+        "scatterv" => team.scatterv_nb(output, root, input, &counts, flags)?,
+        "gatherv" => team.gatherv_nb(root, output, input, &counts, flags)?,
+        "gather_allv" => team.gather_allv_nb(output, input, &counts, flags)?,
+        "exchangev" => team.exchangev_nb(output, &recvs, input, &sends, flags)?,
         _ => return Err(format!("no operation {op}").into()),
     };
     if case.is_multiple_of(2) {
@@ -118,6 +163,9 @@ fn run(team: &Team<'_>, op: &str, case: u64, size: u64, flags: Flags) -> Outcome
         }
     }
     drop(handle);
+    if dst_in {
+        ctx.segment_read(DST_SEG, 0, &mut dst)?;
+    }
     Ok(dst)
 }
 
@@ -130,7 +178,7 @@ fn ops(ctx: &Context, team: &Team<'_>) -> Outcome {
         for size in cases::SIZES {
             for flags in cases::flags() {
                 case += 1;
-                let dst = run(team, op, case, size, flags)
+                let dst = run(team, op, case, size, flags, true)
                     .map_err(|e| format!("{op} case {case} ({size} B, {flags:?}): {e}"))?;
                 digest.add(&dst);
                 count += 1;
@@ -157,7 +205,8 @@ fn large(ctx: &Context, team: &Team<'_>) -> Outcome {
         let mut count = 0;
         for size in cases::LARGE_SIZES {
             let flags = cases::large_flags()[(case % 3) as usize];
-            let dst = run(&small, op, case, size, flags)
+            let in_segments = size * u64::from(team.size()) <= SEG_BYTES_PER_RANK;
+            let dst = run(&small, op, case, size, flags, in_segments)
                 .map_err(|e| format!("{op} case {case} ({size} B, {flags:?}): {e}"))?;
             digest.add(&dst);
             count += 1;
@@ -407,6 +456,26 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
     line.push(format!(
         "short={}",
         said(team.gather_all(&mut dst[..1], &src, Flags::MY, TIMEOUT))
+    ));
+    let in_seg = Flags::MY | Flags::SRC_IN_SEGMENT;
+    line.push(format!(
+        "src_flag_memory={}",
+        said(team.broadcast(&mut dst, 0, &src, in_seg, TIMEOUT))
+    ));
+    let range = SegmentRange::new(SRC_SEG, 0, 8);
+    line.push(format!(
+        "src_range_no_flag={}",
+        said(team.broadcast(&mut dst, 0, range, Flags::MY, TIMEOUT))
+    ));
+    let beyond = SegmentRange::new(SRC_SEG, ctx.segment_size(SRC_SEG)? - 4, 8);
+    line.push(format!(
+        "src_range_beyond={}",
+        said(team.broadcast(&mut dst, 0, beyond, in_seg, TIMEOUT))
+    ));
+    let unknown = SegmentRange::new(9, 0, 8);
+    line.push(format!(
+        "dst_unknown_segment={}",
+        said(team.broadcast(unknown, 0, &src, Flags::MY | Flags::DST_IN_SEGMENT, TIMEOUT))
     ));
     let mut h = team.broadcast_nb(&mut dst, 0, &src, Flags::MY)?;
     h.wait_sync(TIMEOUT)?;

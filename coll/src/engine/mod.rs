@@ -43,6 +43,7 @@ pub(crate) use piece::{Blocks, Cut};
 pub(crate) use run::{Owner, Views};
 use run::{Run, Transfer, Transport};
 
+use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
 use crate::schedule::{signal_bound, Schedule};
 
@@ -180,7 +181,7 @@ pub(crate) trait Runner: Sync {
         deadline: Deadline,
     ) -> Result<Vec<Option<Result<()>>>>;
     /// See [`Engine::orphan`].
-    fn orphan(&self, seqs: Range<u64>, src: &[u8]);
+    fn orphan(&self, seqs: Range<u64>, src: Input<'_>);
 }
 
 impl Runner for Engine<'_> {
@@ -193,7 +194,7 @@ impl Runner for Engine<'_> {
         Engine::sync(self, owners, enough, deadline)
     }
 
-    fn orphan(&self, seqs: Range<u64>, src: &[u8]) {
+    fn orphan(&self, seqs: Range<u64>, src: Input<'_>) {
         Engine::orphan(self, seqs, src);
     }
 }
@@ -282,8 +283,8 @@ impl<'c> Engine<'c> {
     pub(crate) fn initiate(
         &self,
         pieces: Vec<(Schedule, u64, Option<Views>)>,
-        src: &[u8],
-        dst: &mut [u8],
+        src: Input<'_>,
+        dst: Output<'_>,
     ) -> Result<Range<u64>> {
         if let Some(stage) = pieces
             .iter()
@@ -358,9 +359,12 @@ impl<'c> Engine<'c> {
 
     /// Lets the runs `seqs` go on without their handle: the source is captured now, the
     /// output dropped when they complete.
-    pub(crate) fn orphan(&self, seqs: Range<u64>, src: &[u8]) {
+    pub(crate) fn orphan(&self, seqs: Range<u64>, src: Input<'_>) {
         let mut state = self.state();
-        Self::abandon(&mut state, seqs, src);
+        // A source that cannot be read any more (its segment deleted) leaves nothing to
+        // send: the runs that still need it fail there, and their partners are told.
+        let src = src.copied(self.ctx).unwrap_or_default();
+        Self::abandon(&mut state, seqs, &src);
         self.pass(&mut state, &mut []);
         // A drop cannot report a failure; the runs' own failures are kept in them.
         let _ = self.tell(state);
@@ -393,11 +397,12 @@ impl<'c> Engine<'c> {
                     over = false;
                     continue;
                 }
-                (None, _) => run.deliver(self, owner.dst).map_err(Error::from),
+                (None, _) => run.deliver(self, &mut owner.dst).map_err(Error::from),
             };
             self.release(state, seq);
             if let Err(e) = outcome {
-                Self::abandon(state, owner.seqs.clone(), owner.src);
+                let src = owner.src.copied(self.ctx).unwrap_or_default();
+                Self::abandon(state, owner.seqs.clone(), &src);
                 return Some(Err(e));
             }
         }
@@ -455,7 +460,7 @@ impl<'c> Engine<'c> {
                 if let Some(run) = state.runs.get_mut(&seq) {
                     if run.complete {
                         let kept = match owner {
-                            Some(owner) => run.deliver(self, owner.dst),
+                            Some(owner) => run.deliver(self, &mut owner.dst),
                             None => run.keep(self),
                         };
                         if let Err(f) = kept {
@@ -691,6 +696,10 @@ impl Transport for Engine<'_> {
 
     fn rank(&self, index: u32) -> Rank {
         self.ranks[index as usize]
+    }
+
+    fn context(&self) -> &Context {
+        self.ctx
     }
 }
 

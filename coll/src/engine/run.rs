@@ -11,18 +11,19 @@
 
 use std::sync::Arc;
 
-use gaspi::{Batch, Notification, NotificationId, Rank};
+use gaspi::{Batch, Context, Notification, NotificationId, Rank};
 
 use super::piece::Blocks;
 use super::Failure;
+use crate::buffer::{Input, Output};
 use crate::schedule::{Buf, Schedule, Span, StepId, Task};
 
 /// The caller's buffers of one collective (its runs `seqs`, one per piece), lent by its
 /// handle for one call.
 pub(crate) struct Owner<'o> {
     pub(crate) seqs: std::ops::Range<u64>,
-    pub(crate) src: &'o [u8],
-    pub(crate) dst: &'o mut [u8],
+    pub(crate) src: Input<'o>,
+    pub(crate) dst: Output<'o>,
 }
 
 /// Where a piece's views of the caller's buffers lie in them (see the `piece` module).
@@ -53,8 +54,7 @@ pub(crate) trait Transport {
         signal: Notification,
     ) -> Result<bool, Failure>;
     /// Raises `signal` at member `to`; false when it cannot yet (as for a put).
-    fn signal(&self, batch: &Batch<'_>, to: u32, signal: Notification)
-        -> Result<bool, Failure>;
+    fn signal(&self, batch: &Batch<'_>, to: u32, signal: Notification) -> Result<bool, Failure>;
     /// Takes the value of notification `id` here (0 when unset).
     fn take(&self, id: NotificationId) -> Result<u32, Failure>;
     /// Reads `buf.len()` bytes of the run's stage at `at`.
@@ -65,6 +65,8 @@ pub(crate) trait Transport {
     fn id(&self, seq: u64, signal: u32) -> NotificationId;
     /// The rank of member `index`.
     fn rank(&self, index: u32) -> Rank;
+    /// The context, for the caller's segments.
+    fn context(&self) -> &Context;
 }
 
 /// Where a run stands.
@@ -235,39 +237,35 @@ impl<'c> Run<'c> {
                     None => (None, None),
                 };
                 match (from.buf, into.buf, owner) {
-                    (Buf::Src, Buf::Dst, Some(owner)) => match &self.views {
-                        None => {
-                            slice_mut(owner.dst, into)?.copy_from_slice(slice(owner.src, from)?);
-                        }
-                        Some(views) => {
-                            let mut data = Vec::with_capacity(from.len as usize);
-                            each(Some(&views.src), from, |_, real| {
-                                data.extend_from_slice(slice(owner.src, real)?);
-                                Ok(())
-                            })?;
-                            each(Some(&views.dst), into, |at, real| {
-                                let out = slice_mut(owner.dst, real)?;
-                                let at = at as usize;
-                                out.copy_from_slice(&data[at..at + out.len()]);
-                                Ok(())
-                            })?;
-                        }
-                    },
+                    (Buf::Src, Buf::Dst, Some(owner)) => {
+                        let mut data = Vec::with_capacity(from.len as usize);
+                        read_parts(net, &owner.src, src_view, from, |_, bytes| {
+                            data.extend_from_slice(bytes);
+                            Ok(())
+                        })?;
+                        write_parts(net, &mut owner.dst, dst_view, into, |at, out| {
+                            let at = at as usize;
+                            out.copy_from_slice(&data[at..at + out.len()]);
+                            Ok(())
+                        })?;
+                    }
                     // An orphan's output is dropped.
                     (Buf::Src, Buf::Dst, _) if self.orphan.is_some() => {}
                     (Buf::Src, Buf::Dst, _) => return Ok(false),
-                    (_, Buf::Dst, Some(owner)) => each(dst_view, into, |at, real| {
-                        net.read(seq, from.at + at, slice_mut(owner.dst, real)?)
-                    })?,
+                    (_, Buf::Dst, Some(owner)) => {
+                        write_parts(net, &mut owner.dst, dst_view, into, |at, out| {
+                            net.read(seq, from.at + at, out)
+                        })?;
+                    }
                     (_, Buf::Dst, _) => self.deferred.push((from, into)),
                     (Buf::Src, _, owner) => {
                         let src = match (&self.orphan, owner) {
-                            (Some(orphan), _) => &orphan[..],
+                            (Some(orphan), _) => Input::Memory(orphan),
                             (None, Some(owner)) => owner.src,
                             _ => return Ok(false),
                         };
-                        each(src_view, from, |at, real| {
-                            net.write(seq, into.at + at, slice(src, real)?)
+                        read_parts(net, &src, src_view, from, |at, bytes| {
+                            net.write(seq, into.at + at, bytes)
                         })?;
                     }
                     (_, _, _) => {
@@ -327,26 +325,71 @@ impl<'c> Run<'c> {
     }
 
     /// Carries out the deferred copies into the caller's destination (once).
-    pub(crate) fn deliver(&mut self, net: &impl Transport, dst: &mut [u8]) -> Result<(), Failure> {
+    pub(crate) fn deliver(
+        &mut self,
+        net: &impl Transport,
+        dst: &mut Output<'_>,
+    ) -> Result<(), Failure> {
         if std::mem::replace(&mut self.delivered, true) {
             return Ok(());
         }
         let view = self.views.as_ref().map(|v| &v.dst);
         for (i, &(from, into)) in self.deferred.iter().enumerate() {
-            each(view, into, |at, real| {
-                let out = slice_mut(dst, real)?;
-                match &self.kept {
-                    Some(kept) => {
-                        let at = at as usize;
-                        out.copy_from_slice(&kept[i][at..at + out.len()]);
-                        Ok(())
-                    }
-                    None => net.read(self.seq, from.at + at, out),
+            write_parts(net, dst, view, into, |at, out| match &self.kept {
+                Some(kept) => {
+                    let at = at as usize;
+                    out.copy_from_slice(&kept[i][at..at + out.len()]);
+                    Ok(())
                 }
+                None => net.read(self.seq, from.at + at, out),
             })?;
         }
         Ok(())
     }
+}
+
+/// Calls `f` with the offset within `span` and the bytes of each part of `input` that
+/// holds `span` of a piece's `view` (the span itself without a view).
+fn read_parts(
+    net: &impl Transport,
+    input: &Input<'_>,
+    view: Option<&Blocks>,
+    span: Span,
+    mut f: impl FnMut(u64, &[u8]) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    each(view, span, |at, real| {
+        let r = range(input.len(), real)?;
+        match input {
+            Input::Memory(m) => f(at, &m[r]),
+            Input::Segment(_) => {
+                let mut bytes = vec![0; r.len()];
+                input.read(net.context(), real.at, &mut bytes)?;
+                f(at, &bytes)
+            }
+        }
+    })
+}
+
+/// Fills each part of `output` that holds `span` of a piece's `view` (the span itself
+/// without a view) with `fill`, given the part's offset within `span`.
+fn write_parts(
+    net: &impl Transport,
+    output: &mut Output<'_>,
+    view: Option<&Blocks>,
+    span: Span,
+    mut fill: impl FnMut(u64, &mut [u8]) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    each(view, span, |at, real| {
+        let r = range(output.len(), real)?;
+        match output.memory(real.at, real.len) {
+            Some(out) => fill(at, out),
+            None => {
+                let mut bytes = vec![0; r.len()];
+                fill(at, &mut bytes)?;
+                Ok(output.write(net.context(), real.at, &bytes)?)
+            }
+        }
+    })
 }
 
 /// Calls `f` with each part of the caller's buffer that holds `span` of a piece's `view`
@@ -385,13 +428,4 @@ fn range(len: usize, span: Span) -> Result<std::ops::Range<usize>, Failure> {
             len: len as u64,
             need: span.end(),
         })
-}
-
-fn slice(buf: &[u8], span: Span) -> Result<&[u8], Failure> {
-    Ok(&buf[range(buf.len(), span)?])
-}
-
-fn slice_mut(buf: &mut [u8], span: Span) -> Result<&mut [u8], Failure> {
-    let r = range(buf.len(), span)?;
-    Ok(&mut buf[r])
 }
