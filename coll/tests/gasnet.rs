@@ -203,11 +203,19 @@ fn errors(ranks: u32, provider: &str) {
     // Members that disagree on the root are never all told Ok: a notification that crosses
     // between them carries another value (Mismatch); a member whose partner never sends
     // times out.
-    let kinds: Vec<String> = (0..ranks)
-        .map(|r| job.data("errors", r).get("disagree").to_string())
-        .collect();
-    assert!(kinds.iter().any(|k| k != "Ok"), "{kinds:?}\n{report}");
-    assert!(kinds.iter().all(|k| k != "Other"), "{kinds:?}\n{report}");
+    for key in ["disagree", "disagree_size"] {
+        let kinds: Vec<String> = (0..ranks)
+            .map(|r| job.data("errors", r).get(key).to_string())
+            .collect();
+        assert!(
+            kinds.iter().any(|k| k != "Ok"),
+            "{key}: {kinds:?}\n{report}"
+        );
+        assert!(
+            kinds.iter().all(|k| k != "Other"),
+            "{key}: {kinds:?}\n{report}"
+        );
+    }
 }
 
 /// `kill`: the last of 4 members is killed (SIGKILL) between two collectives. The survivors'
@@ -248,6 +256,8 @@ jobs! {
     ops_3_shm: ops(3, "shm");
     ops_4_tcp: ops(4, "tcp");
     ops_5_shm: ops(5, "shm");
+    ops_6_tcp: ops(6, "tcp");
+    ops_7_shm: ops(7, "shm");
     ops_8_shm: ops(8, "shm");
     large_1_shm: large(1, "shm");
     large_3_tcp: large(3, "tcp");

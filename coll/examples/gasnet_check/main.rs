@@ -32,7 +32,9 @@
 //!   `data kill rank R: first; second; third; later; survivors`, each an outcome, the last
 //!   with the digest of what the survivors' gather_all delivered.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
-//!   sync, and members that disagree on the root (rank 0 names root 0, the others root 1):
+//!   sync, segment ranges without or beyond their flags and segments, and members that
+//!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
+//!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
 
 #![forbid(unsafe_code)]
@@ -495,6 +497,19 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
             Ok(()) => "Ok",
         };
         line.push(format!("disagree={kind}"));
+        // Rank 0 gathers blocks of 8 bytes, the others of 16.
+        let len = if team.index() == 0 { 8 } else { 16 };
+        let mut all = vec![0u8; len * n as usize];
+        let outcome = team.gather_all(&mut all, &vec![1; len], Flags::MY, Timeout::Millis(3_000));
+        let kind = match outcome {
+            Err(gaspi_coll::Error::Mismatch { .. }) => "Mismatch",
+            Err(e) if e.is_timeout() => "Timeout",
+            Err(_) => "Other",
+            Ok(()) => "Ok",
+        };
+        line.push(format!("disagree_size={kind}"));
+        // Nobody drops the team (its segment) while a member that disagreed still waits.
+        ctx.barrier(TIMEOUT)?;
     }
     println!("data errors rank {}: {}", ctx.rank(), line.join("; "));
     Ok(())
