@@ -208,8 +208,9 @@ fn errors(provider: &str) {
     }
 }
 
-/// `any` on 4 ranks: rank 0 serves the targets with `start_any` in the order their skewed
-/// posts arrive (the highest rank posts first), and each got its data.
+/// `any` on 4 ranks: rank 0 serves the targets with `start_any` in the order their posts
+/// arrive (the highest rank posts first, each lower one once the one above was served), and
+/// each got its data.
 fn any(provider: &str) {
     let job = job(4, provider, &["any"]);
     let report = job.report();

@@ -37,8 +37,9 @@
 //!   `mismatches`, `digest`).
 //! * `errors`: every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
 //!   waited for and are then continued, and `test` (false, then true once, then an error).
-//! * `any`: ranks 1.. post to rank 0 at skewed times (the highest first); rank 0 serves them
-//!   with `start_any` in the order their posts arrive (`order`).
+//! * `any`: ranks 1.. post to rank 0 one after the other, the highest first, each once the
+//!   one above it was served (a passive message tells it); rank 0 serves them with
+//!   `start_any` in the order their posts arrive (`order`).
 //! * `kill` (3 ranks, under `gaspirun --keep-going`): rank 0 posts to ranks 1 and 2; rank 2
 //!   starts, writes and is killed (SIGKILL) before it completes; rank 1 completes, then starts
 //!   rank 2 (after a first epoch with it), which never posts to it again. Rank 0's wait and rank 1's start must name rank 2
@@ -587,11 +588,20 @@ fn any(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
             order.push(t.to_string());
         }
     } else {
-        // The highest rank posts first, each lower one 300 ms later.
-        std::thread::sleep(Duration::from_millis(300 * u64::from(n - me)));
+        // The highest rank posts first, each lower one once the one above it was served
+        // (a passive message from it says so): posts arrive in this order whatever the load.
+        if me + 1 < n {
+            let (from, _) = ctx.passive_receive(TIMEOUT)?;
+            if from != me + 1 {
+                return Err(format!("a go-ahead from rank {from}, not {}", me + 1).into());
+            }
+        }
         win.post(&[0], Assert::NONE, TIMEOUT)?;
         win.wait(TIMEOUT)?;
         received.check(ctx, 1, &[0])?;
+        if me > 1 {
+            ctx.passive_send(me - 1, b"served", TIMEOUT)?;
+        }
     }
     let order = if order.is_empty() {
         "none".to_owned()
