@@ -63,6 +63,7 @@ mod engine;
 mod error;
 mod ops;
 mod pscw;
+mod reduce;
 mod schedule;
 mod team;
 mod tree;

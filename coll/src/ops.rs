@@ -22,7 +22,7 @@ use gaspi::{Rank, Timeout};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
-use crate::schedule::{broadcast, gather, scatter, Schedule};
+use crate::schedule::{broadcast, gather, scatter, Reducer, Schedule};
 use crate::team::{Flags, Handle, Team};
 
 /// The algorithms forced by the environment, read when a team is built.
@@ -77,7 +77,7 @@ fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, 
 }
 
 /// Mixes the words that members must agree on into a signature.
-fn signature(words: &[u64]) -> u64 {
+pub(crate) fn signature(words: &[u64]) -> u64 {
     words.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| {
         (h ^ w).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -113,12 +113,29 @@ impl<'c> Team<'c> {
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
+        self.start_folding(schedule, None, words, flags, algorithm, src, dst)
+    }
+
+    /// Initiates `schedule` with the barriers of `flags`, its folds by `reducer`, its
+    /// notifications carrying the signature of `words` (what members must agree on), the
+    /// sync mode and the algorithm.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_folding<'t, 'b>(
+        &'t self,
+        schedule: Schedule,
+        reducer: Option<Box<dyn Reducer>>,
+        words: &[u64],
+        flags: Flags,
+        algorithm: &'static str,
+        src: &'b [u8],
+        dst: &'b mut [u8],
+    ) -> Result<Handle<'t, 'b>> {
         let schedule = self.synchronised(schedule, flags)?;
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
         let mut all = words.to_vec();
         all.push(u64::from(mode.bits()));
         all.extend(algorithm.bytes().map(u64::from));
-        self.launch(schedule, signature(&all), algorithm, src, dst)
+        self.launch(schedule, reducer, signature(&all), algorithm, src, dst)
     }
 
     /// Non-blocking broadcast: `root`'s `src` into every member's `dst` (the root's too);

@@ -14,7 +14,7 @@ use gaspi::{Context, GroupId, Rank, Timeout};
 use crate::engine::{Engine, Layout, Owner, Runner};
 use crate::error::{Error, Result};
 use crate::ops::Choices;
-use crate::schedule::{sync::synchronise, Schedule};
+use crate::schedule::{sync::synchronise, Reducer, Schedule};
 use crate::Collectives;
 
 bitflags::bitflags! {
@@ -257,16 +257,20 @@ impl<'c> Team<'c> {
         &self.choices
     }
 
-    /// Initiates `schedule` (already synchronised for `flags`) for the caller's buffers.
+    /// Initiates `schedule` (already synchronised for `flags`, its folds by `reducer`) for
+    /// the caller's buffers.
     pub(crate) fn launch<'t, 'b>(
         &'t self,
         schedule: Schedule,
+        reducer: Option<Box<dyn Reducer>>,
         signature: u64,
         algorithm: &'static str,
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
-        let seq = self.engine.initiate(schedule, signature, src, dst)?;
+        let seq = self
+            .engine
+            .initiate(schedule, reducer, signature, src, dst)?;
         Ok(Handle {
             engine: &self.engine,
             seq,

@@ -41,7 +41,7 @@ pub(crate) use run::Owner;
 use run::{Run, Transfer, Transport};
 
 use crate::error::{Error, Result};
-use crate::schedule::{signal_bound, Schedule};
+use crate::schedule::{signal_bound, Reducer, Schedule};
 
 /// Why a run failed, kept so that its handle reports it whenever it is synced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,9 +256,11 @@ impl<'c> Engine<'c> {
     /// Initiates a run of `schedule` (whose notifications carry `signature` mixed with its
     /// sequence number) with the caller's buffers, and takes its first steps; returns its
     /// sequence number.
+    /// `reducer` is the operator of the schedule's folds.
     pub(crate) fn initiate(
         &self,
         schedule: Schedule,
+        reducer: Option<Box<dyn Reducer>>,
         signature: u64,
         src: &[u8],
         dst: &mut [u8],
@@ -274,9 +276,9 @@ impl<'c> Engine<'c> {
         let seq = state.next;
         state.next += 1;
         let value = value(seq, signature);
-        state
-            .runs
-            .insert(seq, Run::new(seq, schedule, value, self.ctx.batch()));
+        let mut run = Run::new(seq, schedule, value, self.ctx.batch());
+        run.reducer = reducer;
+        state.runs.insert(seq, run);
         let mut owner = Owner { seq, src, dst };
         self.pass(&mut state, std::slice::from_mut(&mut owner));
         self.tell(state)?;

@@ -8,11 +8,14 @@
 //! syncs. Deferring is safe because of a rule every algorithm keeps (the simulator checks
 //! it): a stage range copied into the destination is never written again in the same
 //! schedule.
+//!
+//! Folds take the run's own [`Reducer`], owned by the run, so that any thread may take them,
+//! and an orphaned run still folds for the other members.
 
 use gaspi::{Batch, Notification, NotificationId, Rank};
 
 use super::Failure;
-use crate::schedule::{Buf, Schedule, Span, StepId, Task};
+use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
 
 /// The caller's buffers of one run, lent by its handle for one call.
 pub(crate) struct Owner<'o> {
@@ -78,6 +81,8 @@ pub(crate) struct Run<'c> {
     kept: Option<Vec<Vec<u8>>>,
     /// The source, when the handle was dropped before the run could read it.
     pub(crate) orphan: Option<Vec<u8>>,
+    /// The operator of the schedule's folds.
+    pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) failed: Option<Failure>,
     /// Every step is done and every put completed locally.
     pub(crate) complete: bool,
@@ -111,6 +116,7 @@ impl<'c> Run<'c> {
             deferred: Vec::new(),
             kept: None,
             orphan: None,
+            reducer: None,
             failed: None,
             complete: false,
         }
@@ -225,6 +231,19 @@ impl<'c> Run<'c> {
                     net.write(seq, into.at, &data)?;
                 }
             },
+            Task::Fold { left, right, into } => {
+                let reducer = self.reducer.as_deref().ok_or_else(|| {
+                    Failure::Runtime("a fold in a run without an operator".into())
+                })?;
+                let mut acc = Aligned::zeroed(into.len as usize);
+                net.read(seq, left.at, acc.bytes_mut())?;
+                let mut other = Aligned::zeroed(into.len as usize);
+                net.read(seq, right.at, other.bytes_mut())?;
+                reducer
+                    .fold(acc.bytes_mut(), other.bytes())
+                    .map_err(Failure::Runtime)?;
+                net.write(seq, into.at, acc.bytes())?;
+            }
         }
         Ok(true)
     }

@@ -9,14 +9,16 @@
 //! * the schedules never deadlock, whatever order ready steps run in;
 //! * copies into the destination are carried out at the very end, as the engine defers
 //!   them: a schedule that writes over a stage range after copying it out ends with the
-//!   wrong bytes.
+//!   wrong bytes;
+//! * folds run with the call's [`Reducer`], through aligned buffers as in the engine, and
+//!   write their stage range under the same rules as copies.
 //!
 //! Algorithm tests compare what each member ends with in its destination against a serial
 //! reference, for every team size 1..=33 and several orders.
 
 use std::collections::HashMap;
 
-use super::{signal_bound, Buf, Schedule, Signal, Span, Task};
+use super::{signal_bound, Aligned, Buf, Reducer, Schedule, Signal, Span, Task};
 
 /// One member's memory during a simulation.
 struct Member {
@@ -91,6 +93,18 @@ impl Draw {
 /// member's destination. Panics, naming the member and step, when a rule is broken.
 pub(crate) fn run(
     schedules: &[Schedule],
+    srcs: Vec<Vec<u8>>,
+    dst_lens: &[u64],
+    seed: u64,
+) -> Vec<Vec<u8>> {
+    run_folding(schedules, None, srcs, dst_lens, seed)
+}
+
+/// [`run`] with `reducer` as the operator of the schedules' folds (a fold without one
+/// panics).
+pub(crate) fn run_folding(
+    schedules: &[Schedule],
+    reducer: Option<&dyn Reducer>,
     srcs: Vec<Vec<u8>>,
     dst_lens: &[u64],
     seed: u64,
@@ -200,6 +214,29 @@ pub(crate) fn run(
                 let data = members[m as usize].read(from, &who);
                 members[m as usize].write(into, &data, &who);
             }
+            Task::Fold { left, right, into } => {
+                let reducer = reducer.unwrap_or_else(|| panic!("{who}: folds without an operator"));
+                assert!(
+                    [left, right, into]
+                        .iter()
+                        .all(|s| s.buf == Buf::Stage && s.len == into.len),
+                    "{who}: folds other than stage ranges of one length"
+                );
+                assert_eq!(
+                    into.len % reducer.block(),
+                    0,
+                    "{who}: folds a part of a block"
+                );
+                let member = &mut members[m as usize];
+                let mut acc = Aligned::zeroed(into.len as usize);
+                acc.bytes_mut().copy_from_slice(&member.read(left, &who));
+                let mut other = Aligned::zeroed(into.len as usize);
+                other.bytes_mut().copy_from_slice(&member.read(right, &who));
+                reducer
+                    .fold(acc.bytes_mut(), other.bytes())
+                    .unwrap_or_else(|e| panic!("{who}: the fold failed: {e}"));
+                member.write(into, acc.bytes(), &who);
+            }
         }
         done += 1;
         for &next in &dependents[m as usize][id as usize] {
@@ -252,11 +289,23 @@ pub(crate) fn check(
     src: impl Fn(u32) -> Vec<u8>,
     want: impl Fn(u32) -> Vec<u8>,
 ) {
+    check_folding(what, n, schedule, None, src, want);
+}
+
+/// [`check`] with `reducer` as the operator of the schedules' folds.
+pub(crate) fn check_folding(
+    what: &str,
+    n: u32,
+    schedule: impl Fn(u32) -> Schedule,
+    reducer: Option<&dyn Reducer>,
+    src: impl Fn(u32) -> Vec<u8>,
+    want: impl Fn(u32) -> Vec<u8>,
+) {
     let schedules: Vec<Schedule> = (0..n).map(&schedule).collect();
     let wants: Vec<Vec<u8>> = (0..n).map(&want).collect();
     let lens: Vec<u64> = wants.iter().map(|w| w.len() as u64).collect();
     for seed in 1..=3 {
-        let got = run(&schedules, (0..n).map(&src).collect(), &lens, seed);
+        let got = run_folding(&schedules, reducer, (0..n).map(&src).collect(), &lens, seed);
         for (m, (got, want)) in got.iter().zip(&wants).enumerate() {
             assert!(
                 got == want,
