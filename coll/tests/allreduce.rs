@@ -56,6 +56,26 @@ fn values(ranks: u32, provider: &str) {
     }
 }
 
+/// `many`: allreduces and gather_alls in flight at once beyond the team's lanes, synced in
+/// each rank's own order, every one with the reference's result.
+fn many(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, "many");
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in 0..cases::MANY {
+        digest.add(&cases::many_want(i, ranks));
+    }
+    for rank in 0..ranks {
+        let data = job.data("many", rank);
+        assert_eq!(
+            data.get("synced"),
+            cases::MANY.to_string(),
+            "rank {rank}\n{report}"
+        );
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `mismatch`: members that disagree on the length or the operator are told (`Mismatch`,
 /// found in the credit before any data moves), never all `Ok`, and nobody hangs.
 fn mismatch(ranks: u32, provider: &str) {
@@ -88,6 +108,9 @@ jobs! {
     values_7_tcp: values(7, "tcp");
     values_8_shm: values(8, "shm");
     values_8_tcp: values(8, "tcp");
+    many_3_tcp: many(3, "tcp");
+    many_4_shm: many(4, "shm");
+    many_5_shm: many(5, "shm");
     mismatch_2_tcp: mismatch(2, "tcp");
     mismatch_2_shm: mismatch(2, "shm");
     mismatch_5_shm: mismatch(5, "shm");

@@ -120,3 +120,30 @@ pub fn bytes_i(v: &[i64]) -> Vec<u8> {
 pub fn bytes_f(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
+
+/// Collectives in flight at once in the `many` scenario, more than the team's lanes.
+pub const MANY: usize = 48;
+
+/// Collective `i` of the `many` scenario: a gather_all of 64 bytes (every third), else an
+/// allreduce (a sum of i64) of this many elements: empty, short (doubling) or long
+/// (Rabenseifner).
+pub fn many_len(i: usize) -> Option<usize> {
+    match i % 3 {
+        0 => None,
+        _ => Some([0, 1, 5, 400][i % 4]),
+    }
+}
+
+/// Member `member`'s source of collective `i` of the `many` scenario: 8 integers for a
+/// gather_all.
+pub fn many_src(i: usize, member: u32) -> Vec<i64> {
+    ints("sum_i64", many_len(i).unwrap_or(8), member)
+}
+
+/// What every member of `n` ends with in collective `i` of the `many` scenario.
+pub fn many_want(i: usize, n: u32) -> Vec<u8> {
+    match many_len(i) {
+        None => (0..n).flat_map(|m| bytes_i(&many_src(i, m))).collect(),
+        Some(len) => want("sum_i64", len, n),
+    }
+}

@@ -10,6 +10,11 @@
 //!   it). Line `data values rank R: <kind>=<digest>` per kind, the digest over the
 //!   destinations of its lengths in order; then `large=<outcome>` for a sum of
 //!   `cases::LARGE` elements.
+//! * `many`: `cases::MANY` non-blocking collectives initiated at once on one team (more than
+//!   its lanes), allreduces of every length class interleaved with gather_alls (so runs
+//!   that may skip their credits follow runs that may not, and the other way round), then
+//!   synced with `wait_sync_some` in an order drawn per rank: `data many rank R: synced;
+//!   digest` (the digest in initiation order).
 //! * `mismatch`: rank 0 reduces 8 elements where the others reduce 9 (`len`), then rank 0
 //!   sums where the others take the maximum (`op`), each on a team of its own and within
 //!   3 s: `data mismatch rank R: len=<kind>; op=<kind>`, the kind `Mismatch`, `Timeout`,
@@ -22,6 +27,8 @@ mod cases;
 #[allow(dead_code)] // The example uses part of the shared data.
 #[path = "../support/data.rs"]
 mod data;
+#[path = "../support/handles.rs"]
+mod handles;
 #[allow(dead_code)] // Each example uses its part of the support.
 #[path = "../support/mod.rs"]
 mod support;
@@ -32,14 +39,16 @@ use gaspi::{Context, ReduceOp, Timeout, UserOp, GROUP_ALL};
 use gaspi_coll::{Collectives, Flags, Handle, Team};
 
 use data::Digest;
+use handles::sync_shuffled;
 use support::{Outcome, TIMEOUT};
 
 fn main() -> ExitCode {
     support::main_of("allreduce_check", |args| {
         match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
             ["values"] => values(),
+            ["many"] => many(),
             ["mismatch"] => mismatch(),
-            _ => Err("usage: allreduce_check values|mismatch".into()),
+            _ => Err("usage: allreduce_check values|many|mismatch".into()),
         }
     })
 }
@@ -122,6 +131,44 @@ fn values() -> Outcome<()> {
         };
         line.push(format!("large={large}"));
         println!("data values rank {}: {}", ctx.rank(), line.join("; "));
+    }
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+fn many() -> Outcome<()> {
+    let ctx = Context::init()?;
+    {
+        let coll = Collectives::new(&ctx)?;
+        let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+        let me = team.index();
+        let srcs: Vec<Vec<i64>> = (0..cases::MANY).map(|i| cases::many_src(i, me)).collect();
+        let mut dsts: Vec<Vec<i64>> = (0..cases::MANY)
+            .map(|i| vec![0; cases::many_want(i, team.size()).len() / 8])
+            .collect();
+        let mut handles: Vec<Handle<'_, '_>> = Vec::new();
+        for (i, (dst, src)) in dsts.iter_mut().zip(&srcs).enumerate() {
+            handles.push(match cases::many_len(i) {
+                None => team.gather_all_nb(
+                    bytemuck::cast_slice_mut(dst),
+                    bytemuck::cast_slice(src),
+                    Flags::MY,
+                )?,
+                Some(_) => team.allreduce_nb(src, dst, ReduceOp::Sum, Flags::MY)?,
+            });
+        }
+        // Sync in an order of this rank's own.
+        let synced = sync_shuffled(handles, u64::from(ctx.rank()) + 11, TIMEOUT)?;
+        let mut digest = Digest::default();
+        for dst in &dsts {
+            digest.add(&cases::bytes_i(dst));
+        }
+        println!(
+            "data many rank {}: synced={synced}; digest={}",
+            ctx.rank(),
+            digest.hex()
+        );
     }
     ctx.barrier(TIMEOUT)?;
     ctx.finalize(TIMEOUT)?;

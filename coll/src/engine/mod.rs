@@ -17,6 +17,17 @@
 //! than one run ahead on a lane, because every put waits for its receiver's credit and every
 //! barrier for everyone.
 //!
+//! # Skipped credits
+//! A run of a schedule that lists its credits (see the [schedule](crate::schedule)) and
+//! needs at most half a lane is *compact*: it stages in the half of its lane given by the
+//! parity of `seq / lanes`, as its notifications. A compact run skips its credits when the
+//! run before it on its lane was compact and gathering (or there was none). That is safe:
+//! a member that runs `seq` has completed `seq − lanes`, which, gathering, every member had
+//! started, so every member has given up `seq − 2·lanes`, the last run that used this half
+//! of the lane, and no member uses it but for `seq`. Every member decides alike, since runs
+//! are initiated in the same order everywhere. A small allreduce so costs one message per
+//! step instead of a credit and a message.
+//!
 //! # Values
 //! Every notification of a run carries the run's value: its sequence number mixed with the
 //! call's operation and arguments. A receiver that sees another value than its own was sent
@@ -99,9 +110,14 @@ impl Layout {
         (seq % u64::from(self.lanes)) as u32
     }
 
+    /// Which of its lane's two blocks of notifications (and halves of the stage, for a
+    /// compact run) run `seq` uses.
+    fn parity(&self, seq: u64) -> u32 {
+        ((seq / u64::from(self.lanes)) % 2) as u32
+    }
+
     fn id(&self, seq: u64, signal: u32) -> NotificationId {
-        let parity = ((seq / u64::from(self.lanes)) % 2) as u32;
-        (self.lane(seq) * 2 + parity) * self.bound + signal
+        (self.lane(seq) * 2 + self.parity(seq)) * self.bound + signal
     }
 
     fn offset(&self, seq: u64) -> u64 {
@@ -130,6 +146,9 @@ struct State<'c> {
     runs: BTreeMap<u64, Run<'c>>,
     /// The run holding each lane.
     lanes: Vec<Option<u64>>,
+    /// Per lane, whether the last run initiated on it was compact and gathering (see
+    /// "Skipped credits" in the [module documentation](self)).
+    clears: Vec<bool>,
     /// A member known dead: every run not complete fails naming it.
     dead: Option<Failure>,
     watcher: bool,
@@ -226,6 +245,7 @@ impl<'c> Engine<'c> {
                 next: 0,
                 runs: BTreeMap::new(),
                 lanes: vec![None; layout.lanes as usize],
+                clears: vec![true; layout.lanes as usize],
                 dead: None,
                 watcher: false,
                 sleepers: 0,
@@ -259,7 +279,7 @@ impl<'c> Engine<'c> {
     /// `reducer` is the operator of the schedule's folds.
     pub(crate) fn initiate(
         &self,
-        schedule: Schedule,
+        mut schedule: Schedule,
         reducer: Option<Box<dyn Reducer>>,
         signature: u64,
         src: &[u8],
@@ -276,8 +296,20 @@ impl<'c> Engine<'c> {
         let seq = state.next;
         state.next += 1;
         let value = value(seq, signature);
+        let lane = self.layout.lane(seq) as usize;
+        let half = self.layout.lane_bytes / 2;
+        let compact = !schedule.credits.is_empty() && schedule.stage <= half;
+        let skip = compact && state.clears[lane];
+        state.clears[lane] = compact && schedule.gathering;
+        if compact && self.layout.parity(seq) == 1 {
+            schedule.shift_stage(half);
+        }
+        let credits = std::mem::take(&mut schedule.credits);
         let mut run = Run::new(seq, schedule, value, self.ctx.batch());
         run.reducer = reducer;
+        if skip {
+            run.skip(&credits);
+        }
         state.runs.insert(seq, run);
         let mut owner = Owner { seq, src, dst };
         self.pass(&mut state, std::slice::from_mut(&mut owner));

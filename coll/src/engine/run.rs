@@ -122,6 +122,17 @@ impl<'c> Run<'c> {
         }
     }
 
+    /// Counts the credit steps `credits` (in schedule order, each depending on earlier
+    /// ones only) done at the start, as their receivers' do alike.
+    pub(crate) fn skip(&mut self, credits: &[StepId]) {
+        for &id in credits {
+            if let Some(at) = self.ready.iter().position(|&r| r == id) {
+                self.ready.swap_remove(at);
+                self.finish(id);
+            }
+        }
+    }
+
     /// Takes every step it can; `owner` lends the caller's buffers when the call holds this
     /// run's handle. Returns whether anything changed.
     pub(crate) fn advance(

@@ -38,6 +38,16 @@
 //! operands in the order the algorithm documents. A fold writes its stage range like a copy
 //! does, under the same rules.
 //!
+//! # Credits the engine may skip
+//! A credit tells a sender that its receiver's stage is free for this run. A schedule may
+//! list its credit steps in [`Schedule::credits`] when every put lands in a range that its
+//! receiver never writes before the put's signal arrived (only the source copy, into
+//! ranges no put lands in, may come earlier): then the data may come before its receiver
+//! started the run. The engine skips them (takes them as done at the start, on every member
+//! alike) where the order of runs proves the receivers' stage free (see the engine's
+//! documentation); `gathering` says whether this schedule can serve as that proof for the
+//! next run on its lane.
+//!
 //! # Order
 //! Steps depend only on earlier steps (by index), so the list is a topological order, and a
 //! step may start once every step it names in [`Step::after`] is done. A put is done for its
@@ -183,6 +193,13 @@ pub(crate) struct Schedule {
     pub(crate) steps: Vec<Step>,
     /// Bytes of stage the schedule uses on this member.
     pub(crate) stage: u64,
+    /// The credit steps (the signals that give credits and the waits for them, a wait after
+    /// its member's own signals) that the engine may skip: see "Credits the engine may skip"
+    /// in the [module documentation](self).
+    pub(crate) credits: Vec<StepId>,
+    /// Whether a member completes the schedule only once every member started it (every
+    /// member's data reaches every other).
+    pub(crate) gathering: bool,
 }
 
 /// Signal numbers an algorithm may use in a team of `n` members: `0..algorithm_signals(n)`
@@ -284,6 +301,34 @@ impl Schedule {
             },
             after,
         )
+    }
+
+    /// Moves every stage range of the schedule `by` bytes up.
+    pub(crate) fn shift_stage(&mut self, by: u64) {
+        let shift = |span: &mut Span| {
+            if span.buf == Buf::Stage {
+                span.at += by;
+            }
+        };
+        for step in &mut self.steps {
+            match &mut step.task {
+                Task::Put { from, into, .. } => {
+                    *from += by;
+                    *into += by;
+                }
+                Task::Copy { from, into } => {
+                    shift(from);
+                    shift(into);
+                }
+                Task::Fold { left, right, into } => {
+                    shift(left);
+                    shift(right);
+                    shift(into);
+                }
+                Task::Signal { .. } | Task::Wait { .. } => {}
+            }
+        }
+        self.stage += by;
     }
 
     /// The steps no other step waits for: where the schedule ends.

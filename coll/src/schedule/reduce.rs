@@ -42,7 +42,10 @@
 //! [`algorithm_signals`](super::algorithm_signals).
 //!
 //! Every put waits for its receiver's credit, so the schedule meets `IN_MYSYNC` and
-//! `OUT_MYSYNC` by itself.
+//! `OUT_MYSYNC` by itself. A receiver writes a received range only after its receipt (the
+//! source copy goes to `0..len`, where nothing lands), so the credits may be skipped
+//! ([`Schedule::credits`]), and the schedule is gathering: every member's contribution
+//! reaches every member.
 
 use std::ops::Range;
 
@@ -113,12 +116,15 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
     let levels = n.ilog2();
     let extra = n - (1 << levels);
     let last = slots(n) - 1;
+    // Every member's contribution reaches every member.
+    s.gathering = true;
     let staged = s.copy(Span::src(0, len), Span::stage(0, len), &[]);
     if me < 2 * extra && me.is_multiple_of(2) {
         // Hands its vector to its right neighbour and gets the result back at the end.
         let partner = me + 1;
         let credited = s.signal(partner, credit(n, last), &[]);
         let go = s.wait(partner, credit(n, 0), &[credited]);
+        s.credits.extend([credited, go]);
         let after: Vec<StepId> = staged.into_iter().chain([go]).collect();
         s.put(partner, 0, len, len, data(0), &after);
         let got = s.wait(partner, data(last), &[credited]);
@@ -130,6 +136,7 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
     let (acc, filled, vme) = if paired {
         let partner = me - 1;
         let credited = s.signal(partner, credit(n, 0), &[]);
+        s.credits.push(credited);
         let got = s.wait(partner, data(0), &[credited]);
         let after: Vec<StepId> = staged.into_iter().chain([got]).collect();
         let folded = s.fold(len, 0, len, len, &after);
@@ -156,6 +163,7 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
     if paired {
         let partner = me - 1;
         let go = s.wait(partner, credit(n, last), &[]);
+        s.credits.push(go);
         let after: Vec<StepId> = done.into_iter().chain([go]).collect();
         s.put(partner, result, len, len, data(last), &after);
     }
@@ -227,6 +235,7 @@ impl Virtual<'_> {
     ) -> StepId {
         let credited = s.signal(x.partner, credit(self.n, x.slot), &[]);
         let go = s.wait(x.partner, credit(self.n, x.slot), &[credited]);
+        s.credits.extend([credited, go]);
         let deps: Vec<StepId> = after.iter().copied().chain([go]).collect();
         s.put(x.partner, from, into, len, data(x.slot), &deps);
         s.wait(x.partner, data(x.slot), &[credited])
@@ -386,20 +395,23 @@ mod tests {
     }
 
     #[test]
-    fn every_member_gets_the_reduction_in_member_order() {
+    fn every_member_gets_the_reduction_in_member_order_with_and_without_credits() {
         for n in 1..=33 {
             for blocks in [0, 1, 2, 3, 7, 8, 33, 64, 100, 1500] {
                 for forced in [AllreduceAlgo::Doubling, AllreduceAlgo::Rabenseifner] {
                     let algo = algorithm(n, blocks, 2, Some(forced));
                     let want = reference(n, blocks);
-                    check_folding(
-                        "allreduce",
-                        n,
-                        |m| allreduce(n, m, blocks, 2, algo),
-                        Some(&Affine),
-                        |m| source(m, blocks),
-                        |_| want.clone(),
-                    );
+                    for skip_credits in [false, true] {
+                        check_folding(
+                            "allreduce",
+                            n,
+                            |m| allreduce(n, m, blocks, 2, algo),
+                            Some(&Affine),
+                            skip_credits,
+                            |m| source(m, blocks),
+                            |_| want.clone(),
+                        );
+                    }
                 }
             }
         }
@@ -418,6 +430,7 @@ mod tests {
                         synchronise(allreduce(n, m, 40, 2, algo), n, m, before, after)
                     },
                     Some(&Affine),
+                    true,
                     |m| source(m, 40),
                     |_| want.clone(),
                 );
