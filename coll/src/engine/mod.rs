@@ -386,8 +386,10 @@ impl<'c> Engine<'c> {
     /// Advances every run as far as it goes, marking the state changed if anything did.
     fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) {
         let mut changed = false;
-        let seqs: Vec<u64> = state.runs.keys().copied().collect();
-        for seq in seqs {
+        // Walks the runs by key, as the loop removes some of them.
+        let mut next = state.runs.keys().next().copied();
+        while let Some(seq) = next {
+            next = state.runs.range(seq + 1..).next().map(|(&s, _)| s);
             let lane = self.layout.lane(seq) as usize;
             let Some(run) = state.runs.get_mut(&seq) else {
                 continue;

@@ -66,8 +66,10 @@ pub(crate) struct Run<'c> {
     pub(crate) value: u32,
     /// Unfinished dependencies per step.
     waiting: Vec<u32>,
-    /// The steps that depend on each step.
-    dependents: Vec<Vec<StepId>>,
+    /// The steps that depend on each step: step `i`'s are
+    /// `dependents[first_dependent[i]..first_dependent[i + 1]]` (one allocation for all).
+    dependents: Vec<StepId>,
+    first_dependent: Vec<u32>,
     ready: Vec<StepId>,
     /// Steps not done.
     left: usize,
@@ -95,10 +97,21 @@ impl<'c> Run<'c> {
             .iter()
             .map(|s| s.after.len() as u32)
             .collect();
-        let mut dependents = vec![Vec::new(); schedule.steps.len()];
+        let mut first_dependent = vec![0u32; schedule.steps.len() + 1];
+        for step in &schedule.steps {
+            for &before in &step.after {
+                first_dependent[before as usize + 1] += 1;
+            }
+        }
+        for i in 0..schedule.steps.len() {
+            first_dependent[i + 1] += first_dependent[i];
+        }
+        let mut dependents = vec![0; first_dependent[schedule.steps.len()] as usize];
+        let mut filled = first_dependent.clone();
         for (id, step) in schedule.steps.iter().enumerate() {
             for &before in &step.after {
-                dependents[before as usize].push(id as StepId);
+                dependents[filled[before as usize] as usize] = id as StepId;
+                filled[before as usize] += 1;
             }
         }
         let ready = schedule.sources();
@@ -109,6 +122,7 @@ impl<'c> Run<'c> {
             value,
             waiting,
             dependents,
+            first_dependent,
             ready,
             left,
             started: false,
@@ -261,7 +275,11 @@ impl<'c> Run<'c> {
 
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
-        for &later in &self.dependents[id as usize] {
+        let (from, to) = (
+            self.first_dependent[id as usize] as usize,
+            self.first_dependent[id as usize + 1] as usize,
+        );
+        for &later in &self.dependents[from..to] {
             let w = &mut self.waiting[later as usize];
             *w -= 1;
             if *w == 0 {
