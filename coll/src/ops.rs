@@ -19,6 +19,7 @@
 
 use gaspi::{Rank, Timeout};
 
+use crate::engine::Prepared;
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
@@ -46,6 +47,14 @@ impl Choices {
             exchange: var("exchange"),
         }
     }
+}
+
+/// The schedule of a call: built, or built by a function only when the team's engine has not
+/// planned it for the same arguments before (the words, flags and algorithm of the call must
+/// then determine it).
+pub(crate) enum Lazy<'a> {
+    Now(Schedule),
+    Cached(&'a dyn Fn() -> Schedule),
 }
 
 /// A rooted operation's tree: `forced` if given, else `default`.
@@ -113,7 +122,7 @@ impl<'c> Team<'c> {
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
-        self.start_folding(schedule, None, words, flags, algorithm, src, dst)
+        self.start_folding(Lazy::Now(schedule), None, words, flags, algorithm, src, dst)
     }
 
     /// Initiates `schedule` with the barriers of `flags`, its folds by `reducer`, its
@@ -122,7 +131,7 @@ impl<'c> Team<'c> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start_folding<'t, 'b>(
         &'t self,
-        schedule: Schedule,
+        schedule: Lazy<'_>,
         reducer: Option<Box<dyn Reducer>>,
         words: &[u64],
         flags: Flags,
@@ -130,12 +139,25 @@ impl<'c> Team<'c> {
         src: &'b [u8],
         dst: &'b mut [u8],
     ) -> Result<Handle<'t, 'b>> {
-        let schedule = self.synchronised(schedule, flags)?;
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
         let mut all = words.to_vec();
         all.push(u64::from(mode.bits()));
         all.extend(algorithm.bytes().map(u64::from));
-        self.launch(schedule, reducer, signature(&all), algorithm, src, dst)
+        let signature = signature(&all);
+        let synchronised;
+        let prepared = match schedule {
+            Lazy::Now(schedule) => Prepared::Built(self.synchronised(schedule, flags)?),
+            Lazy::Cached(build) => {
+                // The whole flags: a plan cached for valid flags must not serve invalid ones.
+                all.push(u64::from(flags.bits()));
+                synchronised = move || self.synchronised(build(), flags);
+                Prepared::Keyed {
+                    key: &all,
+                    build: &synchronised,
+                }
+            }
+        };
+        self.launch(prepared, reducer, signature, algorithm, src, dst)
     }
 
     /// Non-blocking broadcast: `root`'s `src` into every member's `dst` (the root's too);

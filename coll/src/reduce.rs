@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use gaspi::{Element, ReduceOp, Timeout, UserOp};
 
 use crate::error::{Error, Result};
+use crate::ops::Lazy;
 use crate::schedule::reduce::{algorithm, allreduce, AllreduceAlgo};
 use crate::schedule::Reducer;
 use crate::team::{Flags, Handle, Team};
@@ -217,8 +218,9 @@ impl<'c> Team<'c> {
             AllreduceAlgo::Doubling => "doubling",
             AllreduceAlgo::Rabenseifner => "rabenseifner",
         };
-        let schedule = allreduce(n, me, blocks, block, algo);
-        let words = [10, op_code, element_code::<T>(), len];
+        let build = || allreduce(n, me, blocks, block, algo);
+        let words = [10, op_code, element_code::<T>(), len, block];
+        let schedule = Lazy::Cached(&build);
         self.start_folding(schedule, Some(reducer), &words, flags, name, src, dst)
     }
 }

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 
 use gaspi::{Context, GroupId, Rank, Timeout};
 
-use crate::engine::{Engine, Layout, Owner, Runner};
+use crate::engine::{Engine, Layout, Owner, Prepared, Runner};
 use crate::error::{Error, Result};
 use crate::ops::Choices;
 use crate::schedule::{sync::synchronise, Reducer, Schedule};
@@ -261,7 +261,7 @@ impl<'c> Team<'c> {
     /// the caller's buffers.
     pub(crate) fn launch<'t, 'b>(
         &'t self,
-        schedule: Schedule,
+        schedule: Prepared<'_>,
         reducer: Option<Box<dyn Reducer>>,
         signature: u64,
         algorithm: &'static str,

@@ -42,17 +42,32 @@
 mod run;
 
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use gaspi::{
     Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
 };
+use rustc_hash::FxHashMap;
 
 pub(crate) use run::Owner;
-use run::{Run, Transfer, Transport};
+use run::{Plan, Run, Transfer, Transport};
 
 use crate::error::{Error, Result};
 use crate::schedule::{signal_bound, Reducer, Schedule};
+
+/// Keyed plans an engine keeps at most: a program reduces vectors of a few lengths.
+const PLANS: usize = 64;
+
+/// What a call initiates: a schedule, or the key of one the engine may have planned before
+/// (a key always builds the same schedule, the flags' barriers included) and how to build
+/// it, so that a repeated call skips building and planning.
+pub(crate) enum Prepared<'a> {
+    Built(Schedule),
+    Keyed {
+        key: &'a [u64],
+        build: &'a dyn Fn() -> Result<Schedule>,
+    },
+}
 
 /// Why a run failed, kept so that its handle reports it whenever it is synced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +164,8 @@ struct State<'c> {
     /// Per lane, whether the last run initiated on it was compact and gathering (see
     /// "Skipped credits" in the [module documentation](self)).
     clears: Vec<bool>,
+    /// Plans of keyed schedules, per key and parity.
+    plans: FxHashMap<Vec<u64>, [Option<Arc<Plan>>; 2]>,
     /// A member known dead: every run not complete fails naming it.
     dead: Option<Failure>,
     watcher: bool,
@@ -246,6 +263,7 @@ impl<'c> Engine<'c> {
                 runs: BTreeMap::new(),
                 lanes: vec![None; layout.lanes as usize],
                 clears: vec![true; layout.lanes as usize],
+                plans: FxHashMap::default(),
                 dead: None,
                 watcher: false,
                 sleepers: 0,
@@ -273,18 +291,63 @@ impl<'c> Engine<'c> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Initiates a run of `schedule` (whose notifications carry `signature` mixed with its
-    /// sequence number) with the caller's buffers, and takes its first steps; returns its
-    /// sequence number.
-    /// `reducer` is the operator of the schedule's folds.
+    /// Initiates a run of `prepared` (whose notifications carry `signature` mixed with its
+    /// sequence number, and whose folds take `reducer`) with the caller's buffers, and takes
+    /// its first steps; returns its sequence number.
     pub(crate) fn initiate(
         &self,
-        mut schedule: Schedule,
+        prepared: Prepared<'_>,
         reducer: Option<Box<dyn Reducer>>,
         signature: u64,
         src: &[u8],
         dst: &mut [u8],
     ) -> Result<u64> {
+        let mut state = self.state();
+        let seq = state.next;
+        let plan = self.plan(&mut state, prepared, self.layout.parity(seq))?;
+        let compact = plan.compact;
+        state.next += 1;
+        let value = value(seq, signature);
+        let lane = self.layout.lane(seq) as usize;
+        let skip = compact && state.clears[lane];
+        state.clears[lane] = compact && plan.schedule.gathering;
+        let mut run = Run::new(seq, Arc::clone(&plan), value, self.ctx.batch());
+        run.reducer = reducer;
+        if skip {
+            run.skip(&plan.schedule.credits);
+        }
+        state.runs.insert(seq, run);
+        let mut owner = Owner { seq, src, dst };
+        self.pass(&mut state, std::slice::from_mut(&mut owner));
+        self.tell(state)?;
+        Ok(seq)
+    }
+
+    /// The plan of `prepared` for a run of `parity`, from the cache if it holds it.
+    fn plan(
+        &self,
+        state: &mut State<'c>,
+        prepared: Prepared<'_>,
+        parity: u32,
+    ) -> Result<Arc<Plan>> {
+        let (key, build) = match prepared {
+            Prepared::Built(schedule) => return self.prepare(schedule, parity),
+            Prepared::Keyed { key, build } => (key, build),
+        };
+        if let Some(Some(hit)) = state.plans.get(key).map(|p| &p[parity as usize]) {
+            return Ok(hit.clone());
+        }
+        let entry = self.prepare(build()?, parity)?;
+        if state.plans.len() >= PLANS {
+            state.plans.clear();
+        }
+        state.plans.entry(key.to_vec()).or_default()[parity as usize] = Some(entry.clone());
+        Ok(entry)
+    }
+
+    /// `schedule` checked against a lane, placed in its half of the lane if it is compact,
+    /// and planned.
+    fn prepare(&self, mut schedule: Schedule, parity: u32) -> Result<Arc<Plan>> {
         if schedule.stage > self.layout.lane_bytes {
             return Err(Error::TooLarge {
                 rank: self.ctx.rank(),
@@ -292,29 +355,12 @@ impl<'c> Engine<'c> {
                 max: self.layout.lane_bytes,
             });
         }
-        let mut state = self.state();
-        let seq = state.next;
-        state.next += 1;
-        let value = value(seq, signature);
-        let lane = self.layout.lane(seq) as usize;
         let half = self.layout.lane_bytes / 2;
         let compact = !schedule.credits.is_empty() && schedule.stage <= half;
-        let skip = compact && state.clears[lane];
-        state.clears[lane] = compact && schedule.gathering;
-        if compact && self.layout.parity(seq) == 1 {
+        if compact && parity == 1 {
             schedule.shift_stage(half);
         }
-        let credits = std::mem::take(&mut schedule.credits);
-        let mut run = Run::new(seq, schedule, value, self.ctx.batch());
-        run.reducer = reducer;
-        if skip {
-            run.skip(&credits);
-        }
-        state.runs.insert(seq, run);
-        let mut owner = Owner { seq, src, dst };
-        self.pass(&mut state, std::slice::from_mut(&mut owner));
-        self.tell(state)?;
-        Ok(seq)
+        Ok(Arc::new(Plan::new(schedule, compact)))
     }
 
     /// Syncs the runs of `owners` (each with its caller's buffers): returns, per owner,

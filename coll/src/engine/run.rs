@@ -12,6 +12,8 @@
 //! Folds take the run's own [`Reducer`], owned by the run, so that any thread may take them,
 //! and an orphaned run still folds for the other members.
 
+use std::sync::Arc;
+
 use gaspi::{Batch, Notification, NotificationId, Rank};
 
 use super::Failure;
@@ -57,41 +59,23 @@ pub(crate) trait Transport {
     fn rank(&self, index: u32) -> Rank;
 }
 
-/// Where a run stands.
-pub(crate) struct Run<'c> {
-    pub(crate) seq: u64,
-    schedule: Schedule,
-    /// The value of every notification of this run: its tag mixed with the call's arguments,
-    /// so that members that called with other arguments are told.
-    pub(crate) value: u32,
-    /// Unfinished dependencies per step.
+/// A schedule ready to run, shared by the runs of the same call (see the engine's cache):
+/// its steps' dependencies counted and inverted once.
+pub(crate) struct Plan {
+    pub(crate) schedule: Schedule,
+    /// Whether the run is compact (see the engine's "Skipped credits").
+    pub(crate) compact: bool,
+    /// Dependencies per step.
     waiting: Vec<u32>,
     /// The steps that depend on each step: step `i`'s are
     /// `dependents[first_dependent[i]..first_dependent[i + 1]]` (one allocation for all).
     dependents: Vec<StepId>,
     first_dependent: Vec<u32>,
-    ready: Vec<StepId>,
-    /// Steps not done.
-    left: usize,
-    /// Whether the run holds its lane.
-    pub(crate) started: bool,
-    batch: Batch<'c>,
-    /// Copies into the destination, in schedule order.
-    deferred: Vec<(Span, Span)>,
-    /// The deferred copies' data, read out of the stage when the lane was given up before
-    /// the handle synced.
-    kept: Option<Vec<Vec<u8>>>,
-    /// The source, when the handle was dropped before the run could read it.
-    pub(crate) orphan: Option<Vec<u8>>,
-    /// The operator of the schedule's folds.
-    pub(crate) reducer: Option<Box<dyn Reducer>>,
-    pub(crate) failed: Option<Failure>,
-    /// Every step is done and every put completed locally.
-    pub(crate) complete: bool,
+    sources: Vec<StepId>,
 }
 
-impl<'c> Run<'c> {
-    pub(crate) fn new(seq: u64, schedule: Schedule, value: u32, batch: Batch<'c>) -> Run<'c> {
+impl Plan {
+    pub(crate) fn new(schedule: Schedule, compact: bool) -> Plan {
         let waiting = schedule
             .steps
             .iter()
@@ -114,17 +98,64 @@ impl<'c> Run<'c> {
                 filled[before as usize] += 1;
             }
         }
-        let ready = schedule.sources();
-        let left = schedule.steps.len();
-        Run {
-            seq,
+        let sources = schedule.sources();
+        Plan {
             schedule,
-            value,
+            compact,
             waiting,
             dependents,
             first_dependent,
-            ready,
-            left,
+            sources,
+        }
+    }
+
+    fn dependents(&self, id: StepId) -> &[StepId] {
+        let (from, to) = (
+            self.first_dependent[id as usize] as usize,
+            self.first_dependent[id as usize + 1] as usize,
+        );
+        &self.dependents[from..to]
+    }
+}
+
+/// Where a run stands.
+pub(crate) struct Run<'c> {
+    pub(crate) seq: u64,
+    plan: Arc<Plan>,
+    /// The value of every notification of this run: its tag mixed with the call's arguments,
+    /// so that members that called with other arguments are told.
+    pub(crate) value: u32,
+    /// Unfinished dependencies per step.
+    waiting: Vec<u32>,
+    ready: Vec<StepId>,
+    /// Steps not done.
+    left: usize,
+    /// Whether the run holds its lane.
+    pub(crate) started: bool,
+    batch: Batch<'c>,
+    /// Copies into the destination, in schedule order.
+    deferred: Vec<(Span, Span)>,
+    /// The deferred copies' data, read out of the stage when the lane was given up before
+    /// the handle synced.
+    kept: Option<Vec<Vec<u8>>>,
+    /// The source, when the handle was dropped before the run could read it.
+    pub(crate) orphan: Option<Vec<u8>>,
+    /// The operator of the schedule's folds.
+    pub(crate) reducer: Option<Box<dyn Reducer>>,
+    pub(crate) failed: Option<Failure>,
+    /// Every step is done and every put completed locally.
+    pub(crate) complete: bool,
+}
+
+impl<'c> Run<'c> {
+    pub(crate) fn new(seq: u64, plan: Arc<Plan>, value: u32, batch: Batch<'c>) -> Run<'c> {
+        Run {
+            seq,
+            waiting: plan.waiting.clone(),
+            ready: plan.sources.clone(),
+            left: plan.schedule.steps.len(),
+            plan,
+            value,
             started: false,
             batch,
             deferred: Vec::new(),
@@ -192,7 +223,7 @@ impl<'c> Run<'c> {
     ) -> Result<bool, Failure> {
         let seq = self.seq;
         let value = self.value;
-        match self.schedule.steps[id as usize].task {
+        match self.plan.schedule.steps[id as usize].task {
             Task::Put {
                 to,
                 from,
@@ -275,11 +306,7 @@ impl<'c> Run<'c> {
 
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
-        let (from, to) = (
-            self.first_dependent[id as usize] as usize,
-            self.first_dependent[id as usize + 1] as usize,
-        );
-        for &later in &self.dependents[from..to] {
+        for &later in self.plan.dependents(id) {
             let w = &mut self.waiting[later as usize];
             *w -= 1;
             if *w == 0 {
@@ -294,7 +321,7 @@ impl<'c> Run<'c> {
             return;
         }
         for &id in &self.ready {
-            if let Task::Wait { from, signal } = self.schedule.steps[id as usize].task {
+            if let Task::Wait { from, signal } = self.plan.schedule.steps[id as usize].task {
                 out.push((net.id(self.seq, signal), net.rank(from)));
             }
         }
