@@ -11,6 +11,9 @@
 #   gaspi_over_mpich         gaspi / MPICH on its own transports (shared memory)     target < 1.0
 # and, as before the direct path, at 2 ranks over tcp in fabric mode:
 #   gaspi_over_openmpi_tcp   gaspi / Open MPI restricted to tcp (btl self,tcp)     target <= 1.0
+# and the allreduce of gaspi-coll's team engine ("lib":"gaspi-coll", the same sizes and checks)
+# beside the runtime's own, for every size, rank count, transport and mode:
+#   coll_over_runtime        gaspi-coll / gaspi                                      target <= 1.0
 # MPI's "any" transport is its own choice (shared memory between local ranks). A job that fails
 # or times out gives one JSON line with an "error" key instead of its figures, and its ratios
 # a null value. Progress goes to stderr.
@@ -53,4 +56,15 @@ for bench, size in sorted({(r["bench"], r["bytes"]) for r in figures}, key=lambd
                 ratio("gaspi_over_openmpi", bench, size, ranks, transport, mode, "openmpi", "any", "<=1.0")
                 ratio("gaspi_over_mpich", bench, size, ranks, transport, mode, "mpich", "any", "<1.0")
     ratio("gaspi_over_openmpi_tcp", bench, size, 2, "tcp", "fabric", "openmpi", "tcp", "<=1.0")
+
+for size in sorted({r["bytes"] for r in figures if r["lib"] == "gaspi-coll"}):
+    for ranks in (2, 4, 8):
+        for transport in ("tcp", "shm"):
+            for mode in ("direct", "fabric"):
+                ours = find("allreduce", size, ranks, lib="gaspi-coll", transport=transport, mode=mode)
+                theirs = find("allreduce", size, ranks, lib="gaspi", transport=transport, mode=mode)
+                value = round(ours["median_us"] / theirs["median_us"], 3) if ours and theirs else None
+                print(json.dumps({"ratio": "coll_over_runtime", "bench": "allreduce", "bytes": size,
+                                  "ranks": ranks, "transport": transport, "mode": mode,
+                                  "versus": "gaspi", "value": value, "target": "<=1.0"}))
 PY

@@ -21,7 +21,7 @@
 #         bandwidth_4MiB_direct_over_memcpy         gaspi / memcpy                              >= 0.9
 #       Latency ratios divide medians in µs, bandwidth ratios MiB/s.
 # coll: barrier and allreduce at 2, 4 and 8 ranks, gaspi in both modes beside MPICH and Open
-#       MPI (scripts/bench-coll.sh).
+#       MPI, and gaspi-coll's team allreduce beside the runtime's (scripts/bench-coll.sh).
 # alltoallv: gaspi-coll's sparse alltoallv, dense and sparse, at 2, 4 and 8 ranks, gaspi in
 #       both modes beside MPI_Alltoallv and MPI_Neighbor_alltoallv of MPICH and Open MPI, and
 #       the pipelining figure of coll/examples/fft_transpose (scripts/bench-alltoallv.sh).

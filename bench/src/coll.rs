@@ -1,11 +1,14 @@
 //! The collective side of the benchmark: group barrier and allreduce over all ranks, each call
-//! timed on its own, for the comparison with MPI (`bench/mpi/coll.c`).
+//! timed on its own, for the comparison with MPI (`bench/mpi/coll.c`). The allreduce is
+//! measured twice: the runtime's (`"lib":"gaspi"`) and `gaspi-coll`'s on a team's engine
+//! (`"lib":"gaspi-coll"`), the same sizes, inputs and checks.
 //!
 //! The iteration counts and warm-up mirror `bench/mpi/coll.c`: change both together.
 
 use std::time::{Duration, Instant};
 
 use gaspi::{Context, ReduceOp, Timeout, GROUP_ALL};
+use gaspi_coll::{Capacity, Collectives, Flags, Team};
 
 use crate::api::figure;
 use crate::{Error, Figure, Result};
@@ -56,8 +59,44 @@ pub(crate) fn barrier(ctx: &Context) -> Result<Option<Figure>> {
 /// Allreduce payloads (bytes of f64 per rank).
 pub(crate) const ALLREDUCE_SIZES: [usize; 3] = [8, 65536, 1 << 20];
 
-/// Allreduce (f64 sum) of `bytes` per rank over all ranks; every result is checked.
+/// The runtime's allreduce (f64 sum) of `bytes` per rank over all ranks; every result is
+/// checked.
 pub(crate) fn allreduce(ctx: &Context, bytes: usize) -> Result<Option<Figure>> {
+    checked_allreduce(ctx, bytes, |input, output| {
+        Ok(ctx.allreduce(GROUP_ALL, input, output, ReduceOp::Sum, TIMEOUT)?)
+    })
+}
+
+/// `gaspi-coll`'s allreduce on a team of all ranks (f64 sum) of every size of
+/// [`ALLREDUCE_SIZES`], as [`allreduce`].
+pub(crate) fn team_allreduces(ctx: &Context) -> Result<Vec<Figure>> {
+    let coll = Collectives::new(ctx)?;
+    // Rabenseifner's staging of the largest size, about four times the vector, in a lane.
+    let capacity = Capacity {
+        lanes: 2,
+        lane_bytes: 4 << 20,
+    };
+    let team = Team::with_capacity(&coll, GROUP_ALL, capacity, TIMEOUT)?;
+    let mut figures = Vec::new();
+    for &bytes in &ALLREDUCE_SIZES {
+        let figure = checked_allreduce(ctx, bytes, |input, output| {
+            Ok(team.allreduce(input, output, ReduceOp::Sum, Flags::MY, TIMEOUT)?)
+        })?;
+        figures.extend(figure.map(|f| Figure {
+            lib: "gaspi-coll",
+            ..f
+        }));
+    }
+    Ok(figures)
+}
+
+/// The figure of `call`, an allreduce (f64 sum over all ranks) of `bytes` per rank; every
+/// result is checked.
+fn checked_allreduce(
+    ctx: &Context,
+    bytes: usize,
+    mut call: impl FnMut(&[f64], &mut [f64]) -> Result<()>,
+) -> Result<Option<Figure>> {
     let count = bytes / std::mem::size_of::<f64>();
     let own = f64::from(ctx.rank() + 1);
     let input: Vec<f64> = (0..count).map(|i| own * weight(i)).collect();
@@ -66,8 +105,9 @@ pub(crate) fn allreduce(ctx: &Context, bytes: usize) -> Result<Option<Figure>> {
     let rank_sum = ranks * (ranks + 1.0) / 2.0;
     let samples = samples(ctx, bytes, || {
         output.fill(0.0);
-        let took =
-            clocked(|| ctx.allreduce(GROUP_ALL, &input, &mut output, ReduceOp::Sum, TIMEOUT))?;
+        let start = Instant::now();
+        call(&input, &mut output)?;
+        let took = start.elapsed();
         match (0..count).find(|&i| output[i] != rank_sum * weight(i)) {
             None => Ok(took),
             Some(i) => Err(Error::Check(format!(

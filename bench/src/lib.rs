@@ -13,7 +13,8 @@
 //!   yardsticks of the direct path.
 //!
 //! The collectives' yardstick is MPI, measured by `bench/mpi/coll.c` (barrier, allreduce: see the
-//! `coll` module) and `bench/mpi/alltoallv.c` (the sparse alltoallv of `gaspi-coll`: see the
+//! `coll` module, whose allreduce also runs on `gaspi-coll`'s team engine, in lines with
+//! `lib: "gaspi-coll"` and the `"mode"` of gaspi lines) and `bench/mpi/alltoallv.c` (the sparse alltoallv of `gaspi-coll`: see the
 //! `alltoallv` module, whose lines add `"variant"` and `"peers"`) with the same keys, and so is
 //! that of the post / start / complete / wait epochs of `gaspi-coll`'s window, measured by
 //! `bench/mpi/pscw.c` (see the `pscw` module: `"bench"` is `pscw` for the epoch ping-pong and
@@ -328,6 +329,7 @@ pub fn run(args: &[String]) -> Result<()> {
         for &bytes in &coll::ALLREDUCE_SIZES {
             figures.extend(coll::allreduce(&ctx, bytes)?);
         }
+        figures.extend(coll::team_allreduces(&ctx)?);
     }
     if ["alltoallv", "pscw", "gasnet"]
         .iter()

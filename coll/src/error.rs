@@ -338,6 +338,15 @@ pub enum Error {
         key: u32,
     },
 
+    /// A vector that is not a whole number of the reduction operator's blocks.
+    #[error("{elements} elements are not a whole number of the operator's {block}-element blocks")]
+    PartialBlock {
+        /// Elements of the vector.
+        elements: u64,
+        /// Elements of one block of the operator.
+        block: u64,
+    },
+
     /// An algorithm that the operation does not have (from an environment variable or an
     /// explicit choice).
     #[error("{op} has no algorithm {name:?}")]

@@ -18,8 +18,10 @@
 //! * [`Broadcast`]: one root's bytes to every member of a committed group, blocking
 //!   ([`Broadcast::broadcast`]) or not ([`Broadcast::broadcast_nb`]), along a binomial tree.
 //! * [`Team`]: GASNet's data-movement collectives (broadcast, scatter, gather, gather_all,
-//!   exchange and their v forms), blocking and non-blocking with [`Handle`]s and [`Flags`],
-//!   each a schedule (plain data) run by one engine per team.
+//!   exchange and their v forms) and the allreduce ([`Team::allreduce`], the runtime's
+//!   algorithms and guarantees with [`gaspi::ReduceOp`] or a [`gaspi::UserOp`]), blocking and
+//!   non-blocking with [`Handle`]s and [`Flags`], each a schedule (plain data) run by one
+//!   engine per team.
 //! * [`Window`]: MPI-3's post / start / complete / wait epochs on a user segment, matched by
 //!   rank and epoch (proposal G), with per-target `start_one` / `complete_one` / `start_any`.
 //!
@@ -64,6 +66,7 @@ mod engine;
 mod error;
 mod ops;
 mod pscw;
+mod reduce;
 mod schedule;
 mod team;
 mod tree;

@@ -23,11 +23,11 @@
 use gaspi::{Rank, Timeout};
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Blocks, Cut, Views};
+use crate::engine::{Blocks, Cut, Launch, Prepared, Views};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
-use crate::schedule::{broadcast, gather, scatter, stage_bound, Schedule};
+use crate::schedule::{broadcast, gather, scatter, stage_bound, Reducer, Schedule};
 use crate::team::{Flags, Handle, Team};
 
 /// The algorithms forced by the environment, read when a team is built.
@@ -56,7 +56,7 @@ impl Choices {
 /// The blocks an operation moves, for cutting it into pieces: the block sizes of the
 /// caller's source and destination (packed in order), and the largest block of any member
 /// (the same on every member, so that members cut alike).
-struct Shape {
+pub(crate) struct Shape {
     src: Vec<u64>,
     dst: Vec<u64>,
     largest: u64,
@@ -69,7 +69,7 @@ impl Shape {
     }
 
     /// An operation that is never cut: one piece whatever its size.
-    fn whole() -> Shape {
+    pub(crate) fn whole() -> Shape {
         Shape {
             src: Vec::new(),
             dst: Vec::new(),
@@ -136,18 +136,21 @@ impl<'c> Team<'c> {
     }
 
     /// Initiates an operation described by `shape`: `build(m, cut)` is member `m`'s
-    /// schedule for the bytes `cut` of every block. When some member's staging of the
-    /// whole operation exceeds a lane, it runs as pieces of equal cuts on every member (see
-    /// the engine's `piece` module), each synchronised as `flags` ask; `words` are the
-    /// arguments members must agree on.
+    /// schedule for the bytes `cut` of every block, and `words` are the arguments members
+    /// must agree on. When some member's staging of the whole operation exceeds a lane, it
+    /// runs as pieces of equal cuts on every member (see the engine's `piece` module), each
+    /// synchronised as `flags` ask. With a `reducer` for the schedule's folds the operation
+    /// is never cut, and `words`, `flags` and `algorithm` must determine the schedule, whose
+    /// plan the engine keeps for the next call with the same ones.
     #[allow(clippy::too_many_arguments)]
-    fn start<'t, 'b>(
+    pub(crate) fn start<'t, 'b>(
         &'t self,
         words: &[u64],
         flags: Flags,
         algorithm: &'static str,
         shape: Shape,
         build: impl Fn(u32, Cut) -> Schedule,
+        reducer: Option<Box<dyn Reducer>>,
         src: Input<'b>,
         dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
@@ -157,29 +160,52 @@ impl<'c> Team<'c> {
         all.push(u64::from(mode.bits()));
         all.extend(algorithm.bytes().map(u64::from));
         let lane = self.lane_bytes();
+        let whole = Cut::whole(shape.largest);
+        if reducer.is_some() {
+            let signature = signature(&all);
+            // The whole flags: a plan cached for valid flags must not serve invalid ones.
+            all.push(u64::from(flags.bits()));
+            let synchronised = || self.synchronised(build(me, whole), flags);
+            let launch = Launch {
+                prepared: Prepared::Keyed {
+                    key: &all,
+                    build: &synchronised,
+                },
+                signature,
+                reducer,
+                views: None,
+            };
+            return self.launch(vec![launch], flags, algorithm, src, dst);
+        }
         // Whether to cut must not depend on the member: decided on the heaviest staging of
         // any member, which the bound spares computing in the common case.
         let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
-        let whole = Cut::whole(shape.largest);
-        let pieces = if stage_bound(n, shape.largest) <= lane || heaviest(whole) <= lane {
-            let schedule = self.synchronised(build(me, whole), flags)?;
-            vec![(schedule, signature(&all), None)]
+        let launches = if stage_bound(n, shape.largest) <= lane || heaviest(whole) <= lane {
+            vec![Launch {
+                prepared: Prepared::Built(self.synchronised(build(me, whole), flags)?),
+                signature: signature(&all),
+                reducer: None,
+                views: None,
+            }]
         } else {
             let c = self.cut_size(&heaviest, shape.largest)?;
-            let mut pieces = Vec::new();
+            let mut launches = Vec::new();
             for cut in Cut::all(shape.largest, c) {
-                let views = Views {
-                    src: Blocks::new(&shape.src, cut),
-                    dst: Blocks::new(&shape.dst, cut),
-                };
                 let mut words = all.clone();
                 words.extend([cut.at, cut.len]);
-                let schedule = self.synchronised(build(me, cut), flags)?;
-                pieces.push((schedule, signature(&words), Some(views)));
+                launches.push(Launch {
+                    prepared: Prepared::Built(self.synchronised(build(me, cut), flags)?),
+                    signature: signature(&words),
+                    reducer: None,
+                    views: Some(Views {
+                        src: Blocks::new(&shape.src, cut),
+                        dst: Blocks::new(&shape.dst, cut),
+                    }),
+                });
             }
-            pieces
+            launches
         };
-        self.launch(pieces, flags, algorithm, src, dst)
+        self.launch(launches, flags, algorithm, src, dst)
     }
 
     /// The bytes per block of the pieces of an operation whose largest block is `largest`:
@@ -237,7 +263,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![bytes], vec![bytes]);
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes];
-        self.start(&words, flags, name, shape, build, src, dst)
+        self.start(&words, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
@@ -293,7 +319,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![bytes; n as usize], vec![bytes]);
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes];
-        self.start(&words, flags, name, shape, build, src, dst)
+        self.start(&words, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
@@ -340,7 +366,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(counts.to_vec(), vec![counts[me as usize]]);
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
-        self.start(&words, flags, name, shape, build, src, dst)
+        self.start(&words, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -383,7 +409,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes];
-        self.start(&words, flags, name, shape, build, src, dst)
+        self.start(&words, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
@@ -428,7 +454,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
-        self.start(&words, flags, name, shape, build, src, dst)
+        self.start(&words, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -481,7 +507,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.all_algo(bytes * u64::from(n))?;
         let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
-        self.start(&[6, bytes], flags, name, shape, build, src, dst)
+        self.start(&[6, bytes], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
@@ -520,7 +546,16 @@ impl<'c> Team<'c> {
         let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
-        self.start(&[7, signature(counts)], flags, name, shape, build, src, dst)
+        self.start(
+            &[7, signature(counts)],
+            flags,
+            name,
+            shape,
+            build,
+            None,
+            src,
+            dst,
+        )
     }
 
     /// Blocking [`gather_allv_nb`](Self::gather_allv_nb) (see [`broadcast`](Self::broadcast)
@@ -571,7 +606,7 @@ impl<'c> Team<'c> {
         };
         let shape = Shape::new(vec![bytes; n as usize], vec![bytes; n as usize]);
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
-        self.start(&[8, bytes], flags, name, shape, build, src, dst)
+        self.start(&[8, bytes], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
@@ -615,7 +650,7 @@ impl<'c> Team<'c> {
         // knows (see the module documentation).
         let shape = Shape::whole();
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts);
-        self.start(&[9], flags, "pairwise", shape, build, src, dst)
+        self.start(&[9], flags, "pairwise", shape, build, None, src, dst)
     }
 
     /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on

@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 use gaspi::{Context, GroupId, Rank, Timeout};
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Engine, Layout, Owner, Runner, Views};
+use crate::engine::{Engine, Launch, Layout, Owner, Runner};
 use crate::error::{Error, Result};
 use crate::ops::Choices;
 use crate::schedule::{sync::synchronise, Schedule};
@@ -384,11 +384,12 @@ impl<'c> Team<'c> {
             capacity.lanes.max(1),
             capacity.lane_bytes,
         );
+        let deadline = timeout.deadline();
         let seg = match coll.library().segment_create(
             parent.scope(),
             layout.bytes(),
             layout.ids(),
-            timeout,
+            deadline.left(),
         ) {
             Ok(seg) => seg,
             Err(e) => return Err((e.into(), parent)),
@@ -398,9 +399,17 @@ impl<'c> Team<'c> {
             .enumerate()
             .map(|(i, &r)| (r, i as u32))
             .collect();
+        let engine = Engine::new(ctx, seg, ranks, me, layout);
+        // Resolving the members' segments now spares the first collective the lookups; one
+        // that is not done in time goes on in the first call that may wait.
+        match engine.connect(deadline) {
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err((e, parent)),
+            Ok(()) => {}
+        }
         Ok(Team {
             coll,
-            engine: Engine::new(ctx, seg, ranks, me, layout),
+            engine,
             index,
             choices: Choices::from_env(),
             capacity,
@@ -438,18 +447,18 @@ impl<'c> Team<'c> {
         &self.choices
     }
 
-    /// Initiates a collective of `pieces` (schedules already synchronised for `flags`, with
-    /// their signatures and views) for the caller's buffers.
+    /// Initiates a collective of `launches` (one per piece, their schedules synchronised
+    /// for `flags`) for the caller's buffers.
     pub(crate) fn launch<'t, 'b>(
         &'t self,
-        pieces: Vec<(Schedule, u64, Option<Views>)>,
+        launches: Vec<Launch<'_>>,
         flags: Flags,
         algorithm: &'static str,
         src: Input<'b>,
         mut dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
         flags.check_buffers(self.context(), &src, &dst)?;
-        let seqs = self.engine.initiate(pieces, src, dst.reborrow())?;
+        let seqs = self.engine.initiate(launches, src, dst.reborrow())?;
         Ok(Handle {
             engine: &self.engine,
             seqs,

@@ -99,6 +99,7 @@ fn unsupported<T>(op: ReduceOp) -> Error {
 /// may differ between members). Slices may be any whole number of [`block`](Self::block)s long
 /// and start at a block boundary of the vector; with the default block of one element the
 /// operator must work element by element.
+#[derive(Clone)]
 pub struct UserOp<F> {
     function: F,
     commutative: bool,
@@ -136,6 +137,12 @@ impl<F> UserOp<F> {
     pub fn block(mut self, elements: usize) -> Self {
         self.block = elements;
         self
+    }
+
+    /// The elements of one block (see [`block`](Self::block)): libraries that reduce with the
+    /// operator split vectors at block boundaries only.
+    pub fn block_elements(&self) -> usize {
+        self.block
     }
 
     /// Folds `other` into `acc` (`acc = acc ⊕ other`, `acc` the left operand) with the user's

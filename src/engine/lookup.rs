@@ -269,9 +269,12 @@ impl Descriptors {
             .retain(|&(_, k), _| k != key);
     }
 
-    /// `rank` says it deleted `key`.
+    /// `rank` says it deleted `key`: the next access looks again. Not cached as absent: the
+    /// news travels apart from everything else, so it may arrive after the rank created
+    /// `key` anew (a library segment's local id is reused) and this rank forgot it for that
+    /// creation; the rank's own directory says what holds now.
     pub(crate) fn forget_deleted(&self, rank: Rank, key: DescKey) {
-        self.cache(rank, key, Known::Absent);
+        self.forget(rank, key);
     }
 
     /// Forgets the answer about `key` of `rank`.

@@ -42,15 +42,16 @@
 mod cases;
 #[path = "../support/data.rs"]
 mod data;
+#[path = "../support/handles.rs"]
+mod handles;
 
 use std::process::ExitCode;
 
 use gaspi::{Config, Context, Intranode, SegmentId, Timeout, GROUP_ALL};
-use gaspi_coll::{
-    wait_sync_some, Capacity, Collectives, Flags, Handle, Input, Output, SegmentRange, Team,
-};
+use gaspi_coll::{Capacity, Collectives, Flags, Handle, Input, Output, SegmentRange, Team};
 
-use data::{mix64, Digest};
+use data::Digest;
+use handles::sync_shuffled;
 
 /// The timeout of every call that is not meant to time out.
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
@@ -232,23 +233,8 @@ fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
     for (dst, src) in dsts.iter_mut().zip(&srcs) {
         handles.push(team.gather_all_nb(dst, src, Flags::MY)?);
     }
-    // Sync in an order of this rank's own: the set shuffled, then whichever completes.
-    let mut seed = mix64(u64::from(ctx.rank()) + 7);
-    for i in (1..handles.len()).rev() {
-        seed = mix64(seed);
-        handles.swap(i, (seed % (i as u64 + 1)) as usize);
-    }
-    let mut synced = 0;
-    while !handles.is_empty() {
-        let mut done = wait_sync_some(&mut handles, TIMEOUT)?;
-        done.sort_by_key(|&(i, _)| std::cmp::Reverse(i));
-        for (i, outcome) in done {
-            outcome?;
-            handles.swap_remove(i);
-            synced += 1;
-        }
-    }
-    drop(handles);
+    // Sync in an order of this rank's own.
+    let synced = sync_shuffled(handles, u64::from(ctx.rank()) + 7, TIMEOUT)?;
     let mut digest = Digest::default();
     for dst in &dsts {
         digest.add(dst);

@@ -17,6 +17,17 @@
 //! than one run ahead on a lane, because every put waits for its receiver's credit and every
 //! barrier for everyone.
 //!
+//! # Skipped credits
+//! A run of a schedule that lists its credits (see the [schedule](crate::schedule)) and
+//! needs at most half a lane is *compact*: it stages in the half of its lane given by the
+//! parity of `seq / lanes`, as its notifications. A compact run skips its credits when the
+//! run before it on its lane was compact and gathering (or there was none). That is safe:
+//! a member that runs `seq` has completed `seq − lanes`, which, gathering, every member had
+//! started, so every member has given up `seq − 2·lanes`, the last run that used this half
+//! of the lane, and no member uses it but for `seq`. Every member decides alike, since runs
+//! are initiated in the same order everywhere. A small allreduce so costs one message per
+//! step instead of a credit and a message.
+//!
 //! # Values
 //! Every notification of a run carries the run's value: its sequence number mixed with the
 //! call's operation and arguments. A receiver that sees another value than its own was sent
@@ -38,14 +49,39 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use gaspi::{
     Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
 };
+use rustc_hash::FxHashMap;
 
 pub(crate) use piece::{Blocks, Cut};
 pub(crate) use run::{Owner, Views};
-use run::{Run, Transfer, Transport};
+use run::{Plan, Run, Transfer, Transport};
 
 use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
-use crate::schedule::{signal_bound, Schedule};
+use crate::schedule::{signal_bound, Reducer, Schedule};
+
+/// Keyed plans an engine keeps at most: a program reduces vectors of a few lengths.
+const PLANS: usize = 64;
+
+/// What a call initiates: a schedule, or the key of one the engine may have planned before
+/// (a key always builds the same schedule, the flags' barriers included) and how to build
+/// it, so that a repeated call skips building and planning.
+pub(crate) enum Prepared<'a> {
+    Built(Schedule),
+    Keyed {
+        key: &'a [u64],
+        build: &'a dyn Fn() -> Result<Schedule>,
+    },
+}
+
+/// One run a call initiates: what it runs, the signature its notifications carry (mixed
+/// with its sequence number), the operator of its folds, and for a piece of a longer
+/// collective its views of the caller's buffers.
+pub(crate) struct Launch<'a> {
+    pub(crate) prepared: Prepared<'a>,
+    pub(crate) signature: u64,
+    pub(crate) reducer: Option<Box<dyn Reducer>>,
+    pub(crate) views: Option<Views>,
+}
 
 /// Why a run failed, kept so that its handle reports it whenever it is synced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,9 +139,14 @@ impl Layout {
         (seq % u64::from(self.lanes)) as u32
     }
 
+    /// Which of its lane's two blocks of notifications (and halves of the stage, for a
+    /// compact run) run `seq` uses.
+    fn parity(&self, seq: u64) -> u32 {
+        ((seq / u64::from(self.lanes)) % 2) as u32
+    }
+
     fn id(&self, seq: u64, signal: u32) -> NotificationId {
-        let parity = ((seq / u64::from(self.lanes)) % 2) as u32;
-        (self.lane(seq) * 2 + parity) * self.bound + signal
+        (self.lane(seq) * 2 + self.parity(seq)) * self.bound + signal
     }
 
     fn offset(&self, seq: u64) -> u64 {
@@ -134,6 +175,11 @@ struct State<'c> {
     runs: BTreeMap<u64, Run<'c>>,
     /// The run holding each lane.
     lanes: Vec<Option<u64>>,
+    /// Per lane, whether the last run initiated on it was compact and gathering (see
+    /// "Skipped credits" in the [module documentation](self)).
+    clears: Vec<bool>,
+    /// Plans of keyed schedules, per key and parity.
+    plans: FxHashMap<Vec<u64>, [Option<Arc<Plan>>; 2]>,
     /// A member known dead: every run not complete fails naming it.
     dead: Option<Failure>,
     watcher: bool,
@@ -226,6 +272,8 @@ impl<'c> Engine<'c> {
                 next: 0,
                 runs: BTreeMap::new(),
                 lanes: vec![None; layout.lanes as usize],
+                clears: vec![true; layout.lanes as usize],
+                plans: FxHashMap::default(),
                 dead: None,
                 watcher: false,
                 sleepers: 0,
@@ -252,7 +300,7 @@ impl<'c> Engine<'c> {
     /// creation only makes sure every member created its segment; resolving them may wait,
     /// so it is left to the calls that may: a call that times out here leaves the team
     /// whole (the runtime continues the lookups), and the next call goes on.
-    fn connect(&self, deadline: Deadline) -> Result<()> {
+    pub(crate) fn connect(&self, deadline: Deadline) -> Result<()> {
         if self.targets.get().is_some() {
             return Ok(());
         }
@@ -276,44 +324,39 @@ impl<'c> Engine<'c> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Initiates a collective of one run per piece of `pieces` (each a schedule, whose
-    /// notifications carry its signature mixed with its sequence number, and for a piece of
-    /// a longer collective its views) with the caller's buffers, and takes their first
-    /// steps; returns their sequence numbers.
+    /// Initiates a collective of one run per launch of `launches` (a piece each, for a
+    /// collective cut into pieces) with the caller's buffers, and takes their first steps;
+    /// returns their sequence numbers.
     pub(crate) fn initiate(
         &self,
-        pieces: Vec<(Schedule, u64, Option<Views>)>,
+        launches: Vec<Launch<'_>>,
         src: Input<'_>,
         dst: Output<'_>,
     ) -> Result<Range<u64>> {
-        if let Some(stage) = pieces
-            .iter()
-            .map(|p| p.0.stage)
-            .find(|&s| s > self.layout.lane_bytes)
-        {
-            return Err(Error::TooLarge {
-                rank: self.ctx.rank(),
-                len: stage,
-                max: self.layout.lane_bytes,
-            });
-        }
         match self.connect(Timeout::Test.deadline()) {
             Err(e) if e.is_timeout() => {}
             other => other?,
         }
         let mut state = self.state();
         let first = state.next;
-        for (schedule, signature, views) in pieces {
-            let seq = state.next;
-            state.next += 1;
-            let run = Run::new(
-                seq,
-                schedule,
-                value(seq, signature),
-                self.ctx.batch(),
-                views,
-            );
+        // Every piece is planned before any runs, so that one too large leaves nothing.
+        let mut planned = Vec::with_capacity(launches.len());
+        for (seq, launch) in (first..).zip(launches) {
+            let plan = self.plan(&mut state, launch.prepared, self.layout.parity(seq))?;
+            planned.push((seq, plan, launch.signature, launch.reducer, launch.views));
+        }
+        for (seq, plan, signature, reducer, views) in planned {
+            let lane = self.layout.lane(seq) as usize;
+            let skip = plan.compact && state.clears[lane];
+            state.clears[lane] = plan.compact && plan.schedule.gathering;
+            let value = value(seq, signature);
+            let mut run = Run::new(seq, Arc::clone(&plan), value, self.ctx.batch(), views);
+            run.reducer = reducer;
+            if skip {
+                run.skip(&plan.schedule.credits);
+            }
             state.runs.insert(seq, run);
+            state.next = seq + 1;
         }
         let seqs = first..state.next;
         let mut owner = Owner {
@@ -324,6 +367,46 @@ impl<'c> Engine<'c> {
         self.pass(&mut state, std::slice::from_mut(&mut owner));
         self.tell(state)?;
         Ok(seqs)
+    }
+
+    /// The plan of `prepared` for a run of `parity`, from the cache if it holds it.
+    fn plan(
+        &self,
+        state: &mut State<'c>,
+        prepared: Prepared<'_>,
+        parity: u32,
+    ) -> Result<Arc<Plan>> {
+        let (key, build) = match prepared {
+            Prepared::Built(schedule) => return self.prepare(schedule, parity),
+            Prepared::Keyed { key, build } => (key, build),
+        };
+        if let Some(Some(hit)) = state.plans.get(key).map(|p| &p[parity as usize]) {
+            return Ok(hit.clone());
+        }
+        let entry = self.prepare(build()?, parity)?;
+        if state.plans.len() >= PLANS {
+            state.plans.clear();
+        }
+        state.plans.entry(key.to_vec()).or_default()[parity as usize] = Some(entry.clone());
+        Ok(entry)
+    }
+
+    /// `schedule` checked against a lane, placed in its half of the lane if it is compact,
+    /// and planned.
+    fn prepare(&self, mut schedule: Schedule, parity: u32) -> Result<Arc<Plan>> {
+        if schedule.stage > self.layout.lane_bytes {
+            return Err(Error::TooLarge {
+                rank: self.ctx.rank(),
+                len: schedule.stage,
+                max: self.layout.lane_bytes,
+            });
+        }
+        let half = self.layout.lane_bytes / 2;
+        let compact = !schedule.credits.is_empty() && schedule.stage <= half;
+        if compact && parity == 1 {
+            schedule.shift_stage(half);
+        }
+        Ok(Arc::new(Plan::new(schedule, compact)))
     }
 
     /// Syncs the runs of `owners` (each with its caller's buffers): returns, per owner,
@@ -422,8 +505,10 @@ impl<'c> Engine<'c> {
     /// Advances every run as far as it goes, marking the state changed if anything did.
     fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) {
         let mut changed = false;
-        let seqs: Vec<u64> = state.runs.keys().copied().collect();
-        for seq in seqs {
+        // Walks the runs by key, as the loop removes some of them.
+        let mut next = state.runs.keys().next().copied();
+        while let Some(seq) = next {
+            next = state.runs.range(seq + 1..).next().map(|(&s, _)| s);
             let lane = self.layout.lane(seq) as usize;
             let Some(run) = state.runs.get_mut(&seq) else {
                 continue;

@@ -8,6 +8,9 @@
 //! syncs. Deferring is safe because of a rule every algorithm keeps (the simulator checks
 //! it): a stage range copied into the destination is never written again in the same
 //! schedule.
+//!
+//! Folds take the run's own [`Reducer`], owned by the run, so that any thread may take them,
+//! and an orphaned run still folds for the other members.
 
 use std::sync::Arc;
 
@@ -16,7 +19,7 @@ use gaspi::{Batch, Context, Notification, NotificationId, Rank};
 use super::piece::Blocks;
 use super::Failure;
 use crate::buffer::{Input, Output};
-use crate::schedule::{Buf, Schedule, Span, StepId, Task};
+use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
 
 /// The caller's buffers of one collective (its runs `seqs`, one per piece), lent by its
 /// handle for one call.
@@ -69,17 +72,74 @@ pub(crate) trait Transport {
     fn context(&self) -> &Context;
 }
 
+/// A schedule ready to run, shared by the runs of the same call (see the engine's cache):
+/// its steps' dependencies counted and inverted once.
+pub(crate) struct Plan {
+    pub(crate) schedule: Schedule,
+    /// Whether the run is compact (see the engine's "Skipped credits").
+    pub(crate) compact: bool,
+    /// Dependencies per step.
+    waiting: Vec<u32>,
+    /// The steps that depend on each step: step `i`'s are
+    /// `dependents[first_dependent[i]..first_dependent[i + 1]]` (one allocation for all).
+    dependents: Vec<StepId>,
+    first_dependent: Vec<u32>,
+    sources: Vec<StepId>,
+}
+
+impl Plan {
+    pub(crate) fn new(schedule: Schedule, compact: bool) -> Plan {
+        let waiting = schedule
+            .steps
+            .iter()
+            .map(|s| s.after.len() as u32)
+            .collect();
+        let mut first_dependent = vec![0u32; schedule.steps.len() + 1];
+        for step in &schedule.steps {
+            for &before in &step.after {
+                first_dependent[before as usize + 1] += 1;
+            }
+        }
+        for i in 0..schedule.steps.len() {
+            first_dependent[i + 1] += first_dependent[i];
+        }
+        let mut dependents = vec![0; first_dependent[schedule.steps.len()] as usize];
+        let mut filled = first_dependent.clone();
+        for (id, step) in schedule.steps.iter().enumerate() {
+            for &before in &step.after {
+                dependents[filled[before as usize] as usize] = id as StepId;
+                filled[before as usize] += 1;
+            }
+        }
+        let sources = schedule.sources();
+        Plan {
+            schedule,
+            compact,
+            waiting,
+            dependents,
+            first_dependent,
+            sources,
+        }
+    }
+
+    fn dependents(&self, id: StepId) -> &[StepId] {
+        let (from, to) = (
+            self.first_dependent[id as usize] as usize,
+            self.first_dependent[id as usize + 1] as usize,
+        );
+        &self.dependents[from..to]
+    }
+}
+
 /// Where a run stands.
 pub(crate) struct Run<'c> {
     pub(crate) seq: u64,
-    schedule: Schedule,
+    plan: Arc<Plan>,
     /// The value of every notification of this run: its tag mixed with the call's arguments,
     /// so that members that called with other arguments are told.
     pub(crate) value: u32,
     /// Unfinished dependencies per step.
     waiting: Vec<u32>,
-    /// The steps that depend on each step.
-    dependents: Vec<Vec<StepId>>,
     ready: Vec<StepId>,
     /// Steps not done.
     left: usize,
@@ -97,6 +157,8 @@ pub(crate) struct Run<'c> {
     views: Option<Views>,
     /// The deferred copies were carried out.
     delivered: bool,
+    /// The operator of the schedule's folds.
+    pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) failed: Option<Failure>,
     /// Every step is done and every put completed locally.
     pub(crate) complete: bool,
@@ -105,32 +167,18 @@ pub(crate) struct Run<'c> {
 impl<'c> Run<'c> {
     pub(crate) fn new(
         seq: u64,
-        schedule: Schedule,
+        plan: Arc<Plan>,
         value: u32,
         batch: Batch<'c>,
         views: Option<Views>,
     ) -> Run<'c> {
-        let waiting = schedule
-            .steps
-            .iter()
-            .map(|s| s.after.len() as u32)
-            .collect();
-        let mut dependents = vec![Vec::new(); schedule.steps.len()];
-        for (id, step) in schedule.steps.iter().enumerate() {
-            for &before in &step.after {
-                dependents[before as usize].push(id as StepId);
-            }
-        }
-        let ready = schedule.sources();
-        let left = schedule.steps.len();
         Run {
             seq,
-            schedule,
+            waiting: plan.waiting.clone(),
+            ready: plan.sources.clone(),
+            left: plan.schedule.steps.len(),
+            plan,
             value,
-            waiting,
-            dependents,
-            ready,
-            left,
             started: false,
             batch,
             deferred: Vec::new(),
@@ -138,8 +186,20 @@ impl<'c> Run<'c> {
             orphan: None,
             views,
             delivered: false,
+            reducer: None,
             failed: None,
             complete: false,
+        }
+    }
+
+    /// Counts the credit steps `credits` (in schedule order, each depending on earlier
+    /// ones only) done at the start, as their receivers' do alike.
+    pub(crate) fn skip(&mut self, credits: &[StepId]) {
+        for &id in credits {
+            if let Some(at) = self.ready.iter().position(|&r| r == id) {
+                self.ready.swap_remove(at);
+                self.finish(id);
+            }
         }
     }
 
@@ -188,7 +248,7 @@ impl<'c> Run<'c> {
     ) -> Result<bool, Failure> {
         let seq = self.seq;
         let value = self.value;
-        match self.schedule.steps[id as usize].task {
+        match self.plan.schedule.steps[id as usize].task {
             Task::Put {
                 to,
                 from,
@@ -275,13 +335,26 @@ impl<'c> Run<'c> {
                     }
                 }
             }
+            Task::Fold { left, right, into } => {
+                let reducer = self.reducer.as_deref().ok_or_else(|| {
+                    Failure::Runtime("a fold in a run without an operator".into())
+                })?;
+                let mut acc = Aligned::zeroed(into.len as usize);
+                net.read(seq, left.at, acc.bytes_mut())?;
+                let mut other = Aligned::zeroed(into.len as usize);
+                net.read(seq, right.at, other.bytes_mut())?;
+                reducer
+                    .fold(acc.bytes_mut(), other.bytes())
+                    .map_err(Failure::Runtime)?;
+                net.write(seq, into.at, acc.bytes())?;
+            }
         }
         Ok(true)
     }
 
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
-        for &later in &self.dependents[id as usize] {
+        for &later in self.plan.dependents(id) {
             let w = &mut self.waiting[later as usize];
             *w -= 1;
             if *w == 0 {
@@ -296,7 +369,7 @@ impl<'c> Run<'c> {
             return;
         }
         for &id in &self.ready {
-            if let Task::Wait { from, signal } = self.schedule.steps[id as usize].task {
+            if let Task::Wait { from, signal } = self.plan.schedule.steps[id as usize].task {
                 out.push((net.id(self.seq, signal), net.rank(from)));
             }
         }

@@ -1,6 +1,6 @@
 //! Collectives as data: a [`Schedule`] is what one member does in one collective — a
-//! dependency graph of puts, signals, waits and local copies over member indices and byte
-//! ranges — computed by an algorithm from the team size, the member's index and the call's
+//! dependency graph of puts, signals, waits, local copies and folds over member indices and
+//! byte ranges — computed by an algorithm from the team size, the member's index and the call's
 //! arguments, free of any transport call. The engine runs schedules on the runtime; the
 //! simulator (`sim`, in tests) runs every member's schedule of a call together and compares
 //! what each member ends with against a serial reference.
@@ -30,6 +30,24 @@
 //! schedule; the simulator defers those copies the same way, so a schedule that breaks the
 //! rule ends with the wrong bytes.
 //!
+//! # Folds
+//! A [`Task::Fold`] combines two stage ranges with the run's operator (a [`Reducer`], given
+//! to the engine with the schedule) into a third, `into = left ⊕ right`; `into` may be one of
+//! the two. The operand order is the schedule's: an algorithm that keeps a fixed order of
+//! folds gives the same bits on every member, and non-commutative operators see their
+//! operands in the order the algorithm documents. A fold writes its stage range like a copy
+//! does, under the same rules.
+//!
+//! # Credits the engine may skip
+//! A credit tells a sender that its receiver's stage is free for this run. A schedule may
+//! list its credit steps in [`Schedule::credits`] when every put lands in a range that its
+//! receiver never writes before the put's signal arrived (only the source copy, into
+//! ranges no put lands in, may come earlier): then the data may come before its receiver
+//! started the run. The engine skips them (takes them as done at the start, on every member
+//! alike) where the order of runs proves the receivers' stage free (see the engine's
+//! documentation); `gathering` says whether this schedule can serve as that proof for the
+//! next run on its lane.
+//!
 //! # Order
 //! Steps depend only on earlier steps (by index), so the list is a topological order, and a
 //! step may start once every step it names in [`Step::after`] is done. A put is done for its
@@ -41,6 +59,7 @@
 pub(crate) mod all;
 pub(crate) mod broadcast;
 pub(crate) mod gather;
+pub(crate) mod reduce;
 pub(crate) mod scatter;
 pub(crate) mod sync;
 pub(crate) mod tree;
@@ -119,6 +138,43 @@ pub(crate) enum Task {
     Wait { from: u32, signal: Signal },
     /// Copies `from` into `into` (the same length) within this member.
     Copy { from: Span, into: Span },
+    /// Folds the stage ranges `left` and `right` (the same length, whole blocks of the
+    /// operator) into the stage range `into`: `into = left ⊕ right`.
+    Fold { left: Span, right: Span, into: Span },
+}
+
+/// A run's operator, as the engine and the simulator fold with it.
+pub(crate) trait Reducer: Send {
+    /// Bytes of one block: folds take whole blocks, and a schedule never splits one.
+    fn block(&self) -> u64;
+    /// `acc = acc ⊕ other` (`acc` the left operand), both whole blocks of the same length;
+    /// `acc` and `other` start at 8-byte-aligned addresses, so they can be viewed as any
+    /// element type without copying.
+    fn fold(&self, acc: &mut [u8], other: &[u8]) -> Result<(), String>;
+}
+
+/// A byte buffer at an 8-byte-aligned address, as [`Reducer::fold`] takes its operands.
+pub(crate) struct Aligned {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Aligned {
+    /// `len` zero bytes.
+    pub(crate) fn zeroed(len: usize) -> Aligned {
+        Aligned {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
 }
 
 /// The index of a step in its schedule.
@@ -137,6 +193,13 @@ pub(crate) struct Schedule {
     pub(crate) steps: Vec<Step>,
     /// Bytes of stage the schedule uses on this member.
     pub(crate) stage: u64,
+    /// The credit steps (the signals that give credits and the waits for them, a wait after
+    /// its member's own signals) that the engine may skip: see "Credits the engine may skip"
+    /// in the [module documentation](self).
+    pub(crate) credits: Vec<StepId>,
+    /// Whether a member completes the schedule only once every member started it (every
+    /// member's data reaches every other).
+    pub(crate) gathering: bool,
 }
 
 /// Signal numbers an algorithm may use in a team of `n` members: `0..algorithm_signals(n)`
@@ -219,6 +282,55 @@ impl Schedule {
         Some(self.push(Task::Copy { from, into }, after))
     }
 
+    /// Folds the stage ranges at `left` and `right` into the one at `into`, `len` bytes
+    /// each (`into = left ⊕ right`), after `after`.
+    pub(crate) fn fold(
+        &mut self,
+        left: u64,
+        right: u64,
+        into: u64,
+        len: u64,
+        after: &[StepId],
+    ) -> StepId {
+        let span = |at| Span::stage(at, len);
+        self.push(
+            Task::Fold {
+                left: span(left),
+                right: span(right),
+                into: span(into),
+            },
+            after,
+        )
+    }
+
+    /// Moves every stage range of the schedule `by` bytes up.
+    pub(crate) fn shift_stage(&mut self, by: u64) {
+        let shift = |span: &mut Span| {
+            if span.buf == Buf::Stage {
+                span.at += by;
+            }
+        };
+        for step in &mut self.steps {
+            match &mut step.task {
+                Task::Put { from, into, .. } => {
+                    *from += by;
+                    *into += by;
+                }
+                Task::Copy { from, into } => {
+                    shift(from);
+                    shift(into);
+                }
+                Task::Fold { left, right, into } => {
+                    shift(left);
+                    shift(right);
+                    shift(into);
+                }
+                Task::Signal { .. } | Task::Wait { .. } => {}
+            }
+        }
+        self.stage += by;
+    }
+
     /// The steps no other step waits for: where the schedule ends.
     pub(crate) fn sinks(&self) -> Vec<StepId> {
         let mut waited = vec![false; self.steps.len()];
@@ -246,6 +358,7 @@ impl Task {
         match *self {
             Task::Put { from, len, .. } => vec![Span::stage(from, len)],
             Task::Copy { from, into } => vec![from, into],
+            Task::Fold { left, right, into } => vec![left, right, into],
             Task::Signal { .. } | Task::Wait { .. } => Vec::new(),
         }
     }

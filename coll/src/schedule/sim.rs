@@ -9,14 +9,18 @@
 //! * the schedules never deadlock, whatever order ready steps run in;
 //! * copies into the destination are carried out at the very end, as the engine defers
 //!   them: a schedule that writes over a stage range after copying it out ends with the
-//!   wrong bytes.
+//!   wrong bytes;
+//! * folds run with the call's [`Reducer`], through aligned buffers as in the engine, and
+//!   write their stage range under the same rules as copies;
+//! * the credits a schedule lists may be skipped, as the engine does when it can: a schedule
+//!   whose receivers write a range before its data arrived then ends with the wrong bytes.
 //!
 //! Algorithm tests compare what each member ends with in its destination against a serial
 //! reference, for every team size 1..=33 and several orders.
 
 use std::collections::HashMap;
 
-use super::{signal_bound, Buf, Schedule, Signal, Span, Task};
+use super::{signal_bound, Aligned, Buf, Reducer, Schedule, Signal, Span, Task};
 
 /// One member's memory during a simulation.
 struct Member {
@@ -95,6 +99,19 @@ pub(crate) fn run(
     dst_lens: &[u64],
     seed: u64,
 ) -> Vec<Vec<u8>> {
+    run_folding(schedules, None, false, srcs, dst_lens, seed)
+}
+
+/// [`run`] with `reducer` as the operator of the schedules' folds (a fold without one
+/// panics), skipping the credits the schedules list when `skip_credits`.
+pub(crate) fn run_folding(
+    schedules: &[Schedule],
+    reducer: Option<&dyn Reducer>,
+    skip_credits: bool,
+    srcs: Vec<Vec<u8>>,
+    dst_lens: &[u64],
+    seed: u64,
+) -> Vec<Vec<u8>> {
     let n = schedules.len() as u32;
     let bound = signal_bound(n);
     let mut members: Vec<Member> = srcs
@@ -141,7 +158,9 @@ pub(crate) fn run(
         let runnable: Vec<usize> = (0..ready.len())
             .filter(|&i| {
                 let (m, id) = ready[i];
-                match schedules[m as usize].steps[id as usize].task {
+                let schedule = &schedules[m as usize];
+                match schedule.steps[id as usize].task {
+                    _ if skip_credits && schedule.credits.contains(&id) => true,
                     Task::Wait { signal, .. } => members[m as usize].raised.contains_key(&signal),
                     _ => true,
                 }
@@ -158,7 +177,9 @@ pub(crate) fn run(
         );
         let (m, id) = ready.swap_remove(runnable[draw.below(runnable.len())]);
         let who = format!("n={n} member {m} step {id}");
+        let skipped = skip_credits && schedules[m as usize].credits.contains(&id);
         match schedules[m as usize].steps[id as usize].task {
+            Task::Signal { .. } | Task::Wait { .. } if skipped => {}
             Task::Put {
                 to,
                 from,
@@ -199,6 +220,29 @@ pub(crate) fn run(
                 assert_eq!(from.len, into.len, "{who}: copies between other lengths");
                 let data = members[m as usize].read(from, &who);
                 members[m as usize].write(into, &data, &who);
+            }
+            Task::Fold { left, right, into } => {
+                let reducer = reducer.unwrap_or_else(|| panic!("{who}: folds without an operator"));
+                assert!(
+                    [left, right, into]
+                        .iter()
+                        .all(|s| s.buf == Buf::Stage && s.len == into.len),
+                    "{who}: folds other than stage ranges of one length"
+                );
+                assert_eq!(
+                    into.len % reducer.block(),
+                    0,
+                    "{who}: folds a part of a block"
+                );
+                let member = &mut members[m as usize];
+                let mut acc = Aligned::zeroed(into.len as usize);
+                acc.bytes_mut().copy_from_slice(&member.read(left, &who));
+                let mut other = Aligned::zeroed(into.len as usize);
+                other.bytes_mut().copy_from_slice(&member.read(right, &who));
+                reducer
+                    .fold(acc.bytes_mut(), other.bytes())
+                    .unwrap_or_else(|e| panic!("{who}: the fold failed: {e}"));
+                member.write(into, acc.bytes(), &who);
             }
         }
         done += 1;
@@ -252,11 +296,32 @@ pub(crate) fn check(
     src: impl Fn(u32) -> Vec<u8>,
     want: impl Fn(u32) -> Vec<u8>,
 ) {
+    check_folding(what, n, schedule, None, false, src, want);
+}
+
+/// [`check`] with `reducer` as the operator of the schedules' folds, skipping the credits
+/// the schedules list when `skip_credits`.
+pub(crate) fn check_folding(
+    what: &str,
+    n: u32,
+    schedule: impl Fn(u32) -> Schedule,
+    reducer: Option<&dyn Reducer>,
+    skip_credits: bool,
+    src: impl Fn(u32) -> Vec<u8>,
+    want: impl Fn(u32) -> Vec<u8>,
+) {
     let schedules: Vec<Schedule> = (0..n).map(&schedule).collect();
     let wants: Vec<Vec<u8>> = (0..n).map(&want).collect();
     let lens: Vec<u64> = wants.iter().map(|w| w.len() as u64).collect();
     for seed in 1..=3 {
-        let got = run(&schedules, (0..n).map(&src).collect(), &lens, seed);
+        let got = run_folding(
+            &schedules,
+            reducer,
+            skip_credits,
+            (0..n).map(&src).collect(),
+            &lens,
+            seed,
+        );
         for (m, (got, want)) in got.iter().zip(&wants).enumerate() {
             assert!(
                 got == want,

@@ -42,6 +42,8 @@ pub(crate) fn synchronise(
         out.push(step.task, &deps);
     }
     out.stage = out.stage.max(schedule.stage);
+    out.credits = schedule.credits.iter().map(|&s| s + shift).collect();
+    out.gathering = schedule.gathering;
     if after {
         let ends = if out.steps.len() as StepId > shift {
             out.sinks()

@@ -1,0 +1,218 @@
+//! Checks of the team allreduce as real jobs:
+//! `gaspirun -n 4 --provider shm allreduce_check values`. Every rank prints one line per
+//! scenario, `data <scenario> rank R: key=value; ...`, which `coll/tests/allreduce.rs`
+//! recomputes from `cases.rs` (a serial reference) and judges.
+//!
+//! Scenarios (the first argument):
+//! * `values`: every reduction of `cases::KINDS` × every length of `cases::LENGTHS`, syncing
+//!   in turn blocking, by `try_sync` polls, and by `wait_sync` with a zero timeout repeated
+//!   after each `Timeout` (resumption); every other case with `Flags::ALL` (barriers around
+//!   it). Line `data values rank R: <kind>=<digest>` per kind, the digest over the
+//!   destinations of its lengths in order; then `large=<outcome>` for a sum of
+//!   `cases::LARGE` elements.
+//! * `many`: `cases::MANY` non-blocking collectives initiated at once on one team (more than
+//!   its lanes), allreduces of every length class interleaved with gather_alls (so runs
+//!   that may skip their credits follow runs that may not, and the other way round), then
+//!   synced with `wait_sync_some` in an order drawn per rank: `data many rank R: synced;
+//!   digest` (the digest in initiation order).
+//! * `mismatch`: rank 0 reduces 8 elements where the others reduce 9 (`len`), then rank 0
+//!   sums where the others take the maximum (`op`), each on a team of its own and within
+//!   3 s: `data mismatch rank R: len=<kind>; op=<kind>`, the kind `Mismatch`, `Timeout`,
+//!   `Other` or `Ok`.
+
+#![forbid(unsafe_code)]
+
+#[allow(dead_code)] // The reference serves the test that judges the output.
+mod cases;
+#[allow(dead_code)] // The example uses part of the shared data.
+#[path = "../support/data.rs"]
+mod data;
+#[path = "../support/handles.rs"]
+mod handles;
+#[allow(dead_code)] // Each example uses its part of the support.
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::process::ExitCode;
+
+use gaspi::{Context, ReduceOp, Timeout, UserOp, GROUP_ALL};
+use gaspi_coll::{Collectives, Flags, Handle, Team};
+
+use data::Digest;
+use handles::sync_shuffled;
+use support::{Outcome, TIMEOUT};
+
+fn main() -> ExitCode {
+    support::main_of("allreduce_check", |args| {
+        match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["values"] => values(),
+            ["many"] => many(),
+            ["mismatch"] => mismatch(),
+            _ => Err("usage: allreduce_check values|many|mismatch".into()),
+        }
+    })
+}
+
+/// Syncs `handle` the way case `case` says.
+fn sync(mut handle: Handle<'_, '_>, case: usize) -> gaspi_coll::Result<()> {
+    match case % 3 {
+        0 => handle.wait_sync(TIMEOUT),
+        1 => {
+            while !handle.try_sync()? {
+                std::thread::yield_now();
+            }
+            Ok(())
+        }
+        _ => loop {
+            match handle.wait_sync(Timeout::Millis(0)) {
+                Err(e) if e.is_timeout() => continue,
+                other => break other,
+            }
+        },
+    }
+}
+
+/// This member's destination of reduction `kind` of `len` (case `case`).
+fn reduce(team: &Team<'_>, kind: &str, len: usize, case: usize) -> gaspi_coll::Result<Vec<u8>> {
+    let me = team.index();
+    let flags = if case.is_multiple_of(2) {
+        Flags::MY
+    } else {
+        Flags::ALL
+    };
+    let builtin = |op| match kind {
+        "sum_i64" | "sum_f64" => ReduceOp::Sum,
+        "min_i64" | "min_f64" => ReduceOp::Min,
+        _ => op,
+    };
+    if kind.ends_with("f64") {
+        let src = cases::floats(kind, len, me);
+        let mut dst = vec![f64::NAN; src.len()];
+        let op = builtin(ReduceOp::Max);
+        sync(team.allreduce_nb(&src, &mut dst, op, flags)?, case)?;
+        return Ok(cases::bytes_f(&dst));
+    }
+    let src = cases::ints(kind, len, me);
+    let mut dst = vec![i64::MIN; src.len()];
+    if kind == "affine_i64" {
+        let op = UserOp::new(cases::affine).block(2);
+        sync(team.allreduce_with_nb(&src, &mut dst, &op, flags)?, case)?;
+    } else {
+        let op = builtin(ReduceOp::Max);
+        sync(team.allreduce_nb(&src, &mut dst, op, flags)?, case)?;
+    }
+    Ok(cases::bytes_i(&dst))
+}
+
+fn values() -> Outcome<()> {
+    let ctx = Context::init()?;
+    {
+        let coll = Collectives::new(&ctx)?;
+        let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+        let mut line = Vec::new();
+        let mut case = 0;
+        for kind in cases::KINDS {
+            let mut digest = Digest::default();
+            for len in cases::LENGTHS {
+                case += 1;
+                let dst = reduce(&team, kind, len, case)
+                    .map_err(|e| format!("{kind} of {len} (case {case}): {e}"))?;
+                digest.add(&dst);
+            }
+            line.push(format!("{kind}={}", digest.hex()));
+        }
+        let src = vec![1i64; cases::LARGE];
+        let mut dst = vec![0i64; cases::LARGE];
+        let large = match team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, TIMEOUT) {
+            Ok(()) if dst.iter().all(|&x| x == i64::from(team.size())) => "Ok".to_string(),
+            Ok(()) => "Wrong".to_string(),
+            Err(gaspi_coll::Error::TooLarge { .. }) => "TooLarge".to_string(),
+            Err(e) => format!("{e:?}"),
+        };
+        line.push(format!("large={large}"));
+        println!("data values rank {}: {}", ctx.rank(), line.join("; "));
+    }
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+fn many() -> Outcome<()> {
+    let ctx = Context::init()?;
+    {
+        let coll = Collectives::new(&ctx)?;
+        let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+        let me = team.index();
+        let srcs: Vec<Vec<i64>> = (0..cases::MANY).map(|i| cases::many_src(i, me)).collect();
+        let mut dsts: Vec<Vec<i64>> = (0..cases::MANY)
+            .map(|i| vec![0; cases::many_want(i, team.size()).len() / 8])
+            .collect();
+        let mut handles: Vec<Handle<'_, '_>> = Vec::new();
+        for (i, (dst, src)) in dsts.iter_mut().zip(&srcs).enumerate() {
+            handles.push(match cases::many_len(i) {
+                None => team.gather_all_nb(
+                    bytemuck::cast_slice_mut(dst),
+                    bytemuck::cast_slice(src),
+                    Flags::MY,
+                )?,
+                Some(_) => team.allreduce_nb(src, dst, ReduceOp::Sum, Flags::MY)?,
+            });
+        }
+        // Sync in an order of this rank's own.
+        let synced = sync_shuffled(handles, u64::from(ctx.rank()) + 11, TIMEOUT)?;
+        let mut digest = Digest::default();
+        for dst in &dsts {
+            digest.add(&cases::bytes_i(dst));
+        }
+        println!(
+            "data many rank {}: synced={synced}; digest={}",
+            ctx.rank(),
+            digest.hex()
+        );
+    }
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+/// What a reduction that members disagree on gave this member.
+fn kind(outcome: gaspi_coll::Result<()>) -> &'static str {
+    match outcome {
+        Ok(()) => "Ok",
+        Err(gaspi_coll::Error::Mismatch { .. }) => "Mismatch",
+        Err(e) if e.is_timeout() => "Timeout",
+        Err(_) => "Other",
+    }
+}
+
+fn mismatch() -> Outcome<()> {
+    let ctx = Context::init()?;
+    let first = ctx.rank() == 0;
+    let within = Timeout::Millis(3_000);
+    {
+        let coll = Collectives::new(&ctx)?;
+        // A team per case, dropped only once every member is done with it: a member that
+        // failed early must not take its segment away from one still building the team.
+        let len = {
+            let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+            let src = vec![1i64; if first { 8 } else { 9 }];
+            let mut dst = vec![0i64; src.len()];
+            let len = kind(team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, within));
+            ctx.barrier(TIMEOUT)?;
+            len
+        };
+        let op = {
+            let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+            let src = [1.5f64; 8];
+            let mut dst = [0.0; 8];
+            let op = if first { ReduceOp::Sum } else { ReduceOp::Max };
+            let op = kind(team.allreduce(&src, &mut dst, op, Flags::MY, within));
+            ctx.barrier(TIMEOUT)?;
+            op
+        };
+        println!("data mismatch rank {}: len={len}; op={op}", ctx.rank());
+    }
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The allreduce of a [`Team`]: the runtime's algorithms and guarantees (see
+//! [`schedule::reduce`](crate::schedule::reduce)) as a schedule on the team's engine, with a
+//! built-in [`ReduceOp`] or a user [`UserOp`] as the run's [`Reducer`].
+//!
+//! # Algorithm
+//! Recursive doubling up to 2 KiB, Rabenseifner's reduce-scatter and allgather beyond (when
+//! there is a block per virtual member), as in the runtime; `GASPI_COLL_ALLREDUCE=doubling`
+//! or `=rabenseifner` (read once per process) forces one, and must then be the same on every
+//! member (a difference is reported as [`Error::Mismatch`]).
+
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+use gaspi::{Element, ReduceOp, Timeout, UserOp};
+
+use crate::buffer::{Input, Output};
+use crate::error::{Error, Result};
+use crate::ops::Shape;
+use crate::schedule::reduce::{algorithm, allreduce, AllreduceAlgo};
+use crate::schedule::Reducer;
+use crate::team::{Flags, Handle, Team};
+
+/// A built-in operator on `T`, checked to apply.
+struct Builtin<T> {
+    op: ReduceOp,
+    element: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> Reducer for Builtin<T> {
+    fn block(&self) -> u64 {
+        std::mem::size_of::<T>() as u64
+    }
+
+    fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
+        let acc = bytemuck::try_cast_slice_mut(acc).map_err(|e| e.to_string())?;
+        let other = bytemuck::try_cast_slice(other).map_err(|e| e.to_string())?;
+        self.op.apply::<T>(acc, other).map_err(|e| e.to_string())
+    }
+}
+
+/// A user operator on `T`, always applied in member order.
+struct User<T, F> {
+    op: UserOp<F>,
+    element: PhantomData<fn() -> T>,
+}
+
+impl<T: Element, F: Fn(&mut [T], &[T]) + Send> Reducer for User<T, F> {
+    fn block(&self) -> u64 {
+        (self.op.block_elements() * std::mem::size_of::<T>()) as u64
+    }
+
+    fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
+        let acc = bytemuck::try_cast_slice_mut(acc).map_err(|e| e.to_string())?;
+        let other = bytemuck::try_cast_slice(other).map_err(|e| e.to_string())?;
+        self.op.apply(acc, other).map_err(|e| e.to_string())
+    }
+}
+
+/// The algorithm forced by `GASPI_COLL_ALLREDUCE`, read once.
+fn forced() -> Result<Option<AllreduceAlgo>> {
+    static FORCED: OnceLock<Option<String>> = OnceLock::new();
+    let name = FORCED.get_or_init(|| std::env::var("GASPI_COLL_ALLREDUCE").ok());
+    match name.as_deref() {
+        None => Ok(None),
+        Some("doubling") => Ok(Some(AllreduceAlgo::Doubling)),
+        Some("rabenseifner") => Ok(Some(AllreduceAlgo::Rabenseifner)),
+        Some(name) => Err(Error::UnknownAlgorithm {
+            op: "allreduce",
+            name: name.to_string(),
+        }),
+    }
+}
+
+/// Identifies element type `T` in signatures, the same in every process of one build:
+/// its name's bytes, which tell the six element types apart.
+fn element_code<T: Element>() -> u64 {
+    std::any::type_name::<T>()
+        .bytes()
+        .fold(0, |code, b| code.rotate_left(8) ^ u64::from(b))
+}
+
+impl<'c> Team<'c> {
+    /// Non-blocking allreduce: the element-wise reduction with `op` of every member's `src`
+    /// into every member's `dst` (the same length everywhere).
+    ///
+    /// # Guarantees
+    /// * The fold order is fixed by member index (the runtime's tree, see
+    ///   [`gaspi::Context::allreduce`]): the result is bitwise identical on every member and in
+    ///   every run with the same inputs and team size, floating point included, whichever
+    ///   algorithm the length selects.
+    /// * After [`gaspi::Error::Timeout`] from [`Handle::wait_sync`], call it again to
+    ///   continue; `dst` is written only when the reduction completes here.
+    /// * The operator, the element type, the length, the sync mode and the algorithm travel
+    ///   in every notification: a member that called with others (or another collective) is
+    ///   named ([`Error::Mismatch`]) before any of its data is folded, since every put waits
+    ///   for its receiver's credit, which carries them.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooShort`] for `src` and `dst` of different lengths;
+    /// [`gaspi::Error::Unsupported`] for a bitwise or logical operator on floats;
+    /// [`Error::Flags`]; [`Error::TooLarge`] when the staging (about four times the vector
+    /// for long vectors, `log2 n + 2` times for short ones) exceeds a lane of the team's
+    /// [`Capacity`](crate::Capacity); [`Error::UnknownAlgorithm`] for a bad
+    /// `GASPI_COLL_ALLREDUCE`.
+    pub fn allreduce_nb<'t, 'b, T: Element>(
+        &'t self,
+        src: &'b [T],
+        dst: &'b mut [T],
+        op: ReduceOp,
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        op.apply::<T>(&mut [], &[])?;
+        let code = ReduceOp::ALL
+            .iter()
+            .position(|&o| o == op)
+            .map_or(u64::MAX, |i| i as u64);
+        let reducer = Box::new(Builtin::<T> {
+            op,
+            element: PhantomData,
+        });
+        self.reduce(src, dst, reducer, code, flags)
+    }
+
+    /// Blocking [`allreduce_nb`](Self::allreduce_nb), synced within `timeout`. A timeout
+    /// leaves this member's part to finish without it (the others are not held up, and
+    /// `dst` is not written); use the non-blocking form to continue after a timeout.
+    ///
+    /// # Errors
+    /// As for [`allreduce_nb`](Self::allreduce_nb) and [`Handle::wait_sync`].
+    pub fn allreduce<T: Element>(
+        &self,
+        src: &[T],
+        dst: &mut [T],
+        op: ReduceOp,
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.allreduce_nb(src, dst, op, flags)?.wait_sync(timeout)
+    }
+
+    /// [`allreduce_nb`](Self::allreduce_nb) with a user operator, called with its operands
+    /// in member order (also when declared commutative) on whole blocks; the vector must be
+    /// a whole number of its blocks. The run owns a clone of `op`, so that any thread of the
+    /// team may fold, also after the handle was dropped. Members cannot tell each other's
+    /// functions apart: the block size is checked, the function is trusted to be the same.
+    ///
+    /// # Errors
+    /// As for [`allreduce_nb`](Self::allreduce_nb); [`Error::PartialBlock`];
+    /// [`gaspi::Error::Unsupported`] for a block of zero elements.
+    pub fn allreduce_with_nb<'t, 'b, T, F>(
+        &'t self,
+        src: &'b [T],
+        dst: &'b mut [T],
+        op: &UserOp<F>,
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>>
+    where
+        T: Element,
+        F: Fn(&mut [T], &[T]) + Clone + Send + 'static,
+    {
+        op.apply(&mut [], &[])?;
+        let block = op.block_elements();
+        if !src.len().is_multiple_of(block) {
+            return Err(Error::PartialBlock {
+                elements: src.len() as u64,
+                block: block as u64,
+            });
+        }
+        let reducer = Box::new(User::<T, F> {
+            op: op.clone(),
+            element: PhantomData,
+        });
+        // Built-in operators' codes are small: a user block cannot be taken for one.
+        self.reduce(src, dst, reducer, 1 << 32 | block as u64, flags)
+    }
+
+    /// Blocking [`allreduce_with_nb`](Self::allreduce_with_nb) (see
+    /// [`allreduce`](Self::allreduce) on timeouts).
+    ///
+    /// # Errors
+    /// As for [`allreduce_with_nb`](Self::allreduce_with_nb) and [`Handle::wait_sync`].
+    pub fn allreduce_with<T, F>(
+        &self,
+        src: &[T],
+        dst: &mut [T],
+        op: &UserOp<F>,
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()>
+    where
+        T: Element,
+        F: Fn(&mut [T], &[T]) + Clone + Send + 'static,
+    {
+        self.allreduce_with_nb(src, dst, op, flags)?
+            .wait_sync(timeout)
+    }
+
+    fn reduce<'t, 'b, T: Element>(
+        &'t self,
+        src: &'b [T],
+        dst: &'b mut [T],
+        reducer: Box<dyn Reducer>,
+        op_code: u64,
+        flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (&[u8], &mut [u8]) =
+            (bytemuck::cast_slice(src), bytemuck::cast_slice_mut(dst));
+        if src.len() != dst.len() {
+            return Err(Error::BufferTooShort {
+                len: dst.len() as u64,
+                need: src.len() as u64,
+            });
+        }
+        let (n, me) = (self.size(), self.index());
+        let (len, block) = (src.len() as u64, reducer.block());
+        let blocks = len / block;
+        let algo = algorithm(n, blocks, block, forced()?);
+        let name = match algo {
+            AllreduceAlgo::Doubling => "doubling",
+            AllreduceAlgo::Rabenseifner => "rabenseifner",
+        };
+        let build = |_, _| allreduce(n, me, blocks, block, algo);
+        let words = [10, op_code, element_code::<T>(), len, block];
+        let (src, dst) = (Input::Memory(src), Output::Memory(dst));
+        let shape = Shape::whole();
+        self.start(&words, flags, name, shape, build, Some(reducer), src, dst)
+    }
+}

@@ -1,0 +1,117 @@
+//! The team allreduce as real jobs of separate processes under `gaspirun`, over `tcp` and
+//! `shm`: the `allreduce_check` example reduces every kind × length and reports a digest of
+//! what each rank ended with; these tests recompute from the same cases (the example's
+//! `cases.rs`, included here, a serial reference folding in member order) what every rank
+//! must have, and compare — so results are also bitwise the same on every rank.
+
+#![forbid(unsafe_code)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/support/data.rs"]
+mod data;
+
+#[allow(dead_code)]
+#[path = "../examples/allreduce_check/cases.rs"]
+mod cases;
+
+use common::{example, gaspirun, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use data::Digest;
+
+fn job(ranks: u32, provider: &str, scenario: &str) -> Finished {
+    assert!(PROVIDERS.contains(&provider));
+    let job = gaspirun(
+        ranks,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("allreduce_check"),
+        &[scenario],
+    );
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    job
+}
+
+/// `values`: every rank's result of every case equals the serial reference; a vector whose
+/// staging exceeds a lane is refused on every rank of a team of more than one.
+fn values(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, "values");
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data("values", rank);
+        for kind in cases::KINDS {
+            let mut digest = Digest::default();
+            for len in cases::LENGTHS {
+                digest.add(&cases::want(kind, len, ranks));
+            }
+            assert_eq!(
+                data.get(kind),
+                digest.hex(),
+                "rank {rank}: {kind}\n{report}"
+            );
+        }
+        let large = if ranks == 1 { "Ok" } else { "TooLarge" };
+        assert_eq!(data.get("large"), large, "rank {rank}\n{report}");
+    }
+}
+
+/// `many`: allreduces and gather_alls in flight at once beyond the team's lanes, synced in
+/// each rank's own order, every one with the reference's result.
+fn many(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, "many");
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in 0..cases::MANY {
+        digest.add(&cases::many_want(i, ranks));
+    }
+    for rank in 0..ranks {
+        let data = job.data("many", rank);
+        assert_eq!(
+            data.get("synced"),
+            cases::MANY.to_string(),
+            "rank {rank}\n{report}"
+        );
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
+/// `mismatch`: members that disagree on the length or the operator are told (`Mismatch`,
+/// found in the credit before any data moves), never all `Ok`, and nobody hangs.
+fn mismatch(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, "mismatch");
+    let report = job.report();
+    for key in ["len", "op"] {
+        let kinds: Vec<String> = (0..ranks)
+            .map(|r| job.data("mismatch", r).get(key).to_string())
+            .collect();
+        assert!(
+            kinds.iter().any(|k| k == "Mismatch"),
+            "{key}: {kinds:?}\n{report}"
+        );
+        assert!(
+            kinds.iter().all(|k| k == "Mismatch" || k == "Timeout"),
+            "{key}: {kinds:?}\n{report}"
+        );
+    }
+}
+
+jobs! {
+    values_1_tcp: values(1, "tcp");
+    values_2_tcp: values(2, "tcp");
+    values_2_shm: values(2, "shm");
+    values_3_shm: values(3, "shm");
+    values_3_tcp: values(3, "tcp");
+    values_4_shm: values(4, "shm");
+    values_5_tcp: values(5, "tcp");
+    values_6_shm: values(6, "shm");
+    values_7_tcp: values(7, "tcp");
+    values_8_shm: values(8, "shm");
+    values_8_tcp: values(8, "tcp");
+    many_3_tcp: many(3, "tcp");
+    many_4_shm: many(4, "shm");
+    many_5_shm: many(5, "shm");
+    mismatch_2_tcp: mismatch(2, "tcp");
+    mismatch_2_shm: mismatch(2, "shm");
+    mismatch_5_shm: mismatch(5, "shm");
+}
