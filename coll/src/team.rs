@@ -400,13 +400,6 @@ impl<'c> Team<'c> {
             .map(|(i, &r)| (r, i as u32))
             .collect();
         let engine = Engine::new(ctx, seg, ranks, me, layout);
-        // Resolving the members' segments now spares the first collective the lookups; one
-        // that is not done in time goes on in the first call that may wait.
-        match engine.connect(deadline) {
-            Err(e) if e.is_timeout() => {}
-            Err(e) => return Err((e, parent)),
-            Ok(()) => {}
-        }
         Ok(Team {
             coll,
             engine,

@@ -101,6 +101,26 @@ fn many(ranks: u32, provider: &str) {
     }
 }
 
+/// `outstanding`: 2^16 − 1 broadcasts in flight at once on one team, every one delivered.
+fn outstanding(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["outstanding"]);
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in 0..cases::OUTSTANDING {
+        let root = (i % u64::from(ranks)) as u32;
+        digest.add(&cases::block(3_000_000 + i, root, 0, 8));
+    }
+    for rank in 0..ranks {
+        let data = job.data("outstanding", rank);
+        assert_eq!(
+            data.get("synced"),
+            cases::OUTSTANDING.to_string(),
+            "rank {rank}\n{report}"
+        );
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `threads`: two threads sync halves of 32 gather_alls at once; every one is complete.
 fn threads(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["threads"]);
@@ -264,6 +284,8 @@ jobs! {
     large_4_shm: large(4, "shm");
     many_4_tcp: many(4, "tcp");
     many_4_shm: many(4, "shm");
+    outstanding_2_shm: outstanding(2, "shm");
+    outstanding_3_tcp: outstanding(3, "tcp");
     threads_3_tcp: threads(3, "tcp");
     threads_4_shm: threads(4, "shm");
     split_1_shm: split(1, "shm");

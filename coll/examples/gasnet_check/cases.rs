@@ -63,6 +63,9 @@ pub fn placement(case: u64) -> (bool, bool) {
     (k & 1 == 1, k & 2 == 2)
 }
 
+/// Collectives the `outstanding` scenario holds in flight at once: 2^16 − 1.
+pub const OUTSTANDING: u64 = (1 << 16) - 1;
+
 /// The root member of case `case`.
 pub fn root(case: u64, n: u32) -> u32 {
     (mix64(case) % u64::from(n)) as u32

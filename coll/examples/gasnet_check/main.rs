@@ -17,6 +17,9 @@
 //! * `many`: 64 non-blocking gather_alls (of 64 B, then 1 KiB, alternating) initiated at once
 //!   on one team (more than its lanes), then synced with `wait_sync_some` in an order drawn
 //!   per rank: `data many rank R: synced; digest` (the digest in initiation order).
+//! * `outstanding`: 65 535 non-blocking broadcasts of 8 bytes (2^16 − 1, what a team must
+//!   hold in flight), the root rotating, all initiated before any is synced, then synced
+//!   with `wait_sync_all`: `data outstanding rank R: synced; digest`.
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -64,11 +67,12 @@ fn main() -> ExitCode {
         ["ops"] => in_job(ops),
         ["large"] => in_job(large),
         ["many"] => in_job(many),
+        ["outstanding"] => in_job(outstanding),
         ["threads"] => in_job(threads),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
-        _ => Err("usage: gasnet_check ops|large|many|threads|split|errors|kill".into()),
+        _ => Err("usage: gasnet_check ops|large|many|outstanding|threads|split|errors|kill".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -241,6 +245,33 @@ fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
     }
     println!(
         "data many rank {}: synced={synced}; digest={}",
+        ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
+}
+
+fn outstanding(ctx: &Context, team: &Team<'_>) -> Outcome {
+    let n = team.size() as usize;
+    let me = team.index();
+    let srcs: Vec<Vec<u8>> = (0..cases::OUTSTANDING)
+        .map(|i| cases::block(3_000_000 + i, me, 0, 8))
+        .collect();
+    let mut dsts = vec![[0u8; 8]; cases::OUTSTANDING as usize];
+    let mut handles = Vec::with_capacity(dsts.len());
+    for (i, dst) in dsts.iter_mut().enumerate() {
+        let root = team.ranks()[i % n];
+        handles.push(team.broadcast_nb(dst, root, &srcs[i], Flags::MY)?);
+    }
+    gaspi_coll::wait_sync_all(&mut handles, TIMEOUT)?;
+    let synced = handles.len();
+    drop(handles);
+    let mut digest = Digest::default();
+    for dst in &dsts {
+        digest.add(dst);
+    }
+    println!(
+        "data outstanding rank {}: synced={synced}; digest={}",
         ctx.rank(),
         digest.hex()
     );

@@ -42,7 +42,7 @@
 mod piece;
 mod run;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -175,6 +175,12 @@ struct State<'c> {
     runs: BTreeMap<u64, Run<'c>>,
     /// The run holding each lane.
     lanes: Vec<Option<u64>>,
+    /// The runs that ended (completed or failed) and are still there, for the calls that
+    /// sync them.
+    ended: BTreeSet<u64>,
+    /// Per lane, the runs initiated on it that have not started, in order (a run removed
+    /// before it started, failed with a dead member, is skipped when its turn comes).
+    queued: Vec<VecDeque<u64>>,
     /// Per lane, whether the last run initiated on it was compact and gathering (see
     /// "Skipped credits" in the [module documentation](self)).
     clears: Vec<bool>,
@@ -245,6 +251,32 @@ impl Runner for Engine<'_> {
     }
 }
 
+/// Which owner holds a run: the owners' ranges of runs, sorted, for a binary search.
+#[derive(Default)]
+struct OwnerIndex {
+    /// First run, end of the range, owner.
+    ranges: Vec<(u64, u64, usize)>,
+}
+
+impl OwnerIndex {
+    fn new(owners: &[Owner<'_>]) -> OwnerIndex {
+        let mut ranges: Vec<(u64, u64, usize)> = owners
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (o.seqs.start, o.seqs.end, i))
+            .collect();
+        ranges.sort_unstable();
+        OwnerIndex { ranges }
+    }
+
+    /// The owner of run `seq`, if a call's owners hold it.
+    fn find(&self, seq: u64) -> Option<usize> {
+        let at = self.ranges.partition_point(|&(start, _, _)| start <= seq);
+        let &(_, end, owner) = self.ranges.get(at.checked_sub(1)?)?;
+        (seq < end).then_some(owner)
+    }
+}
+
 /// What a call does after a pass over the runs.
 enum Next<T> {
     Done(T),
@@ -272,6 +304,8 @@ impl<'c> Engine<'c> {
                 next: 0,
                 runs: BTreeMap::new(),
                 lanes: vec![None; layout.lanes as usize],
+                ended: BTreeSet::new(),
+                queued: vec![VecDeque::new(); layout.lanes as usize],
                 clears: vec![true; layout.lanes as usize],
                 plans: FxHashMap::default(),
                 dead: None,
@@ -300,7 +334,7 @@ impl<'c> Engine<'c> {
     /// creation only makes sure every member created its segment; resolving them may wait,
     /// so it is left to the calls that may: a call that times out here leaves the team
     /// whole (the runtime continues the lookups), and the next call goes on.
-    pub(crate) fn connect(&self, deadline: Deadline) -> Result<()> {
+    fn connect(&self, deadline: Deadline) -> Result<()> {
         if self.targets.get().is_some() {
             return Ok(());
         }
@@ -356,6 +390,7 @@ impl<'c> Engine<'c> {
                 run.skip(&plan.schedule.credits);
             }
             state.runs.insert(seq, run);
+            state.queued[lane].push_back(seq);
             state.next = seq + 1;
         }
         let seqs = first..state.next;
@@ -364,7 +399,9 @@ impl<'c> Engine<'c> {
             src,
             dst,
         };
-        self.pass(&mut state, std::slice::from_mut(&mut owner));
+        let owners = std::slice::from_mut(&mut owner);
+        let index = OwnerIndex::new(owners);
+        self.pass(&mut state, owners, &index);
         self.tell(state)?;
         Ok(seqs)
     }
@@ -420,13 +457,32 @@ impl<'c> Engine<'c> {
     ) -> Result<Vec<Option<Result<()>>>> {
         let mut outcomes: Vec<Option<Result<()>>> = owners.iter().map(|_| None).collect();
         let mut got = 0;
+        let index = OwnerIndex::new(owners);
+        // Every owner is looked at once (its runs may be over already), and again when a
+        // member died, which ends them all; otherwise only those with runs that ended.
+        let mut all = true;
+        let mut saw_dead = false;
         self.drive(deadline, |engine, state| {
-            engine.pass(state, owners);
-            for (i, owner) in owners.iter_mut().enumerate() {
+            engine.pass(state, owners, &index);
+            let died = state.dead.is_some() && !saw_dead;
+            saw_dead = state.dead.is_some();
+            let look: Vec<usize> = if std::mem::take(&mut all) || died {
+                (0..owners.len()).collect()
+            } else {
+                let mut look: Vec<usize> = state
+                    .ended
+                    .iter()
+                    .filter_map(|&seq| index.find(seq))
+                    .collect();
+                look.sort_unstable();
+                look.dedup();
+                look
+            };
+            for i in look {
                 if outcomes[i].is_some() {
                     continue;
                 }
-                if let Some(outcome) = engine.collect(state, owner) {
+                if let Some(outcome) = engine.collect(state, &mut owners[i]) {
                     outcomes[i] = Some(outcome);
                     got += 1;
                 }
@@ -447,18 +503,22 @@ impl<'c> Engine<'c> {
         // A source that cannot be read any more (its segment deleted) leaves nothing to
         // send: the runs that still need it fail there, and their partners are told.
         let src = src.copied(self.ctx).unwrap_or_default();
-        Self::abandon(&mut state, seqs, &src);
-        self.pass(&mut state, &mut []);
+        self.abandon(&mut state, seqs, &src);
+        self.pass(&mut state, &mut [], &OwnerIndex::default());
         // A drop cannot report a failure; the runs' own failures are kept in them.
         let _ = self.tell(state);
     }
 
     /// Marks the runs of `seqs` that are still there orphans, with the source `src`.
-    fn abandon(state: &mut State<'c>, seqs: Range<u64>, src: &[u8]) {
+    /// A run over already (its lane given up to a later one) is removed at once.
+    fn abandon(&self, state: &mut State<'c>, seqs: Range<u64>, src: &[u8]) {
         let src: Arc<[u8]> = src.into();
         for seq in seqs {
             if let Some(run) = state.runs.get_mut(&seq) {
                 run.orphan = Some(Arc::clone(&src));
+                if run.complete || run.failed.is_some() {
+                    self.release(state, seq);
+                }
             }
         }
     }
@@ -485,7 +545,7 @@ impl<'c> Engine<'c> {
             self.release(state, seq);
             if let Err(e) = outcome {
                 let src = owner.src.copied(self.ctx).unwrap_or_default();
-                Self::abandon(state, owner.seqs.clone(), &src);
+                self.abandon(state, owner.seqs.clone(), &src);
                 return Some(Err(e));
             }
         }
@@ -496,79 +556,95 @@ impl<'c> Engine<'c> {
     fn release(&self, state: &mut State<'c>, seq: u64) {
         state.changed = true;
         state.runs.remove(&seq);
+        state.ended.remove(&seq);
         let lane = self.layout.lane(seq) as usize;
         if state.lanes[lane] == Some(seq) {
             state.lanes[lane] = None;
         }
     }
 
-    /// Advances every run as far as it goes, marking the state changed if anything did.
-    fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>]) {
+    /// Advances every run that can move as far as it goes — on each lane the run holding
+    /// it, and the next ones as the lane is given up — marking the state changed if
+    /// anything did, and noting the runs that ended. Runs waiting for a lane are not looked
+    /// at, so a pass costs the same with any number of collectives in flight.
+    fn pass(&self, state: &mut State<'c>, owners: &mut [Owner<'_>], index: &OwnerIndex) {
         let mut changed = false;
-        // Walks the runs by key, as the loop removes some of them.
-        let mut next = state.runs.keys().next().copied();
-        while let Some(seq) = next {
-            next = state.runs.range(seq + 1..).next().map(|(&s, _)| s);
-            let lane = self.layout.lane(seq) as usize;
-            let Some(run) = state.runs.get_mut(&seq) else {
-                continue;
-            };
-            if !run.started {
-                // Runs on a lane start in sequence order: the lane is free and no earlier
-                // run of this lane is waiting.
-                if state.lanes[lane].is_some() {
+        for lane in 0..self.layout.lanes as usize {
+            loop {
+                let seq = match state.lanes[lane] {
+                    Some(seq) => seq,
+                    None => {
+                        // Runs on a lane start in sequence order.
+                        let Some(seq) = Self::next_queued(state, lane) else {
+                            break;
+                        };
+                        state.queued[lane].pop_front();
+                        if let Some(run) = state.runs.get_mut(&seq) {
+                            run.started = true;
+                        }
+                        state.lanes[lane] = Some(seq);
+                        changed = true;
+                        seq
+                    }
+                };
+                let Some(run) = state.runs.get_mut(&seq) else {
+                    state.lanes[lane] = None;
+                    continue;
+                };
+                let was_over = run.complete || run.failed.is_some();
+                let mut owner = index.find(seq).map(|i| &mut owners[i]);
+                match run.advance(self, owner.as_deref_mut()) {
+                    Ok(c) => changed |= c,
+                    Err(f) => {
+                        if let Failure::Rank(..) = f {
+                            state.dead = Some(f.clone());
+                        }
+                        run.failed = Some(f);
+                        changed = true;
+                    }
+                }
+                let over = run.complete || run.failed.is_some();
+                if over && !was_over {
+                    state.ended.insert(seq);
+                }
+                if over && run.orphan.is_some() {
+                    self.release(state, seq);
+                    changed = true;
                     continue;
                 }
-                run.started = true;
-                state.lanes[lane] = Some(seq);
-                changed = true;
-            }
-            let mut owner = owners.iter_mut().find(|o| o.seqs.contains(&seq));
-            match run.advance(self, owner.as_deref_mut()) {
-                Ok(c) => changed |= c,
-                Err(f) => {
-                    if let Failure::Rank(..) = f {
-                        state.dead = Some(f.clone());
-                    }
-                    run.failed = Some(f);
-                    changed = true;
-                }
-            }
-            let run = &state.runs[&seq];
-            let over = run.complete || run.failed.is_some();
-            if over && run.orphan.is_some() {
-                self.release(state, seq);
-                changed = true;
-            } else if over && self.wanted(state, seq) {
-                // A later run waits for the lane: deliver the output if this call holds
-                // the buffers, else read it out of the stage.
-                if let Some(run) = state.runs.get_mut(&seq) {
-                    if run.complete {
-                        let kept = match owner {
-                            Some(owner) => run.deliver(self, &mut owner.dst),
-                            None => run.keep(self),
-                        };
-                        if let Err(f) = kept {
-                            run.failed = Some(f);
+                if over && Self::next_queued(state, lane).is_some() {
+                    // A later run waits for the lane: deliver the output if this call holds
+                    // the buffers, else read it out of the stage.
+                    if let Some(run) = state.runs.get_mut(&seq) {
+                        if run.complete {
+                            let kept = match owner {
+                                Some(owner) => run.deliver(self, &mut owner.dst),
+                                None => run.keep(self),
+                            };
+                            if let Err(f) = kept {
+                                run.failed = Some(f);
+                            }
                         }
                     }
+                    state.lanes[lane] = None;
+                    changed = true;
+                    continue;
                 }
-                let lane = self.layout.lane(seq) as usize;
-                state.lanes[lane] = None;
-                changed = true;
+                break;
             }
         }
         state.changed |= changed;
     }
 
-    /// Whether a run after `seq` waits for its lane.
-    fn wanted(&self, state: &State<'c>, seq: u64) -> bool {
-        let lane = self.layout.lane(seq);
-        state.lanes[lane as usize] == Some(seq)
-            && state
-                .runs
-                .range(seq + 1..)
-                .any(|(&s, r)| !r.started && self.layout.lane(s) == lane)
+    /// The next run waiting for `lane`, dropping from its queue the runs removed meanwhile.
+    fn next_queued(state: &mut State<'c>, lane: usize) -> Option<u64> {
+        while let Some(&seq) = state.queued[lane].front() {
+            if state.runs.contains_key(&seq) {
+                return Some(seq);
+            }
+            state.queued[lane].pop_front();
+        }
+        None
     }
 
     /// Runs `decide` under the lock until it is done, sleeping between tries on what the
@@ -597,14 +673,19 @@ impl<'c> Engine<'c> {
             // Local completions come first: no notification tells of them, and a run that
             // only waits for its puts to complete may hold the lane that the run a partner
             // waits for needs, so sleeping on notifications could wait for ever.
-            if let Some(run) = state.runs.values().find(|r| r.flushing()) {
+            let holders: Vec<u64> = state.lanes.iter().flatten().copied().collect();
+            let flushing = holders
+                .iter()
+                .filter_map(|seq| state.runs.get(seq))
+                .find(|r| r.flushing());
+            if let Some(run) = flushing {
                 if let Err(f) = run.flush(deadline.left()) {
                     return Err(f.into());
                 }
                 continue;
             }
             let mut awaited = Vec::new();
-            for run in state.runs.values() {
+            for run in holders.iter().filter_map(|seq| state.runs.get(seq)) {
                 run.awaited(self, &mut awaited);
             }
             if awaited.is_empty() {
