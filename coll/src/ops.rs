@@ -54,26 +54,50 @@ impl Choices {
 }
 
 /// The blocks an operation moves, for cutting it into pieces: the block sizes of the
-/// caller's source and destination (packed in order), and the largest block of any member
-/// (the same on every member, so that members cut alike).
+/// caller's source and destination (packed in order), the largest block of any member (the
+/// same on every member, so that members cut alike), a bound on any member's staging of the
+/// whole operation (by default the data-movement algorithms' [`stage_bound`]), and the
+/// alignment of cuts.
 pub(crate) struct Shape {
     src: Vec<u64>,
     dst: Vec<u64>,
     largest: u64,
+    bound: Option<u64>,
+    align: u64,
 }
 
 impl Shape {
     fn new(src: Vec<u64>, dst: Vec<u64>) -> Shape {
         let largest = src.iter().chain(&dst).copied().max().unwrap_or(0);
-        Shape { src, dst, largest }
+        Shape {
+            src,
+            dst,
+            largest,
+            bound: None,
+            align: 1,
+        }
     }
 
     /// An operation that is never cut: one piece whatever its size.
-    pub(crate) fn whole() -> Shape {
+    fn whole() -> Shape {
         Shape {
             src: Vec::new(),
             dst: Vec::new(),
             largest: 0,
+            bound: Some(0),
+            align: 1,
+        }
+    }
+
+    /// A reduction of `len` bytes in place of each member's: its staging under `bound`,
+    /// cut at whole blocks of `align` bytes.
+    pub(crate) fn reduction(len: u64, bound: u64, align: u64) -> Shape {
+        Shape {
+            src: vec![len],
+            dst: vec![len],
+            largest: len,
+            bound: Some(bound),
+            align: align.max(1),
         }
     }
 }
@@ -139,9 +163,10 @@ impl<'c> Team<'c> {
     /// schedule for the bytes `cut` of every block, and `words` are the arguments members
     /// must agree on. When some member's staging of the whole operation exceeds a lane, it
     /// runs as pieces of equal cuts on every member (see the engine's `piece` module), each
-    /// synchronised as `flags` ask. With a `reducer` for the schedule's folds the operation
-    /// is never cut, and `words`, `flags` and `algorithm` must determine the schedule, whose
-    /// plan the engine keeps for the next call with the same ones.
+    /// synchronised as `flags` ask, each piece with its own copy of `reducer` (the operator
+    /// of the schedule's folds). A folding operation of one piece must have `words`, `flags`
+    /// and `algorithm` determine its schedule: the engine keeps its plan for the next call
+    /// with the same ones.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<'t, 'b>(
         &'t self,
@@ -161,8 +186,22 @@ impl<'c> Team<'c> {
         all.extend(algorithm.bytes().map(u64::from));
         let lane = self.lane_bytes();
         let whole = Cut::whole(shape.largest);
-        if reducer.is_some() {
+        // Whether to cut must not depend on the member: decided on the heaviest staging of
+        // any member, which the bound spares computing in the common case.
+        let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
+        let bound = shape.bound.unwrap_or_else(|| stage_bound(n, shape.largest));
+        if bound <= lane || heaviest(whole) <= lane {
             let signature = signature(&all);
+            let Some(reducer) = reducer else {
+                let launch = Launch {
+                    prepared: Prepared::Built(self.synchronised(build(me, whole), flags)?),
+                    half: false,
+                    signature,
+                    reducer: None,
+                    views: None,
+                };
+                return self.launch(vec![launch], flags, algorithm, src, dst);
+            };
             // The whole flags: a plan cached for valid flags must not serve invalid ones.
             all.push(u64::from(flags.bits()));
             let synchronised = || self.synchronised(build(me, whole), flags);
@@ -171,56 +210,47 @@ impl<'c> Team<'c> {
                     key: &all,
                     build: &synchronised,
                 },
+                half: bound <= lane / 2 || heaviest(whole) <= lane / 2,
                 signature,
-                reducer,
+                reducer: Some(reducer),
                 views: None,
             };
             return self.launch(vec![launch], flags, algorithm, src, dst);
         }
-        // Whether to cut must not depend on the member: decided on the heaviest staging of
-        // any member, which the bound spares computing in the common case.
-        let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
-        let launches = if stage_bound(n, shape.largest) <= lane || heaviest(whole) <= lane {
-            vec![Launch {
-                prepared: Prepared::Built(self.synchronised(build(me, whole), flags)?),
-                signature: signature(&all),
-                reducer: None,
-                views: None,
-            }]
-        } else {
-            let c = self.cut_size(&heaviest, shape.largest)?;
-            let mut launches = Vec::new();
-            for cut in Cut::all(shape.largest, c) {
-                let mut words = all.clone();
-                words.extend([cut.at, cut.len]);
-                launches.push(Launch {
-                    prepared: Prepared::Built(self.synchronised(build(me, cut), flags)?),
-                    signature: signature(&words),
-                    reducer: None,
-                    views: Some(Views {
-                        src: Blocks::new(&shape.src, cut),
-                        dst: Blocks::new(&shape.dst, cut),
-                    }),
-                });
-            }
-            launches
-        };
+        let c = self.cut_size(&heaviest, shape.largest, shape.align)?;
+        // The first cut is the largest, so its staging bounds every piece's.
+        let half = reducer.is_some() && heaviest(Cut::whole(c)) <= lane / 2;
+        let mut launches = Vec::new();
+        for cut in Cut::all(shape.largest, c) {
+            let mut words = all.clone();
+            words.extend([cut.at, cut.len]);
+            launches.push(Launch {
+                prepared: Prepared::Built(self.synchronised(build(me, cut), flags)?),
+                half,
+                signature: signature(&words),
+                reducer: reducer.as_ref().map(|r| r.boxed()),
+                views: Some(Views {
+                    src: Blocks::new(&shape.src, cut),
+                    dst: Blocks::new(&shape.dst, cut),
+                }),
+            });
+        }
         self.launch(launches, flags, algorithm, src, dst)
     }
 
     /// The bytes per block of the pieces of an operation whose largest block is `largest`:
-    /// the largest cut, down from the share of one lane, whose `heaviest` staging on any
-    /// member fits a lane.
-    fn cut_size(&self, heaviest: &impl Fn(Cut) -> u64, largest: u64) -> Result<u64> {
+    /// the largest cut (a multiple of `align`), down from the share of one lane, whose
+    /// `heaviest` staging on any member fits a lane.
+    fn cut_size(&self, heaviest: &impl Fn(Cut) -> u64, largest: u64, align: u64) -> Result<u64> {
         let lane = self.lane_bytes().max(1);
         let mut pieces = heaviest(Cut::whole(largest)).div_ceil(lane);
         loop {
-            let c = largest.div_ceil(pieces).max(1);
+            let c = (largest.div_ceil(pieces) / align).max(1) * align;
             let need = heaviest(Cut::whole(c));
             if need <= lane {
                 return Ok(c);
             }
-            if c == 1 {
+            if c == align {
                 return Err(Error::TooLarge {
                     rank: self.context().rank(),
                     len: need,

@@ -14,9 +14,10 @@ use std::sync::OnceLock;
 use gaspi::{Element, ReduceOp, Timeout, UserOp};
 
 use crate::buffer::{Input, Output};
+use crate::engine::Cut;
 use crate::error::{Error, Result};
 use crate::ops::Shape;
-use crate::schedule::reduce::{algorithm, allreduce, AllreduceAlgo};
+use crate::schedule::reduce::{algorithm, allreduce, stage_bound, AllreduceAlgo};
 use crate::schedule::Reducer;
 use crate::team::{Flags, Handle, Team};
 
@@ -29,6 +30,13 @@ struct Builtin<T> {
 impl<T: Element> Reducer for Builtin<T> {
     fn block(&self) -> u64 {
         std::mem::size_of::<T>() as u64
+    }
+
+    fn boxed(&self) -> Box<dyn Reducer> {
+        Box::new(Builtin::<T> {
+            op: self.op,
+            element: PhantomData,
+        })
     }
 
     fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
@@ -44,9 +52,16 @@ struct User<T, F> {
     element: PhantomData<fn() -> T>,
 }
 
-impl<T: Element, F: Fn(&mut [T], &[T]) + Send> Reducer for User<T, F> {
+impl<T: Element, F: Fn(&mut [T], &[T]) + Clone + Send + 'static> Reducer for User<T, F> {
     fn block(&self) -> u64 {
         (self.op.block_elements() * std::mem::size_of::<T>()) as u64
+    }
+
+    fn boxed(&self) -> Box<dyn Reducer> {
+        Box::new(User::<T, F> {
+            op: self.op.clone(),
+            element: PhantomData,
+        })
     }
 
     fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
@@ -98,10 +113,10 @@ impl<'c> Team<'c> {
     /// # Errors
     /// [`Error::BufferTooShort`] for `src` and `dst` of different lengths;
     /// [`gaspi::Error::Unsupported`] for a bitwise or logical operator on floats;
-    /// [`Error::Flags`]; [`Error::TooLarge`] when the staging (about four times the vector
-    /// for long vectors, `log2 n + 2` times for short ones) exceeds a lane of the team's
-    /// [`Capacity`](crate::Capacity); [`Error::UnknownAlgorithm`] for a bad
-    /// `GASPI_COLL_ALLREDUCE`.
+    /// [`Error::Flags`]; [`Error::TooLarge`] only when a single block of the operator does
+    /// not fit a lane of the team's [`Capacity`](crate::Capacity) (a longer vector runs as
+    /// pieces of whole blocks, each reduced in member order); [`Error::UnknownAlgorithm`]
+    /// for a bad `GASPI_COLL_ALLREDUCE`.
     pub fn allreduce_nb<'t, 'b, T: Element>(
         &'t self,
         src: &'b [T],
@@ -211,18 +226,21 @@ impl<'c> Team<'c> {
                 need: src.len() as u64,
             });
         }
-        let (n, me) = (self.size(), self.index());
+        let n = self.size();
         let (len, block) = (src.len() as u64, reducer.block());
-        let blocks = len / block;
-        let algo = algorithm(n, blocks, block, forced()?);
-        let name = match algo {
+        let forced = forced()?;
+        let name = match algorithm(n, len / block, block, forced) {
             AllreduceAlgo::Doubling => "doubling",
             AllreduceAlgo::Rabenseifner => "rabenseifner",
         };
-        let build = |_, _| allreduce(n, me, blocks, block, algo);
+        // A vector cut into pieces reduces each with the algorithm its length selects.
+        let build = |m: u32, cut: Cut| {
+            let blocks = cut.of(len) / block;
+            allreduce(n, m, blocks, block, algorithm(n, blocks, block, forced))
+        };
         let words = [10, op_code, element_code::<T>(), len, block];
         let (src, dst) = (Input::Memory(src), Output::Memory(dst));
-        let shape = Shape::whole();
+        let shape = Shape::reduction(len, stage_bound(n, len), block);
         self.start(&words, flags, name, shape, build, Some(reducer), src, dst)
     }
 }

@@ -51,8 +51,14 @@ fn values(ranks: u32, provider: &str) {
                 "rank {rank}: {kind}\n{report}"
             );
         }
-        let large = if ranks == 1 { "Ok" } else { "TooLarge" };
-        assert_eq!(data.get("large"), large, "rank {rank}\n{report}");
+        assert_eq!(data.get("large"), "Ok", "rank {rank}\n{report}");
+        let mut digest = Digest::default();
+        digest.add(&cases::want("affine_i64", cases::LARGE / 2, ranks));
+        assert_eq!(
+            data.get("large_affine"),
+            digest.hex(),
+            "rank {rank}: the large non-commutative reduction\n{report}"
+        );
     }
 }
 

@@ -21,9 +21,8 @@ pub const KINDS: [&str; 7] = [
 /// about four times that).
 pub const LENGTHS: [usize; 5] = [0, 1, 7, 301, 12_001];
 
-/// 1 MiB of 8-byte elements, whose staging exceeds a lane of the team's default capacity:
-/// refused with `TooLarge` by every member of a team of more than one (a team of one copies
-/// without staging).
+/// 1 MiB of 8-byte elements, whose staging exceeds a lane of the team's default capacity
+/// (in a team of more than one): it runs as pieces.
 pub const LARGE: usize = 1 << 17;
 
 /// The elements of a vector of `len` of kind `kind`.

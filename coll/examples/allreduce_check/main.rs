@@ -9,7 +9,8 @@
 //!   after each `Timeout` (resumption); every other case with `Flags::ALL` (barriers around
 //!   it). Line `data values rank R: <kind>=<digest>` per kind, the digest over the
 //!   destinations of its lengths in order; then `large=<outcome>` for a sum of
-//!   `cases::LARGE` elements.
+//!   `cases::LARGE` elements and `large_affine=<digest>` for the non-commutative operator
+//!   over `cases::LARGE / 2` blocks (both larger than a lane: run as pieces).
 //! * `many`: `cases::MANY` non-blocking collectives initiated at once on one team (more than
 //!   its lanes), allreduces of every length class interleaved with gather_alls (so runs
 //!   that may skip their credits follow runs that may not, and the other way round), then
@@ -130,6 +131,12 @@ fn values() -> Outcome<()> {
             Err(e) => format!("{e:?}"),
         };
         line.push(format!("large={large}"));
+        // A non-commutative operator through pieces: each piece keeps member order.
+        let affine = reduce(&team, "affine_i64", cases::LARGE / 2, case + 1)
+            .map_err(|e| format!("affine_i64 of {} (large): {e}", cases::LARGE / 2))?;
+        let mut digest = Digest::default();
+        digest.add(&affine);
+        line.push(format!("large_affine={}", digest.hex()));
         println!("data values rank {}: {}", ctx.rank(), line.join("; "));
     }
     ctx.barrier(TIMEOUT)?;

@@ -19,7 +19,8 @@
 //!
 //! # Skipped credits
 //! A run of a schedule that lists its credits (see the [schedule](crate::schedule)) and
-//! needs at most half a lane is *compact*: it stages in the half of its lane given by the
+//! needs at most half a lane on *every* member (the caller says so: members' stagings
+//! differ, and each must decide alike) is *compact*: it stages in the half of its lane given by the
 //! parity of `seq / lanes`, as its notifications. A compact run skips its credits when the
 //! run before it on its lane was compact and gathering (or there was none). That is safe:
 //! a member that runs `seq` has completed `seq − lanes`, which, gathering, every member had
@@ -78,6 +79,8 @@ pub(crate) enum Prepared<'a> {
 /// collective its views of the caller's buffers.
 pub(crate) struct Launch<'a> {
     pub(crate) prepared: Prepared<'a>,
+    /// Whether every member's staging of the run fits half a lane (see "Skipped credits").
+    pub(crate) half: bool,
     pub(crate) signature: u64,
     pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) views: Option<Views>,
@@ -376,7 +379,8 @@ impl<'c> Engine<'c> {
         // Every piece is planned before any runs, so that one too large leaves nothing.
         let mut planned = Vec::with_capacity(launches.len());
         for (seq, launch) in (first..).zip(launches) {
-            let plan = self.plan(&mut state, launch.prepared, self.layout.parity(seq))?;
+            let parity = self.layout.parity(seq);
+            let plan = self.plan(&mut state, launch.prepared, parity, launch.half)?;
             planned.push((seq, plan, launch.signature, launch.reducer, launch.views));
         }
         for (seq, plan, signature, reducer, views) in planned {
@@ -412,15 +416,16 @@ impl<'c> Engine<'c> {
         state: &mut State<'c>,
         prepared: Prepared<'_>,
         parity: u32,
+        half: bool,
     ) -> Result<Arc<Plan>> {
         let (key, build) = match prepared {
-            Prepared::Built(schedule) => return self.prepare(schedule, parity),
+            Prepared::Built(schedule) => return self.prepare(schedule, parity, half),
             Prepared::Keyed { key, build } => (key, build),
         };
         if let Some(Some(hit)) = state.plans.get(key).map(|p| &p[parity as usize]) {
             return Ok(hit.clone());
         }
-        let entry = self.prepare(build()?, parity)?;
+        let entry = self.prepare(build()?, parity, half)?;
         if state.plans.len() >= PLANS {
             state.plans.clear();
         }
@@ -430,7 +435,9 @@ impl<'c> Engine<'c> {
 
     /// `schedule` checked against a lane, placed in its half of the lane if it is compact,
     /// and planned.
-    fn prepare(&self, mut schedule: Schedule, parity: u32) -> Result<Arc<Plan>> {
+    /// The run is compact only if `half` says every member's staging fits half a lane:
+    /// members must agree, and their stagings differ.
+    fn prepare(&self, mut schedule: Schedule, parity: u32, half: bool) -> Result<Arc<Plan>> {
         if schedule.stage > self.layout.lane_bytes {
             return Err(Error::TooLarge {
                 rank: self.ctx.rank(),
@@ -438,10 +445,10 @@ impl<'c> Engine<'c> {
                 max: self.layout.lane_bytes,
             });
         }
-        let half = self.layout.lane_bytes / 2;
-        let compact = !schedule.credits.is_empty() && schedule.stage <= half;
+        let lane_half = self.layout.lane_bytes / 2;
+        let compact = half && !schedule.credits.is_empty() && schedule.stage <= lane_half;
         if compact && parity == 1 {
-            schedule.shift_stage(half);
+            schedule.shift_stage(lane_half);
         }
         Ok(Arc::new(Plan::new(schedule, compact)))
     }

@@ -147,6 +147,8 @@ pub(crate) enum Task {
 pub(crate) trait Reducer: Send {
     /// Bytes of one block: folds take whole blocks, and a schedule never splits one.
     fn block(&self) -> u64;
+    /// The same operator, for another run (a piece of the same collective).
+    fn boxed(&self) -> Box<dyn Reducer>;
     /// `acc = acc ⊕ other` (`acc` the left operand), both whole blocks of the same length;
     /// `acc` and `other` start at 8-byte-aligned addresses, so they can be viewed as any
     /// element type without copying.

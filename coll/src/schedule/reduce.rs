@@ -80,6 +80,15 @@ pub(crate) fn algorithm(
     }
 }
 
+/// A bound on any member's staging in an allreduce of `len` bytes among `n`:
+/// `len · (ceil(log2 n) + 2)` (recursive doubling keeps a received vector per step beside its
+/// own; checked for both algorithms in the tests). Below it, a member knows every member's
+/// staging fits a lane without computing the others' schedules.
+pub(crate) fn stage_bound(n: u32, len: u64) -> u64 {
+    let levels = u64::from(n.next_power_of_two().trailing_zeros());
+    len.saturating_mul(levels + 2)
+}
+
 /// Slots of a run among `n` (see the [module documentation](self)).
 fn slots(n: u32) -> Signal {
     2 * n.ilog2() + 2
@@ -363,6 +372,10 @@ mod tests {
             2
         }
 
+        fn boxed(&self) -> Box<dyn Reducer> {
+            Box::new(Affine)
+        }
+
         fn fold(&self, acc: &mut [u8], other: &[u8]) -> Result<(), String> {
             for (l, r) in acc.chunks_exact_mut(2).zip(other.chunks_exact(2)) {
                 let (a, b) = (
@@ -392,6 +405,24 @@ mod tests {
             Affine.fold(&mut acc, &source(m, blocks)).expect("folds");
         }
         acc
+    }
+
+    #[test]
+    fn no_member_stages_more_than_the_bound() {
+        for n in (1..=40u32).chain([63, 64, 65, 100, 128, 200]) {
+            for blocks in [0u64, 1, 2, 7, 64, 301, 2000, 100_000] {
+                for block in [2u64, 8, 16] {
+                    for forced in [AllreduceAlgo::Doubling, AllreduceAlgo::Rabenseifner] {
+                        let algo = algorithm(n, blocks, block, Some(forced));
+                        let bound = stage_bound(n, blocks * block);
+                        for m in 0..n {
+                            let stage = allreduce(n, m, blocks, block, algo).stage;
+                            assert!(stage <= bound, "n={n} m={m} {blocks}×{block}: {stage}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
