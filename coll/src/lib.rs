@@ -82,9 +82,9 @@ pub use team::{
 };
 
 use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use gaspi::{Context, GroupId, Library, Rank, SegmentId};
+use gaspi::{Context, Deadline, GroupId, Library, Rank, SegmentId};
 
 /// This crate's namespace in a context: register it once per context, and build every
 /// collective object from it.
@@ -161,6 +161,27 @@ pub(crate) fn own_index(ctx: &Context, group: GroupId) -> Result<u32> {
             group,
             rank: ctx.rank(),
         })?)
+}
+
+/// Sleeps on `changes` with `guard` until another thread notifies it or `deadline` passes,
+/// and returns the guard (the caller looks again: a wake-up says only that something may
+/// have changed). The threads of a collective object that are not watching notifications
+/// wait here for the one that is.
+pub(crate) fn wait_changes<'g, T>(
+    changes: &Condvar,
+    guard: MutexGuard<'g, T>,
+    deadline: Deadline,
+) -> MutexGuard<'g, T> {
+    // The state under the lock is consistent between steps: a panic elsewhere cannot break it.
+    match deadline.remaining() {
+        None => changes.wait(guard).unwrap_or_else(PoisonError::into_inner),
+        Some(left) => {
+            changes
+                .wait_timeout(guard, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+        }
+    }
 }
 
 /// The tag of operation `seq` of a collective object in notification values: never 0, which

@@ -194,8 +194,7 @@ impl<'c> Team<'c> {
             let signature = signature(&all);
             let Some(reducer) = reducer else {
                 let launch = Launch {
-                    prepared: Prepared::Built(self.synchronised(build(me, whole), flags)?),
-                    half: false,
+                    prepared: Prepared::Built(self.synchronised(build(me, whole), flags)?, false),
                     signature,
                     reducer: None,
                     views: None,
@@ -204,13 +203,16 @@ impl<'c> Team<'c> {
             };
             // The whole flags: a plan cached for valid flags must not serve invalid ones.
             all.push(u64::from(flags.bits()));
-            let synchronised = || self.synchronised(build(me, whole), flags);
+            // Built (and the half lane decided) only when the engine has no plan for the key.
+            let synchronised = || {
+                let half = bound <= lane / 2 || heaviest(whole) <= lane / 2;
+                Ok((self.synchronised(build(me, whole), flags)?, half))
+            };
             let launch = Launch {
                 prepared: Prepared::Keyed {
                     key: &all,
                     build: &synchronised,
                 },
-                half: bound <= lane / 2 || heaviest(whole) <= lane / 2,
                 signature,
                 reducer: Some(reducer),
                 views: None,
@@ -225,8 +227,7 @@ impl<'c> Team<'c> {
             let mut words = all.clone();
             words.extend([cut.at, cut.len]);
             launches.push(Launch {
-                prepared: Prepared::Built(self.synchronised(build(me, cut), flags)?),
-                half,
+                prepared: Prepared::Built(self.synchronised(build(me, cut), flags)?, half),
                 signature: signature(&words),
                 reducer: reducer.as_ref().map(|r| r.boxed()),
                 views: Some(Views {

@@ -16,7 +16,7 @@ use super::plan::{Plan, PlanData};
 use super::{Alltoallv, LARGE_BLOCK};
 use crate::error::{Error, Result};
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 /// What a call of the proposal's form reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -461,18 +461,7 @@ impl Alltoallv<'_> {
                     return Err(gaspi::Error::Timeout.into());
                 }
                 guard.sleepers += 1;
-                let mut guard = match left {
-                    None => self
-                        .changes
-                        .wait(guard)
-                        .unwrap_or_else(PoisonError::into_inner),
-                    Some(left) => {
-                        self.changes
-                            .wait_timeout(guard, left)
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .0
-                    }
-                };
+                let mut guard = crate::wait_changes(&self.changes, guard, deadline);
                 guard.sleepers -= 1;
                 continue;
             }

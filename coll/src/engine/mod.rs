@@ -65,12 +65,14 @@ const PLANS: usize = 64;
 
 /// What a call initiates: a schedule, or the key of one the engine may have planned before
 /// (a key always builds the same schedule, the flags' barriers included) and how to build
-/// it, so that a repeated call skips building and planning.
+/// it, so that a repeated call skips building and planning. Each schedule comes with
+/// whether every member's staging of it fits half a lane (see "Skipped credits"), which
+/// only the caller can tell, and which a repeated call so need not work out again.
 pub(crate) enum Prepared<'a> {
-    Built(Schedule),
+    Built(Schedule, bool),
     Keyed {
         key: &'a [u64],
-        build: &'a dyn Fn() -> Result<Schedule>,
+        build: &'a dyn Fn() -> Result<(Schedule, bool)>,
     },
 }
 
@@ -79,8 +81,6 @@ pub(crate) enum Prepared<'a> {
 /// collective its views of the caller's buffers.
 pub(crate) struct Launch<'a> {
     pub(crate) prepared: Prepared<'a>,
-    /// Whether every member's staging of the run fits half a lane (see "Skipped credits").
-    pub(crate) half: bool,
     pub(crate) signature: u64,
     pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) views: Option<Views>,
@@ -380,7 +380,7 @@ impl<'c> Engine<'c> {
         let mut planned = Vec::with_capacity(launches.len());
         for (seq, launch) in (first..).zip(launches) {
             let parity = self.layout.parity(seq);
-            let plan = self.plan(&mut state, launch.prepared, parity, launch.half)?;
+            let plan = self.plan(&mut state, launch.prepared, parity)?;
             planned.push((seq, plan, launch.signature, launch.reducer, launch.views));
         }
         for (seq, plan, signature, reducer, views) in planned {
@@ -416,16 +416,16 @@ impl<'c> Engine<'c> {
         state: &mut State<'c>,
         prepared: Prepared<'_>,
         parity: u32,
-        half: bool,
     ) -> Result<Arc<Plan>> {
         let (key, build) = match prepared {
-            Prepared::Built(schedule) => return self.prepare(schedule, parity, half),
+            Prepared::Built(schedule, half) => return self.prepare(schedule, parity, half),
             Prepared::Keyed { key, build } => (key, build),
         };
         if let Some(Some(hit)) = state.plans.get(key).map(|p| &p[parity as usize]) {
             return Ok(hit.clone());
         }
-        let entry = self.prepare(build()?, parity, half)?;
+        let (schedule, half) = build()?;
+        let entry = self.prepare(schedule, parity, half)?;
         if state.plans.len() >= PLANS {
             state.plans.clear();
         }
@@ -739,18 +739,7 @@ impl<'c> Engine<'c> {
             return state;
         }
         state.sleepers += 1;
-        let mut state = match deadline.remaining() {
-            None => self
-                .changes
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner),
-            Some(left) => {
-                self.changes
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
-            }
-        };
+        let mut state = crate::wait_changes(&self.changes, state, deadline);
         state.sleepers -= 1;
         state
     }
