@@ -124,6 +124,7 @@ fn ring(s: &mut Schedule, n: u32, me: u32, counts: &[u64], dst_at: &[u64]) {
     let go = (0..n - 1)
         .any(|t| size(t) > 0)
         .then(|| s.wait(right, credit(n, 0), &[]));
+    s.credits.extend(credited.into_iter().chain(go));
     // The step that filled slot t: the staging copy, then each receipt.
     let mut filled = s.copy(Span::src(0, size(0)), Span::stage(0, size(0)), &[]);
     for t in 0..n - 1 {
@@ -166,6 +167,7 @@ fn dissemination(s: &mut Schedule, n: u32, me: u32, counts: &[u64], dst_at: &[u6
         if sent > 0 {
             let to = behind(n, me, d);
             let go = s.wait(to, credit(n, k), &[]);
+            s.credits.push(go);
             // Slots 0..count were filled by the staging copy and by the rounds that received
             // slots below `count`: round i received from slot 2^i on. So the last round of an
             // `n` just above a power of two need not wait for the others.
@@ -184,6 +186,7 @@ fn dissemination(s: &mut Schedule, n: u32, me: u32, counts: &[u64], dst_at: &[u6
         received.push((end > at).then(|| {
             let from = ahead(n, me, d);
             let credited = s.signal(from, credit(n, k), &[]);
+            s.credits.push(credited);
             let got = s.wait(from, data(k), &[credited]);
             copy_rotated(s, n, me, &mine, dst_at, d..d + count, got);
             got
@@ -309,6 +312,9 @@ fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> 
                 &[],
             );
             let go = s.wait(to, credit(n, t), &[]);
+            if let Incoming::Slots(_) = incoming {
+                s.credits.push(go);
+            }
             let after: Vec<StepId> = staged.into_iter().chain([go]).collect();
             s.put(to, sending_at, into(t), len, data(t), &after);
             sending_at += len;
@@ -321,6 +327,9 @@ fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> 
                 Incoming::Shared => freed,
             };
             let credited = s.signal(from, credit(n, t), ready.as_slice());
+            if let Incoming::Slots(_) = incoming {
+                s.credits.push(credited);
+            }
             let got = s.wait(from, data(t), &[credited]);
             let out = Span::dst(dst_at[from as usize], len);
             freed = match incoming {
@@ -363,7 +372,9 @@ fn bruck(n: u32, me: u32, bytes: u64) -> Schedule {
         let (packing, receiving) = (stage_end, stage_end + len);
         stage_end += 2 * len;
         let (to, from) = (ahead(n, me, d), behind(n, me, d));
-        let mut after = vec![s.wait(to, credit(n, k), &[])];
+        let go = s.wait(to, credit(n, k), &[]);
+        s.credits.push(go);
+        let mut after = vec![go];
         for (i, &j) in moving.iter().enumerate() {
             let (span, ready) = held[j as usize];
             let into = Span::stage(packing + i as u64 * bytes, bytes);
@@ -371,6 +382,7 @@ fn bruck(n: u32, me: u32, bytes: u64) -> Schedule {
         }
         s.put(to, packing, receiving, len, data(k), &after);
         let credited = s.signal(from, credit(n, k), &[]);
+        s.credits.push(credited);
         let got = s.wait(from, data(k), &[credited]);
         for (i, &j) in moving.iter().enumerate() {
             let at = Span::stage(receiving + i as u64 * bytes, bytes);
@@ -427,8 +439,19 @@ fn credit(n: u32, t: u32) -> Signal {
 mod tests {
     use super::super::sim::{check, pattern};
     use super::super::sync::synchronise;
+    use super::super::tree::tests::credit_steps;
     use super::super::Task;
     use super::*;
+
+    /// Member `m`'s schedule of `n`, checked to list every credit step as skippable.
+    fn listed(schedule: Schedule, n: u32, m: u32) -> Schedule {
+        assert_eq!(
+            schedule.credits,
+            credit_steps(&schedule, n),
+            "n={n} member {m}"
+        );
+        schedule
+    }
 
     const SIZES: [u64; 4] = [0, 1, 7, 100];
     const GATHER_ALL: [GatherAllAlgo; 2] = [GatherAllAlgo::Ring, GatherAllAlgo::Dissemination];
@@ -448,7 +471,10 @@ mod tests {
         check(
             &format!("gather_allv {algo:?} {counts:?} barriers {barriers}"),
             n,
-            |m| synchronise(gather_allv(n, m, counts, algo), n, m, barriers, barriers),
+            |m| {
+                let s = listed(gather_allv(n, m, counts, algo), n, m);
+                synchronise(s, n, m, barriers, barriers)
+            },
             |m| pattern(m, 0, counts[m as usize]),
             |_| want.clone(),
         );
@@ -479,7 +505,7 @@ mod tests {
                     check(
                         &format!("gather_all {algo:?} {bytes} B"),
                         n,
-                        |m| gather_all(n, m, bytes, algo),
+                        |m| listed(gather_all(n, m, bytes, algo), n, m),
                         |m| pattern(m, 0, bytes),
                         |_| want.clone(),
                     );
@@ -541,11 +567,14 @@ mod tests {
         barriers: bool,
     ) {
         let schedule = |m: u32| match algo {
-            Some(algo) => exchange(n, m, count(0, 0), algo),
+            Some(algo) => listed(exchange(n, m, count(0, 0), algo), n, m),
             None => {
                 let send: Vec<u64> = (0..n).map(|j| count(m, j)).collect();
                 let recv: Vec<u64> = (0..n).map(|i| count(i, m)).collect();
-                exchangev(n, m, &send, &recv)
+                let s = exchangev(n, m, &send, &recv);
+                // Its credits order the reuse of the receiving area.
+                assert!(s.credits.is_empty(), "n={n} member {m}");
+                s
             }
         };
         check(

@@ -23,7 +23,8 @@ pub(crate) fn broadcast(n: u32, me: u32, root: u32, bytes: u64, tree: Tree) -> S
         return s;
     }
     if let Some(p) = parent {
-        s.signal(p.member(), credit(n, me), &[]);
+        let credited = s.signal(p.member(), credit(n, me), &[]);
+        s.credits.push(credited);
         // The parent puts the whole message here.
         s.stage = bytes;
     }
@@ -31,6 +32,7 @@ pub(crate) fn broadcast(n: u32, me: u32, root: u32, bytes: u64, tree: Tree) -> S
         .children()
         .map(|c| (c.member(), s.wait(c.member(), credit(n, c.member()), &[])))
         .collect();
+    s.credits.extend(credits.iter().map(|&(_, go)| go));
     let len = segment_len(n, bytes, tree);
     // The parent puts the segments in order, so they mostly arrive in order: a member waits
     // for them one at a time, and an engine tests one signal of its parent's, not all of a

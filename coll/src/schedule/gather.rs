@@ -47,7 +47,8 @@ fn schedule(n: u32, me: u32, root: u32, blocks: Blocks<'_>, tree: Tree) -> Sched
             continue;
         }
         let from = child.member();
-        s.signal(from, credit(n, me), &[]);
+        let credited = s.signal(from, credit(n, me), &[]);
+        s.credits.push(credited);
         let got = s.wait(from, data(from), &[]);
         // The child puts its subtree there.
         s.stage = s.stage.max(at + len);
@@ -62,7 +63,9 @@ fn schedule(n: u32, me: u32, root: u32, blocks: Blocks<'_>, tree: Tree) -> Sched
     }
     if let Some(parent) = parent {
         let to = parent.member();
-        ready.push(s.wait(to, credit(n, to), &[]));
+        let go = s.wait(to, credit(n, to), &[]);
+        s.credits.push(go);
+        ready.push(go);
         let into = layout.offset_in(parent, node.v);
         s.put(to, 0, into, total, data(me), &ready);
     }

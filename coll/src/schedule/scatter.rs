@@ -41,7 +41,8 @@ fn schedule(n: u32, me: u32, root: u32, blocks: Blocks<'_>, tree: Tree) -> Sched
                 return s;
             }
             s.stage = total;
-            s.signal(parent.member(), credit(n, me), &[]);
+            let credited = s.signal(parent.member(), credit(n, me), &[]);
+            s.credits.push(credited);
             let got = s.wait(parent.member(), data(parent.member()), &[]);
             s.copy(Span::stage(0, own), Span::dst(0, own), &[got]);
             Some(got)
@@ -52,7 +53,9 @@ fn schedule(n: u32, me: u32, root: u32, blocks: Blocks<'_>, tree: Tree) -> Sched
             continue;
         }
         let to = child.member();
-        let mut ready = vec![s.wait(to, credit(n, to), &[])];
+        let go = s.wait(to, credit(n, to), &[]);
+        s.credits.push(go);
+        let mut ready = vec![go];
         match got {
             Some(got) => ready.push(got),
             None => {

@@ -288,7 +288,9 @@ pub(crate) fn pattern(m: u32, b: u32, len: u64) -> Vec<u8> {
 }
 
 /// Runs the schedules `schedule(n, m)` of every member `m` with sources `src(m)` over several
-/// seeds, and checks that every member's destination equals `want(m)`.
+/// seeds, and checks that every member's destination equals `want(m)`: once waiting for
+/// every credit and, when the schedules list credits, once more skipping them, so that a
+/// credit listed wrongly shows as wrong bytes or a broken rule.
 pub(crate) fn check(
     what: &str,
     n: u32,
@@ -296,7 +298,22 @@ pub(crate) fn check(
     src: impl Fn(u32) -> Vec<u8>,
     want: impl Fn(u32) -> Vec<u8>,
 ) {
-    check_folding(what, n, schedule, None, false, src, want);
+    let schedules: Vec<Schedule> = (0..n).map(&schedule).collect();
+    let listed = schedules.iter().any(|s| !s.credits.is_empty());
+    for skip_credits in [false, true] {
+        if skip_credits && !listed {
+            continue;
+        }
+        check_folding(
+            &format!("{what} skipping credits {skip_credits}"),
+            n,
+            |m| schedules[m as usize].clone(),
+            None,
+            skip_credits,
+            &src,
+            &want,
+        );
+    }
 }
 
 /// [`check`] with `reducer` as the operator of the schedules' folds, skipping the credits
@@ -367,6 +384,57 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Member 0 puts two blocks in turn into member 1's stage `0..4`, each after a credit;
+    /// member 1 moves the first aside before it credits the second. The credits order the
+    /// reuse of a range within the run, so listing them (`list`) is wrong.
+    fn reused(list: bool) -> [Schedule; 2] {
+        let mut a = Schedule::new();
+        let first = a.copy(Span::src(0, 4), Span::stage(0, 4), &[]);
+        let second = a.copy(Span::src(4, 4), Span::stage(4, 4), &[]);
+        let go = a.wait(1, 2, &[]);
+        a.put(1, 0, 0, 4, 0, &[first.unwrap(), go]);
+        let again = a.wait(1, 3, &[]);
+        a.put(1, 4, 0, 4, 1, &[second.unwrap(), again]);
+        let mut b = Schedule::new();
+        let credited = b.signal(0, 2, &[]);
+        let got = b.wait(0, 0, &[credited]);
+        let moved = b.copy(Span::stage(0, 4), Span::stage(4, 4), &[got]);
+        let freed = b.signal(0, 3, &[moved.unwrap()]);
+        let got = b.wait(0, 1, &[freed]);
+        b.copy(Span::stage(0, 4), Span::dst(4, 4), &[got]);
+        b.copy(Span::stage(4, 4), Span::dst(0, 4), &[got]);
+        if list {
+            a.credits = vec![go, again];
+            b.credits = vec![credited, freed];
+        }
+        [a, b]
+    }
+
+    #[test]
+    fn credits_that_order_reuse_within_a_run_hold_when_waited_for() {
+        let schedules = reused(false);
+        check(
+            "reused",
+            2,
+            |m| schedules[m as usize].clone(),
+            |m| if m == 0 { pattern(0, 0, 8) } else { Vec::new() },
+            |m| if m == 1 { pattern(0, 0, 8) } else { Vec::new() },
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "skipping credits true")]
+    fn credits_that_order_reuse_within_a_run_listed_fail() {
+        let schedules = reused(true);
+        check(
+            "reused",
+            2,
+            |m| schedules[m as usize].clone(),
+            |m| if m == 0 { pattern(0, 0, 8) } else { Vec::new() },
+            |m| if m == 1 { pattern(0, 0, 8) } else { Vec::new() },
+        );
     }
 
     #[test]

@@ -338,10 +338,15 @@ pub(super) mod tests {
         (0..u64::from(n)).map(|i| (i * 7) % 5).collect()
     }
 
-    /// Member `m`'s schedule of `n`, checked for credits, with barriers around it when
-    /// `barriers`.
+    /// Member `m`'s schedule of `n`, checked for credits (every one given and listed as
+    /// skippable), with barriers around it when `barriers`.
     pub(crate) fn wrapped(schedule: Schedule, n: u32, m: u32, barriers: bool) -> Schedule {
         assert_credited(&schedule, n);
+        assert_eq!(
+            schedule.credits,
+            credit_steps(&schedule, n),
+            "n={n} member {m}"
+        );
         if barriers {
             synchronise(schedule, n, m, true, true)
         } else {
@@ -375,6 +380,29 @@ pub(super) mod tests {
             }
         }
         marked
+    }
+
+    /// The credit steps of a schedule of `n` whose credits are numbered `n..2n` (the rooted
+    /// collectives' and [`all`](super::super::all)'s): the signals and the waits on those
+    /// numbers, in schedule order. Asserts that each waits for no step but earlier credit
+    /// steps, as the engine needs of a credit it skips: one held back by another step would
+    /// run after all while its partner's was skipped.
+    pub(crate) fn credit_steps(schedule: &Schedule, n: u32) -> Vec<StepId> {
+        let is_credit = |signal: u32| (n..2 * n).contains(&signal);
+        let steps: Vec<StepId> = (0..schedule.steps.len() as StepId)
+            .filter(|&i| match schedule.steps[i as usize].task {
+                Task::Signal { signal, .. } | Task::Wait { signal, .. } => is_credit(signal),
+                _ => false,
+            })
+            .collect();
+        for &i in &steps {
+            let after = &schedule.steps[i as usize].after;
+            assert!(
+                after.iter().all(|a| steps.contains(a)),
+                "credit step {i} waits for other steps: {after:?}"
+            );
+        }
+        steps
     }
 
     /// Asserts that every put waits for its receiver's credit: `IN_MYSYNC`.
