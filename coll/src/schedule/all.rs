@@ -61,8 +61,17 @@
 //! given at the start; the ring's steps all land in slots of their own behind the same link,
 //! so one credit (`credit(n, 0)`) covers them all.
 //!
-//! Since every put waits for its receiver's credit, every algorithm here meets `IN_MYSYNC` and
-//! `OUT_MYSYNC` by itself; the `ALLSYNC` modes add [`sync`](super::sync)'s barriers.
+//! Those credits are listed as skippable ([`Schedule::credits`]): a range received into is
+//! never written by its receiver, whose only stage writes are its source copies (the ring's
+//! and dissemination's slot 0, the pairwise blocks sent) and, in Bruck's exchange, the
+//! packing areas, where nothing lands. Neither dissemination nor Bruck reuses an area from
+//! round to round: each round receives into stage of its own. So the data may land before
+//! its receiver started. Exchangev lists none: its receipts share one area, and a credit
+//! there says the last block was moved out, an order within the run that skipping would
+//! break.
+//!
+//! When the credits are waited for, every algorithm here meets `IN_MYSYNC` and `OUT_MYSYNC` by
+//! itself; the `ALLSYNC` modes add [`sync`](super::sync)'s barriers.
 
 use super::{Schedule, Signal, Span, StepId};
 

@@ -6,6 +6,12 @@
 //! message moves as segments: one for the plain trees, up to 64 for [`Tree::Pipelined`],
 //! where a member forwards a segment as soon as it has it, so a long message is on every
 //! level of the tree at once instead of crossing the levels one after the other.
+//!
+//! # Credits
+//! Every credit is listed as skippable ([`Schedule::credits`]): a member's stage receives
+//! only its parent's segments, each into a range of its own, and the member only reads it
+//! (only the root stages its source, and nothing lands at the root). So a segment may land
+//! before its receiver started.
 
 use super::tree::{credit, max_segments, segment, Node, Tree};
 use super::{Schedule, Span, StepId, Task};

@@ -7,6 +7,12 @@
 //! puts its whole subtree into its parent's stage in one put. The root copies each child's
 //! subtree into its destination (rotated back into member order) as soon as it landed.
 //! Members other than the root have an empty destination.
+//!
+//! Every credit is listed as skippable ([`Schedule::credits`]): each child's subtree lands in
+//! a range of its own behind the member's block, and the member writes only that block (its
+//! source copy, where nothing lands; the root's goes straight into its destination). So a
+//! subtree may land before its receiver started, even before its receiver staged its own
+//! block.
 
 use super::tree::{credit, data, Blocks, Layout, Node, Tree};
 use super::{Schedule, Span};

@@ -43,10 +43,19 @@
 //! list its credit steps in [`Schedule::credits`] when every put lands in a range that its
 //! receiver never writes before the put's signal arrived (only the source copy, into
 //! ranges no put lands in, may come earlier): then the data may come before its receiver
-//! started the run. The engine skips them (takes them as done at the start, on every member
-//! alike) where the order of runs proves the receivers' stage free (see the engine's
-//! documentation); `gathering` says whether this schedule can serve as that proof for the
-//! next run on its lane.
+//! started the run. A listed credit waits for no step but listed ones, as a step held back by
+//! another would run after all on one member while its partner skipped it. The engine skips
+//! them (takes them as done at the start, on every member alike) where the order of runs
+//! proves the receivers' stage free (see the engine's documentation); `gathering` says
+//! whether this schedule can serve as that proof for the next run on its lane.
+//!
+//! Every algorithm lists its credits but `exchangev`: each other one receives every put into
+//! a range of its own, so a credit says no more than "my stage is free for this run", which
+//! the engine can know without it (each module says why its ranges are safe). `exchangev`
+//! receives one sender after another into one shared range, and its credit says the last
+//! block was moved out of it: an order within the run, which nothing between runs gives. The
+//! simulator's `check` runs every schedule skipping its listed credits as well as waiting for
+//! them, so a credit listed wrongly ends with the wrong bytes.
 //!
 //! # Order
 //! Steps depend only on earlier steps (by index), so the list is a topological order, and a

@@ -5,6 +5,10 @@
 //! The root stages each child's subtree of blocks (rotated into relative order) and puts it,
 //! after the child's credit, into the child's stage; a member forwards its children's
 //! subtrees from the one put it received, and copies its own block out.
+//!
+//! Every credit is listed as skippable ([`Schedule::credits`]): a member's stage receives
+//! one put, and the member only reads it (only the root stages its source, and nothing lands
+//! at the root), so the subtree may land before its receiver started.
 
 use super::tree::{credit, data, Blocks, Layout, Node, Tree};
 use super::{Schedule, Span};

@@ -16,7 +16,9 @@
 //!   whose receivers write a range before its data arrived then ends with the wrong bytes.
 //!
 //! Algorithm tests compare what each member ends with in its destination against a serial
-//! reference, for every team size 1..=33 and several orders.
+//! reference, for every team size 1..=33 and several orders, waiting for every credit and
+//! (through [`check`]) skipping the listed ones too: a schedule must be right both ways, as
+//! the engine runs it both ways.
 
 use std::collections::HashMap;
 

@@ -39,6 +39,12 @@
 //! between members that have both entered: `IN_MYSYNC` (and so `IN_NOSYNC`). A member's
 //! schedule ends once its own destination is written and its puts are done: `OUT_MYSYNC`
 //! (and so `OUT_NOSYNC`). The `ALLSYNC` modes take [`sync`](super::sync)'s barriers.
+//!
+//! No stage range is received into twice in one schedule, and a member writes its stage
+//! only where nothing lands (a gather's own block, the root's staged source). So a credit
+//! orders nothing within a run, and broadcast, scatter and gather list all theirs as
+//! skippable ([`Schedule::credits`](super::Schedule::credits)): an engine that knows the
+//! stages free between runs (`IN_NOSYNC`) may let data land before its receiver entered.
 
 use super::{algorithm_signals, Signal};
 
