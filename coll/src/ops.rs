@@ -164,13 +164,15 @@ impl<'c> Team<'c> {
     /// must agree on. When some member's staging of the whole operation exceeds a lane, it
     /// runs as pieces of equal cuts on every member (see the engine's `piece` module), each
     /// synchronised as `flags` ask, each piece with its own copy of `reducer` (the operator
-    /// of the schedule's folds). A folding operation of one piece must have `words`, `flags`
-    /// and `algorithm` determine its schedule: the engine keeps its plan for the next call
-    /// with the same ones.
+    /// of the schedule's folds). With `exact`, `words`, `flags` and `algorithm` determine
+    /// the schedule of an operation of one piece, and the engine keeps its plan for the next
+    /// call with the same ones (the v forms, whose words carry a digest of the counts, are
+    /// not exact).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<'t, 'b>(
         &'t self,
         words: &[u64],
+        exact: bool,
         flags: Flags,
         algorithm: &'static str,
         shape: Shape,
@@ -181,7 +183,8 @@ impl<'c> Team<'c> {
     ) -> Result<Handle<'t, 'b>> {
         let (n, me) = (self.size(), self.index());
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
-        let mut all = words.to_vec();
+        let mut all = Vec::with_capacity(words.len() + 2 + algorithm.len());
+        all.extend_from_slice(words);
         all.push(u64::from(mode.bits()));
         all.extend(algorithm.bytes().map(u64::from));
         let lane = self.lane_bytes();
@@ -192,29 +195,28 @@ impl<'c> Team<'c> {
         let bound = shape.bound.unwrap_or_else(|| stage_bound(n, shape.largest));
         if bound <= lane || heaviest(whole) <= lane {
             let signature = signature(&all);
-            let Some(reducer) = reducer else {
-                let launch = Launch {
-                    prepared: Prepared::Built(self.synchronised(build(me, whole), flags)?, false),
-                    signature,
-                    reducer: None,
-                    views: None,
-                };
-                return self.launch(vec![launch], flags, algorithm, src, dst);
-            };
             // The whole flags: a plan cached for valid flags must not serve invalid ones.
             all.push(u64::from(flags.bits()));
-            // Built (and the half lane decided) only when the engine has no plan for the key.
-            let synchronised = || {
-                let half = bound <= lane / 2 || heaviest(whole) <= lane / 2;
+            // Built (and the half lane decided) only when the engine has no plan for the key;
+            // without one to keep, the heaviest staging is not worth working out.
+            let synchronised = |weigh: bool| {
+                let half = bound <= lane / 2 || (weigh && heaviest(whole) <= lane / 2);
                 Ok((self.synchronised(build(me, whole), flags)?, half))
             };
-            let launch = Launch {
-                prepared: Prepared::Keyed {
+            let keyed = || synchronised(true);
+            let prepared = if exact {
+                Prepared::Keyed {
                     key: &all,
-                    build: &synchronised,
-                },
+                    build: &keyed,
+                }
+            } else {
+                let (schedule, half) = synchronised(false)?;
+                Prepared::Built(schedule, half)
+            };
+            let launch = Launch {
+                prepared,
                 signature,
-                reducer: Some(reducer),
+                reducer,
                 views: None,
             };
             return self.launch(vec![launch], flags, algorithm, src, dst);
@@ -294,7 +296,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![bytes], vec![bytes]);
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes];
-        self.start(&words, flags, name, shape, build, None, src, dst)
+        self.start(&words, true, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
@@ -350,7 +352,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![bytes; n as usize], vec![bytes]);
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes];
-        self.start(&words, flags, name, shape, build, None, src, dst)
+        self.start(&words, true, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
@@ -397,7 +399,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(counts.to_vec(), vec![counts[me as usize]]);
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
-        self.start(&words, flags, name, shape, build, None, src, dst)
+        self.start(&words, false, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -440,7 +442,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes];
-        self.start(&words, flags, name, shape, build, None, src, dst)
+        self.start(&words, true, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
@@ -485,7 +487,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
-        self.start(&words, flags, name, shape, build, None, src, dst)
+        self.start(&words, false, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -538,7 +540,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.all_algo(bytes * u64::from(n))?;
         let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
-        self.start(&[6, bytes], flags, name, shape, build, None, src, dst)
+        self.start(&[6, bytes], true, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
@@ -579,6 +581,7 @@ impl<'c> Team<'c> {
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.start(
             &[7, signature(counts)],
+            false,
             flags,
             name,
             shape,
@@ -637,7 +640,7 @@ impl<'c> Team<'c> {
         };
         let shape = Shape::new(vec![bytes; n as usize], vec![bytes; n as usize]);
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
-        self.start(&[8, bytes], flags, name, shape, build, None, src, dst)
+        self.start(&[8, bytes], true, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
@@ -681,7 +684,7 @@ impl<'c> Team<'c> {
         // knows (see the module documentation).
         let shape = Shape::whole();
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts);
-        self.start(&[9], flags, "pairwise", shape, build, None, src, dst)
+        self.start(&[9], false, flags, "pairwise", shape, build, None, src, dst)
     }
 
     /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on

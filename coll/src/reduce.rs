@@ -241,6 +241,16 @@ impl<'c> Team<'c> {
         let words = [10, op_code, element_code::<T>(), len, block];
         let (src, dst) = (Input::Memory(src), Output::Memory(dst));
         let shape = Shape::reduction(len, stage_bound(n, len), block);
-        self.start(&words, flags, name, shape, build, Some(reducer), src, dst)
+        self.start(
+            &words,
+            true,
+            flags,
+            name,
+            shape,
+            build,
+            Some(reducer),
+            src,
+            dst,
+        )
     }
 }

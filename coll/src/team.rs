@@ -26,7 +26,7 @@ bitflags::bitflags! {
     ///
     /// | mode | meaning (GASNet) | here |
     /// |---|---|---|
-    /// | `IN_NOSYNC` | data may move as soon as any member entered | as `IN_MYSYNC`: every put waits for its receiver's credit, which the staging needs |
+    /// | `IN_NOSYNC` | data may move as soon as any member entered | eager: a put waits only for its receiver's stage to be free of earlier collectives (flow control, not the receiver's entry), where the algorithm lists its credits; the arguments are trusted (a disagreement is named only where a receiver hears from a member that disagrees with it) |
     /// | `IN_MYSYNC` | a block moves once its source and destination members entered | met naturally (credits) |
     /// | `IN_ALLSYNC` | data moves only once every member entered | a dissemination barrier first |
     /// | `OUT_NOSYNC` | syncs may succeed early, the last only once all data moved | as `OUT_MYSYNC` |
@@ -66,6 +66,12 @@ bitflags::bitflags! {
 impl Flags {
     /// The most common choice: `IN_MYSYNC | OUT_MYSYNC | LOCAL`.
     pub const MY: Flags = Flags::IN_MYSYNC
+        .union(Flags::OUT_MYSYNC)
+        .union(Flags::LOCAL);
+    /// What an MPI collective does: `IN_NOSYNC | OUT_MYSYNC | LOCAL`. Data moves eagerly
+    /// (into the team's staging, never into a member's buffers before it entered), and a
+    /// call returns once this member's buffers are done with.
+    pub const EAGER: Flags = Flags::IN_NOSYNC
         .union(Flags::OUT_MYSYNC)
         .union(Flags::LOCAL);
     /// Full synchronisation on both sides: `IN_ALLSYNC | OUT_ALLSYNC | LOCAL`.
@@ -451,7 +457,12 @@ impl<'c> Team<'c> {
         mut dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
         flags.check_buffers(self.context(), &src, &dst)?;
-        let seqs = self.engine.initiate(launches, src, dst.reborrow())?;
+        let seqs = self.engine.initiate(
+            launches,
+            flags.contains(Flags::IN_NOSYNC),
+            src,
+            dst.reborrow(),
+        )?;
         Ok(Handle {
             engine: &self.engine,
             seqs,
@@ -531,11 +542,21 @@ impl Handle<'_, '_> {
     /// # Errors
     /// As for [`try_sync`](Self::try_sync), and [`gaspi::Error::Timeout`].
     pub fn wait_sync(&mut self, timeout: Timeout) -> Result<()> {
-        let done = sync_set(std::slice::from_mut(self), 1, timeout)?;
-        match done.into_iter().next() {
-            Some((_, outcome)) => outcome,
-            None => Err(gaspi::Error::Timeout.into()),
+        if self.synced {
+            return Err(Error::Synced);
         }
+        let engine = self.engine;
+        let mut outcome = [None];
+        engine.sync(
+            std::slice::from_mut(&mut self.owner()),
+            &mut outcome,
+            1,
+            timeout.deadline(),
+        )?;
+        let [outcome] = outcome;
+        let outcome = outcome.ok_or(gaspi::Error::Timeout)?;
+        self.synced = true;
+        outcome
     }
 
     fn owner(&mut self) -> Owner<'_> {
@@ -578,7 +599,8 @@ fn sync_set(
         .filter(|h| !h.synced)
         .map(Handle::owner)
         .collect();
-    let outcomes = engine.sync(&mut owners, enough, timeout.deadline())?;
+    let mut outcomes: Vec<Option<Result<()>>> = owners.iter().map(|_| None).collect();
+    engine.sync(&mut owners, &mut outcomes, enough, timeout.deadline())?;
     drop(owners);
     let mut done = Vec::new();
     for (k, outcome) in outcomes.into_iter().enumerate() {

@@ -14,12 +14,14 @@
 //!   block) on a split of the team with lanes of `cases::LARGE_LANE`, so each runs as many
 //!   pieces; flags in turn from `cases::large_flags()`. Lines as for `ops`:
 //!   `data large rank R: <op>=<count>/<digest>`.
-//! * `many`: 64 non-blocking gather_alls (of 64 B, then 1 KiB, alternating) initiated at once
-//!   on one team (more than its lanes), then synced with `wait_sync_some` in an order drawn
-//!   per rank: `data many rank R: synced; digest` (the digest in initiation order).
-//! * `outstanding`: 65 535 non-blocking broadcasts of 8 bytes (2^16 − 1, what a team must
-//!   hold in flight), the root rotating, all initiated before any is synced, then synced
-//!   with `wait_sync_all`: `data outstanding rank R: synced; digest`.
+//! * `many`: 64 non-blocking gather_alls (of 64 B and 1 KiB alternating, two with
+//!   `Flags::MY` and two with the eager `Flags::EAGER` in turn) initiated at once on one team
+//!   (more than its lanes), then synced with `wait_sync_some` in an order drawn per rank, the last member
+//!   first sleeping 50 ms so that the others run ahead into flow control:
+//!   `data many rank R: synced; digest` (the digest in initiation order).
+//! * `outstanding`: 65 535 non-blocking eager broadcasts of 8 bytes (2^16 − 1, what a team
+//!   must hold in flight), the root rotating, all initiated before any is synced, then
+//!   synced with `wait_sync_all`: `data outstanding rank R: synced; digest`.
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -234,8 +236,12 @@ fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
         .collect();
     let mut dsts: Vec<Vec<u8>> = (0..COUNT).map(|i| vec![0; len(i) * n]).collect();
     let mut handles: Vec<Handle<'_, '_>> = Vec::new();
-    for (dst, src) in dsts.iter_mut().zip(&srcs) {
-        handles.push(team.gather_all_nb(dst, src, Flags::MY)?);
+    for (i, (dst, src)) in dsts.iter_mut().zip(&srcs).enumerate() {
+        let flags = if i % 4 < 2 { Flags::MY } else { Flags::EAGER };
+        handles.push(team.gather_all_nb(dst, src, flags)?);
+    }
+    if team.index() as usize == n - 1 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // Sync in an order of this rank's own.
     let synced = sync_shuffled(handles, u64::from(ctx.rank()) + 7, TIMEOUT)?;
@@ -261,7 +267,7 @@ fn outstanding(ctx: &Context, team: &Team<'_>) -> Outcome {
     let mut handles = Vec::with_capacity(dsts.len());
     for (i, dst) in dsts.iter_mut().enumerate() {
         let root = team.ranks()[i % n];
-        handles.push(team.broadcast_nb(dst, root, &srcs[i], Flags::MY)?);
+        handles.push(team.broadcast_nb(dst, root, &srcs[i], Flags::EAGER)?);
     }
     gaspi_coll::wait_sync_all(&mut handles, TIMEOUT)?;
     let synced = handles.len();

@@ -21,13 +21,37 @@
 //! A run of a schedule that lists its credits (see the [schedule](crate::schedule)) and
 //! needs at most half a lane on *every* member (the caller says so: members' stagings
 //! differ, and each must decide alike) is *compact*: it stages in the half of its lane given by the
-//! parity of `seq / lanes`, as its notifications. A compact run skips its credits when the
-//! run before it on its lane was compact and gathering (or there was none). That is safe:
+//! parity of `seq / lanes`, as its notifications. A compact run of a gathering schedule
+//! skips its credits when the run before it on its lane was compact and gathering (or there
+//! was none); a schedule that is not gathering keeps them, since a credit also carries its
+//! receiver's arguments, and a receiver whose senders disagree among themselves (two members
+//! each taking itself for the root) could not tell otherwise. That is safe:
 //! a member that runs `seq` has completed `seq − lanes`, which, gathering, every member had
 //! started, so every member has given up `seq − 2·lanes`, the last run that used this half
 //! of the lane, and no member uses it but for `seq`. Every member decides alike, since runs
 //! are initiated in the same order everywhere. A small allreduce so costs one message per
 //! step instead of a credit and a message.
+//!
+//! # Eager runs
+//! A run of a collective initiated with `IN_NOSYNC` is *eager*: it skips every credit its
+//! schedule lists (see the [schedule](crate::schedule)), so its data may reach a member
+//! before that member entered the collective, as an MPI eager send does, and consecutive
+//! collectives overlap instead of costing a round trip each. What makes that safe is flow
+//! control between runs instead of within them: every member counts `freed`, the first run
+//! that has not given its stage up (runs given up are over, and removed or past their
+//! lane), and tells every other member at least each time the count crosses a multiple of
+//! `lanes`, and always before it waits or returns without its run done, so that nobody
+//! waits for news it holds back. A put of eager run `seq` goes to a member only once that
+//! member's published count passed the runs whose stage the put may land in: `seq − lanes`,
+//! or `seq − 2·lanes` when both it and that run are compact (each in a half). In lock
+//! step a member so runs up to `lanes` collectives ahead of a slow receiver without waiting.
+//! A publication goes to every member, `(n − 1) / lanes` notifications per run and member
+//! while busy: cheap for the team sizes of one job's nodes, and the price of not knowing
+//! who sends next. A member that called another collective is then told by its receivers
+//! (the values below), not before its puts, and only where a receiver hears from a member
+//! that disagrees with it: members that disagree among themselves about a root may all
+//! write one receiver's stage, which then takes the data of whichever came last. Eager
+//! runs trust the caller's arguments, as `IN_NOSYNC` asks.
 //!
 //! # Values
 //! Every notification of a run carries the run's value: its sequence number mixed with the
@@ -43,8 +67,9 @@
 mod piece;
 mod run;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use gaspi::{
@@ -54,7 +79,7 @@ use rustc_hash::FxHashMap;
 
 pub(crate) use piece::{Blocks, Cut};
 pub(crate) use run::{Owner, Views};
-use run::{Plan, Run, Transfer, Transport};
+use run::{Parts, Plan, Run, Transfer, Transport};
 
 use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
@@ -62,6 +87,9 @@ use crate::schedule::{signal_bound, Reducer, Schedule};
 
 /// Keyed plans an engine keeps at most: a program reduces vectors of a few lengths.
 const PLANS: usize = 64;
+
+/// Spare [`Parts`] an engine keeps at most: enough for the runs of a few lanes.
+const SPARE: usize = 16;
 
 /// What a call initiates: a schedule, or the key of one the engine may have planned before
 /// (a key always builds the same schedule, the flags' barriers included) and how to build
@@ -126,6 +154,7 @@ pub(crate) struct Layout {
     pub(crate) lane_bytes: u64,
     /// Signals per block.
     bound: u32,
+    members: u32,
 }
 
 impl Layout {
@@ -134,6 +163,7 @@ impl Layout {
             lanes,
             lane_bytes,
             bound: signal_bound(n),
+            members: n,
         }
     }
 
@@ -160,9 +190,14 @@ impl Layout {
         self.lanes * 2 * self.bound
     }
 
+    /// Where member `index` publishes how far it has freed its stage (see "Eager runs").
+    fn freed(&self, index: u32) -> NotificationId {
+        self.wake() + 1 + index
+    }
+
     /// Notifications in the team's table.
     pub(crate) fn ids(&self) -> u32 {
-        self.wake() + 1
+        self.wake() + 1 + self.members
     }
 
     /// Bytes of the team's segment.
@@ -175,7 +210,9 @@ impl Layout {
 struct State<'c> {
     /// The sequence number of the next collective initiated.
     next: u64,
-    runs: BTreeMap<u64, Run<'c>>,
+    runs: Runs<'c>,
+    /// What removed runs allocated, for the next ones.
+    spare: Vec<Parts<'c>>,
     /// The run holding each lane.
     lanes: Vec<Option<u64>>,
     /// The runs that ended (completed or failed) and are still there, for the calls that
@@ -187,6 +224,12 @@ struct State<'c> {
     /// Per lane, whether the last run initiated on it was compact and gathering (see
     /// "Skipped credits" in the [module documentation](self)).
     clears: Vec<bool>,
+    /// Per lane, whether the last run initiated on it was compact.
+    compacts: Vec<bool>,
+    /// Every run before this one has given its stage up here (see "Eager runs").
+    freed: u64,
+    /// The last `freed` told to the other members.
+    published: u64,
     /// Plans of keyed schedules, per key and parity.
     plans: FxHashMap<Vec<u64>, [Option<Arc<Plan>>; 2]>,
     /// A member known dead: every run not complete fails naming it.
@@ -199,11 +242,57 @@ struct State<'c> {
     changed: bool,
 }
 
+/// The runs of an engine by sequence number. Runs come in sequence order and mostly leave in
+/// it, so a window of slots from the oldest run still there serves as the map. A slot is a
+/// pointer: a handle kept unsynced while many collectives pass keeps their slots, not runs.
+#[derive(Default)]
+struct Runs<'c> {
+    /// The sequence number of `slots[0]`.
+    base: u64,
+    slots: VecDeque<Option<Box<Run<'c>>>>,
+}
+
+impl<'c> Runs<'c> {
+    fn slot(&self, seq: u64) -> Option<usize> {
+        usize::try_from(seq.checked_sub(self.base)?).ok()
+    }
+
+    fn get(&self, seq: u64) -> Option<&Run<'c>> {
+        self.slots.get(self.slot(seq)?)?.as_deref()
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Run<'c>> {
+        let slot = self.slot(seq)?;
+        self.slots.get_mut(slot)?.as_deref_mut()
+    }
+
+    /// Adds `run`, the next in sequence.
+    fn insert(&mut self, seq: u64, run: Run<'c>) {
+        if self.slots.is_empty() {
+            self.base = seq;
+        }
+        debug_assert_eq!(seq, self.base + self.slots.len() as u64);
+        self.slots.push_back(Some(Box::new(run)));
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<Run<'c>> {
+        let slot = self.slot(seq)?;
+        let run = self.slots.get_mut(slot)?.take();
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        run.map(|run| *run)
+    }
+}
+
 /// The engine of one team: see the [module documentation](self).
 pub(crate) struct Engine<'c> {
     ctx: &'c Context,
     seg: Segment<'c>,
     ranks: Vec<Rank>,
+    /// The other members' ranks, whose deaths a wait watches.
+    others: Vec<Rank>,
     me: u32,
     /// Every member's segment, by member index (this member's too, for the wake-up), once
     /// resolved: by the first call that may wait, so that building a team never has to
@@ -214,6 +303,11 @@ pub(crate) struct Engine<'c> {
     changes: Condvar,
     /// The watcher's wake-ups.
     wakes: Batch<'c>,
+    /// How far each member has freed its stage, as it last told this one (see "Eager
+    /// runs"); only ever raised, under the state's lock.
+    known: Vec<AtomicU64>,
+    /// This member's publications of its `freed`.
+    publications: Batch<'c>,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -232,9 +326,10 @@ pub(crate) trait Runner: Sync {
     fn sync(
         &self,
         owners: &mut [Owner<'_>],
+        outcomes: &mut [Option<Result<()>>],
         enough: usize,
         deadline: Deadline,
-    ) -> Result<Vec<Option<Result<()>>>>;
+    ) -> Result<()>;
     /// See [`Engine::orphan`].
     fn orphan(&self, seqs: Range<u64>, src: Input<'_>);
 }
@@ -243,10 +338,11 @@ impl Runner for Engine<'_> {
     fn sync(
         &self,
         owners: &mut [Owner<'_>],
+        outcomes: &mut [Option<Result<()>>],
         enough: usize,
         deadline: Deadline,
-    ) -> Result<Vec<Option<Result<()>>>> {
-        Engine::sync(self, owners, enough, deadline)
+    ) -> Result<()> {
+        Engine::sync(self, owners, outcomes, enough, deadline)
     }
 
     fn orphan(&self, seqs: Range<u64>, src: Input<'_>) {
@@ -254,29 +350,42 @@ impl Runner for Engine<'_> {
     }
 }
 
-/// Which owner holds a run: the owners' ranges of runs, sorted, for a binary search.
-#[derive(Default)]
-struct OwnerIndex {
+/// Which owner holds a run: the owners' ranges of runs, sorted, for a binary search (and
+/// without an allocation for the one owner of most calls).
+enum OwnerIndex {
+    One(Range<u64>),
     /// First run, end of the range, owner.
-    ranges: Vec<(u64, u64, usize)>,
+    Many(Vec<(u64, u64, usize)>),
 }
 
 impl OwnerIndex {
     fn new(owners: &[Owner<'_>]) -> OwnerIndex {
+        if let [one] = owners {
+            return OwnerIndex::One(one.seqs.clone());
+        }
         let mut ranges: Vec<(u64, u64, usize)> = owners
             .iter()
             .enumerate()
             .map(|(i, o)| (o.seqs.start, o.seqs.end, i))
             .collect();
         ranges.sort_unstable();
-        OwnerIndex { ranges }
+        OwnerIndex::Many(ranges)
+    }
+
+    fn none() -> OwnerIndex {
+        OwnerIndex::Many(Vec::new())
     }
 
     /// The owner of run `seq`, if a call's owners hold it.
     fn find(&self, seq: u64) -> Option<usize> {
-        let at = self.ranges.partition_point(|&(start, _, _)| start <= seq);
-        let &(_, end, owner) = self.ranges.get(at.checked_sub(1)?)?;
-        (seq < end).then_some(owner)
+        match self {
+            OwnerIndex::One(seqs) => seqs.contains(&seq).then_some(0),
+            OwnerIndex::Many(ranges) => {
+                let at = ranges.partition_point(|&(start, _, _)| start <= seq);
+                let &(_, end, owner) = ranges.get(at.checked_sub(1)?)?;
+                (seq < end).then_some(owner)
+            }
+        }
     }
 }
 
@@ -296,20 +405,31 @@ impl<'c> Engine<'c> {
         me: u32,
         layout: Layout,
     ) -> Engine<'c> {
+        let others = ranks
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != me as usize)
+            .map(|(_, &rank)| rank)
+            .collect();
         Engine {
             ctx,
             seg,
             ranks,
+            others,
             me,
             targets: OnceLock::new(),
             layout,
             state: Mutex::new(State {
                 next: 0,
-                runs: BTreeMap::new(),
+                runs: Runs::default(),
+                spare: Vec::new(),
                 lanes: vec![None; layout.lanes as usize],
                 ended: BTreeSet::new(),
                 queued: vec![VecDeque::new(); layout.lanes as usize],
                 clears: vec![true; layout.lanes as usize],
+                compacts: vec![false; layout.lanes as usize],
+                freed: 0,
+                published: 0,
                 plans: FxHashMap::default(),
                 dead: None,
                 watcher: false,
@@ -318,6 +438,8 @@ impl<'c> Engine<'c> {
             }),
             changes: Condvar::new(),
             wakes: ctx.batch(),
+            known: (0..layout.members).map(|_| AtomicU64::new(0)).collect(),
+            publications: ctx.batch(),
         }
     }
 
@@ -367,6 +489,7 @@ impl<'c> Engine<'c> {
     pub(crate) fn initiate(
         &self,
         launches: Vec<Launch<'_>>,
+        eager: bool,
         src: Input<'_>,
         dst: Output<'_>,
     ) -> Result<Range<u64>> {
@@ -383,13 +506,32 @@ impl<'c> Engine<'c> {
             let plan = self.plan(&mut state, launch.prepared, parity)?;
             planned.push((seq, plan, launch.signature, launch.reducer, launch.views));
         }
+        let lanes = u64::from(self.layout.lanes);
         for (seq, plan, signature, reducer, views) in planned {
             let lane = self.layout.lane(seq) as usize;
-            let skip = plan.compact && state.clears[lane];
+            // Outside eager runs only a gathering schedule skips: a credit also carries its
+            // receiver's arguments to the sender, and a receiver whose senders disagree among
+            // themselves (two members each taking itself for the root) could not tell.
+            let skip = eager || (plan.compact && plan.schedule.gathering && state.clears[lane]);
+            // The runs whose stage this one's puts may land in: the one before it on the
+            // lane, or the one before that if both this one and it use halves.
+            let back = if plan.compact && state.compacts[lane] {
+                2 * lanes
+            } else {
+                lanes
+            };
             state.clears[lane] = plan.compact && plan.schedule.gathering;
+            state.compacts[lane] = plan.compact;
             let value = value(seq, signature);
-            let mut run = Run::new(seq, Arc::clone(&plan), value, self.ctx.batch(), views);
+            let parts = match state.spare.pop() {
+                Some(parts) => parts,
+                None => Parts::new(self.ctx.batch()),
+            };
+            let mut run = Run::new(seq, Arc::clone(&plan), value, parts, views);
             run.reducer = reducer;
+            if eager {
+                run.needs = (seq + 1).saturating_sub(back);
+            }
             if skip {
                 run.skip(&plan.schedule.credits);
             }
@@ -453,17 +595,18 @@ impl<'c> Engine<'c> {
         Ok(Arc::new(Plan::new(schedule, compact)))
     }
 
-    /// Syncs the runs of `owners` (each with its caller's buffers): returns, per owner,
-    /// `Some(outcome)` for a run that completed here (its output delivered), `None` for one
-    /// still in flight; waits until `enough` of them completed or `deadline` passed.
+    /// Syncs the runs of `owners` (each with its caller's buffers): sets, per owner,
+    /// `Some(outcome)` in `outcomes` for a run that completed here (its output delivered),
+    /// and leaves `None` for one still in flight; waits until `enough` of them completed or
+    /// `deadline` passed.
     pub(crate) fn sync(
         &self,
         owners: &mut [Owner<'_>],
+        outcomes: &mut [Option<Result<()>>],
         enough: usize,
         deadline: Deadline,
-    ) -> Result<Vec<Option<Result<()>>>> {
-        let mut outcomes: Vec<Option<Result<()>>> = owners.iter().map(|_| None).collect();
-        let mut got = 0;
+    ) -> Result<()> {
+        let mut got = outcomes.iter().filter(|o| o.is_some()).count();
         let index = OwnerIndex::new(owners);
         // Every owner is looked at once (its runs may be over already), and again when a
         // member died, which ends them all; otherwise only those with runs that ended.
@@ -473,19 +616,21 @@ impl<'c> Engine<'c> {
             engine.pass(state, owners, &index);
             let died = state.dead.is_some() && !saw_dead;
             saw_dead = state.dead.is_some();
-            let look: Vec<usize> = if std::mem::take(&mut all) || died {
-                (0..owners.len()).collect()
-            } else {
-                let mut look: Vec<usize> = state
-                    .ended
-                    .iter()
-                    .filter_map(|&seq| index.find(seq))
-                    .collect();
-                look.sort_unstable();
-                look.dedup();
-                look
-            };
-            for i in look {
+            // One owner is cheaper to look at than to find.
+            let (every, look): (usize, Vec<usize>) =
+                if std::mem::take(&mut all) || died || owners.len() == 1 {
+                    (owners.len(), Vec::new())
+                } else {
+                    let mut look: Vec<usize> = state
+                        .ended
+                        .iter()
+                        .filter_map(|&seq| index.find(seq))
+                        .collect();
+                    look.sort_unstable();
+                    look.dedup();
+                    (0, look)
+                };
+            for i in (0..every).chain(look) {
                 if outcomes[i].is_some() {
                     continue;
                 }
@@ -499,8 +644,7 @@ impl<'c> Engine<'c> {
             } else {
                 Next::Wait
             }
-        })?;
-        Ok(std::mem::take(&mut outcomes))
+        })
     }
 
     /// Lets the runs `seqs` go on without their handle: the source is captured now, the
@@ -511,7 +655,7 @@ impl<'c> Engine<'c> {
         // send: the runs that still need it fail there, and their partners are told.
         let src = src.copied(self.ctx).unwrap_or_default();
         self.abandon(&mut state, seqs, &src);
-        self.pass(&mut state, &mut [], &OwnerIndex::default());
+        self.pass(&mut state, &mut [], &OwnerIndex::none());
         // A drop cannot report a failure; the runs' own failures are kept in them.
         let _ = self.tell(state);
     }
@@ -521,7 +665,7 @@ impl<'c> Engine<'c> {
     fn abandon(&self, state: &mut State<'c>, seqs: Range<u64>, src: &[u8]) {
         let src: Arc<[u8]> = src.into();
         for seq in seqs {
-            if let Some(run) = state.runs.get_mut(&seq) {
+            if let Some(run) = state.runs.get_mut(seq) {
                 run.orphan = Some(Arc::clone(&src));
                 if run.complete || run.failed.is_some() {
                     self.release(state, seq);
@@ -537,7 +681,7 @@ impl<'c> Engine<'c> {
         let mut over = true;
         for seq in owner.seqs.clone() {
             // A piece no longer there was collected by an earlier call.
-            let Some(run) = state.runs.get_mut(&seq) else {
+            let Some(run) = state.runs.get_mut(seq) else {
                 continue;
             };
             let outcome = match (&run.failed, &state.dead) {
@@ -562,12 +706,68 @@ impl<'c> Engine<'c> {
     /// Removes run `seq`, giving its lane up.
     fn release(&self, state: &mut State<'c>, seq: u64) {
         state.changed = true;
-        state.runs.remove(&seq);
+        let parts = state.runs.remove(seq).and_then(Run::into_parts);
+        if let Some(parts) = parts.filter(|_| state.spare.len() < SPARE) {
+            state.spare.push(parts);
+        }
         state.ended.remove(&seq);
         let lane = self.layout.lane(seq) as usize;
         if state.lanes[lane] == Some(seq) {
             state.lanes[lane] = None;
         }
+        Self::advance_freed(state);
+    }
+
+    /// Moves `freed` past the runs that have given their stage up: removed, or over with
+    /// their lane given to the next run. A run not started yet still counts as holding its
+    /// stage, which it will use.
+    fn advance_freed(state: &mut State<'c>) {
+        while state.freed < state.next {
+            match state.runs.get(state.freed) {
+                Some(run) if !run.off_stage => break,
+                _ => state.freed += 1,
+            }
+        }
+    }
+
+    /// Tells every other member this member's `freed` when it crossed a multiple of the
+    /// lanes since the last time, or, with `now`, whenever it moved (see "Eager runs").
+    /// A publication goes out only once the one before it completed, so that a later value
+    /// is never overtaken by an earlier one; with `now`, it waits for that within
+    /// `deadline` (a timeout leaves it for the next call).
+    fn publish(
+        &self,
+        state: &mut State<'c>,
+        now: Option<Deadline>,
+    ) -> std::result::Result<(), Failure> {
+        let lanes = u64::from(self.layout.lanes);
+        let due = match now {
+            Some(_) => state.freed > state.published,
+            None => state.freed / lanes > state.published / lanes,
+        };
+        let Some(targets) = self.targets.get().filter(|_| due && self.ranks.len() > 1) else {
+            return Ok(());
+        };
+        if self.publications.outstanding() > 0 && !self.publications.test()? {
+            match now {
+                None => return Ok(()),
+                Some(deadline) => match self.publications.wait(deadline.left()) {
+                    Err(gaspi::Error::Timeout) => return Ok(()),
+                    other => other?,
+                },
+            }
+        }
+        let signal = Notification {
+            id: self.layout.freed(self.me),
+            value: encode_freed(state.freed),
+        };
+        for (index, target) in targets.iter().enumerate() {
+            if index != self.me as usize {
+                self.publications.notify(target, signal)?;
+            }
+        }
+        state.published = state.freed;
+        Ok(())
     }
 
     /// Advances every run that can move as far as it goes — on each lane the run holding
@@ -586,7 +786,7 @@ impl<'c> Engine<'c> {
                             break;
                         };
                         state.queued[lane].pop_front();
-                        if let Some(run) = state.runs.get_mut(&seq) {
+                        if let Some(run) = state.runs.get_mut(seq) {
                             run.started = true;
                         }
                         state.lanes[lane] = Some(seq);
@@ -594,7 +794,7 @@ impl<'c> Engine<'c> {
                         seq
                     }
                 };
-                let Some(run) = state.runs.get_mut(&seq) else {
+                let Some(run) = state.runs.get_mut(seq) else {
                     state.lanes[lane] = None;
                     continue;
                 };
@@ -622,7 +822,7 @@ impl<'c> Engine<'c> {
                 if over && Self::next_queued(state, lane).is_some() {
                     // A later run waits for the lane: deliver the output if this call holds
                     // the buffers, else read it out of the stage.
-                    if let Some(run) = state.runs.get_mut(&seq) {
+                    if let Some(run) = state.runs.get_mut(seq) {
                         if run.complete {
                             let kept = match owner {
                                 Some(owner) => run.deliver(self, &mut owner.dst),
@@ -632,8 +832,10 @@ impl<'c> Engine<'c> {
                                 run.failed = Some(f);
                             }
                         }
+                        run.off_stage = true;
                     }
                     state.lanes[lane] = None;
+                    Self::advance_freed(state);
                     changed = true;
                     continue;
                 }
@@ -641,12 +843,15 @@ impl<'c> Engine<'c> {
             }
         }
         state.changed |= changed;
+        if let Err(f @ Failure::Rank(..)) = self.publish(state, None) {
+            state.dead = Some(f);
+        }
     }
 
     /// The next run waiting for `lane`, dropping from its queue the runs removed meanwhile.
     fn next_queued(state: &mut State<'c>, lane: usize) -> Option<u64> {
         while let Some(&seq) = state.queued[lane].front() {
-            if state.runs.contains_key(&seq) {
+            if state.runs.get(seq).is_some() {
                 return Some(seq);
             }
             state.queued[lane].pop_front();
@@ -674,6 +879,9 @@ impl<'c> Engine<'c> {
                 self.tell(state)?;
                 continue;
             }
+            // Whoever waits for this member's stage must hear of it before this member
+            // waits (or returns to a caller who may not call again for a while).
+            self.publish(&mut state, Some(deadline))?;
             if deadline.remaining().is_some_and(|left| left.is_zero()) {
                 return Err(gaspi::Error::Timeout.into());
             }
@@ -683,7 +891,7 @@ impl<'c> Engine<'c> {
             let holders: Vec<u64> = state.lanes.iter().flatten().copied().collect();
             let flushing = holders
                 .iter()
-                .filter_map(|seq| state.runs.get(seq))
+                .filter_map(|&seq| state.runs.get(seq))
                 .find(|r| r.flushing());
             if let Some(run) = flushing {
                 if let Err(f) = run.flush(deadline.left()) {
@@ -692,7 +900,7 @@ impl<'c> Engine<'c> {
                 continue;
             }
             let mut awaited = Vec::new();
-            for run in holders.iter().filter_map(|seq| state.runs.get(seq)) {
+            for run in holders.iter().filter_map(|&seq| state.runs.get(seq)) {
                 run.awaited(self, &mut awaited);
             }
             if awaited.is_empty() {
@@ -744,15 +952,14 @@ impl<'c> Engine<'c> {
         state
     }
 
-    /// Waits, as the watcher, for one of `awaited` or the wake-up.
-    fn watch(&self, awaited: &[(NotificationId, Rank)], deadline: Deadline) -> Result<()> {
-        let mut ids: Vec<NotificationId> = awaited.iter().map(|&(id, _)| id).collect();
+    /// Waits, as the watcher, for one of `awaited` or the wake-up, or until a member dies:
+    /// watching only the senders awaited would miss a death that stopped a live member
+    /// short of the data this one waits for (its run failed), which nobody would report.
+    fn watch(&self, awaited: &[NotificationId], deadline: Deadline) -> Result<()> {
+        let mut ids = awaited.to_vec();
         ids.push(self.layout.wake());
         ids.sort_unstable();
         ids.dedup();
-        let mut senders: Vec<Rank> = awaited.iter().map(|&(_, rank)| rank).collect();
-        senders.sort_unstable();
-        senders.dedup();
         let mut ranges = Vec::new();
         let mut i = 0;
         while i < ids.len() {
@@ -764,7 +971,7 @@ impl<'c> Engine<'c> {
             i += num;
         }
         self.ctx
-            .notify_wait_any(&ranges, &senders, deadline.left())?;
+            .notify_wait_any(&ranges, &self.others, deadline.left())?;
         Ok(())
     }
 
@@ -856,6 +1063,25 @@ impl Transport for Engine<'_> {
         self.layout.id(seq, signal)
     }
 
+    fn freed(&self, to: u32, needs: u64, learn: bool) -> std::result::Result<bool, Failure> {
+        let known = &self.known[to as usize];
+        if known.load(Ordering::Relaxed) >= needs {
+            return Ok(true);
+        }
+        if !learn {
+            return Ok(false);
+        }
+        let value = self.seg.notify_reset(self.layout.freed(to))?;
+        if value != 0 {
+            known.fetch_max(decode_freed(needs, value), Ordering::Relaxed);
+        }
+        Ok(known.load(Ordering::Relaxed) >= needs)
+    }
+
+    fn publication(&self, from: u32) -> NotificationId {
+        self.layout.freed(from)
+    }
+
     fn rank(&self, index: u32) -> Rank {
         self.ranks[index as usize]
     }
@@ -863,6 +1089,33 @@ impl Transport for Engine<'_> {
     fn context(&self) -> &Context {
         self.ctx
     }
+}
+
+/// Publications count modulo this, and add 1: a notification value is never 0.
+const FREED_MODULUS: u64 = u32::MAX as u64;
+
+/// The notification value that publishes `freed`.
+fn encode_freed(freed: u64) -> u32 {
+    // The remainder is below u32::MAX, so the cast keeps every bit.
+    (freed % FREED_MODULUS) as u32 + 1
+}
+
+/// The count `value` publishes: of those it may stand for, the nearest to `near`, a run
+/// of the member that reads it. Exact while the two members are fewer than 2^31 runs
+/// apart, which flow control keeps them for every run that moves data: only billions of
+/// empty collectives on one member while another stands still could break it.
+fn decode_freed(near: u64, value: u32) -> u64 {
+    let residue = u64::from(value - 1);
+    let base = near - near % FREED_MODULUS + residue;
+    [
+        base.checked_sub(FREED_MODULUS),
+        Some(base),
+        base.checked_add(FREED_MODULUS),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by_key(|&f| f.abs_diff(near))
+    .unwrap_or(base)
 }
 
 /// The value of run `seq`'s notifications: never 0.
@@ -875,4 +1128,51 @@ fn value(seq: u64, signature: u64) -> u32 {
     z ^= z >> 31;
     // The remainder is below u32::MAX, so the cast keeps every bit.
     (z % u64::from(u32::MAX)) as u32 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_published_count_is_read_back_near_the_reader() {
+        let m = FREED_MODULUS;
+        for freed in [
+            0,
+            1,
+            7,
+            m - 2,
+            m - 1,
+            m,
+            m + 1,
+            3 * m + 5,
+            u64::from(u32::MAX) << 8,
+        ] {
+            let value = encode_freed(freed);
+            assert_ne!(value, 0);
+            for near in [
+                freed,
+                freed + 64,
+                freed.saturating_sub(64),
+                freed + (1 << 30),
+            ] {
+                assert_eq!(
+                    decode_freed(near, value),
+                    freed,
+                    "freed {freed}, near {near}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn publications_have_their_own_notifications() {
+        for (n, lanes) in [(1, 1), (2, 4), (8, 4), (33, 2)] {
+            let layout = Layout::new(n, lanes, 1 << 10);
+            let last_signal = layout.id(2 * u64::from(lanes) - 1, layout.bound - 1);
+            assert!(last_signal < layout.wake());
+            assert_eq!(layout.freed(0), layout.wake() + 1);
+            assert_eq!(layout.freed(n - 1), layout.ids() - 1);
+        }
+    }
 }

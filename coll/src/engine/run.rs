@@ -66,6 +66,11 @@ pub(crate) trait Transport {
     fn write(&self, seq: u64, at: u64, data: &[u8]) -> Result<(), Failure>;
     /// The notification id of `signal` for run `seq`.
     fn id(&self, seq: u64, signal: u32) -> NotificationId;
+    /// Whether member `to` has given up its stage of every run before `needs` (see the
+    /// engine's "Eager runs"); with `learn`, taking its latest publication first.
+    fn freed(&self, to: u32, needs: u64, learn: bool) -> Result<bool, Failure>;
+    /// The notification where member `from`'s publications of its freed stage land.
+    fn publication(&self, from: u32) -> NotificationId;
     /// The rank of member `index`.
     fn rank(&self, index: u32) -> Rank;
     /// The context, for the caller's segments.
@@ -131,6 +136,31 @@ impl Plan {
     }
 }
 
+/// What a run allocates, kept by the engine for the next run when one is removed: a
+/// small collective then runs without touching the allocator.
+pub(crate) struct Parts<'c> {
+    waiting: Vec<u32>,
+    ready: Vec<StepId>,
+    deferred: Vec<(Span, Span)>,
+    batch: Batch<'c>,
+    /// The operands of a fold.
+    acc: Aligned,
+    other: Aligned,
+}
+
+impl<'c> Parts<'c> {
+    pub(crate) fn new(batch: Batch<'c>) -> Parts<'c> {
+        Parts {
+            waiting: Vec::new(),
+            ready: Vec::new(),
+            deferred: Vec::new(),
+            batch,
+            acc: Aligned::zeroed(0),
+            other: Aligned::zeroed(0),
+        }
+    }
+}
+
 /// Where a run stands.
 pub(crate) struct Run<'c> {
     pub(crate) seq: u64,
@@ -145,9 +175,17 @@ pub(crate) struct Run<'c> {
     left: usize,
     /// Whether the run holds its lane.
     pub(crate) started: bool,
+    /// For an eager run, how far every receiver must have freed its stage (see the
+    /// engine's "Eager runs") before a put of this run goes to it; 0 otherwise.
+    pub(crate) needs: u64,
+    /// The run is over and gave its lane (and so its stage) up.
+    pub(crate) off_stage: bool,
     batch: Batch<'c>,
     /// Copies into the destination, in schedule order.
     deferred: Vec<(Span, Span)>,
+    /// The operands of a fold, kept from fold to fold.
+    acc: Aligned,
+    other: Aligned,
     /// The deferred copies' data, read out of the stage when the lane was given up before
     /// the handle synced.
     kept: Option<Vec<Vec<u8>>>,
@@ -169,19 +207,36 @@ impl<'c> Run<'c> {
         seq: u64,
         plan: Arc<Plan>,
         value: u32,
-        batch: Batch<'c>,
+        parts: Parts<'c>,
         views: Option<Views>,
     ) -> Run<'c> {
+        let Parts {
+            mut waiting,
+            mut ready,
+            mut deferred,
+            batch,
+            acc,
+            other,
+        } = parts;
+        waiting.clear();
+        waiting.extend_from_slice(&plan.waiting);
+        ready.clear();
+        ready.extend_from_slice(&plan.sources);
+        deferred.clear();
         Run {
             seq,
-            waiting: plan.waiting.clone(),
-            ready: plan.sources.clone(),
+            waiting,
+            ready,
             left: plan.schedule.steps.len(),
             plan,
             value,
             started: false,
+            needs: 0,
+            off_stage: false,
             batch,
-            deferred: Vec::new(),
+            deferred,
+            acc,
+            other,
             kept: None,
             orphan: None,
             views,
@@ -190,6 +245,19 @@ impl<'c> Run<'c> {
             failed: None,
             complete: false,
         }
+    }
+
+    /// The run's allocations for another run, unless puts of it may still be in flight
+    /// (a failed or orphaned run), which its batch must see through.
+    pub(crate) fn into_parts(self) -> Option<Parts<'c>> {
+        (self.batch.outstanding() == 0).then(|| Parts {
+            waiting: self.waiting,
+            ready: self.ready,
+            deferred: self.deferred,
+            batch: self.batch,
+            acc: self.acc,
+            other: self.other,
+        })
     }
 
     /// Counts the credit steps `credits` (in schedule order, each depending on earlier
@@ -256,6 +324,9 @@ impl<'c> Run<'c> {
                 len,
                 signal,
             } => {
+                if self.needs > 0 && !net.freed(to, self.needs, true)? {
+                    return Ok(false);
+                }
                 let n = Notification {
                     id: net.id(seq, signal),
                     value,
@@ -339,9 +410,10 @@ impl<'c> Run<'c> {
                 let reducer = self.reducer.as_deref().ok_or_else(|| {
                     Failure::Runtime("a fold in a run without an operator".into())
                 })?;
-                let mut acc = Aligned::zeroed(into.len as usize);
+                let (acc, other) = (&mut self.acc, &mut self.other);
+                acc.resize(into.len as usize);
+                other.resize(into.len as usize);
                 net.read(seq, left.at, acc.bytes_mut())?;
-                let mut other = Aligned::zeroed(into.len as usize);
                 net.read(seq, right.at, other.bytes_mut())?;
                 reducer
                     .fold(acc.bytes_mut(), other.bytes())
@@ -363,14 +435,22 @@ impl<'c> Run<'c> {
         }
     }
 
-    /// The notifications the run waits for now, with the ranks that raise them.
-    pub(crate) fn awaited(&self, net: &impl Transport, out: &mut Vec<(NotificationId, Rank)>) {
+    /// The notifications the run waits for now.
+    pub(crate) fn awaited(&self, net: &impl Transport, out: &mut Vec<NotificationId>) {
         if !self.started || self.complete || self.failed.is_some() {
             return;
         }
         for &id in &self.ready {
-            if let Task::Wait { from, signal } = self.plan.schedule.steps[id as usize].task {
-                out.push((net.id(self.seq, signal), net.rank(from)));
+            match self.plan.schedule.steps[id as usize].task {
+                Task::Wait { signal, .. } => out.push(net.id(self.seq, signal)),
+                // A put held back by flow control waits for its receiver's publication
+                // (`freed` without learning cannot fail).
+                Task::Put { to, .. }
+                    if self.needs > 0 && !net.freed(to, self.needs, false).unwrap_or(false) =>
+                {
+                    out.push(net.publication(to));
+                }
+                _ => {}
             }
         }
     }

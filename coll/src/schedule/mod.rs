@@ -179,6 +179,13 @@ impl Aligned {
         }
     }
 
+    /// Makes it `len` bytes long, keeping its allocation; the bytes are unspecified (every
+    /// user overwrites them all).
+    pub(crate) fn resize(&mut self, len: usize) {
+        self.words.resize(len.div_ceil(8), 0);
+        self.len = len;
+    }
+
     pub(crate) fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.words)[..self.len]
     }
