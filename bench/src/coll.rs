@@ -1,7 +1,8 @@
 //! The collective side of the benchmark: group barrier and allreduce over all ranks, each call
 //! timed on its own, for the comparison with MPI (`bench/mpi/coll.c`). The allreduce is
 //! measured twice: the runtime's (`"lib":"gaspi"`) and `gaspi-coll`'s on a team's engine
-//! (`"lib":"gaspi-coll"`), the same sizes, inputs and checks.
+//! (`"lib":"gaspi-coll"`, with [`Flags::EAGER`], MPI's semantics), the same sizes, inputs and
+//! checks.
 //!
 //! The iteration counts and warm-up mirror `bench/mpi/coll.c`: change both together.
 
@@ -80,7 +81,7 @@ pub(crate) fn team_allreduces(ctx: &Context) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for &bytes in &ALLREDUCE_SIZES {
         let figure = checked_allreduce(ctx, bytes, |input, output| {
-            Ok(team.allreduce(input, output, ReduceOp::Sum, Flags::MY, TIMEOUT)?)
+            Ok(team.allreduce(input, output, ReduceOp::Sum, Flags::EAGER, TIMEOUT)?)
         })?;
         figures.extend(figure.map(|f| Figure {
             lib: "gaspi-coll",

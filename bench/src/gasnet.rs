@@ -12,8 +12,9 @@
 //!   `exchangev`, the one from `i` to `j`, by `i + j`) has `bytes / 2` when even and
 //!   `3 · bytes / 2` when odd ([`v_block`]), so that on an even number of ranks a v form moves
 //!   as many bytes in all as its regular form, unevenly.
-//! * One sample is one blocking call, with `Flags::MY` (`IN_MYSYNC | OUT_MYSYNC`): it returns
-//!   once this member's buffers are done with, as an MPI collective does. Calls follow each
+//! * One sample is one blocking call, with `Flags::EAGER` (`IN_NOSYNC | OUT_MYSYNC`), MPI's
+//!   semantics: data may move before its receiver entered (into staging, as an MPI eager
+//!   send), and a call returns once this member's buffers are done with. Calls follow each
 //!   other with no barrier between them, as consecutive MPI calls do. The blocking forms are
 //!   the `_nb` form synced at once; the benchmark calls them so, to read the algorithm from
 //!   the handle (`"algorithm"` on gaspi lines).
@@ -319,7 +320,7 @@ fn call<'t, 'b>(
     src: &'b [u8],
     dst: &'b mut [u8],
 ) -> Result<Handle<'t, 'b>> {
-    let flags = Flags::MY;
+    let flags = Flags::EAGER;
     let every = &counts.every;
     let handle = match (op.pattern, op.v) {
         (Pattern::Broadcast, _) => team.broadcast_nb(dst, ROOT, src, flags),
