@@ -40,8 +40,10 @@
 //! control between runs instead of within them: every member counts `freed`, the first run
 //! that has not given its stage up (runs given up are over, and removed or past their
 //! lane), and tells every other member at least each time the count crosses a multiple of
-//! `lanes`, and always before it waits or returns without its run done, so that nobody
-//! waits for news it holds back. A put of eager run `seq` goes to a member only once that
+//! `lanes`, and before it waits or returns without its run done whenever what it told last
+//! would hold back a put into a run it holds: a sender held back waits only for a member
+//! that is itself waiting, and that member tells it first. A put of eager run `seq` goes to
+//! a member only once that
 //! member's published count passed the runs whose stage the put may land in: `seq − lanes`,
 //! or `seq − 2·lanes` when both it and that run are compact (each in a half). In lock
 //! step a member so runs up to `lanes` collectives ahead of a slow receiver without waiting.
@@ -439,7 +441,8 @@ impl<'c> Engine<'c> {
             changes: Condvar::new(),
             wakes: ctx.batch(),
             known: (0..layout.members).map(|_| AtomicU64::new(0)).collect(),
-            publications: ctx.batch(),
+            // A publication goes to every other member at once.
+            publications: ctx.batch_with_depth(ctx.queue_max().max(layout.members)),
         }
     }
 
@@ -731,7 +734,9 @@ impl<'c> Engine<'c> {
     }
 
     /// Tells every other member this member's `freed` when it crossed a multiple of the
-    /// lanes since the last time, or, with `now`, whenever it moved (see "Eager runs").
+    /// lanes since the last time, or, with `now`, whenever what was told last holds back a
+    /// put into a run this member holds (see "Eager runs"): the senders of the runs it is
+    /// about to wait for then have what they need, and in lock step nothing more is sent.
     /// A publication goes out only once the one before it completed, so that a later value
     /// is never overtaken by an earlier one; with `now`, it waits for that within
     /// `deadline` (a timeout leaves it for the next call).
@@ -742,7 +747,18 @@ impl<'c> Engine<'c> {
     ) -> std::result::Result<(), Failure> {
         let lanes = u64::from(self.layout.lanes);
         let due = match now {
-            Some(_) => state.freed > state.published,
+            Some(_) => {
+                let wanted = state
+                    .lanes
+                    .iter()
+                    .flatten()
+                    .filter_map(|&seq| state.runs.get(seq))
+                    .filter(|run| !run.complete && run.failed.is_none())
+                    .map(|run| run.needs)
+                    .max()
+                    .unwrap_or(0);
+                state.freed > state.published && state.published < wanted
+            }
             None => state.freed / lanes > state.published / lanes,
         };
         let Some(targets) = self.targets.get().filter(|_| due && self.ranks.len() > 1) else {
@@ -879,8 +895,8 @@ impl<'c> Engine<'c> {
                 self.tell(state)?;
                 continue;
             }
-            // Whoever waits for this member's stage must hear of it before this member
-            // waits (or returns to a caller who may not call again for a while).
+            // Whoever waits for this member's stage in a run it holds must hear of it before
+            // this member waits (or returns to a caller who may not call again for a while).
             self.publish(&mut state, Some(deadline))?;
             if deadline.remaining().is_some_and(|left| left.is_zero()) {
                 return Err(gaspi::Error::Timeout.into());
