@@ -72,6 +72,9 @@ pub(crate) struct Inner {
     pub(crate) mailbox: Mailbox,
     /// Set by finalize: library handles that outlive the context's finalize refuse to work.
     pub(crate) closed: AtomicBool,
+    /// Set once finalize's first barrier is over: a finalize called again after a timeout
+    /// continues with the second (see `Context::exit_barrier`).
+    pub(crate) leaving: AtomicBool,
     pmi: Mutex<Option<PmiClient>>,
     pub(crate) system: System,
     // Last: every registration above refers to its domain (each also keeps the domain open).
@@ -317,6 +320,7 @@ impl Context {
             libraries: Libraries::default(),
             mailbox: Mailbox::default(),
             closed: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             pmi: Mutex::new(pmi),
             system: System::new(system_region, peers),
             ep,
@@ -397,6 +401,11 @@ impl Context {
     /// Ends this rank's participation: waits for all ranks (collective, bounded by `timeout`),
     /// stops the progress thread and releases every registration and the endpoint.
     ///
+    /// The wait is two barriers of every rank. The first names any rank that died before it;
+    /// after the second, each rank leaves while others may still be in it, so its waits watch
+    /// only the partner each round waits for: a rank that finished finalize and left the job
+    /// is not taken for a dead one.
+    ///
     /// On timeout nothing is released: [`Error::FinalizeTimeout`] hands the context back, and
     /// calling `finalize` on it again continues the same synchronisation. When a rank has died
     /// (see the `health` module), the synchronisation cannot complete: `finalize` returns
@@ -408,7 +417,7 @@ impl Context {
     /// [`Error::FinalizeTimeout`]; [`Error::RankFailed`]; [`Error::Bootstrap`] when the PMI
     /// finalize fails.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
-        match self.barrier(timeout) {
+        match self.exit_barrier(timeout.deadline()) {
             Ok(()) => {}
             Err(Error::Timeout) => return Err(Error::FinalizeTimeout(Box::new(self))),
             Err(e) => return Err(e),

@@ -89,6 +89,20 @@ pub(crate) struct Spread<'a> {
     pub rank_of: &'a dyn Fn(u32) -> Rank,
     /// First system notification slot of the group.
     pub slots: u32,
+    pub watch: Watch,
+}
+
+/// Whose death ends a run's waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// Every member's: a live partner may itself be stuck on a dead member.
+    Members,
+    /// Only the partner's that a round waits for. For a run that every member enters only
+    /// after a full run has shown them all alive (finalize's exit run): a member gone since
+    /// then either died in this run, which its partners see and, failing, pass on, or
+    /// completed it and left the job, which is no failure, and which watching every member
+    /// would take for one.
+    Partners,
 }
 
 impl Context {
@@ -135,15 +149,21 @@ impl Context {
             }
             let table = &self.inner.system_notifications;
             let wanted = if state.pair.is_some() { 2 } else { 1 };
+            let from = ((u64::from(spread.me) + n - dist % n) % n) as u32;
+            let watched = || {
+                let watching = match spread.watch {
+                    Watch::Members => 0..spread.n,
+                    Watch::Partners => from..from + 1,
+                };
+                watching.map(spread.rank_of)
+            };
             for s in slot..slot + wanted {
                 // Leaves a slot that already arrived in place: a call after a timeout finds it.
-                // Watches every member, not only the partner: a live partner may itself be
-                // stuck on a dead member (see `health`).
-                self.inner.watched(
-                    || (0..spread.n).map(spread.rank_of),
-                    deadline,
-                    |slice| table.wait_some(s, 1, slice, self.inner.waiter()).ok(),
-                )?;
+                self.inner
+                    .watched(watched, deadline, |slice| {
+                        table.wait_some(s, 1, slice, self.inner.waiter()).ok()
+                    })
+                    .map_err(|e| self.earliest_death(spread, e))?;
             }
             // The slots belong to this round only; consuming them cannot race with a peer's
             // next write to them (see the module doc on banks).

@@ -13,13 +13,14 @@
 //! is its barrier. Rank ↔ member-index lookups are O(1).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
-use gaspi_notifications::Timeout;
+use gaspi_notifications::{Deadline, Timeout};
 
 use crate::allreduce::ReduceArea;
 use crate::context::Context;
-use crate::dissemination::{CollState, Spread, SLOTS_PER_GROUP};
+use crate::dissemination::{CollState, Spread, Watch, SLOTS_PER_GROUP};
 use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
 use crate::queue::{Label, Queue};
@@ -283,7 +284,7 @@ impl Context {
         let (lo, hi) = {
             let mut state = g.state();
             state.start_pair(fingerprint(g.id, &g.members));
-            self.run(&g, &mut state, timeout)?;
+            self.run(&g, &mut state, timeout.deadline(), Watch::Members)?;
             state
                 .take_pair()
                 .ok_or_else(|| Error::Protocol("group commit finished without a result".into()))?
@@ -387,7 +388,29 @@ impl Context {
                 pending: "allreduce",
             });
         }
-        self.run(&g, &mut state, timeout)
+        self.run(&g, &mut state, timeout.deadline(), Watch::Members)
+    }
+
+    /// The synchronisation of [`finalize`](Self::finalize), bounded by `deadline` and
+    /// resumable like a barrier: a barrier of every rank, then a second one after which each
+    /// rank may leave the job. A rank that completes the second leaves while others may still
+    /// wait in it; their waits watch only the partners they wait for (see [`Watch`]), so such
+    /// a departure is not taken for a death, while the first barrier still names any rank
+    /// dead before the exit began.
+    pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
+        let g = self.inner.groups.committed(GROUP_ALL)?;
+        let mut state = g.state();
+        if state.reduce.is_some() {
+            return Err(Error::CollectiveInProgress {
+                group: GROUP_ALL,
+                pending: "allreduce",
+            });
+        }
+        if !self.inner.leaving.load(Ordering::Acquire) {
+            self.run(&g, &mut state, deadline, Watch::Members)?;
+            self.inner.leaving.store(true, Ordering::Release);
+        }
+        self.run(&g, &mut state, deadline, Watch::Partners)
     }
 
     /// Publishes where partners write `g`'s allreduce data (see `allreduce::area`).
@@ -405,7 +428,13 @@ impl Context {
         self.group_barrier(GROUP_ALL, timeout)
     }
 
-    fn run(&self, g: &Group, state: &mut CollState, timeout: Timeout) -> Result<()> {
+    fn run(
+        &self,
+        g: &Group,
+        state: &mut CollState,
+        deadline: Deadline,
+        watch: Watch,
+    ) -> Result<()> {
         let me = self.rank();
         let index = g.members.index_of(me).ok_or_else(|| Error::NotInGroup {
             group: g.id,
@@ -417,8 +446,9 @@ impl Context {
             me: index,
             rank_of: &rank_of,
             slots: u32::from(g.id) * SLOTS_PER_GROUP,
+            watch,
         };
-        self.disseminate(&spread, state, timeout.deadline())
+        self.disseminate(&spread, state, deadline)
     }
 }
 

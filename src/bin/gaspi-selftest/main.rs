@@ -25,6 +25,7 @@ mod check;
 mod dead_read;
 mod early_exit;
 mod errors;
+mod exit;
 mod fault;
 mod groups;
 mod integrity;
@@ -48,7 +49,7 @@ use options::{Command, Options, Scenario};
 
 /// Bound for collective steps outside the scenarios (the final barrier): generous, because
 /// ranks of a job on an oversubscribed CI machine may arrive seconds apart.
-const FINALIZE_TIMEOUT: Timeout = Timeout::Millis(60_000);
+pub const FINALIZE_TIMEOUT: Timeout = Timeout::Millis(60_000);
 
 fn main() -> ExitCode {
     match options::parse(std::env::args().skip(1)) {
@@ -91,6 +92,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::DeadRead => dead_read::run(&ctx),
         Scenario::KilledTarget => killed_target::run(&ctx),
         Scenario::Unmapped => unmapped::run(&ctx),
+        Scenario::Exit => exit::run(&ctx),
     };
     let outcome = outcome.and_then(|mut report| {
         // Scenarios whose finalize is itself a check say what it showed; the others must

@@ -110,6 +110,9 @@ Scenarios:
                cannot map (its file unlinked, then bound) land through the
                fabric, also between ranks on one host; a segment deleted and
                created again larger is mapped anew (needs 2+ ranks)
+  exit         a few barriers, then finalize: ranks that finish it leave the
+               job while others may still wait in it, which must not be taken
+               for a death (run many times on a loaded machine)
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -133,10 +136,11 @@ pub enum Scenario {
     DeadRead,
     KilledTarget,
     Unmapped,
+    Exit,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 16] = [
+    const ALL: [Scenario; 17] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -153,6 +157,7 @@ impl Scenario {
         Scenario::DeadRead,
         Scenario::KilledTarget,
         Scenario::Unmapped,
+        Scenario::Exit,
     ];
 
     /// The subcommand naming this scenario.
@@ -174,6 +179,7 @@ impl Scenario {
             Scenario::DeadRead => "dead-read",
             Scenario::KilledTarget => "killed-target",
             Scenario::Unmapped => "unmapped",
+            Scenario::Exit => "exit",
         }
     }
 
