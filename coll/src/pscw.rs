@@ -149,7 +149,8 @@ struct Access {
 ///   [`Error::PostsMissing`] naming the targets (an origin that starts a target which did not
 ///   post it is reported this way, never hangs); a `wait` reports
 ///   [`Error::CompletionsMissing`] naming the origins. Both count as timeouts
-///   ([`Error::is_timeout`]).
+///   ([`Error::is_timeout`]). As in the runtime's waits, the timeout starts counting when
+///   the call first has to wait (or to look a member's tables up).
 /// * A dead target makes `start` fail naming it ([`gaspi::Error::RankFailed`]), and
 ///   `complete` when the runtime knows it dead; a dead origin makes `wait` fail naming it.
 ///   The first `start` of a rank looks its tables up; when that rank died before, the
@@ -205,17 +206,19 @@ pub struct Window<'c> {
     members: HashMap<Rank, u32>,
     me: u32,
     control: Segment<'c>,
-    /// Members' control tables, resolved on first use.
-    controls: HashMap<Rank, Target>,
-    /// Members' window segments, resolved on first use.
-    windows: HashMap<Rank, Target>,
+    /// Members' control tables and window segments, resolved on first use.
+    peers: HashMap<Rank, Peer>,
     /// Writes and `done`s: one batch, so that a `done` follows the writes it covers.
     batch: Batch<'c>,
     /// Per member: exposure epochs this member posted to it so far.
     posts: Vec<u64>,
     /// Per member: access epochs this member started to it so far.
     starts: Vec<u64>,
-    exposure: Option<Vec<Origin>>,
+    /// Whether an exposure epoch is open (it may have no origins: `post(&[])`).
+    exposing: bool,
+    /// The origins of the open exposure epoch; kept between epochs so that an epoch
+    /// allocates nothing.
+    origins: Vec<Origin>,
     /// Whether an access epoch is open (it may have no targets: `start(&[])`).
     accessing: bool,
     access: Vec<Access>,
@@ -224,13 +227,59 @@ pub struct Window<'c> {
     matched: Option<Rank>,
 }
 
+/// A member's tables, as far as they were resolved.
+#[derive(Debug, Clone, Copy, Default)]
+struct Peer {
+    control: Option<Target>,
+    window: Option<Target>,
+}
+
+/// A call's timeout, turned into a deadline when the call first has to wait or look something
+/// up. Most epochs find their posts and completions already there; reading the clock for
+/// each call would then cost more than the rest of such a check.
+struct Due {
+    timeout: Timeout,
+    deadline: Option<Deadline>,
+}
+
+impl Due {
+    fn new(timeout: Timeout) -> Due {
+        Due {
+            timeout,
+            deadline: None,
+        }
+    }
+
+    fn deadline(&mut self) -> Deadline {
+        *self.deadline.get_or_insert_with(|| self.timeout.deadline())
+    }
+
+    /// What is left of the timeout, for a runtime call that waits: the whole of it on the
+    /// first wait, which starts the count.
+    fn left(&mut self) -> Timeout {
+        match self.deadline {
+            Some(deadline) => deadline.left(),
+            None => {
+                self.deadline = Some(self.timeout.deadline());
+                self.timeout
+            }
+        }
+    }
+
+    /// Whether no time is left to sleep.
+    fn expired(&mut self) -> bool {
+        let deadline = self.deadline();
+        deadline.is_test() || deadline.remaining().is_some_and(|left| left.is_zero())
+    }
+}
+
 impl std::fmt::Debug for Window<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window")
             .field("group", &self.group)
             .field("segment", &self.segment)
             .field("members", &self.ranks.len())
-            .field("exposure", &self.exposure.is_some())
+            .field("exposure", &self.exposing)
             .field("access", &self.accessing)
             .finish()
     }
@@ -268,13 +317,13 @@ impl<'c> Window<'c> {
             members,
             me,
             control,
-            controls: HashMap::default(),
-            windows: HashMap::default(),
+            peers: HashMap::default(),
             batch: ctx.batch(),
             posts: vec![0; ranks.len()],
             starts: vec![0; ranks.len()],
             ranks,
-            exposure: None,
+            exposing: false,
+            origins: Vec::new(),
             accessing: false,
             access: Vec::new(),
             matched: None,
@@ -301,36 +350,37 @@ impl<'c> Window<'c> {
     /// [`Error::DuplicateRank`]; from the runtime: [`gaspi::Error::Timeout`],
     /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
     pub fn post(&mut self, origins: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
-        if self.exposure.is_some() {
+        if self.exposing {
             return Err(Error::EpochOpen {
                 epoch: Epoch::Exposure,
             });
         }
-        let members = self.members_of(origins)?;
-        let deadline = timeout.deadline();
+        self.check_ranks(origins)?;
+        let mut due = Due::new(timeout);
         let nocheck = assert.contains(Assert::NOCHECK);
         if !nocheck {
             for &rank in origins {
-                self.control_target(rank, deadline)?;
+                self.control_target(rank, &mut due)?;
             }
         }
-        let mut epoch = Vec::with_capacity(members.len());
-        for &member in &members {
+        self.origins.clear();
+        for &rank in origins {
+            let member = self.member(rank)?;
             self.posts[member as usize] += 1;
-            let tag = crate::tag(self.posts[member as usize]);
-            epoch.push(Origin {
+            self.origins.push(Origin {
                 member,
-                tag,
+                tag: crate::tag(self.posts[member as usize]),
                 completed: false,
             });
         }
         // The epoch is open from here on, also when a notification fails below: the origin
         // it was for is then dead or out of reach, and `wait` names it.
-        self.exposure = Some(epoch.clone());
+        self.exposing = true;
         if !nocheck {
             let id = self.post_id(self.me);
-            for (o, &rank) in epoch.iter().zip(origins) {
-                self.notify(rank, Notification { id, value: o.tag }, deadline)?;
+            for (i, &rank) in origins.iter().enumerate() {
+                let value = self.origins[i].tag;
+                self.notify(rank, Notification { id, value }, &mut due)?;
             }
         }
         Ok(())
@@ -346,7 +396,7 @@ impl<'c> Window<'c> {
     /// [`gaspi::Error::RankFailed`] naming a dead origin; [`Error::OutOfStep`] when an origin
     /// completed another epoch than this one.
     pub fn wait(&mut self, timeout: Timeout) -> Result<()> {
-        self.await_completions(timeout.deadline())
+        self.await_completions(&mut Due::new(timeout))
     }
 
     /// `MPI_Win_test`: [`wait`](Self::wait) that never blocks: `false` while an origin has
@@ -356,7 +406,7 @@ impl<'c> Window<'c> {
     /// # Errors
     /// As for [`wait`](Self::wait), except the timeout.
     pub fn test(&mut self) -> Result<bool> {
-        match self.await_completions(Timeout::Test.deadline()) {
+        match self.await_completions(&mut Due::new(Timeout::Test)) {
             Ok(()) => Ok(true),
             Err(e) if e.is_timeout() => Ok(false),
             Err(e) => Err(e),
@@ -376,24 +426,25 @@ impl<'c> Window<'c> {
     /// posted another epoch; from the runtime: [`gaspi::Error::Timeout`] (resolving a target),
     /// [`gaspi::Error::RankFailed`] naming a dead target.
     pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
-        let deadline = timeout.deadline();
+        let mut due = Due::new(timeout);
         if self.accessing {
             if !self.resumes(targets) {
                 return Err(Error::EpochOpen {
                     epoch: Epoch::Access,
                 });
             }
-            return self.await_posts(deadline);
+            return self.await_posts(&mut due);
         }
-        let members = self.members_of(targets)?;
+        self.check_ranks(targets)?;
         for &rank in targets {
-            self.resolve(rank, deadline)?;
+            self.resolve(rank, &mut due)?;
         }
-        for (&member, &rank) in members.iter().zip(targets) {
+        for &rank in targets {
+            let member = self.member(rank)?;
             self.open(member, rank, assert);
         }
         self.accessing = true;
-        self.await_posts(deadline)
+        self.await_posts(&mut due)
     }
 
     /// Proposal G's `MPI_RMA_START(comm, rank)`: adds `target` to the access epoch (opening
@@ -404,7 +455,7 @@ impl<'c> Window<'c> {
     /// [`Error::EpochOpen`] when `target` is already in the access epoch (and not waiting
     /// for its post); otherwise as for [`start`](Self::start).
     pub fn start_one(&mut self, target: Rank, assert: Assert, timeout: Timeout) -> Result<()> {
-        let deadline = timeout.deadline();
+        let mut due = Due::new(timeout);
         let member = self.member(target)?;
         match self.access.iter().find(|a| a.rank == target) {
             Some(a) if a.stage == Stage::Pending => {}
@@ -414,12 +465,12 @@ impl<'c> Window<'c> {
                 })
             }
             None => {
-                self.resolve(target, deadline)?;
+                self.resolve(target, &mut due)?;
                 self.open(member, target, assert);
                 self.accessing = true;
             }
         }
-        self.await_posts(deadline)
+        self.await_posts(&mut due)
     }
 
     /// The next member (not in the access epoch) whose post to this rank arrived, added to the
@@ -432,10 +483,10 @@ impl<'c> Window<'c> {
     /// [`gaspi::Error::RankFailed`] naming a dead member while none has posted;
     /// [`Error::OutOfStep`] when a member posted another epoch.
     pub fn start_any(&mut self, timeout: Timeout) -> Result<Rank> {
-        let deadline = timeout.deadline();
+        let mut due = Due::new(timeout);
         loop {
             if let Some(rank) = self.matched {
-                self.resolve(rank, deadline)?;
+                self.resolve(rank, &mut due)?;
                 self.matched = None;
                 return Ok(rank);
             }
@@ -462,12 +513,12 @@ impl<'c> Window<'c> {
             if self.matched.is_some() {
                 continue;
             }
-            if candidates.is_empty() || expired(deadline) {
+            if candidates.is_empty() || due.expired() {
                 return Err(gaspi::Error::Timeout.into());
             }
             let ids: Vec<NotificationId> = candidates.iter().map(|&m| self.post_id(m)).collect();
             let senders: Vec<Rank> = candidates.iter().map(|&m| self.ranks[m as usize]).collect();
-            self.sleep(&ids, &senders, deadline)?;
+            self.sleep(&ids, &senders, &mut due)?;
         }
     }
 
@@ -571,10 +622,9 @@ impl<'c> Window<'c> {
                 epoch: Epoch::Access,
             });
         }
-        let deadline = timeout.deadline();
-        self.await_posts(deadline)?;
-        let ranks: Vec<Rank> = self.access.iter().map(|a| a.rank).collect();
-        self.finish(&ranks, deadline)
+        let mut due = Due::new(timeout);
+        self.await_posts(&mut due)?;
+        self.finish(None, &mut due)
     }
 
     /// Proposal G's `MPI_RMA_COMPLETE(comm, rank)`: ends the access epoch towards `target`
@@ -588,94 +638,110 @@ impl<'c> Window<'c> {
         if !self.access.iter().any(|a| a.rank == target) {
             return Err(Error::NotStarted { rank: target });
         }
-        let deadline = timeout.deadline();
-        self.await_posts(deadline)?;
-        self.finish(&[target], deadline)
+        let mut due = Due::new(timeout);
+        self.await_posts(&mut due)?;
+        self.finish(Some(target), &mut due)
     }
 
-    /// Tells each of `targets` (all in the access epoch, all posted) that this rank is done,
+    /// Tells `only` (or every target of the access epoch; all posted) that this rank is done,
     /// waits for local completion, and removes them from the epoch.
-    fn finish(&mut self, targets: &[Rank], deadline: Deadline) -> Result<()> {
+    fn finish(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
         let done = self.done_id(self.me);
+        let chosen = |a: &Access| only.is_none_or(|rank| rank == a.rank);
         for i in 0..self.access.len() {
             let a = self.access[i];
-            if a.stage == Stage::Ready && targets.contains(&a.rank) {
+            if a.stage == Stage::Ready && chosen(&a) {
                 let notification = Notification {
                     id: done,
                     value: a.tag,
                 };
-                self.notify(a.rank, notification, deadline)?;
+                self.notify(a.rank, notification, due)?;
                 self.access[i].stage = Stage::Told;
             }
         }
-        self.batch.wait(deadline.left())?;
-        self.access.retain(|a| !targets.contains(&a.rank));
+        // Writes that went directly, and injected ones, completed when posted: with nothing
+        // in flight there is no deadline to take, and the wait only reports a failure.
+        let timeout = if self.batch.outstanding() == 0 {
+            Timeout::Test
+        } else {
+            due.left()
+        };
+        self.batch.wait(timeout)?;
+        self.access.retain(|a| !chosen(a));
         self.accessing = !self.access.is_empty();
         Ok(())
     }
 
     /// Waits until no target of the access epoch is pending.
-    fn await_posts(&mut self, deadline: Deadline) -> Result<()> {
+    fn await_posts(&mut self, due: &mut Due) -> Result<()> {
         loop {
+            let mut pending = 0;
             for i in 0..self.access.len() {
                 let a = self.access[i];
-                if a.stage == Stage::Pending && self.take(self.post_id(a.member), a.rank, a.tag)? {
+                if a.stage != Stage::Pending {
+                    continue;
+                }
+                if self.take(self.post_id(a.member), a.rank, a.tag)? {
                     self.access[i].stage = Stage::Ready;
+                } else {
+                    pending += 1;
                 }
             }
-            let pending: Vec<&Access> = self
+            if pending == 0 {
+                return Ok(());
+            }
+            let (ids, senders): (Vec<NotificationId>, Vec<Rank>) = self
                 .access
                 .iter()
                 .filter(|a| a.stage == Stage::Pending)
-                .collect();
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let ids: Vec<NotificationId> = pending.iter().map(|a| self.post_id(a.member)).collect();
-            let senders: Vec<Rank> = pending.iter().map(|a| a.rank).collect();
-            if expired(deadline) {
+                .map(|a| (self.post_id(a.member), a.rank))
+                .unzip();
+            if due.expired() {
                 return Err(Error::PostsMissing { ranks: senders });
             }
-            match self.sleep(&ids, &senders, deadline) {
+            match self.sleep(&ids, &senders, due) {
                 Err(e) if e.is_timeout() => return Err(Error::PostsMissing { ranks: senders }),
                 other => other?,
             }
         }
     }
 
-    /// Waits until every origin of the exposure epoch completed, then closes it.
-    fn await_completions(&mut self, deadline: Deadline) -> Result<()> {
-        let Some(mut origins) = self.exposure.take() else {
+    /// Waits until every origin of the exposure epoch completed, then closes it. After an
+    /// error the epoch stays open with what it collected.
+    fn await_completions(&mut self, due: &mut Due) -> Result<()> {
+        if !self.exposing {
             return Err(Error::NoEpoch {
                 epoch: Epoch::Exposure,
             });
-        };
-        let outcome = self.collect(&mut origins, deadline);
-        if outcome.is_err() {
-            self.exposure = Some(origins);
         }
-        outcome
-    }
-
-    fn collect(&self, origins: &mut [Origin], deadline: Deadline) -> Result<()> {
         loop {
-            for o in origins.iter_mut().filter(|o| !o.completed) {
+            let mut missing = 0;
+            for i in 0..self.origins.len() {
+                let o = self.origins[i];
+                if o.completed {
+                    continue;
+                }
                 let rank = self.ranks[o.member as usize];
-                o.completed = self.take(self.done_id(o.member), rank, o.tag)?;
+                if self.take(self.done_id(o.member), rank, o.tag)? {
+                    self.origins[i].completed = true;
+                } else {
+                    missing += 1;
+                }
             }
-            let missing: Vec<&Origin> = origins.iter().filter(|o| !o.completed).collect();
-            if missing.is_empty() {
+            if missing == 0 {
+                self.exposing = false;
                 return Ok(());
             }
-            let ids: Vec<NotificationId> = missing.iter().map(|o| self.done_id(o.member)).collect();
-            let senders: Vec<Rank> = missing
+            let (ids, senders): (Vec<NotificationId>, Vec<Rank>) = self
+                .origins
                 .iter()
-                .map(|o| self.ranks[o.member as usize])
-                .collect();
-            if expired(deadline) {
+                .filter(|o| !o.completed)
+                .map(|o| (self.done_id(o.member), self.ranks[o.member as usize]))
+                .unzip();
+            if due.expired() {
                 return Err(Error::CompletionsMissing { ranks: senders });
             }
-            match self.sleep(&ids, &senders, deadline) {
+            match self.sleep(&ids, &senders, due) {
                 Err(e) if e.is_timeout() => {
                     return Err(Error::CompletionsMissing { ranks: senders })
                 }
@@ -699,10 +765,18 @@ impl<'c> Window<'c> {
     }
 
     /// Sleeps until one of `ids` of the control table is set, watching `senders`.
-    fn sleep(&self, ids: &[NotificationId], senders: &[Rank], deadline: Deadline) -> Result<()> {
-        let ranges: Vec<_> = ids.iter().map(|&id| self.control.range(id, 1)).collect();
-        self.ctx
-            .notify_wait_any(&ranges, senders, deadline.left())?;
+    fn sleep(&self, ids: &[NotificationId], senders: &[Rank], due: &mut Due) -> Result<()> {
+        let timeout = due.left();
+        match ids {
+            // The usual case (one peer) builds no list.
+            &[id] => self
+                .ctx
+                .notify_wait_any(&[self.control.range(id, 1)], senders, timeout)?,
+            _ => {
+                let ranges: Vec<_> = ids.iter().map(|&id| self.control.range(id, 1)).collect();
+                self.ctx.notify_wait_any(&ranges, senders, timeout)?
+            }
+        };
         Ok(())
     }
 
@@ -738,22 +812,21 @@ impl<'c> Window<'c> {
             _ => return Err(Error::NotStarted { rank: target }),
         }
         // Resolved by the start that added it.
-        self.windows
+        self.peers
             .get(&target)
-            .copied()
+            .and_then(|peer| peer.window)
             .ok_or(Error::NotStarted { rank: target })
     }
 
-    /// Member indices of `ranks`, checked.
-    fn members_of(&self, ranks: &[Rank]) -> Result<Vec<u32>> {
-        let mut members = Vec::with_capacity(ranks.len());
+    /// Checks that `ranks` are members, each named once.
+    fn check_ranks(&self, ranks: &[Rank]) -> Result<()> {
         for (i, &rank) in ranks.iter().enumerate() {
             if ranks[..i].contains(&rank) {
                 return Err(Error::DuplicateRank { rank });
             }
-            members.push(self.member(rank)?);
+            self.member(rank)?;
         }
-        Ok(members)
+        Ok(())
     }
 
     fn member(&self, rank: Rank) -> Result<u32> {
@@ -764,27 +837,32 @@ impl<'c> Window<'c> {
     }
 
     /// Resolves `rank`'s control table and window segment.
-    fn resolve(&mut self, rank: Rank, deadline: Deadline) -> Result<()> {
-        self.control_target(rank, deadline)?;
-        if !self.windows.contains_key(&rank) {
-            let target = self.ctx.target(rank, self.segment, deadline.left())?;
-            self.windows.insert(rank, target);
+    fn resolve(&mut self, rank: Rank, due: &mut Due) -> Result<()> {
+        if self
+            .peers
+            .get(&rank)
+            .is_some_and(|peer| peer.window.is_some())
+        {
+            return Ok(());
         }
+        self.control_target(rank, due)?;
+        let target = self.ctx.target(rank, self.segment, due.left())?;
+        self.peers.entry(rank).or_default().window = Some(target);
         Ok(())
     }
 
-    fn control_target(&mut self, rank: Rank, deadline: Deadline) -> Result<Target> {
-        if let Some(&target) = self.controls.get(&rank) {
+    fn control_target(&mut self, rank: Rank, due: &mut Due) -> Result<Target> {
+        if let Some(target) = self.peers.get(&rank).and_then(|peer| peer.control) {
             return Ok(target);
         }
-        let target = self.control.target(rank, deadline.left())?;
-        self.controls.insert(rank, target);
+        let target = self.control.target(rank, due.left())?;
+        self.peers.entry(rank).or_default().control = Some(target);
         Ok(target)
     }
 
     /// Sets `notification` in `rank`'s control table, after this window's writes to `rank`.
-    fn notify(&mut self, rank: Rank, notification: Notification, deadline: Deadline) -> Result<()> {
-        let table = self.control_target(rank, deadline)?;
+    fn notify(&mut self, rank: Rank, notification: Notification, due: &mut Due) -> Result<()> {
+        let table = self.control_target(rank, due)?;
         // Notifications complete at once; reaping them keeps the batch from filling up.
         if self.batch.outstanding() > self.ranks.len() as u32 {
             self.batch.test()?;
@@ -802,9 +880,4 @@ impl<'c> Window<'c> {
     fn done_id(&self, member: u32) -> NotificationId {
         self.ranks.len() as u32 + member
     }
-}
-
-/// Whether `deadline` leaves no time to sleep.
-fn expired(deadline: Deadline) -> bool {
-    deadline.is_test() || deadline.remaining().is_some_and(|left| left.is_zero())
 }
