@@ -97,6 +97,18 @@ struct Access {
     stage: Stage,
 }
 
+impl Access {
+    /// `rank` (member `member`), not yet matched to a post.
+    fn new(member: u32, rank: Rank) -> Access {
+        Access {
+            member,
+            rank,
+            tag: 0,
+            stage: Stage::Pending,
+        }
+    }
+}
+
 /// An epoch window over a user segment and a committed group: MPI-3's
 /// `MPI_Win_post / start / complete / wait / test` between the group's members, with proposal
 /// G's per-target extensions ([`start_one`](Self::start_one),
@@ -206,8 +218,8 @@ pub struct Window<'c> {
     members: HashMap<Rank, u32>,
     me: u32,
     control: Segment<'c>,
-    /// Members' control tables and window segments, resolved on first use.
-    peers: HashMap<Rank, Peer>,
+    /// Per member: its control table and window segment, resolved on first use.
+    peers: Vec<Peer>,
     /// Writes and `done`s: one batch, so that a `done` follows the writes it covers.
     batch: Batch<'c>,
     /// Per member: exposure epochs this member posted to it so far.
@@ -222,9 +234,9 @@ pub struct Window<'c> {
     /// Whether an access epoch is open (it may have no targets: `start(&[])`).
     accessing: bool,
     access: Vec<Access>,
-    /// A target [`start_any`](Self::start_any) matched but did not return yet (its
-    /// targets were still being resolved when it timed out).
-    matched: Option<Rank>,
+    /// The member [`start_any`](Self::start_any) matched but did not return yet (its
+    /// tables were still being resolved when it timed out).
+    matched: Option<u32>,
 }
 
 /// A member's tables, as far as they were resolved.
@@ -250,10 +262,6 @@ impl Due {
         }
     }
 
-    fn deadline(&mut self) -> Deadline {
-        *self.deadline.get_or_insert_with(|| self.timeout.deadline())
-    }
-
     /// What is left of the timeout, for a runtime call that waits: the whole of it on the
     /// first wait, which starts the count.
     fn left(&mut self) -> Timeout {
@@ -267,9 +275,14 @@ impl Due {
     }
 
     /// Whether no time is left to sleep.
-    fn expired(&mut self) -> bool {
-        let deadline = self.deadline();
-        deadline.is_test() || deadline.remaining().is_some_and(|left| left.is_zero())
+    fn expired(&self) -> bool {
+        match self.deadline {
+            // Not counting yet: only a test (`Millis(0)` is one) has no time at all.
+            None => matches!(self.timeout, Timeout::Test | Timeout::Millis(0)),
+            Some(deadline) => {
+                deadline.is_test() || deadline.remaining().is_some_and(|left| left.is_zero())
+            }
+        }
     }
 }
 
@@ -317,7 +330,7 @@ impl<'c> Window<'c> {
             members,
             me,
             control,
-            peers: HashMap::default(),
+            peers: vec![Peer::default(); ranks.len()],
             batch: ctx.batch(),
             posts: vec![0; ranks.len()],
             starts: vec![0; ranks.len()],
@@ -355,32 +368,35 @@ impl<'c> Window<'c> {
                 epoch: Epoch::Exposure,
             });
         }
-        self.check_ranks(origins)?;
+        // No epoch is open: a list left by a refused call is only overwritten.
+        self.origins.clear();
+        for i in 0..origins.len() {
+            let member = self.listed(origins, i)?;
+            self.origins.push(Origin {
+                member,
+                tag: 0,
+                completed: false,
+            });
+        }
         let mut due = Due::new(timeout);
         let nocheck = assert.contains(Assert::NOCHECK);
         if !nocheck {
-            for &rank in origins {
-                self.control_target(rank, &mut due)?;
+            for i in 0..self.origins.len() {
+                self.control_target(self.origins[i].member, &mut due)?;
             }
         }
-        self.origins.clear();
-        for &rank in origins {
-            let member = self.member(rank)?;
-            self.posts[member as usize] += 1;
-            self.origins.push(Origin {
-                member,
-                tag: crate::tag(self.posts[member as usize]),
-                completed: false,
-            });
+        for o in &mut self.origins {
+            self.posts[o.member as usize] += 1;
+            o.tag = crate::tag(self.posts[o.member as usize]);
         }
         // The epoch is open from here on, also when a notification fails below: the origin
         // it was for is then dead or out of reach, and `wait` names it.
         self.exposing = true;
         if !nocheck {
             let id = self.post_id(self.me);
-            for (i, &rank) in origins.iter().enumerate() {
-                let value = self.origins[i].tag;
-                self.notify(rank, Notification { id, value }, &mut due)?;
+            for i in 0..self.origins.len() {
+                let Origin { member, tag, .. } = self.origins[i];
+                self.notify(member, Notification { id, value: tag }, &mut due)?;
             }
         }
         Ok(())
@@ -435,13 +451,25 @@ impl<'c> Window<'c> {
             }
             return self.await_posts(&mut due);
         }
-        self.check_ranks(targets)?;
-        for &rank in targets {
-            self.resolve(rank, &mut due)?;
+        // No access epoch is open, so `access` is empty; it is emptied again when the targets
+        // are refused or cannot be resolved, so that nothing was started.
+        for (i, &rank) in targets.iter().enumerate() {
+            match self.listed(targets, i) {
+                Ok(member) => self.access.push(Access::new(member, rank)),
+                Err(e) => {
+                    self.access.clear();
+                    return Err(e);
+                }
+            }
         }
-        for &rank in targets {
-            let member = self.member(rank)?;
-            self.open(member, rank, assert);
+        for i in 0..self.access.len() {
+            if let Err(e) = self.resolve(self.access[i].member, &mut due) {
+                self.access.clear();
+                return Err(e);
+            }
+        }
+        for i in 0..self.access.len() {
+            self.open(i, assert);
         }
         self.accessing = true;
         self.await_posts(&mut due)
@@ -465,8 +493,9 @@ impl<'c> Window<'c> {
                 })
             }
             None => {
-                self.resolve(target, &mut due)?;
-                self.open(member, target, assert);
+                self.resolve(member, &mut due)?;
+                self.access.push(Access::new(member, target));
+                self.open(self.access.len() - 1, assert);
                 self.accessing = true;
             }
         }
@@ -485,10 +514,10 @@ impl<'c> Window<'c> {
     pub fn start_any(&mut self, timeout: Timeout) -> Result<Rank> {
         let mut due = Due::new(timeout);
         loop {
-            if let Some(rank) = self.matched {
-                self.resolve(rank, &mut due)?;
+            if let Some(member) = self.matched {
+                self.resolve(member, &mut due)?;
                 self.matched = None;
-                return Ok(rank);
+                return Ok(self.ranks[member as usize]);
             }
             let candidates: Vec<u32> = (0..self.ranks.len() as u32)
                 .filter(|&m| self.access.iter().all(|a| a.member != m))
@@ -505,7 +534,7 @@ impl<'c> Window<'c> {
                         stage: Stage::Ready,
                     });
                     self.accessing = true;
-                    self.matched = Some(rank);
+                    self.matched = Some(m);
                     // One target per call: the others stay in the table for the next.
                     break;
                 }
@@ -516,9 +545,10 @@ impl<'c> Window<'c> {
             if candidates.is_empty() || due.expired() {
                 return Err(gaspi::Error::Timeout.into());
             }
-            let ids: Vec<NotificationId> = candidates.iter().map(|&m| self.post_id(m)).collect();
-            let senders: Vec<Rank> = candidates.iter().map(|&m| self.ranks[m as usize]).collect();
-            self.sleep(&ids, &senders, &mut due)?;
+            let waiting = candidates
+                .iter()
+                .map(|&m| (self.post_id(m), self.ranks[m as usize]));
+            self.sleep(waiting, &mut due)?;
         }
     }
 
@@ -655,7 +685,7 @@ impl<'c> Window<'c> {
                     id: done,
                     value: a.tag,
                 };
-                self.notify(a.rank, notification, due)?;
+                self.notify(a.member, notification, due)?;
                 self.access[i].stage = Stage::Told;
             }
         }
@@ -690,17 +720,14 @@ impl<'c> Window<'c> {
             if pending == 0 {
                 return Ok(());
             }
-            let (ids, senders): (Vec<NotificationId>, Vec<Rank>) = self
-                .access
-                .iter()
-                .filter(|a| a.stage == Stage::Pending)
-                .map(|a| (self.post_id(a.member), a.rank))
-                .unzip();
+            let missing = |window: &Self| Error::PostsMissing {
+                ranks: window.pending().map(|(_, rank)| rank).collect(),
+            };
             if due.expired() {
-                return Err(Error::PostsMissing { ranks: senders });
+                return Err(missing(self));
             }
-            match self.sleep(&ids, &senders, due) {
-                Err(e) if e.is_timeout() => return Err(Error::PostsMissing { ranks: senders }),
+            match self.sleep(self.pending(), due) {
+                Err(e) if e.is_timeout() => return Err(missing(self)),
                 other => other?,
             }
         }
@@ -732,19 +759,14 @@ impl<'c> Window<'c> {
                 self.exposing = false;
                 return Ok(());
             }
-            let (ids, senders): (Vec<NotificationId>, Vec<Rank>) = self
-                .origins
-                .iter()
-                .filter(|o| !o.completed)
-                .map(|o| (self.done_id(o.member), self.ranks[o.member as usize]))
-                .unzip();
+            let missing = |window: &Self| Error::CompletionsMissing {
+                ranks: window.uncompleted().map(|(_, rank)| rank).collect(),
+            };
             if due.expired() {
-                return Err(Error::CompletionsMissing { ranks: senders });
+                return Err(missing(self));
             }
-            match self.sleep(&ids, &senders, due) {
-                Err(e) if e.is_timeout() => {
-                    return Err(Error::CompletionsMissing { ranks: senders })
-                }
+            match self.sleep(self.uncompleted(), due) {
+                Err(e) if e.is_timeout() => return Err(missing(self)),
                 other => other?,
             }
         }
@@ -764,36 +786,54 @@ impl<'c> Window<'c> {
         }
     }
 
-    /// Sleeps until one of `ids` of the control table is set, watching `senders`.
-    fn sleep(&self, ids: &[NotificationId], senders: &[Rank], due: &mut Due) -> Result<()> {
+    /// The `post` notifications the access epoch waits for, with the targets that set them.
+    fn pending(&self) -> impl Iterator<Item = (NotificationId, Rank)> + '_ {
+        self.access
+            .iter()
+            .filter(|a| a.stage == Stage::Pending)
+            .map(|a| (self.post_id(a.member), a.rank))
+    }
+
+    /// The `done` notifications the exposure epoch waits for, with the origins that set them.
+    fn uncompleted(&self) -> impl Iterator<Item = (NotificationId, Rank)> + '_ {
+        self.origins
+            .iter()
+            .filter(|o| !o.completed)
+            .map(|o| (self.done_id(o.member), self.ranks[o.member as usize]))
+    }
+
+    /// Sleeps until one of the control table's notifications in `waiting` is set, watching
+    /// the ranks that set them.
+    fn sleep(
+        &self,
+        mut waiting: impl Iterator<Item = (NotificationId, Rank)>,
+        due: &mut Due,
+    ) -> Result<()> {
         let timeout = due.left();
-        match ids {
-            // The usual case (one peer) builds no list.
-            &[id] => self
-                .ctx
-                .notify_wait_any(&[self.control.range(id, 1)], senders, timeout)?,
-            _ => {
-                let ranges: Vec<_> = ids.iter().map(|&id| self.control.range(id, 1)).collect();
-                self.ctx.notify_wait_any(&ranges, senders, timeout)?
+        match (waiting.next(), waiting.next()) {
+            // One peer, the usual case: nothing to allocate before the wait starts polling.
+            (Some((id, rank)), None) => {
+                let range = self.control.range(id, 1);
+                self.ctx.notify_wait_any(&[range], &[rank], timeout)?;
             }
-        };
+            (first, second) => {
+                let (ids, senders): (Vec<NotificationId>, Vec<Rank>) =
+                    first.into_iter().chain(second).chain(waiting).unzip();
+                let ranges: Vec<_> = ids.iter().map(|&id| self.control.range(id, 1)).collect();
+                self.ctx.notify_wait_any(&ranges, &senders, timeout)?;
+            }
+        }
         Ok(())
     }
 
-    /// Adds `rank` (member `member`) to the access epoch, matching its next post.
-    fn open(&mut self, member: u32, rank: Rank, assert: Assert) {
-        self.starts[member as usize] += 1;
-        let stage = if assert.contains(Assert::NOCHECK) {
-            Stage::Ready
-        } else {
-            Stage::Pending
-        };
-        self.access.push(Access {
-            member,
-            rank,
-            tag: crate::tag(self.starts[member as usize]),
-            stage,
-        });
+    /// Makes the `i`-th target of the access epoch match its next post.
+    fn open(&mut self, i: usize, assert: Assert) {
+        let a = &mut self.access[i];
+        self.starts[a.member as usize] += 1;
+        a.tag = crate::tag(self.starts[a.member as usize]);
+        if assert.contains(Assert::NOCHECK) {
+            a.stage = Stage::Ready;
+        }
     }
 
     /// Whether `targets` are exactly those of the access epoch, some still pending: a start
@@ -806,63 +846,62 @@ impl<'c> Window<'c> {
 
     /// `target`'s window segment, when `target` is in the access epoch and has posted.
     fn ready(&self, target: Rank) -> Result<Target> {
-        match self.access.iter().find(|a| a.rank == target) {
-            Some(a) if a.stage == Stage::Ready => {}
+        let member = match self.access.iter().find(|a| a.rank == target) {
+            Some(a) if a.stage == Stage::Ready => a.member,
             Some(a) if a.stage == Stage::Pending => return Err(Error::NotPosted { rank: target }),
             _ => return Err(Error::NotStarted { rank: target }),
-        }
+        };
         // Resolved by the start that added it.
-        self.peers
-            .get(&target)
-            .and_then(|peer| peer.window)
+        self.peers[member as usize]
+            .window
             .ok_or(Error::NotStarted { rank: target })
     }
 
-    /// Checks that `ranks` are members, each named once.
-    fn check_ranks(&self, ranks: &[Rank]) -> Result<()> {
-        for (i, &rank) in ranks.iter().enumerate() {
-            if ranks[..i].contains(&rank) {
-                return Err(Error::DuplicateRank { rank });
-            }
-            self.member(rank)?;
+    /// The member index of `ranks[i]`, checked: a member, and not named before it.
+    fn listed(&self, ranks: &[Rank], i: usize) -> Result<u32> {
+        let rank = ranks[i];
+        if ranks[..i].contains(&rank) {
+            return Err(Error::DuplicateRank { rank });
         }
-        Ok(())
+        self.member(rank)
     }
 
     fn member(&self, rank: Rank) -> Result<u32> {
-        self.members.get(&rank).copied().ok_or(Error::NotMember {
-            rank,
-            group: self.group,
-        })
+        self.members
+            .get(&rank)
+            .copied()
+            .ok_or_else(|| Error::NotMember {
+                rank,
+                group: self.group,
+            })
     }
 
-    /// Resolves `rank`'s control table and window segment.
-    fn resolve(&mut self, rank: Rank, due: &mut Due) -> Result<()> {
-        if self
-            .peers
-            .get(&rank)
-            .is_some_and(|peer| peer.window.is_some())
-        {
+    /// Resolves member `member`'s control table and window segment.
+    fn resolve(&mut self, member: u32, due: &mut Due) -> Result<()> {
+        if self.peers[member as usize].window.is_some() {
             return Ok(());
         }
-        self.control_target(rank, due)?;
+        self.control_target(member, due)?;
+        let rank = self.ranks[member as usize];
         let target = self.ctx.target(rank, self.segment, due.left())?;
-        self.peers.entry(rank).or_default().window = Some(target);
+        self.peers[member as usize].window = Some(target);
         Ok(())
     }
 
-    fn control_target(&mut self, rank: Rank, due: &mut Due) -> Result<Target> {
-        if let Some(target) = self.peers.get(&rank).and_then(|peer| peer.control) {
+    fn control_target(&mut self, member: u32, due: &mut Due) -> Result<Target> {
+        if let Some(target) = self.peers[member as usize].control {
             return Ok(target);
         }
+        let rank = self.ranks[member as usize];
         let target = self.control.target(rank, due.left())?;
-        self.peers.entry(rank).or_default().control = Some(target);
+        self.peers[member as usize].control = Some(target);
         Ok(target)
     }
 
-    /// Sets `notification` in `rank`'s control table, after this window's writes to `rank`.
-    fn notify(&mut self, rank: Rank, notification: Notification, due: &mut Due) -> Result<()> {
-        let table = self.control_target(rank, due)?;
+    /// Sets `notification` in member `member`'s control table, after this window's writes
+    /// to it.
+    fn notify(&mut self, member: u32, notification: Notification, due: &mut Due) -> Result<()> {
+        let table = self.control_target(member, due)?;
         // Notifications complete at once; reaping them keeps the batch from filling up.
         if self.batch.outstanding() > self.ranks.len() as u32 {
             self.batch.test()?;
