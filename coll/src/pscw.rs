@@ -10,7 +10,6 @@ use gaspi::{
     Batch, Context, Deadline, GroupId, Notification, NotificationId, Rank, Segment, SegmentId,
     Target, Timeout,
 };
-use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{Error, Result};
 use crate::Collectives;
@@ -212,10 +211,9 @@ pub struct Window<'c> {
     ctx: &'c Context,
     group: GroupId,
     segment: SegmentId,
-    /// The members' ranks, by member index.
+    /// The members' ranks, by member index: ascending, as the runtime lists them, so a
+    /// rank's member index is found by bisection.
     ranks: Vec<Rank>,
-    /// Member indices by rank.
-    members: HashMap<Rank, u32>,
     me: u32,
     control: Segment<'c>,
     /// Per member: its control table and window segment, resolved on first use.
@@ -322,12 +320,10 @@ impl<'c> Window<'c> {
             .library()
             .notifications_create(group, n.saturating_mul(2), timeout)?;
         let me = crate::own_index(ctx, group)?;
-        let members = (0..n).map(|m| (ranks[m as usize], m)).collect();
         Ok(Window {
             ctx,
             group,
             segment,
-            members,
             me,
             control,
             peers: vec![Peer::default(); ranks.len()],
@@ -867,13 +863,14 @@ impl<'c> Window<'c> {
     }
 
     fn member(&self, rank: Rank) -> Result<u32> {
-        self.members
-            .get(&rank)
-            .copied()
-            .ok_or_else(|| Error::NotMember {
+        match self.ranks.binary_search(&rank) {
+            // Below the member count, which is a u32.
+            Ok(member) => Ok(member as u32),
+            Err(_) => Err(Error::NotMember {
                 rank,
                 group: self.group,
-            })
+            }),
+        }
     }
 
     /// Resolves member `member`'s control table and window segment.
