@@ -700,33 +700,28 @@ impl<'c> Window<'c> {
 
     /// Waits until no target of the access epoch is pending.
     fn await_posts(&mut self, due: &mut Due) -> Result<()> {
-        loop {
-            let mut pending = 0;
-            for i in 0..self.access.len() {
-                let a = self.access[i];
-                if a.stage != Stage::Pending {
-                    continue;
-                }
-                if self.take(self.post_id(a.member), a.rank, a.tag)? {
-                    self.access[i].stage = Stage::Ready;
-                } else {
-                    pending += 1;
-                }
+        while self.take_posts()? {
+            let missing = |ranks| Error::PostsMissing { ranks };
+            self.sleep_or(self.pending(), missing, due)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the posts that arrived for pending targets: whether one is still pending.
+    fn take_posts(&mut self) -> Result<bool> {
+        let mut pending = false;
+        for i in 0..self.access.len() {
+            let a = self.access[i];
+            if a.stage != Stage::Pending {
+                continue;
             }
-            if pending == 0 {
-                return Ok(());
-            }
-            let missing = |window: &Self| Error::PostsMissing {
-                ranks: window.pending().map(|(_, rank)| rank).collect(),
-            };
-            if due.expired() {
-                return Err(missing(self));
-            }
-            match self.sleep(self.pending(), due) {
-                Err(e) if e.is_timeout() => return Err(missing(self)),
-                other => other?,
+            if self.take(self.post_id(a.member), a.rank, a.tag)? {
+                self.access[i].stage = Stage::Ready;
+            } else {
+                pending = true;
             }
         }
+        Ok(pending)
     }
 
     /// Waits until every origin of the exposure epoch completed, then closes it. After an
@@ -737,34 +732,51 @@ impl<'c> Window<'c> {
                 epoch: Epoch::Exposure,
             });
         }
-        loop {
-            let mut missing = 0;
-            for i in 0..self.origins.len() {
-                let o = self.origins[i];
-                if o.completed {
-                    continue;
-                }
-                let rank = self.ranks[o.member as usize];
-                if self.take(self.done_id(o.member), rank, o.tag)? {
-                    self.origins[i].completed = true;
-                } else {
-                    missing += 1;
-                }
+        while self.take_completions()? {
+            let missing = |ranks| Error::CompletionsMissing { ranks };
+            self.sleep_or(self.uncompleted(), missing, due)?;
+        }
+        self.exposing = false;
+        Ok(())
+    }
+
+    /// Takes the `done`s that arrived from origins of the exposure epoch: whether one is
+    /// still missing.
+    fn take_completions(&mut self) -> Result<bool> {
+        let mut missing = false;
+        for i in 0..self.origins.len() {
+            let o = self.origins[i];
+            if o.completed {
+                continue;
             }
-            if missing == 0 {
-                self.exposing = false;
-                return Ok(());
+            let rank = self.ranks[o.member as usize];
+            if self.take(self.done_id(o.member), rank, o.tag)? {
+                self.origins[i].completed = true;
+            } else {
+                missing = true;
             }
-            let missing = |window: &Self| Error::CompletionsMissing {
-                ranks: window.uncompleted().map(|(_, rank)| rank).collect(),
-            };
-            if due.expired() {
-                return Err(missing(self));
-            }
-            match self.sleep(self.uncompleted(), due) {
-                Err(e) if e.is_timeout() => return Err(missing(self)),
-                other => other?,
-            }
+        }
+        Ok(missing)
+    }
+
+    /// Sleeps until one of `waiting` is set, as [`sleep`](Self::sleep) does; when time runs
+    /// out, the error `missing` makes of the ranks not heard from. Kept out of line: the
+    /// takes before it run in every call, the sleep only when a peer is late, and inlined
+    /// it made every call pay for its frame.
+    #[inline(never)]
+    fn sleep_or(
+        &self,
+        waiting: impl Iterator<Item = (NotificationId, Rank)> + Clone,
+        missing: fn(Vec<Rank>) -> Error,
+        due: &mut Due,
+    ) -> Result<()> {
+        let not_heard = || missing(waiting.clone().map(|(_, rank)| rank).collect());
+        if due.expired() {
+            return Err(not_heard());
+        }
+        match self.sleep(waiting.clone(), due) {
+            Err(e) if e.is_timeout() => Err(not_heard()),
+            other => other,
         }
     }
 
@@ -783,7 +795,7 @@ impl<'c> Window<'c> {
     }
 
     /// The `post` notifications the access epoch waits for, with the targets that set them.
-    fn pending(&self) -> impl Iterator<Item = (NotificationId, Rank)> + '_ {
+    fn pending(&self) -> impl Iterator<Item = (NotificationId, Rank)> + Clone + '_ {
         self.access
             .iter()
             .filter(|a| a.stage == Stage::Pending)
@@ -791,7 +803,7 @@ impl<'c> Window<'c> {
     }
 
     /// The `done` notifications the exposure epoch waits for, with the origins that set them.
-    fn uncompleted(&self) -> impl Iterator<Item = (NotificationId, Rank)> + '_ {
+    fn uncompleted(&self) -> impl Iterator<Item = (NotificationId, Rank)> + Clone + '_ {
         self.origins
             .iter()
             .filter(|o| !o.completed)
