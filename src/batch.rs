@@ -199,7 +199,6 @@ impl Batch<'_> {
     /// [`Error::BatchFull`]; [`Error::RankFailed`].
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
-        let check = Dest::Ready(table.remote(&self.ctx.inner, 0, 0)?);
         if self
             .ctx
             .inner
@@ -207,6 +206,8 @@ impl Batch<'_> {
         {
             return Ok(());
         }
+        // Only the fabric needs the target's address.
+        let check = Dest::Ready(table.remote(&self.ctx.inner, 0, 0)?);
         self.ctx
             .inner
             .notify_on(&self.queue, table.rank, check, wire)
