@@ -667,10 +667,14 @@ impl<'c> Team<'c> {
     /// member `j`, `recv_counts[i]` bytes from member `i` into `dst` (packed in member
     /// order). Each member knows only its own counts, as in `MPI_Alltoallv`; a member's
     /// `send_counts[j]` must equal member `j`'s `recv_counts[i]`, which is not checked.
+    /// Blocks of any size stream through the team's lanes in chunks of
+    /// `lane_bytes / size()` bytes (see [`Team`]'s "Staging and capacity"), one round trip
+    /// per chunk between a pair.
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for counts of another length than the team, or buffers of
-    /// other lengths than their counts' sums; [`Error::Flags`]; [`Error::TooLarge`].
+    /// other lengths than their counts' sums; [`Error::Flags`]; [`Error::TooLarge`] only on
+    /// a team whose lanes hold fewer bytes than it has members.
     pub fn exchangev_nb<'t, 'b>(
         &'t self,
         dst: impl Into<Output<'b>>,
@@ -685,10 +689,12 @@ impl<'c> Team<'c> {
         check_len(recv_counts.len(), u64::from(n))?;
         check_len(src.len(), send_counts.iter().sum())?;
         check_len(dst.len(), recv_counts.iter().sum())?;
-        // Never cut: the pieces would depend on every member's counts, which no member
-        // knows (see the module documentation).
+        // Never cut into pieces: the pieces would depend on every member's counts, which no
+        // member knows. Its blocks stream through the lane instead, in chunks that keep any
+        // member's staging within it.
         let shape = Shape::whole();
-        let build = |_, _| all::exchangev(n, me, send_counts, recv_counts);
+        let chunk = (self.lane_bytes() / u64::from(n)).max(1);
+        let build = |_, _| all::exchangev(n, me, send_counts, recv_counts, chunk);
         self.start(&[9], false, flags, "pairwise", shape, build, None, src, dst)
     }
 

@@ -195,10 +195,11 @@ impl Default for Capacity {
 /// piece `k` moves bytes `[k·c, (k+1)·c)` of every block, with `c` the largest cut whose
 /// staging fits a lane, and the pieces stream through the lanes like consecutive
 /// collectives (each with the sync modes' barriers, so `ALLSYNC` holds for every byte).
-/// Any size works, down to blocks cut into single bytes; only `exchangev` is never cut
-/// (no member knows the others' counts, so members could not cut alike): one whose staging
-/// exceeds a lane is refused on the members where it does ([`Error::TooLarge`], before
-/// anything moves), and its partners time out. Raise the capacity for those.
+/// Any size works, down to blocks cut into single bytes. `exchangev` is never cut into
+/// pieces (no member knows the others' counts, so members could not cut alike): it runs as
+/// one collective that streams every block in chunks of `lane_bytes / size()` bytes, which
+/// the block's sender and receiver (both knowing its size) cut alike, through a receiving
+/// area and one slot per partner, so its staging stays within a lane whatever the counts.
 ///
 /// # Progress
 /// Steps that touch the caller's buffers are taken in the calls that hold the collective's

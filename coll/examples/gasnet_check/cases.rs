@@ -22,11 +22,12 @@ pub const OPS: [&str; 9] = [
 /// Bytes per block (the largest of a v form's blocks).
 pub const SIZES: [u64; 4] = [0, 1, 100, 20_000];
 
-/// The cases of the `large` scenario: every operation but `exchangev` (never cut into
-/// pieces) at these sizes, on a team whose lanes hold [`LARGE_LANE`] bytes.
+/// The cases of the `large` scenario: every operation at these sizes, on a team whose lanes
+/// hold [`LARGE_LANE`] bytes.
 pub const LARGE_SIZES: [u64; 2] = [300_001, 4 << 20];
 
-/// The lane of the `large` scenario's team: every large case runs as many pieces.
+/// The lane of the `large` scenario's team: every large case runs as many pieces (exchangev
+/// as one run streaming its blocks in chunks).
 pub const LARGE_LANE: u64 = 256 << 10;
 
 /// The first case number of the `large` scenario.

@@ -183,6 +183,11 @@ pub(crate) struct Run<'c> {
     batch: Batch<'c>,
     /// Copies into the destination, in schedule order.
     deferred: Vec<(Span, Span)>,
+    /// Copies into the destination of a capturing schedule ([`Schedule::capture`]), with
+    /// their bytes read out of the stage when they were taken.
+    ///
+    /// [`Schedule::capture`]: crate::schedule::Schedule::capture
+    captured: Vec<(Span, Vec<u8>)>,
     /// The operands of a fold, kept from fold to fold.
     acc: Aligned,
     other: Aligned,
@@ -235,6 +240,7 @@ impl<'c> Run<'c> {
             off_stage: false,
             batch,
             deferred,
+            captured: Vec::new(),
             acc,
             other,
             kept: None,
@@ -388,6 +394,13 @@ impl<'c> Run<'c> {
                             net.read(seq, from.at + at, out)
                         })?;
                     }
+                    // An orphan's output is dropped.
+                    (_, Buf::Dst, _) if self.plan.schedule.capture && self.orphan.is_some() => {}
+                    (_, Buf::Dst, _) if self.plan.schedule.capture => {
+                        let mut data = vec![0; from.len as usize];
+                        net.read(seq, from.at, &mut data)?;
+                        self.captured.push((into, data));
+                    }
                     (_, Buf::Dst, _) => self.deferred.push((from, into)),
                     (Buf::Src, _, owner) => {
                         let src = match (&self.orphan, owner) {
@@ -495,6 +508,13 @@ impl<'c> Run<'c> {
                     Ok(())
                 }
                 None => net.read(self.seq, from.at + at, out),
+            })?;
+        }
+        for (into, data) in &self.captured {
+            write_parts(net, dst, view, *into, |at, out| {
+                let at = at as usize;
+                out.copy_from_slice(&data[at..at + out.len()]);
+                Ok(())
             })?;
         }
         Ok(())

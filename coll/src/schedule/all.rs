@@ -44,11 +44,18 @@
 //!
 //! `exchangev` is pairwise only: Bruck forwards other members' blocks, whose sizes a member
 //! does not know. For the same reason a sender cannot know where in its receiver's stage its
-//! block could go beside the others, so each member receives into one area at the start of its
-//! stage (as large as its largest block from another), one sender at a time: it gives the
-//! credit of a step only once the block of its last step is copied out. Puts to different
-//! members still overlap, but a member's receipts are one round trip apart. A block of zero
-//! bytes moves nothing and raises no signal: its sender and receiver both know its size.
+//! block could go beside the others, nor how much its receiver's stage must hold, so blocks
+//! are *streamed*: each is cut into chunks of at most `chunk` bytes (the same on every member),
+//! and each member receives into one area at the start of its stage (as large as its largest
+//! chunk from another), one chunk at a time: it gives the credit for a chunk only once the
+//! chunk before it (from any sender) is copied out. A sender stages each block's chunks in a
+//! slot of its own, one after another: the credit for chunk `k + 1` says that chunk `k` landed,
+//! so the put of chunk `k` no longer reads the slot. Sender and receiver of a block both know
+//! its size, so they cut it alike; a block of zero bytes moves nothing and raises no signal.
+//! The stage is then at most `n` chunks, whatever the counts, so an exchangev never needs to be
+//! cut into pieces. Its data and credit signals are raised once per chunk, each time only after
+//! its receiver waited for the previous one. The copies out of the receiving area *capture*
+//! their bytes when taken ([`Schedule::capture`]), as the area is written again.
 //!
 //! # Signals and credits
 //! In step or round `t` — below `n` in every algorithm: the ring's steps are `0..n − 1`, the
@@ -238,18 +245,21 @@ fn copy_rotated(
 /// [module documentation](self).
 pub(crate) fn exchange(n: u32, me: u32, bytes: u64, algo: ExchangeAlgo) -> Schedule {
     match algo {
-        ExchangeAlgo::Pairwise => {
-            let counts = vec![bytes; n as usize];
-            pairwise(n, me, &counts, &counts, Incoming::Slots(bytes))
-        }
+        ExchangeAlgo::Pairwise => pairwise(n, me, bytes),
         ExchangeAlgo::Bruck => bruck(n, me, bytes),
     }
 }
 
 /// Member `me`'s part in an exchange among `n` in which it sends `send_counts[j]` bytes to
-/// member `j` and receives `recv_counts[i]` from member `i`, pairwise: see the
-/// [module documentation](self).
-pub(crate) fn exchangev(n: u32, me: u32, send_counts: &[u64], recv_counts: &[u64]) -> Schedule {
+/// member `j` and receives `recv_counts[i]` from member `i`, pairwise, streaming every block in
+/// chunks of at most `chunk` bytes: see the [module documentation](self).
+pub(crate) fn exchangev(
+    n: u32,
+    me: u32,
+    send_counts: &[u64],
+    recv_counts: &[u64],
+    chunk: u64,
+) -> Schedule {
     assert_eq!(
         send_counts.len(),
         n as usize,
@@ -260,22 +270,8 @@ pub(crate) fn exchangev(n: u32, me: u32, send_counts: &[u64], recv_counts: &[u64
         n as usize,
         "exchangev: one receive count per member"
     );
-    pairwise(n, me, send_counts, recv_counts, Incoming::Shared)
-}
-
-/// Where in its receiver's stage a pairwise step's block lands.
-#[derive(Debug, Clone, Copy)]
-enum Incoming {
-    /// Step `s`'s block at `(s − 1) × bytes`: every block has a slot of its own, which needs
-    /// every block to have the same size.
-    Slots(u64),
-    /// Every block at 0, one step at a time.
-    Shared,
-}
-
-/// The pairwise exchange: the receiving area (see [`Incoming`]) at the start of the stage, then
-/// the blocks sent, packed in the order of the steps.
-fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> Schedule {
+    assert!(chunk > 0, "exchangev: chunks of no bytes");
+    let (send, recv) = (send_counts, recv_counts);
     let (src_at, dst_at) = (packed(send.iter().copied()), packed(recv.iter().copied()));
     let mine = me as usize;
     debug_assert_eq!(
@@ -283,75 +279,102 @@ fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> 
         "a member's counts for itself differ"
     );
     let mut s = Schedule::new();
+    s.capture = true;
     s.copy(
         Span::src(src_at[mine], send[mine]),
         Span::dst(dst_at[mine], recv[mine]),
         &[],
     );
-    let into = |t: u32| match incoming {
-        Incoming::Slots(bytes) => u64::from(t - 1) * bytes,
-        Incoming::Shared => 0,
-    };
-    let mut sending_at = match incoming {
-        Incoming::Slots(bytes) => u64::from(n - 1) * bytes,
-        Incoming::Shared => (0..n)
-            .filter(|&i| i != me)
-            .map(|i| recv[i as usize])
-            .max()
-            .unwrap_or(0),
-    };
-    // A shared area is rewritten step after step, so its blocks are first copied into an
-    // area of their own after the blocks sent, and from there into the destination (which
-    // the engine defers to the sync, so it must read from stage that stays put).
-    let kept_at = sending_at
-        + (0..n)
-            .filter(|&i| i != me)
-            .map(|i| send[i as usize])
-            .sum::<u64>();
-    // In a shared area, the copy out of the last block received, which the next credit waits
-    // for.
+    let area = (0..n)
+        .filter(|&i| i != me)
+        .map(|i| recv[i as usize].min(chunk))
+        .max()
+        .unwrap_or(0);
+    let mut slot = area;
+    // The copy out of the area of the last chunk received, which the next credit waits for.
     let mut freed = None;
     for t in 1..n {
         let to = ahead(n, me, t);
         let len = send[to as usize];
-        if len > 0 {
+        let mut sent: Option<StepId> = None;
+        for (at, piece) in chunks(len, chunk) {
+            // The credit for chunk k + 1 comes once chunk k landed: then the slot is free.
+            let go = s.wait(to, credit(n, t), sent.as_slice());
             let staged = s.copy(
-                Span::src(src_at[to as usize], len),
-                Span::stage(sending_at, len),
-                &[],
+                Span::src(src_at[to as usize] + at, piece),
+                Span::stage(slot, piece),
+                if sent.is_some() {
+                    std::slice::from_ref(&go)
+                } else {
+                    &[]
+                },
             );
-            let go = s.wait(to, credit(n, t), &[]);
-            if let Incoming::Slots(_) = incoming {
-                s.credits.push(go);
-            }
             let after: Vec<StepId> = staged.into_iter().chain([go]).collect();
-            s.put(to, sending_at, into(t), len, data(t), &after);
-            sending_at += len;
+            sent = Some(s.put(to, slot, 0, piece, data(t), &after));
         }
+        slot += len.min(chunk);
         let from = behind(n, me, t);
         let len = recv[from as usize];
-        if len > 0 {
-            let ready = match incoming {
-                Incoming::Slots(_) => None,
-                Incoming::Shared => freed,
-            };
-            let credited = s.signal(from, credit(n, t), ready.as_slice());
-            if let Incoming::Slots(_) = incoming {
-                s.credits.push(credited);
-            }
+        for (at, piece) in chunks(len, chunk) {
+            let credited = s.signal(from, credit(n, t), freed.as_slice());
             let got = s.wait(from, data(t), &[credited]);
-            let out = Span::dst(dst_at[from as usize], len);
-            freed = match incoming {
-                Incoming::Slots(_) => s.copy(Span::stage(into(t), len), out, &[got]),
-                Incoming::Shared => {
-                    let kept = Span::stage(kept_at + dst_at[from as usize], len);
-                    let moved = s.copy(Span::stage(0, len), kept, &[got]);
-                    s.copy(kept, out, moved.as_slice());
-                    moved
-                }
-            };
+            let out = Span::dst(dst_at[from as usize] + at, piece);
+            freed = s.copy(Span::stage(0, piece), out, &[got]);
         }
     }
+    s
+}
+
+/// The offsets and lengths of the chunks of at most `chunk` bytes of a block of `len` bytes:
+/// none for an empty block.
+fn chunks(len: u64, chunk: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..len.div_ceil(chunk)).map(move |k| {
+        let at = k * chunk;
+        (at, chunk.min(len - at))
+    })
+}
+
+/// The pairwise exchange: step `s`'s block lands at `(s − 1) × bytes` of its receiver's stage,
+/// a slot of its own, then the blocks sent, packed in the order of the steps.
+fn pairwise(n: u32, me: u32, bytes: u64) -> Schedule {
+    let block = |m: u32| u64::from(m) * bytes;
+    let mut s = own_block(me, bytes);
+    if bytes == 0 {
+        return s;
+    }
+    let into = |t: u32| u64::from(t - 1) * bytes;
+    let mut sending_at = u64::from(n - 1) * bytes;
+    for t in 1..n {
+        let to = ahead(n, me, t);
+        let staged = s.copy(
+            Span::src(block(to), bytes),
+            Span::stage(sending_at, bytes),
+            &[],
+        );
+        let go = s.wait(to, credit(n, t), &[]);
+        s.credits.push(go);
+        let after: Vec<StepId> = staged.into_iter().chain([go]).collect();
+        s.put(to, sending_at, into(t), bytes, data(t), &after);
+        sending_at += bytes;
+        let from = behind(n, me, t);
+        let credited = s.signal(from, credit(n, t), &[]);
+        s.credits.push(credited);
+        let got = s.wait(from, data(t), &[credited]);
+        s.copy(
+            Span::stage(into(t), bytes),
+            Span::dst(block(from), bytes),
+            &[got],
+        );
+    }
+    s
+}
+
+/// A schedule that starts with member `me`'s copy of its own block of `bytes` (block `me` of
+/// its source) into block `me` of its destination: in an exchange that block never travels.
+fn own_block(me: u32, bytes: u64) -> Schedule {
+    let at = u64::from(me) * bytes;
+    let mut s = Schedule::new();
+    s.copy(Span::src(at, bytes), Span::dst(at, bytes), &[]);
     s
 }
 
@@ -359,12 +382,7 @@ fn pairwise(n: u32, me: u32, send: &[u64], recv: &[u64], incoming: Incoming) -> 
 /// area it receives into.
 fn bruck(n: u32, me: u32, bytes: u64) -> Schedule {
     let block = |m: u32| u64::from(m) * bytes;
-    let mut s = Schedule::new();
-    s.copy(
-        Span::src(block(me), bytes),
-        Span::dst(block(me), bytes),
-        &[],
-    );
+    let mut s = own_block(me, bytes);
     if bytes == 0 {
         return s;
     }
@@ -568,11 +586,13 @@ mod tests {
     }
 
     /// Checks the exchange in which member `i` sends `count(i, j)` bytes to member `j`: by
-    /// `algo`, or by exchangev when `None`; with barriers before and after when `barriers`.
+    /// `algo`, or by exchangev in chunks of `chunk` bytes when `algo` is `None`; with barriers
+    /// before and after when `barriers`.
     fn check_exchange(
         n: u32,
         count: impl Fn(u32, u32) -> u64,
         algo: Option<ExchangeAlgo>,
+        chunk: u64,
         barriers: bool,
     ) {
         let schedule = |m: u32| match algo {
@@ -580,16 +600,17 @@ mod tests {
             None => {
                 let send: Vec<u64> = (0..n).map(|j| count(m, j)).collect();
                 let recv: Vec<u64> = (0..n).map(|i| count(i, m)).collect();
-                let s = exchangev(n, m, &send, &recv);
+                let s = exchangev(n, m, &send, &recv, chunk);
                 // Its credits order the reuse of the receiving area.
                 assert!(s.credits.is_empty(), "n={n} member {m}");
+                assert!(s.stage <= u64::from(n) * chunk, "n={n} member {m}");
                 s
             }
         };
         check(
             &match algo {
                 Some(algo) => format!("exchange {algo:?} barriers {barriers}"),
-                None => format!("exchangev barriers {barriers}"),
+                None => format!("exchangev chunk {chunk} barriers {barriers}"),
             },
             n,
             |m| synchronise(schedule(m), n, m, barriers, barriers),
@@ -603,10 +624,10 @@ mod tests {
     fn check_exchange_by(algo: ExchangeAlgo) {
         for n in 1..=33 {
             for bytes in SIZES {
-                check_exchange(n, |_, _| bytes, Some(algo), false);
+                check_exchange(n, |_, _| bytes, Some(algo), 1, false);
             }
             if n % 4 == 1 {
-                check_exchange(n, |_, _| 7, Some(algo), true);
+                check_exchange(n, |_, _| 7, Some(algo), 1, true);
             }
         }
     }
@@ -625,17 +646,38 @@ mod tests {
     fn exchangev_delivers_blocks_of_any_size_including_none() {
         let irregular = |i: u32, j: u32| u64::from(i * 3 + j * 5) % 7;
         for n in 1..=33 {
-            check_exchange(n, irregular, None, false);
+            check_exchange(n, irregular, None, 100, false);
             if n % 4 == 1 {
-                check_exchange(n, irregular, None, true);
+                check_exchange(n, irregular, None, 100, true);
             }
             check_exchange(
                 n,
                 |i, j| if i == 0 || j == n / 2 { 100 } else { 0 },
                 None,
+                1000,
                 false,
             );
-            check_exchange(n, |_, _| 0, None, false);
+            check_exchange(n, |_, _| 0, None, 1, false);
+        }
+    }
+
+    #[test]
+    fn exchangev_streams_blocks_larger_than_a_chunk_within_n_chunks_of_stage() {
+        let irregular = |i: u32, j: u32| u64::from(i * 11 + j * 7) % 29;
+        for n in 1..=33 {
+            for chunk in [1, 3, 8] {
+                check_exchange(n, irregular, None, chunk, false);
+            }
+            if n % 4 == 1 {
+                check_exchange(n, irregular, None, 5, true);
+            }
+            check_exchange(
+                n,
+                |i, j| if i == 0 || j == n / 2 { 100 } else { 0 },
+                None,
+                7,
+                false,
+            );
         }
     }
 
@@ -690,7 +732,7 @@ mod tests {
                 .map(|j| (j, count(me, j)))
                 .filter(|&(_, len)| len > 0)
                 .collect();
-            assert_eq!(puts(&exchangev(n, me, &send, &recv)), want, "me={me}");
+            assert_eq!(puts(&exchangev(n, me, &send, &recv, 7)), want, "me={me}");
         }
     }
 }

@@ -18,9 +18,11 @@
 //! A put raises a *signal* at its receiver once its data has landed (never before); a
 //! [`Task::Signal`] raises one without data, as a credit ("my stage is ready for you") or a
 //! synchronisation; a [`Task::Wait`] waits for one. Signals are numbered per receiver: within
-//! one schedule, a member waits for each of its signal numbers at most once, every signal is
-//! raised exactly once, and numbers stay below [`signal_bound`], split between the algorithm
-//! ([`algorithm_signals`]) and the synchronisation the modes add ([`sync`]).
+//! one schedule, every signal raised is waited for exactly once, and a signal is raised again
+//! (if at all) only once its receiver waited for the previous raise, as its raising step
+//! follows from that wait through the steps between; numbers stay below [`signal_bound`],
+//! split between the algorithm ([`algorithm_signals`]) and the synchronisation the modes add
+//! ([`sync`]).
 //!
 //! # The caller's buffers
 //! The engine takes the steps that touch the caller's buffers differently: a copy from the
@@ -28,7 +30,10 @@
 //! destination is deferred to the handle's sync (and counts as done for the steps after it).
 //! So a stage range copied into the destination must never be written again within the
 //! schedule; the simulator defers those copies the same way, so a schedule that breaks the
-//! rule ends with the wrong bytes.
+//! rule ends with the wrong bytes. A schedule that must reuse such a range (`exchangev`, which
+//! streams every block through one receiving area) sets [`Schedule::capture`]: a copy into the
+//! destination taken outside the handle's calls then reads its bytes out of the stage at once,
+//! into memory of the run, and writes them into the destination at the sync.
 //!
 //! # Folds
 //! A [`Task::Fold`] combines two stage ranges with the run's operator (a [`Reducer`], given
@@ -52,16 +57,17 @@
 //! Every algorithm lists its credits but `exchangev`: each other one receives every put into
 //! a range of its own, so a credit says no more than "my stage is free for this run", which
 //! the engine can know without it (each module says why its ranges are safe). `exchangev`
-//! receives one sender after another into one shared range, and its credit says the last
-//! block was moved out of it: an order within the run, which nothing between runs gives. The
+//! receives one chunk after another into one shared range, and its credit says the last
+//! chunk was moved out of it: an order within the run, which nothing between runs gives. The
 //! simulator's `check` runs every schedule skipping its listed credits as well as waiting for
 //! them, so a credit listed wrongly ends with the wrong bytes.
 //!
 //! # Order
 //! Steps depend only on earlier steps (by index), so the list is a topological order, and a
 //! step may start once every step it names in [`Step::after`] is done. A put is done for its
-//! dependents once posted: an algorithm never overwrites a stage range it has put from within
-//! the same schedule (the simulator checks it), so no step needs to wait for local
+//! dependents once posted: an algorithm overwrites a stage range it has put from only in a
+//! step that follows from its receiver's wait for that put's signal (the data landed, so the
+//! put no longer reads it; the simulator checks it), so no step needs to wait for local
 //! completion. A schedule is complete when every step is done and its puts have completed
 //! locally.
 
@@ -218,6 +224,10 @@ pub(crate) struct Schedule {
     /// Whether a member completes the schedule only once every member started it (every
     /// member's data reaches every other).
     pub(crate) gathering: bool,
+    /// Whether the copies into the destination capture their bytes when taken, so the stage
+    /// ranges they copy may be written again (see "The caller's buffers" in the
+    /// [module documentation](self)).
+    pub(crate) capture: bool,
 }
 
 /// Signal numbers an algorithm may use in a team of `n` members: `0..algorithm_signals(n)`

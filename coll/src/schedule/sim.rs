@@ -4,12 +4,14 @@
 //! * a wait is matched by exactly one put or signal of the member it names, and every signal
 //!   raised is waited for; numbers stay below [`signal_bound`];
 //! * no put lands in, and no copy writes over, a stage range its member has put from (an
-//!   outgoing put may still be reading it);
+//!   outgoing put may still be reading it), unless the write follows from the put's receiver
+//!   having waited for its signal (tracked with vector clocks over the waits);
 //! * every access stays within the buffers (the stage within the schedule's `stage`);
 //! * the schedules never deadlock, whatever order ready steps run in;
 //! * copies into the destination are carried out at the very end, as the engine defers
 //!   them: a schedule that writes over a stage range after copying it out ends with the
-//!   wrong bytes;
+//!   wrong bytes (unless it captures them, [`Schedule::capture`]: then their bytes are read
+//!   when they are taken);
 //! * folds run with the call's [`Reducer`], through aligned buffers as in the engine, and
 //!   write their stage range under the same rules as copies;
 //! * the credits a schedule lists may be skipped, as the engine does when it can: a schedule
@@ -29,10 +31,31 @@ struct Member {
     src: Vec<u8>,
     dst: Vec<u8>,
     stage: Vec<u8>,
-    /// Stage ranges this member has put from.
-    sent_from: Vec<(u64, u64)>,
-    /// Signals raised here and not yet waited for: by number, the member that raised it.
-    raised: HashMap<Signal, u32>,
+    /// The puts of this member.
+    sent: Vec<Sent>,
+    /// Signals raised here and not yet waited for: by number, who raised it.
+    raised: HashMap<Signal, Raised>,
+    /// Per member, how many of its waits this member's next step follows from (a vector
+    /// clock whose events are the waits).
+    clock: Vec<u64>,
+}
+
+/// A put, for the rule on writing over its stage range.
+struct Sent {
+    from: u64,
+    len: u64,
+    to: u32,
+    /// The receiver's wait for its signal, by its count of waits, once taken.
+    seen: Option<u64>,
+}
+
+/// A signal raised and not yet waited for.
+struct Raised {
+    by: u32,
+    /// The raiser's clock when it raised it.
+    clock: Vec<u64>,
+    /// The put that raised it, by its index in the raiser's `sent`.
+    put: Option<usize>,
 }
 
 impl Member {
@@ -69,12 +92,18 @@ impl Member {
     }
 
     fn check_unsent(&self, at: u64, len: u64, who: &str) {
-        for &(from, sent) in &self.sent_from {
+        for put in &self.sent {
+            let apart =
+                len == 0 || put.len == 0 || at + len <= put.from || put.from + put.len <= at;
+            let landed = put
+                .seen
+                .is_some_and(|wait| self.clock[put.to as usize] >= wait);
             assert!(
-                len == 0 || sent == 0 || at + len <= from || from + sent <= at,
-                "{who}: stage {at}..{} overwritten while a put from {from}..{} may read it",
+                apart || landed,
+                "{who}: stage {at}..{} overwritten while a put from {}..{} may read it",
                 at + len,
-                from + sent
+                put.from,
+                put.from + put.len
             );
         }
     }
@@ -125,8 +154,9 @@ pub(crate) fn run_folding(
             // Filler that no reference contains by accident in long runs.
             dst: vec![0xd5; dst as usize],
             stage: vec![0xee; s.stage as usize],
-            sent_from: Vec::new(),
+            sent: Vec::new(),
             raised: HashMap::new(),
+            clock: vec![0; n as usize],
         })
         .collect();
     let mut waiting: Vec<Vec<usize>> = schedules
@@ -191,7 +221,18 @@ pub(crate) fn run_folding(
             } => {
                 assert!(to < n && to != m, "{who}: puts to member {to}");
                 let data = members[m as usize].read(Span::stage(from, len), &who);
-                members[m as usize].sent_from.push((from, len));
+                let sender = &mut members[m as usize];
+                sender.sent.push(Sent {
+                    from,
+                    len,
+                    to,
+                    seen: None,
+                });
+                let raised = Raised {
+                    by: m,
+                    clock: sender.clock.clone(),
+                    put: Some(sender.sent.len() - 1),
+                };
                 let receiver = &mut members[to as usize];
                 let limit = schedules[to as usize].stage;
                 assert!(
@@ -200,23 +241,43 @@ pub(crate) fn run_folding(
                     into + len
                 );
                 receiver.write(Span::stage(into, len), &data, &who);
-                raise(receiver, to, m, signal, bound, &who);
+                raise(receiver, to, signal, raised, bound, &who);
             }
             Task::Signal { to, signal } => {
                 assert!(to < n && to != m, "{who}: signals member {to}");
-                raise(&mut members[to as usize], to, m, signal, bound, &who);
+                let raised = Raised {
+                    by: m,
+                    clock: members[m as usize].clock.clone(),
+                    put: None,
+                };
+                raise(&mut members[to as usize], to, signal, raised, bound, &who);
             }
             Task::Wait { from, signal } => {
-                let raiser = members[m as usize].raised.remove(&signal);
+                // Runnable only once raised.
+                let raised = members[m as usize]
+                    .raised
+                    .remove(&signal)
+                    .unwrap_or_else(|| panic!("{who}: waits for signal {signal}, not raised"));
                 assert_eq!(
-                    raiser,
-                    Some(from),
+                    raised.by, from,
                     "{who}: waits for signal {signal} from {from}"
                 );
+                let waiter = &mut members[m as usize];
+                for (mine, theirs) in waiter.clock.iter_mut().zip(&raised.clock) {
+                    *mine = (*mine).max(*theirs);
+                }
+                waiter.clock[m as usize] += 1;
+                let seen = waiter.clock[m as usize];
+                if let Some(put) = raised.put {
+                    members[from as usize].sent[put].seen = Some(seen);
+                }
             }
             Task::Copy { from, into } if into.buf == Buf::Dst => {
                 assert_eq!(from.len, into.len, "{who}: copies between other lengths");
-                deferred.push((m, from, into, who));
+                let captured = schedules[m as usize]
+                    .capture
+                    .then(|| members[m as usize].read(from, &who));
+                deferred.push((m, from, into, who, captured));
             }
             Task::Copy { from, into } => {
                 assert_eq!(from.len, into.len, "{who}: copies between other lengths");
@@ -257,27 +318,30 @@ pub(crate) fn run_folding(
         }
         dependents[m as usize][id as usize].clear();
     }
-    for (m, from, into, who) in deferred {
-        let data = members[m as usize].read(from, &who);
+    for (m, from, into, who, captured) in deferred {
+        let data = captured.unwrap_or_else(|| members[m as usize].read(from, &who));
         members[m as usize].write(into, &data, &who);
     }
     for (m, member) in members.iter().enumerate() {
         assert!(
             member.raised.is_empty(),
             "n={n} member {m}: signals raised but never waited for: {:?}",
-            member.raised
+            member.raised.keys().collect::<Vec<_>>()
         );
     }
     members.into_iter().map(|m| m.dst).collect()
 }
 
-fn raise(receiver: &mut Member, to: u32, from: u32, signal: Signal, bound: Signal, who: &str) {
+fn raise(receiver: &mut Member, to: u32, signal: Signal, raised: Raised, bound: Signal, who: &str) {
     assert!(
         signal < bound,
         "{who}: signal {signal} at member {to} is beyond the bound {bound}"
     );
-    if let Some(earlier) = receiver.raised.insert(signal, from) {
-        panic!("{who}: signal {signal} at member {to} raised again (first by {earlier}) before it was waited for");
+    if let Some(earlier) = receiver.raised.insert(signal, raised) {
+        panic!(
+            "{who}: signal {signal} at member {to} raised again (first by {}) before it was waited for",
+            earlier.by
+        );
     }
 }
 

@@ -44,6 +44,7 @@ pub(crate) fn synchronise(
     out.stage = out.stage.max(schedule.stage);
     out.credits = schedule.credits.iter().map(|&s| s + shift).collect();
     out.gathering = schedule.gathering;
+    out.capture = schedule.capture;
     if after {
         let ends = if out.steps.len() as StepId > shift {
             out.sinks()
