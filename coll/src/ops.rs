@@ -668,13 +668,13 @@ impl<'c> Team<'c> {
     /// order). Each member knows only its own counts, as in `MPI_Alltoallv`; a member's
     /// `send_counts[j]` must equal member `j`'s `recv_counts[i]`, which is not checked.
     /// Blocks of any size stream through the team's lanes in chunks of
-    /// `lane_bytes / size()` bytes (see [`Team`]'s "Staging and capacity"), one round trip
-    /// per chunk between a pair.
+    /// `lane_bytes / (2 · size())` bytes (see [`Team`]'s "Staging and capacity"), every pair
+    /// at once, one round trip per chunk within a pair.
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for counts of another length than the team, or buffers of
     /// other lengths than their counts' sums; [`Error::Flags`]; [`Error::TooLarge`] only on
-    /// a team whose lanes hold fewer bytes than it has members.
+    /// a team whose lanes hold fewer bytes than two per member.
     pub fn exchangev_nb<'t, 'b>(
         &'t self,
         dst: impl Into<Output<'b>>,
@@ -693,7 +693,8 @@ impl<'c> Team<'c> {
         // member knows. Its blocks stream through the lane instead, in chunks that keep any
         // member's staging within it.
         let shape = Shape::whole();
-        let chunk = (self.lane_bytes() / u64::from(n)).max(1);
+        // A slot per partner to receive into and one to send from.
+        let chunk = (self.lane_bytes() / (2 * u64::from(n))).max(1);
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts, chunk);
         self.start(&[9], false, flags, "pairwise", shape, build, None, src, dst)
     }

@@ -197,9 +197,9 @@ impl Default for Capacity {
 /// collectives (each with the sync modes' barriers, so `ALLSYNC` holds for every byte).
 /// Any size works, down to blocks cut into single bytes. `exchangev` is never cut into
 /// pieces (no member knows the others' counts, so members could not cut alike): it runs as
-/// one collective that streams every block in chunks of `lane_bytes / size()` bytes, which
-/// the block's sender and receiver (both knowing its size) cut alike, through a receiving
-/// area and one slot per partner, so its staging stays within a lane whatever the counts.
+/// one collective that streams every block in chunks of `lane_bytes / (2 · size())` bytes,
+/// which the block's sender and receiver (both knowing its size) cut alike, through a slot
+/// per partner on either side, so its staging stays within a lane whatever the counts.
 ///
 /// # Progress
 /// Steps that touch the caller's buffers are taken in the calls that hold the collective's

@@ -54,11 +54,11 @@
 //! proves the receivers' stage free (see the engine's documentation); `gathering` says
 //! whether this schedule can serve as that proof for the next run on its lane.
 //!
-//! Every algorithm lists its credits but `exchangev`: each other one receives every put into
-//! a range of its own, so a credit says no more than "my stage is free for this run", which
-//! the engine can know without it (each module says why its ranges are safe). `exchangev`
-//! receives one chunk after another into one shared range, and its credit says the last
-//! chunk was moved out of it: an order within the run, which nothing between runs gives. The
+//! Every algorithm lists its credits: each receives every put into a range of its own, so a
+//! credit says no more than "my stage is free for this run", which the engine can know
+//! without it (each module says why its ranges are safe). Only `exchangev` keeps some: it
+//! streams a block's chunks through one slot, and the credit of a later chunk says the chunk
+//! before was moved out of it, an order within the run, which nothing between runs gives. The
 //! simulator's `check` runs every schedule skipping its listed credits as well as waiting for
 //! them, so a credit listed wrongly ends with the wrong bytes.
 //!
