@@ -31,7 +31,7 @@
 //! So a stage range copied into the destination must never be written again within the
 //! schedule; the simulator defers those copies the same way, so a schedule that breaks the
 //! rule ends with the wrong bytes. A schedule that must reuse such a range (`exchangev`, which
-//! streams every block through one receiving area) sets [`Schedule::capture`]: a copy into the
+//! streams a block's chunks through one slot) sets [`Schedule::capture`]: a copy into the
 //! destination taken outside the handle's calls then reads its bytes out of the stage at once,
 //! into memory of the run, and writes them into the destination at the sync.
 //!
