@@ -21,9 +21,10 @@
 //! [`Team`]'s staging and capacity).
 
 use gaspi::{Rank, Timeout};
+use smallvec::{smallvec, SmallVec};
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Blocks, Cut, Launch, Prepared, Views};
+use crate::engine::{Blocks, Cut, Launch, Launches, Prepared, Views};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
@@ -58,17 +59,42 @@ impl Choices {
 /// same on every member, so that members cut alike), a bound on any member's staging of the
 /// whole operation (by default the data-movement algorithms' [`stage_bound`]), and the
 /// alignment of cuts.
-pub(crate) struct Shape {
-    src: Vec<u64>,
-    dst: Vec<u64>,
+pub(crate) struct Shape<'s> {
+    src: Sizes<'s>,
+    dst: Sizes<'s>,
     largest: u64,
     bound: Option<u64>,
     align: u64,
 }
 
-impl Shape {
-    fn new(src: Vec<u64>, dst: Vec<u64>) -> Shape {
-        let largest = src.iter().chain(&dst).copied().max().unwrap_or(0);
+/// The sizes of a buffer's blocks, packed in order: described rather than listed, so that
+/// an operation that is not cut allocates nothing for them.
+#[derive(Clone, Copy)]
+pub(crate) enum Sizes<'s> {
+    /// `.0` blocks of `.1` bytes.
+    Same(u32, u64),
+    Each(&'s [u64]),
+}
+
+impl Sizes<'_> {
+    fn largest(self) -> u64 {
+        match self {
+            Sizes::Same(count, bytes) => bytes * u64::from(count.min(1)),
+            Sizes::Each(sizes) => sizes.iter().copied().max().unwrap_or(0),
+        }
+    }
+
+    fn to_vec(self) -> Vec<u64> {
+        match self {
+            Sizes::Same(count, bytes) => vec![bytes; count as usize],
+            Sizes::Each(sizes) => sizes.to_vec(),
+        }
+    }
+}
+
+impl<'s> Shape<'s> {
+    fn new(src: Sizes<'s>, dst: Sizes<'s>) -> Shape<'s> {
+        let largest = src.largest().max(dst.largest());
         Shape {
             src,
             dst,
@@ -79,10 +105,10 @@ impl Shape {
     }
 
     /// An operation that is never cut: one piece whatever its size.
-    fn whole() -> Shape {
+    fn whole() -> Shape<'s> {
         Shape {
-            src: Vec::new(),
-            dst: Vec::new(),
+            src: Sizes::Each(&[]),
+            dst: Sizes::Each(&[]),
             largest: 0,
             bound: Some(0),
             align: 1,
@@ -91,10 +117,10 @@ impl Shape {
 
     /// A reduction of `len` bytes in place of each member's: its staging under `bound`,
     /// cut at whole blocks of `align` bytes.
-    pub(crate) fn reduction(len: u64, bound: u64, align: u64) -> Shape {
+    pub(crate) fn reduction(len: u64, bound: u64, align: u64) -> Shape<'s> {
         Shape {
-            src: vec![len],
-            dst: vec![len],
+            src: Sizes::Same(1, len),
+            dst: Sizes::Same(1, len),
             largest: len,
             bound: Some(bound),
             align: align.max(1),
@@ -175,7 +201,7 @@ impl<'c> Team<'c> {
         exact: bool,
         flags: Flags,
         algorithm: &'static str,
-        shape: Shape,
+        shape: Shape<'_>,
         build: impl Fn(u32, Cut) -> Schedule,
         reducer: Option<Box<dyn Reducer>>,
         src: Input<'b>,
@@ -183,7 +209,9 @@ impl<'c> Team<'c> {
     ) -> Result<Handle<'t, 'b>> {
         let (n, me) = (self.size(), self.index());
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
-        let mut all = Vec::with_capacity(words.len() + 2 + algorithm.len());
+        // The key of the plan: the call's words, mode, algorithm and flags.
+        let mut all: SmallVec<[u64; 32]> =
+            SmallVec::with_capacity(words.len() + 2 + algorithm.len());
         all.extend_from_slice(words);
         all.push(u64::from(mode.bits()));
         all.extend(algorithm.bytes().map(u64::from));
@@ -224,12 +252,13 @@ impl<'c> Team<'c> {
                 reducer,
                 views: None,
             };
-            return self.launch(vec![launch], flags, algorithm, src, dst);
+            return self.launch(smallvec![launch], flags, algorithm, src, dst);
         }
         let c = self.cut_size(&heaviest, shape.largest, shape.align)?;
         // The first cut is the largest, so its staging bounds every piece's.
         let half = reducer.is_some() && heaviest(Cut::whole(c)) <= lane / 2;
-        let mut launches = Vec::new();
+        let (src_sizes, dst_sizes) = (shape.src.to_vec(), shape.dst.to_vec());
+        let mut launches = Launches::new();
         for cut in Cut::all(shape.largest, c) {
             let mut words = all.clone();
             words.extend([cut.at, cut.len]);
@@ -238,8 +267,8 @@ impl<'c> Team<'c> {
                 signature: signature(&words),
                 reducer: reducer.as_ref().map(|r| r.boxed()),
                 views: Some(Views {
-                    src: Blocks::new(&shape.src, cut),
-                    dst: Blocks::new(&shape.dst, cut),
+                    src: Blocks::new(&src_sizes, cut),
+                    dst: Blocks::new(&dst_sizes, cut),
                 }),
             });
         }
@@ -298,7 +327,7 @@ impl<'c> Team<'c> {
             Tree::Pipelined { segment: 64 << 10 }
         };
         let (algo, name) = tree("broadcast", self.choices().broadcast.as_deref(), default)?;
-        let shape = Shape::new(vec![bytes], vec![bytes]);
+        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes];
         self.start(&words, true, flags, name, shape, build, None, src, dst)
@@ -354,7 +383,7 @@ impl<'c> Team<'c> {
             check_len(src.len(), bytes * u64::from(n))?;
         }
         let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatter", bytes)?;
-        let shape = Shape::new(vec![bytes; n as usize], vec![bytes]);
+        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes];
         self.start(&words, true, flags, name, shape, build, None, src, dst)
@@ -401,7 +430,7 @@ impl<'c> Team<'c> {
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) =
             self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
-        let shape = Shape::new(counts.to_vec(), vec![counts[me as usize]]);
+        let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
         self.start(&words, false, flags, name, shape, build, None, src, dst)
@@ -444,7 +473,7 @@ impl<'c> Team<'c> {
             check_len(dst.len(), bytes * u64::from(n))?;
         }
         let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gather", bytes)?;
-        let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
+        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes];
         self.start(&words, true, flags, name, shape, build, None, src, dst)
@@ -489,7 +518,7 @@ impl<'c> Team<'c> {
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) =
             self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
-        let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
+        let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
         self.start(&words, false, flags, name, shape, build, None, src, dst)
@@ -543,7 +572,7 @@ impl<'c> Team<'c> {
         let bytes = src.len() as u64;
         check_len(dst.len(), bytes * u64::from(n))?;
         let (algo, name) = self.all_algo(bytes * u64::from(n))?;
-        let shape = Shape::new(vec![bytes], vec![bytes; n as usize]);
+        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
         self.start(&[6, bytes], true, flags, name, shape, build, None, src, dst)
     }
@@ -582,7 +611,7 @@ impl<'c> Team<'c> {
         let total = counts.iter().sum();
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
-        let shape = Shape::new(vec![counts[me as usize]], counts.to_vec());
+        let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.start(
             &[7, signature(counts)],
@@ -643,7 +672,7 @@ impl<'c> Team<'c> {
             None if bytes <= 256 => (ExchangeAlgo::Bruck, "bruck"),
             None => (ExchangeAlgo::Pairwise, "pairwise"),
         };
-        let shape = Shape::new(vec![bytes; n as usize], vec![bytes; n as usize]);
+        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
         self.start(&[8, bytes], true, flags, name, shape, build, None, src, dst)
     }

@@ -78,6 +78,7 @@ use gaspi::{
     Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
 };
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 pub(crate) use piece::{Blocks, Cut};
 pub(crate) use run::{Owner, Views};
@@ -105,6 +106,9 @@ pub(crate) enum Prepared<'a> {
         build: &'a dyn Fn() -> Result<(Schedule, bool)>,
     },
 }
+
+/// The launches of one collective: one unless it is cut into pieces.
+pub(crate) type Launches<'a> = SmallVec<[Launch<'a>; 1]>;
 
 /// One run a call initiates: what it runs, the signature its notifications carry (mixed
 /// with its sequence number), the operator of its folds, and for a piece of a longer
@@ -238,10 +242,23 @@ struct State<'c> {
     dead: Option<Failure>,
     watcher: bool,
     sleepers: u32,
+    /// The notifications the runs wait for, gathered before sleeping (kept for its
+    /// allocation).
+    awaited: Vec<NotificationId>,
     /// Something changed under the lock that the other threads have not been told: a step
     /// taken (a notification consumed that a watcher may sleep on), a run removed, a lane
     /// given up.
     changed: bool,
+}
+
+impl<'c> State<'c> {
+    /// The runs holding lanes.
+    fn holders(&self) -> impl Iterator<Item = &Run<'c>> {
+        self.lanes
+            .iter()
+            .flatten()
+            .filter_map(|&seq| self.runs.get(seq))
+    }
 }
 
 /// The runs of an engine by sequence number. Runs come in sequence order and mostly leave in
@@ -436,6 +453,7 @@ impl<'c> Engine<'c> {
                 dead: None,
                 watcher: false,
                 sleepers: 0,
+                awaited: Vec::new(),
                 changed: false,
             }),
             changes: Condvar::new(),
@@ -491,7 +509,7 @@ impl<'c> Engine<'c> {
     /// returns their sequence numbers.
     pub(crate) fn initiate(
         &self,
-        launches: Vec<Launch<'_>>,
+        launches: Launches<'_>,
         eager: bool,
         src: Input<'_>,
         dst: Output<'_>,
@@ -503,7 +521,7 @@ impl<'c> Engine<'c> {
         let mut state = self.state();
         let first = state.next;
         // Every piece is planned before any runs, so that one too large leaves nothing.
-        let mut planned = Vec::with_capacity(launches.len());
+        let mut planned: SmallVec<[_; 1]> = SmallVec::with_capacity(launches.len());
         for (seq, launch) in (first..).zip(launches) {
             let parity = self.layout.parity(seq);
             let plan = self.plan(&mut state, launch.prepared, parity)?;
@@ -904,29 +922,21 @@ impl<'c> Engine<'c> {
             // Local completions come first: no notification tells of them, and a run that
             // only waits for its puts to complete may hold the lane that the run a partner
             // waits for needs, so sleeping on notifications could wait for ever.
-            let holders: Vec<u64> = state.lanes.iter().flatten().copied().collect();
-            let flushing = holders
-                .iter()
-                .filter_map(|&seq| state.runs.get(seq))
-                .find(|r| r.flushing());
-            if let Some(run) = flushing {
+            if let Some(run) = state.holders().find(|r| r.flushing()) {
                 if let Err(f) = run.flush(deadline.left()) {
                     return Err(f.into());
                 }
                 continue;
             }
-            let mut awaited = Vec::new();
-            for run in holders.iter().filter_map(|&seq| state.runs.get(seq)) {
+            let mut awaited = std::mem::take(&mut state.awaited);
+            awaited.clear();
+            for run in state.holders() {
                 run.awaited(self, &mut awaited);
             }
-            if awaited.is_empty() {
+            if awaited.is_empty() || state.watcher {
+                state.awaited = awaited;
                 // Nothing to hear from anyone: only another thread's progress (a lane given
-                // up, a source copied) can move the runs on.
-                state = self.sleep(state, deadline);
-                drop(state);
-                continue;
-            }
-            if state.watcher {
+                // up, a source copied) can move the runs on; or another thread watches.
                 let s = self.sleep(state, deadline);
                 drop(s);
                 continue;
@@ -934,8 +944,9 @@ impl<'c> Engine<'c> {
             state.watcher = true;
             self.seg.notify_reset(self.layout.wake())?;
             drop(state);
-            let outcome = self.watch(&awaited, deadline);
+            let outcome = self.watch(&mut awaited, deadline);
             let mut state = self.state();
+            state.awaited = awaited;
             state.watcher = false;
             if let Err(Error::Gaspi(gaspi::Error::RankFailed { rank, reason })) = &outcome {
                 state.dead = Some(Failure::Rank(*rank, reason.clone()));
@@ -968,15 +979,15 @@ impl<'c> Engine<'c> {
         state
     }
 
-    /// Waits, as the watcher, for one of `awaited` or the wake-up, or until a member dies:
+    /// Waits, as the watcher, for one of `ids` (which it sorts, adding the wake-up) or the
+    /// wake-up, or until a member dies:
     /// watching only the senders awaited would miss a death that stopped a live member
     /// short of the data this one waits for (its run failed), which nobody would report.
-    fn watch(&self, awaited: &[NotificationId], deadline: Deadline) -> Result<()> {
-        let mut ids = awaited.to_vec();
+    fn watch(&self, ids: &mut Vec<NotificationId>, deadline: Deadline) -> Result<()> {
         ids.push(self.layout.wake());
         ids.sort_unstable();
         ids.dedup();
-        let mut ranges = Vec::new();
+        let mut ranges: SmallVec<[_; 4]> = SmallVec::new();
         let mut i = 0;
         while i < ids.len() {
             let mut num = 1;

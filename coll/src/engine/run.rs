@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use gaspi::{Batch, Context, Notification, NotificationId, Rank};
+use smallvec::SmallVec;
 
 use super::piece::Blocks;
 use super::Failure;
@@ -375,7 +376,7 @@ impl<'c> Run<'c> {
                 };
                 match (from.buf, into.buf, owner) {
                     (Buf::Src, Buf::Dst, Some(owner)) => {
-                        let mut data = Vec::with_capacity(from.len as usize);
+                        let mut data: SmallVec<[u8; 64]> = SmallVec::new();
                         read_parts(net, &owner.src, src_view, from, |_, bytes| {
                             data.extend_from_slice(bytes);
                             Ok(())
