@@ -12,7 +12,8 @@
 //!   per operation, the digest over the destinations of its cases in order.
 //! * `large`: every operation at `cases::LARGE_SIZES` (up to 4 MiB per block) on a split of
 //!   the team with lanes of `cases::LARGE_LANE`, so each runs as many pieces (exchangev as one
-//!   run streaming its blocks in chunks); flags in turn from `cases::large_flags()`. Lines as for `ops`:
+//!   run streaming its blocks in chunks); flags in turn from `cases::large_flags()`; then one
+//!   more exchangev left in flight while a gather_all is synced (`streamed`). Lines as for `ops`:
 //!   `data large rank R: <op>=<count>/<digest>`.
 //! * `many`: 64 non-blocking gather_alls (of 64 B and 1 KiB alternating, two with
 //!   `Flags::MY` and two with the eager `Flags::EAGER` in turn) initiated at once on one team
@@ -223,8 +224,29 @@ fn large(ctx: &Context, team: &Team<'_>) -> Outcome {
         }
         line.push(format!("{op}={count}/{}", digest.hex()));
     }
+    line.push(format!("streamed={}", streamed(&small, case)?));
     println!("data large rank {}: {}", ctx.rank(), line.join("; "));
     Ok(())
+}
+
+/// Case `case` of an exchangev of `cases::LARGE_SIZES[0]` on `team`, left in flight while a
+/// gather_all is synced: the chunks that land meanwhile must be kept (their slot is reused by
+/// the next ones) until its own sync. Returns the digest of what it delivered.
+fn streamed(team: &Team<'_>, case: u64) -> Outcome<String> {
+    let (n, me) = (team.size(), team.index());
+    let size = cases::LARGE_SIZES[0];
+    let src = cases::src("exchangev", case, size, n, me);
+    let mut dst = vec![0xa5; cases::want("exchangev", case, size, n, me).len()];
+    let sends: Vec<u64> = (0..n).map(|j| cases::xcount(size, me, j)).collect();
+    let recvs: Vec<u64> = (0..n).map(|i| cases::xcount(size, i, me)).collect();
+    let mut handle = team.exchangev_nb(&mut dst, &recvs, &src, &sends, Flags::MY)?;
+    let mut all = vec![0; 8 * n as usize];
+    team.gather_all(&mut all, &[1; 8], Flags::MY, TIMEOUT)?;
+    handle.wait_sync(TIMEOUT)?;
+    drop(handle);
+    let mut digest = Digest::default();
+    digest.add(&dst);
+    Ok(digest.hex())
 }
 
 fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
