@@ -299,6 +299,18 @@ pub enum Error {
         need: u64,
     },
 
+    /// Counts of an exchangev that disagree for the member itself: what member `index` sends
+    /// itself (`send_counts[index]`) is what it receives from itself (`recv_counts[index]`).
+    #[error("exchangev: member {index} sends itself {send} bytes but receives {recv} from itself")]
+    OwnCounts {
+        /// This member's index in the team.
+        index: u32,
+        /// Its send count for itself.
+        send: u64,
+        /// Its receive count from itself.
+        recv: u64,
+    },
+
     /// The runtime failed in a way kept by a collective in flight, reported again when its
     /// handle syncs.
     #[error("the runtime failed: {0}")]

@@ -704,8 +704,9 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for counts of another length than the team, or buffers of
-    /// other lengths than their counts' sums; [`Error::Flags`]; [`Error::TooLarge`] only on
-    /// a team whose lanes hold fewer bytes than two per member.
+    /// other lengths than their counts' sums; [`Error::OwnCounts`] when this member's counts
+    /// for itself differ; [`Error::Flags`]; [`Error::TooLarge`] only on a team whose lanes
+    /// hold fewer bytes than two per member.
     pub fn exchangev_nb<'t, 'b>(
         &'t self,
         dst: impl Into<Output<'b>>,
@@ -720,6 +721,14 @@ impl<'c> Team<'c> {
         check_len(recv_counts.len(), u64::from(n))?;
         check_len(src.len(), send_counts.iter().sum())?;
         check_len(dst.len(), recv_counts.iter().sum())?;
+        let (send, recv) = (send_counts[me as usize], recv_counts[me as usize]);
+        if send != recv {
+            return Err(Error::OwnCounts {
+                index: me,
+                send,
+                recv,
+            });
+        }
         // Never cut into pieces: the pieces would depend on every member's counts, which no
         // member knows. Its blocks stream through the lane instead, in chunks that keep any
         // member's staging within it.

@@ -196,6 +196,8 @@ fn errors(ranks: u32, provider: &str) {
     for rank in 0..ranks {
         let data = job.data("errors", rank);
         let unknown = format!("Gaspi(UnknownSegment {{ rank: {rank}, segment: 9 }})");
+        // Member indices are ranks in the whole team.
+        let own_counts = format!("OwnCounts {{ index: {rank}, send: 4, recv: 8 }}");
         let beyond = format!(
             "Gaspi(OutOfBounds {{ rank: {rank}, segment: 0, offset: {}, size: 8, segment_size: {seg} }})",
             seg - 4
@@ -220,6 +222,7 @@ fn errors(ranks: u32, provider: &str) {
                 "Flags { flags: 146, why: \"SRC_IN_SEGMENT is set if and only if the source is a segment range\" }",
             ),
             ("dst_unknown_segment", unknown.as_str()),
+            ("own_counts", own_counts.as_str()),
             ("src_range_beyond", beyond.as_str()),
         ] {
             assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");

@@ -38,7 +38,8 @@
 //!   `data kill rank R: first; second; third; later; survivors`, each an outcome, the last
 //!   with the digest of what the survivors' gather_all delivered.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
-//!   sync, segment ranges without or beyond their flags and segments, and members that
+//!   sync, segment ranges without or beyond their flags and segments, an exchangev whose
+//!   counts for the member itself differ, and members that
 //!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
 //!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
@@ -523,6 +524,14 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
     line.push(format!(
         "dst_unknown_segment={}",
         said(team.broadcast(unknown, 0, &src, Flags::MY | Flags::DST_IN_SEGMENT, TIMEOUT))
+    ));
+    // This member sends itself 4 bytes but takes 8 from itself.
+    let (mut sends, mut recvs) = (vec![0; n as usize], vec![0; n as usize]);
+    let me = team.index() as usize;
+    (sends[me], recvs[me]) = (4, 8);
+    line.push(format!(
+        "own_counts={}",
+        said(team.exchangev(&mut dst, &recvs, &src[..4], &sends, Flags::MY, TIMEOUT))
     ));
     let mut h = team.broadcast_nb(&mut dst, 0, &src, Flags::MY)?;
     h.wait_sync(TIMEOUT)?;
