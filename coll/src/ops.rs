@@ -698,9 +698,10 @@ impl<'c> Team<'c> {
     /// `send_counts[j]` must equal member `j`'s `recv_counts[i]`, which is not checked.
     /// Blocks of any size stream through the team's lanes in chunks of
     /// `lane_bytes / (2 · size())` bytes (see [`Team`]'s "Staging and capacity"), every pair
-    /// at once, one round trip per chunk within a pair. A block's later chunks are read from
-    /// `src` as they go, so they move only in calls that hold the handle (see [`Team`]'s
-    /// "Progress"); chunks that arrive in other calls are kept until the sync.
+    /// at once, one round trip per chunk within a pair. When a block takes several chunks,
+    /// the source is copied at initiation, so that its later chunks go in any call (see
+    /// [`Team`]'s "Progress"); chunks that arrive outside the handle's calls are kept until
+    /// the sync.
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for counts of another length than the team, or buffers of

@@ -204,7 +204,10 @@ impl Default for Capacity {
 /// # Progress
 /// Steps that touch the caller's buffers are taken in the calls that hold the collective's
 /// handle (initiation, [`Handle::try_sync`], [`Handle::wait_sync`] and the set syncs), all
-/// other steps in any call of the team: GASNet's worst case, progress in the sync call.
+/// other steps in any call of the team. A collective that still has to read its source
+/// when its initiation returns (pieces waiting for a lane, exchangev blocks of several
+/// chunks) copies the source then, so its sends go on in any call: handles may be synced
+/// in any order on each member. Writes into the destination wait for the sync.
 ///
 /// # Faults
 /// A dead member makes every pending collective of the team fail naming it

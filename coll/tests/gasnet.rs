@@ -59,8 +59,9 @@ fn ops(ranks: u32, provider: &str) {
 }
 
 /// `large`: operations of up to 4 MiB per block, run as many pieces through small lanes (an
-/// exchangev streamed in chunks), deliver what the serial reference says; so does an
-/// exchangev whose chunks land while its member syncs another collective.
+/// exchangev streamed in chunks), deliver what the serial reference says; so do an
+/// exchangev whose chunks land while its member syncs another collective, and two such
+/// collectives that members sync in opposite orders.
 fn large(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["large"]);
     let report = job.report();
@@ -86,6 +87,14 @@ fn large(ranks: u32, provider: &str) {
             data.get("streamed"),
             digest.hex(),
             "rank {rank}: streamed\n{report}"
+        );
+        let mut digest = Digest::default();
+        digest.add(&cases::want("gather_all", case + 1, size, ranks, rank));
+        digest.add(&cases::want("exchangev", case + 2, size, ranks, rank));
+        assert_eq!(
+            data.get("crossed"),
+            digest.hex(),
+            "rank {rank}: crossed\n{report}"
         );
     }
 }

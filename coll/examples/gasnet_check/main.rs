@@ -13,7 +13,8 @@
 //! * `large`: every operation at `cases::LARGE_SIZES` (up to 4 MiB per block) on a split of
 //!   the team with lanes of `cases::LARGE_LANE`, so each runs as many pieces (exchangev as one
 //!   run streaming its blocks in chunks); flags in turn from `cases::large_flags()`; then one
-//!   more exchangev left in flight while a gather_all is synced (`streamed`). Lines as for `ops`:
+//!   more exchangev left in flight while a gather_all is synced (`streamed`), and a gather_all
+//!   and an exchangev synced in opposite orders by even and odd members (`crossed`). Lines as for `ops`:
 //!   `data large rank R: <op>=<count>/<digest>`.
 //! * `many`: 64 non-blocking gather_alls (of 64 B and 1 KiB alternating, two with
 //!   `Flags::MY` and two with the eager `Flags::EAGER` in turn) initiated at once on one team
@@ -226,8 +227,40 @@ fn large(ctx: &Context, team: &Team<'_>) -> Outcome {
         line.push(format!("{op}={count}/{}", digest.hex()));
     }
     line.push(format!("streamed={}", streamed(&small, case)?));
+    line.push(format!("crossed={}", crossed(&small, case + 1)?));
     println!("data large rank {}: {}", ctx.rank(), line.join("; "));
     Ok(())
+}
+
+/// Cases `case` (a gather_all) and `case + 1` (an exchangev) of `cases::LARGE_SIZES[0]` on
+/// `team`, both run as many steps that read the source after their initiation returned (the
+/// gather_all's pieces, the exchangev's chunks), synced in opposite orders by members of
+/// either parity: each member's sync must move on without the other's. Returns the digest
+/// of both destinations.
+fn crossed(team: &Team<'_>, case: u64) -> Outcome<String> {
+    let (n, me) = (team.size(), team.index());
+    let size = cases::LARGE_SIZES[0];
+    let gathered_src = cases::src("gather_all", case, size, n, me);
+    let mut gathered = vec![0xa5; cases::want("gather_all", case, size, n, me).len()];
+    let exchanged_src = cases::src("exchangev", case + 1, size, n, me);
+    let mut exchanged = vec![0xa5; cases::want("exchangev", case + 1, size, n, me).len()];
+    let sends: Vec<u64> = (0..n).map(|j| cases::xcount(size, me, j)).collect();
+    let recvs: Vec<u64> = (0..n).map(|i| cases::xcount(size, i, me)).collect();
+    let mut first = team.gather_all_nb(&mut gathered, &gathered_src, Flags::MY)?;
+    let mut second =
+        team.exchangev_nb(&mut exchanged, &recvs, &exchanged_src, &sends, Flags::MY)?;
+    if me.is_multiple_of(2) {
+        first.wait_sync(TIMEOUT)?;
+        second.wait_sync(TIMEOUT)?;
+    } else {
+        second.wait_sync(TIMEOUT)?;
+        first.wait_sync(TIMEOUT)?;
+    }
+    drop((first, second));
+    let mut digest = Digest::default();
+    digest.add(&gathered);
+    digest.add(&exchanged);
+    Ok(digest.hex())
 }
 
 /// Case `case` of an exchangev of `cases::LARGE_SIZES[0]` on `team`, left in flight while a

@@ -55,6 +55,15 @@
 //! write one receiver's stage, which then takes the data of whichever came last. Eager
 //! runs trust the caller's arguments, as `IN_NOSYNC` asks.
 //!
+//! # The caller's buffers
+//! Steps that read the caller's source or write its destination need the buffers, which
+//! only the calls that hold the collective's handle lend. Copies into the destination are
+//! deferred to the sync (see the [schedule](crate::schedule)). Reads of the source mostly
+//! happen in the initiating call; a run that still has some to do when that call returns (a
+//! piece waiting for its lane, a block streamed in chunks) gets a copy of the source then,
+//! so that any call of the team moves it on: otherwise two members that sync two such
+//! collectives in opposite orders would each wait for the other's sync.
+//!
 //! # Values
 //! Every notification of a run carries the run's value: its sequence number mixed with the
 //! call's operation and arguments. A receiver that sees another value than its own was sent
@@ -569,8 +578,27 @@ impl<'c> Engine<'c> {
         let owners = std::slice::from_mut(&mut owner);
         let index = OwnerIndex::new(owners);
         self.pass(&mut state, owners, &index);
+        self.keep_source(&mut state, seqs.clone(), src);
         self.tell(state)?;
         Ok(seqs)
+    }
+
+    /// Gives the runs of `seqs` that still have to read the caller's source `src` a copy of
+    /// it, as the call that lent it returns: they then move on in any call of the team, not
+    /// only in those that hold their handle (see "Progress" in the module documentation).
+    fn keep_source(&self, state: &mut State<'c>, seqs: Range<u64>, src: Input<'_>) {
+        let later = |state: &State<'c>, seq| state.runs.get(seq).is_some_and(Run::reads_later);
+        if !seqs.clone().any(|seq| later(state, seq)) {
+            return;
+        }
+        // A source that cannot be read any more (its segment deleted) leaves nothing to
+        // send: the runs that still need it fail there, and their partners are told.
+        let copy: Arc<[u8]> = src.copied(self.ctx).unwrap_or_default().into();
+        for seq in seqs {
+            if let Some(run) = state.runs.get_mut(seq).filter(|run| run.reads_later()) {
+                run.source = Some(Arc::clone(&copy));
+            }
+        }
     }
 
     /// The plan of `prepared` for a run of `parity`, from the cache if it holds it.

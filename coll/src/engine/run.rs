@@ -91,6 +91,8 @@ pub(crate) struct Plan {
     dependents: Vec<StepId>,
     first_dependent: Vec<u32>,
     sources: Vec<StepId>,
+    /// The steps that read the caller's source.
+    reads: u32,
 }
 
 impl Plan {
@@ -118,6 +120,11 @@ impl Plan {
             }
         }
         let sources = schedule.sources();
+        let reads = schedule
+            .steps
+            .iter()
+            .filter(|s| reads_source(&s.task))
+            .count() as u32;
         Plan {
             schedule,
             compact,
@@ -125,6 +132,7 @@ impl Plan {
             dependents,
             first_dependent,
             sources,
+            reads,
         }
     }
 
@@ -197,6 +205,11 @@ pub(crate) struct Run<'c> {
     kept: Option<Vec<Vec<u8>>>,
     /// The source, when the handle was dropped before the run could read it.
     pub(crate) orphan: Option<Arc<[u8]>>,
+    /// A copy of the source, taken when the call that initiated the run returned before the
+    /// run had read all it needs of it (see [`Run::reads_later`]).
+    pub(crate) source: Option<Arc<[u8]>>,
+    /// Steps reading the source not done yet.
+    reads_left: u32,
     /// For a piece of a longer collective, where its spans of the caller's buffers lie.
     views: Option<Views>,
     /// The deferred copies were carried out.
@@ -224,6 +237,7 @@ impl<'c> Run<'c> {
             acc,
             other,
         } = parts;
+        let reads_left = plan.reads;
         waiting.clear();
         waiting.extend_from_slice(&plan.waiting);
         ready.clear();
@@ -246,6 +260,8 @@ impl<'c> Run<'c> {
             other,
             kept: None,
             orphan: None,
+            source: None,
+            reads_left,
             views,
             delivered: false,
             reducer: None,
@@ -389,7 +405,17 @@ impl<'c> Run<'c> {
                     }
                     // An orphan's output is dropped.
                     (Buf::Src, Buf::Dst, _) if self.orphan.is_some() => {}
-                    (Buf::Src, Buf::Dst, _) => return Ok(false),
+                    (Buf::Src, Buf::Dst, _) => {
+                        let Some(source) = &self.source else {
+                            return Ok(false);
+                        };
+                        let mut data = Vec::with_capacity(from.len as usize);
+                        read_parts(net, &Input::Memory(source), src_view, from, |_, bytes| {
+                            data.extend_from_slice(bytes);
+                            Ok(())
+                        })?;
+                        self.captured.push((into, data));
+                    }
                     (_, Buf::Dst, Some(owner)) => {
                         write_parts(net, &mut owner.dst, dst_view, into, |at, out| {
                             net.read(seq, from.at + at, out)
@@ -404,9 +430,10 @@ impl<'c> Run<'c> {
                     }
                     (_, Buf::Dst, _) => self.deferred.push((from, into)),
                     (Buf::Src, _, owner) => {
-                        let src = match (&self.orphan, owner) {
-                            (Some(orphan), _) => Input::Memory(orphan),
-                            (None, Some(owner)) => owner.src,
+                        let src = match (&self.orphan, owner, &self.source) {
+                            (Some(orphan), _, _) => Input::Memory(orphan),
+                            (None, Some(owner), _) => owner.src,
+                            (None, None, Some(source)) => Input::Memory(source),
                             _ => return Ok(false),
                         };
                         read_parts(net, &src, src_view, from, |at, bytes| {
@@ -440,6 +467,9 @@ impl<'c> Run<'c> {
 
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
+        if reads_source(&self.plan.schedule.steps[id as usize].task) {
+            self.reads_left -= 1;
+        }
         for &later in self.plan.dependents(id) {
             let w = &mut self.waiting[later as usize];
             *w -= 1;
@@ -467,6 +497,16 @@ impl<'c> Run<'c> {
                 _ => {}
             }
         }
+    }
+
+    /// Whether the run still has to read the caller's source and nothing else gives it: it
+    /// would then move on only in calls that hold its handle, so a partner that waits for it
+    /// in another order of syncs would wait for ever.
+    pub(crate) fn reads_later(&self) -> bool {
+        self.reads_left > 0
+            && self.orphan.is_none()
+            && self.source.is_none()
+            && self.failed.is_none()
     }
 
     /// Whether only the local completion of puts is missing.
@@ -520,6 +560,11 @@ impl<'c> Run<'c> {
         }
         Ok(())
     }
+}
+
+/// Whether `task` reads the caller's source.
+fn reads_source(task: &Task) -> bool {
+    matches!(task, Task::Copy { from, .. } if from.buf == Buf::Src)
 }
 
 /// Calls `f` with the offset within `span` and the bytes of each part of `input` that
