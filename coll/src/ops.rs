@@ -168,6 +168,23 @@ fn signature(words: &[u64]) -> u64 {
     })
 }
 
+/// The most bytes the counts of a variable-size collective may add up to (16 TiB): beyond
+/// any buffer, and low enough that no staging computation over a team can overflow.
+const MAX_COUNTS_TOTAL: u64 = 1 << 44;
+
+/// The sum of `counts` on `rank`, refused ([`Error::TooLarge`]) above [`MAX_COUNTS_TOTAL`].
+fn total(rank: Rank, counts: &[u64]) -> Result<u64> {
+    let sum = counts.iter().fold(0u64, |sum, &c| sum.saturating_add(c));
+    if sum > MAX_COUNTS_TOTAL {
+        return Err(Error::TooLarge {
+            rank,
+            len: sum,
+            max: MAX_COUNTS_TOTAL,
+        });
+    }
+    Ok(sum)
+}
+
 fn check_len(len: usize, need: u64) -> Result<()> {
     if len as u64 == need {
         Ok(())
@@ -411,7 +428,8 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`scatter_nb`](Self::scatter_nb); [`Error::BufferTooShort`] for `counts` of
-    /// another length than the team.
+    /// another length than the team; [`Error::TooLarge`] for `counts` adding up to more than
+    /// 2^44 bytes (16 TiB), on every member.
     pub fn scatterv_nb<'t, 'b>(
         &'t self,
         dst: impl Into<Output<'b>>,
@@ -424,8 +442,9 @@ impl<'c> Team<'c> {
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         check_len(counts.len(), u64::from(n))?;
         check_len(dst.len(), counts[me as usize])?;
+        let total = total(self.context().rank(), counts)?;
         if me == r {
-            check_len(src.len(), counts.iter().sum())?;
+            check_len(src.len(), total)?;
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) =
@@ -512,8 +531,9 @@ impl<'c> Team<'c> {
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         check_len(counts.len(), u64::from(n))?;
         check_len(src.len(), counts[me as usize])?;
+        let total = total(self.context().rank(), counts)?;
         if me == r {
-            check_len(dst.len(), counts.iter().sum())?;
+            check_len(dst.len(), total)?;
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) =
@@ -596,7 +616,8 @@ impl<'c> Team<'c> {
     /// `dst`, packed in member order. Every member passes all `counts`, which must agree.
     ///
     /// # Errors
-    /// As for [`gather_all_nb`](Self::gather_all_nb).
+    /// As for [`gather_all_nb`](Self::gather_all_nb); [`Error::TooLarge`] for `counts`
+    /// adding up to more than 2^44 bytes (16 TiB).
     pub fn gather_allv_nb<'t, 'b>(
         &'t self,
         dst: impl Into<Output<'b>>,
@@ -608,7 +629,7 @@ impl<'c> Team<'c> {
         let (n, me) = (self.size(), self.index());
         check_len(counts.len(), u64::from(n))?;
         check_len(src.len(), counts[me as usize])?;
-        let total = counts.iter().sum();
+        let total = total(self.context().rank(), counts)?;
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
@@ -705,7 +726,8 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for counts of another length than the team, or buffers of
-    /// other lengths than their counts' sums; [`Error::OwnCounts`] when this member's counts
+    /// other lengths than their counts' sums; [`Error::TooLarge`] for counts adding up to
+    /// more than 2^44 bytes (16 TiB); [`Error::OwnCounts`] when this member's counts
     /// for itself differ; [`Error::Flags`]; [`Error::TooLarge`] only on a team whose lanes
     /// hold fewer bytes than two per member.
     pub fn exchangev_nb<'t, 'b>(
@@ -720,8 +742,9 @@ impl<'c> Team<'c> {
         let (n, me) = (self.size(), self.index());
         check_len(send_counts.len(), u64::from(n))?;
         check_len(recv_counts.len(), u64::from(n))?;
-        check_len(src.len(), send_counts.iter().sum())?;
-        check_len(dst.len(), recv_counts.iter().sum())?;
+        let rank = self.context().rank();
+        check_len(src.len(), total(rank, send_counts)?)?;
+        check_len(dst.len(), total(rank, recv_counts)?)?;
         let (send, recv) = (send_counts[me as usize], recv_counts[me as usize]);
         if send != recv {
             return Err(Error::OwnCounts {

@@ -207,6 +207,15 @@ fn errors(ranks: u32, provider: &str) {
         let unknown = format!("Gaspi(UnknownSegment {{ rank: {rank}, segment: 9 }})");
         // Member indices are ranks in the whole team.
         let own_counts = format!("OwnCounts {{ index: {rank}, send: 4, recv: 8 }}");
+        // 8 bytes for this member, 2^63 − 1 for each other (`errors` runs on 2 or more
+        // ranks), summed saturating.
+        let huge_sum = (0..ranks)
+            .map(|i| if i == rank { 8 } else { u64::MAX / 2 })
+            .fold(0u64, u64::saturating_add);
+        let huge_counts = format!(
+            "TooLarge {{ rank: {rank}, len: {huge_sum}, max: {} }}",
+            1u64 << 44
+        );
         let beyond = format!(
             "Gaspi(OutOfBounds {{ rank: {rank}, segment: 0, offset: {}, size: 8, segment_size: {seg} }})",
             seg - 4
@@ -232,6 +241,7 @@ fn errors(ranks: u32, provider: &str) {
             ),
             ("dst_unknown_segment", unknown.as_str()),
             ("own_counts", own_counts.as_str()),
+            ("huge_counts", huge_counts.as_str()),
             ("src_range_beyond", beyond.as_str()),
         ] {
             assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");

@@ -40,7 +40,7 @@
 //!   with the digest of what the survivors' gather_all delivered.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, segment ranges without or beyond their flags and segments, an exchangev whose
-//!   counts for the member itself differ, and members that
+//!   counts for the member itself differ, counts adding up beyond any buffer, and members that
 //!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
 //!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
@@ -565,6 +565,15 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
     line.push(format!(
         "own_counts={}",
         said(team.exchangev(&mut dst, &recvs, &src[..4], &sends, Flags::MY, TIMEOUT))
+    ));
+    // Counts adding up beyond any buffer: 8 bytes here, 2^63 − 1 for every other member.
+    let huge: Vec<u64> = (0..n as usize)
+        .map(|i| if i == me { 8 } else { u64::MAX / 2 })
+        .collect();
+    let root = team.ranks()[0];
+    line.push(format!(
+        "huge_counts={}",
+        said(team.scatterv(&mut dst, root, &src, &huge, Flags::MY, TIMEOUT))
     ));
     let mut h = team.broadcast_nb(&mut dst, 0, &src, Flags::MY)?;
     h.wait_sync(TIMEOUT)?;
