@@ -224,6 +224,9 @@ impl<'c> Team<'c> {
         src: Input<'b>,
         dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
+        // Before any size is worked out from them: a range beyond its segment is refused
+        // here, not cut into pieces.
+        flags.check_buffers(self.context(), &src, &dst)?;
         let (n, me) = (self.size(), self.index());
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
         // The key of the plan: the call's words, mode, algorithm and flags.
@@ -397,7 +400,7 @@ impl<'c> Team<'c> {
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         let bytes = dst.len() as u64;
         if me == r {
-            check_len(src.len(), bytes * u64::from(n))?;
+            check_len(src.len(), bytes.saturating_mul(u64::from(n)))?;
         }
         let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatter", bytes)?;
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
@@ -489,7 +492,7 @@ impl<'c> Team<'c> {
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         let bytes = src.len() as u64;
         if me == r {
-            check_len(dst.len(), bytes * u64::from(n))?;
+            check_len(dst.len(), bytes.saturating_mul(u64::from(n)))?;
         }
         let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gather", bytes)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
@@ -590,8 +593,9 @@ impl<'c> Team<'c> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let n = self.size();
         let bytes = src.len() as u64;
-        check_len(dst.len(), bytes * u64::from(n))?;
-        let (algo, name) = self.all_algo(bytes * u64::from(n))?;
+        let total = bytes.saturating_mul(u64::from(n));
+        check_len(dst.len(), total)?;
+        let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
         self.start(&[6, bytes], true, flags, name, shape, build, None, src, dst)

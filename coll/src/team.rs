@@ -112,7 +112,12 @@ impl Flags {
 
     /// Checks that the `IN_SEGMENT` flags say where `src` and `dst` are, and that segment
     /// ranges lie in their segments.
-    fn check_buffers(self, ctx: &Context, src: &Input<'_>, dst: &Output<'_>) -> Result<()> {
+    pub(crate) fn check_buffers(
+        self,
+        ctx: &Context,
+        src: &Input<'_>,
+        dst: &Output<'_>,
+    ) -> Result<()> {
         let agree = |flag: Flags, in_segment: bool, empty: bool, what: &'static str| {
             if self.contains(flag) == in_segment || (self.contains(flag) && empty) {
                 Ok(())
@@ -460,7 +465,6 @@ impl<'c> Team<'c> {
         src: Input<'b>,
         mut dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
-        flags.check_buffers(self.context(), &src, &dst)?;
         let seqs = self.engine.initiate(
             launches,
             flags.contains(Flags::IN_NOSYNC),

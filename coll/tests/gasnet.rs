@@ -216,6 +216,19 @@ fn errors(ranks: u32, provider: &str) {
             "TooLarge {{ rank: {rank}, len: {huge_sum}, max: {} }}",
             1u64 << 44
         );
+        // The root (rank 0) finds its 8-byte source short of `ranks` blocks of 2^62 bytes; the
+        // others find the range beyond their segment 1.
+        let huge_range = if rank == 0 {
+            format!(
+                "BufferTooShort {{ len: 8, need: {} }}",
+                (1u64 << 62).saturating_mul(u64::from(ranks))
+            )
+        } else {
+            format!(
+                "Gaspi(OutOfBounds {{ rank: {rank}, segment: 1, offset: 0, size: {}, segment_size: {seg} }})",
+                1u64 << 62
+            )
+        };
         let beyond = format!(
             "Gaspi(OutOfBounds {{ rank: {rank}, segment: 0, offset: {}, size: 8, segment_size: {seg} }})",
             seg - 4
@@ -242,6 +255,7 @@ fn errors(ranks: u32, provider: &str) {
             ("dst_unknown_segment", unknown.as_str()),
             ("own_counts", own_counts.as_str()),
             ("huge_counts", huge_counts.as_str()),
+            ("huge_range", huge_range.as_str()),
             ("src_range_beyond", beyond.as_str()),
         ] {
             assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");

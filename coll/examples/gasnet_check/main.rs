@@ -40,7 +40,8 @@
 //!   with the digest of what the survivors' gather_all delivered.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, segment ranges without or beyond their flags and segments, an exchangev whose
-//!   counts for the member itself differ, counts adding up beyond any buffer, and members that
+//!   counts for the member itself differ, counts adding up beyond any buffer, a destination
+//!   range far beyond its segment, and members that
 //!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
 //!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
@@ -574,6 +575,19 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
     line.push(format!(
         "huge_counts={}",
         said(team.scatterv(&mut dst, root, &src, &huge, Flags::MY, TIMEOUT))
+    ));
+    // A destination range far beyond its segment, on members that do not check its length
+    // against a source.
+    let huge_range = SegmentRange::new(DST_SEG, 0, 1 << 62);
+    line.push(format!(
+        "huge_range={}",
+        said(team.scatter(
+            huge_range,
+            root,
+            &src,
+            Flags::MY | Flags::DST_IN_SEGMENT,
+            TIMEOUT
+        ))
     ));
     let mut h = team.broadcast_nb(&mut dst, 0, &src, Flags::MY)?;
     h.wait_sync(TIMEOUT)?;
