@@ -559,7 +559,7 @@ impl Handle<'_, '_> {
             std::slice::from_mut(&mut self.owner()),
             &mut outcome,
             1,
-            timeout.deadline(),
+            timeout,
         )?;
         let [outcome] = outcome;
         let outcome = outcome.ok_or(gaspi::Error::Timeout)?;
@@ -608,7 +608,7 @@ fn sync_set(
         .map(Handle::owner)
         .collect();
     let mut outcomes: Vec<Option<Result<()>>> = owners.iter().map(|_| None).collect();
-    engine.sync(&mut owners, &mut outcomes, enough, timeout.deadline())?;
+    engine.sync(&mut owners, &mut outcomes, enough, timeout)?;
     drop(owners);
     let mut done = Vec::new();
     for (k, outcome) in outcomes.into_iter().enumerate() {

@@ -91,7 +91,7 @@ use smallvec::SmallVec;
 
 pub(crate) use piece::{Blocks, Cut};
 pub(crate) use run::{Owner, Views};
-use run::{Parts, Plan, Run, Transfer, Transport};
+use run::{Plan, Run, Transfer, Transport};
 
 use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
@@ -100,7 +100,7 @@ use crate::schedule::{signal_bound, Reducer, Schedule};
 /// Keyed plans an engine keeps at most: a program reduces vectors of a few lengths.
 const PLANS: usize = 64;
 
-/// Spare [`Parts`] an engine keeps at most: enough for the runs of a few lanes.
+/// Removed runs an engine keeps for renewal at most: enough for the runs of a few lanes.
 const SPARE: usize = 16;
 
 /// What a call initiates: a schedule, or the key of one the engine may have planned before
@@ -226,8 +226,10 @@ struct State<'c> {
     /// The sequence number of the next collective initiated.
     next: u64,
     runs: Runs<'c>,
-    /// What removed runs allocated, for the next ones.
-    spare: Vec<Parts<'c>>,
+    /// Removed runs, to be renewed as the next ones: boxed, as in the slots of [`Runs`], so
+    /// that a run goes from a slot to here and back without being moved.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Run<'c>>>,
     /// The run holding each lane.
     lanes: Vec<Option<u64>>,
     /// The runs that ended (completed or failed) and are still there, for the calls that
@@ -295,22 +297,22 @@ impl<'c> Runs<'c> {
     }
 
     /// Adds `run`, the next in sequence.
-    fn insert(&mut self, seq: u64, run: Run<'c>) {
+    fn insert(&mut self, seq: u64, run: Box<Run<'c>>) {
         if self.slots.is_empty() {
             self.base = seq;
         }
         debug_assert_eq!(seq, self.base + self.slots.len() as u64);
-        self.slots.push_back(Some(Box::new(run)));
+        self.slots.push_back(Some(run));
     }
 
-    fn remove(&mut self, seq: u64) -> Option<Run<'c>> {
+    fn remove(&mut self, seq: u64) -> Option<Box<Run<'c>>> {
         let slot = self.slot(seq)?;
         let run = self.slots.get_mut(slot)?.take();
         while let Some(None) = self.slots.front() {
             self.slots.pop_front();
             self.base += 1;
         }
-        run.map(|run| *run)
+        run
     }
 }
 
@@ -356,7 +358,7 @@ pub(crate) trait Runner: Sync {
         owners: &mut [Owner<'_>],
         outcomes: &mut [Option<Result<()>>],
         enough: usize,
-        deadline: Deadline,
+        timeout: Timeout,
     ) -> Result<()>;
     /// See [`Engine::orphan`].
     fn orphan(&self, seqs: Range<u64>, src: Input<'_>);
@@ -368,9 +370,9 @@ impl Runner for Engine<'_> {
         owners: &mut [Owner<'_>],
         outcomes: &mut [Option<Result<()>>],
         enough: usize,
-        deadline: Deadline,
+        timeout: Timeout,
     ) -> Result<()> {
-        Engine::sync(self, owners, outcomes, enough, deadline)
+        Engine::sync(self, owners, outcomes, enough, timeout)
     }
 
     fn orphan(&self, seqs: Range<u64>, src: Input<'_>) {
@@ -553,11 +555,13 @@ impl<'c> Engine<'c> {
             state.clears[lane] = plan.compact && plan.schedule.gathering;
             state.compacts[lane] = plan.compact;
             let value = value(seq, signature);
-            let parts = match state.spare.pop() {
-                Some(parts) => parts,
-                None => Parts::new(self.ctx.batch()),
+            let mut run = match state.spare.pop() {
+                Some(mut run) => {
+                    run.renew(seq, Arc::clone(&plan), value, views);
+                    run
+                }
+                None => Run::new(seq, Arc::clone(&plan), value, views, self.ctx.batch()),
             };
-            let mut run = Run::new(seq, Arc::clone(&plan), value, parts, views);
             run.reducer = reducer;
             if eager {
                 run.needs = (seq + 1).saturating_sub(back);
@@ -647,13 +651,13 @@ impl<'c> Engine<'c> {
     /// Syncs the runs of `owners` (each with its caller's buffers): sets, per owner,
     /// `Some(outcome)` in `outcomes` for a run that completed here (its output delivered),
     /// and leaves `None` for one still in flight; waits until `enough` of them completed or
-    /// `deadline` passed.
+    /// `timeout` passed, counted from when the call first has to wait.
     pub(crate) fn sync(
         &self,
         owners: &mut [Owner<'_>],
         outcomes: &mut [Option<Result<()>>],
         enough: usize,
-        deadline: Deadline,
+        timeout: Timeout,
     ) -> Result<()> {
         let mut got = outcomes.iter().filter(|o| o.is_some()).count();
         let index = OwnerIndex::new(owners);
@@ -661,7 +665,7 @@ impl<'c> Engine<'c> {
         // member died, which ends them all; otherwise only those with runs that ended.
         let mut all = true;
         let mut saw_dead = false;
-        self.drive(deadline, |engine, state| {
+        self.drive(timeout, |engine, state| {
             engine.pass(state, owners, &index);
             let died = state.dead.is_some() && !saw_dead;
             saw_dead = state.dead.is_some();
@@ -755,9 +759,9 @@ impl<'c> Engine<'c> {
     /// Removes run `seq`, giving its lane up.
     fn release(&self, state: &mut State<'c>, seq: u64) {
         state.changed = true;
-        let parts = state.runs.remove(seq).and_then(Run::into_parts);
-        if let Some(parts) = parts.filter(|_| state.spare.len() < SPARE) {
-            state.spare.push(parts);
+        let run = state.runs.remove(seq);
+        if let Some(run) = run.filter(|run| run.reusable() && state.spare.len() < SPARE) {
+            state.spare.push(run);
         }
         state.ended.remove(&seq);
         let lane = self.layout.lane(seq) as usize;
@@ -922,13 +926,17 @@ impl<'c> Engine<'c> {
     }
 
     /// Runs `decide` under the lock until it is done, sleeping between tries on what the
-    /// runs wait for (see the [module documentation](self)).
+    /// runs wait for (see the [module documentation](self)). `timeout` counts from the
+    /// first time the call has to wait: a call done at once never reads the clock.
     fn drive<T>(
         &self,
-        deadline: Deadline,
+        timeout: Timeout,
         mut decide: impl FnMut(&Self, &mut State<'c>) -> Next<T>,
     ) -> Result<T> {
-        self.connect(deadline)?;
+        let mut deadline = None;
+        if self.targets.get().is_none() {
+            self.connect(*deadline.get_or_insert_with(|| timeout.deadline()))?;
+        }
         loop {
             let mut state = self.state();
             if let Next::Done(value) = decide(self, &mut state) {
@@ -941,6 +949,7 @@ impl<'c> Engine<'c> {
                 self.tell(state)?;
                 continue;
             }
+            let deadline = *deadline.get_or_insert_with(|| timeout.deadline());
             // Whoever waits for this member's stage in a run it holds must hear of it before
             // this member waits (or returns to a caller who may not call again for a while).
             self.publish(&mut state, Some(deadline))?;

@@ -145,31 +145,6 @@ impl Plan {
     }
 }
 
-/// What a run allocates, kept by the engine for the next run when one is removed: a
-/// small collective then runs without touching the allocator.
-pub(crate) struct Parts<'c> {
-    waiting: Vec<u32>,
-    ready: Vec<StepId>,
-    deferred: Vec<(Span, Span)>,
-    batch: Batch<'c>,
-    /// The operands of a fold.
-    acc: Aligned,
-    other: Aligned,
-}
-
-impl<'c> Parts<'c> {
-    pub(crate) fn new(batch: Batch<'c>) -> Parts<'c> {
-        Parts {
-            waiting: Vec::new(),
-            ready: Vec::new(),
-            deferred: Vec::new(),
-            batch,
-            acc: Aligned::zeroed(0),
-            other: Aligned::zeroed(0),
-        }
-    }
-}
-
 /// Where a run stands.
 pub(crate) struct Run<'c> {
     pub(crate) seq: u64,
@@ -222,65 +197,102 @@ pub(crate) struct Run<'c> {
 }
 
 impl<'c> Run<'c> {
+    /// Run `seq` of `plan`, posting its puts on `batch`.
     pub(crate) fn new(
         seq: u64,
         plan: Arc<Plan>,
         value: u32,
-        parts: Parts<'c>,
         views: Option<Views>,
-    ) -> Run<'c> {
-        let Parts {
-            mut waiting,
-            mut ready,
-            mut deferred,
-            batch,
-            acc,
-            other,
-        } = parts;
-        let reads_left = plan.reads;
-        waiting.clear();
-        waiting.extend_from_slice(&plan.waiting);
-        ready.clear();
-        ready.extend_from_slice(&plan.sources);
-        deferred.clear();
-        Run {
+        batch: Batch<'c>,
+    ) -> Box<Run<'c>> {
+        let mut run = Box::new(Run {
             seq,
-            waiting,
-            ready,
-            left: plan.schedule.steps.len(),
-            plan,
+            waiting: Vec::new(),
+            ready: Vec::new(),
+            left: 0,
+            plan: Arc::clone(&plan),
             value,
             started: false,
             needs: 0,
             off_stage: false,
             batch,
-            deferred,
+            deferred: Vec::new(),
             captured: Vec::new(),
-            acc,
-            other,
+            acc: Aligned::zeroed(0),
+            other: Aligned::zeroed(0),
             kept: None,
             orphan: None,
             source: None,
-            reads_left,
-            views,
+            reads_left: 0,
+            views: None,
             delivered: false,
             reducer: None,
             failed: None,
             complete: false,
-        }
+        });
+        run.renew(seq, plan, value, views);
+        run
     }
 
-    /// The run's allocations for another run, unless puts of it may still be in flight
-    /// (a failed or orphaned run), which its batch must see through.
-    pub(crate) fn into_parts(self) -> Option<Parts<'c>> {
-        (self.batch.outstanding() == 0).then(|| Parts {
-            waiting: self.waiting,
-            ready: self.ready,
-            deferred: self.deferred,
-            batch: self.batch,
-            acc: self.acc,
-            other: self.other,
-        })
+    /// Makes this run, removed and [`reusable`](Self::reusable), run `seq` of `plan`
+    /// instead, in place: its vectors, batch and fold buffers serve again, so that a small
+    /// collective runs without touching the allocator, and a run, some hundred bytes, is
+    /// never moved.
+    pub(crate) fn renew(&mut self, seq: u64, plan: Arc<Plan>, value: u32, views: Option<Views>) {
+        // Every field is named, so that one added later cannot be left from the last run.
+        let Run {
+            seq: run_seq,
+            plan: run_plan,
+            value: run_value,
+            waiting,
+            ready,
+            left,
+            started,
+            needs,
+            off_stage,
+            batch: _,
+            deferred,
+            captured,
+            acc: _,
+            other: _,
+            kept,
+            orphan,
+            source,
+            reads_left,
+            views: run_views,
+            delivered,
+            reducer,
+            failed,
+            complete,
+        } = self;
+        *run_seq = seq;
+        *run_value = value;
+        waiting.clear();
+        waiting.extend_from_slice(&plan.waiting);
+        ready.clear();
+        ready.extend_from_slice(&plan.sources);
+        *left = plan.schedule.steps.len();
+        *reads_left = plan.reads;
+        *run_plan = plan;
+        *started = false;
+        *needs = 0;
+        *off_stage = false;
+        deferred.clear();
+        captured.clear();
+        *kept = None;
+        *orphan = None;
+        *source = None;
+        *run_views = views;
+        *delivered = false;
+        *reducer = None;
+        *failed = None;
+        *complete = false;
+    }
+
+    /// Whether the run may be [renewed](Self::renew) once removed: not while puts of it may
+    /// still be in flight (a failed or orphaned run), which its batch must see through.
+    pub(crate) fn reusable(&self) -> bool {
+        self.batch.outstanding() == 0
     }
 
     /// Counts the credit steps `credits` (in schedule order, each depending on earlier
