@@ -760,7 +760,8 @@ impl<'c> Engine<'c> {
     fn release(&self, state: &mut State<'c>, seq: u64) {
         state.changed = true;
         let run = state.runs.remove(seq);
-        if let Some(run) = run.filter(|run| run.reusable() && state.spare.len() < SPARE) {
+        if let Some(mut run) = run.filter(|run| run.reusable() && state.spare.len() < SPARE) {
+            run.retire();
             state.spare.push(run);
         }
         state.ended.remove(&seq);

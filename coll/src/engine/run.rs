@@ -295,6 +295,20 @@ impl<'c> Run<'c> {
         self.batch.outstanding() == 0
     }
 
+    /// Drops what the run holds of its collective's data and of the caller's (copies of the
+    /// source, kept output, the operator, which may capture anything), as it waits to be
+    /// renewed: a large collective's data must not outlive it in a spare run. Its
+    /// allocations stay, and its plan, which the engine's cache mostly holds anyway.
+    pub(crate) fn retire(&mut self) {
+        self.captured.clear();
+        self.kept = None;
+        self.orphan = None;
+        self.source = None;
+        self.views = None;
+        self.reducer = None;
+        self.failed = None;
+    }
+
     /// Counts the credit steps `credits` (in schedule order, each depending on earlier
     /// ones only) done at the start, as their receivers' do alike.
     pub(crate) fn skip(&mut self, credits: &[StepId]) {
