@@ -545,7 +545,9 @@ impl Handle<'_, '_> {
     }
 
     /// Waits until the collective is over here, at most `timeout`; after
-    /// [`gaspi::Error::Timeout`] call again to continue.
+    /// [`gaspi::Error::Timeout`] call again to continue. As in the runtime's waits, the
+    /// timeout starts counting when the call first has to wait: a sync that finds the
+    /// collective over never reads the clock.
     ///
     /// # Errors
     /// As for [`try_sync`](Self::try_sync), and [`gaspi::Error::Timeout`].
