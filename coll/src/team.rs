@@ -504,7 +504,8 @@ impl<'c> Team<'c> {
 /// order, each when its [`Flags`] allow.
 ///
 /// Dropping a handle that was not synced lets the collective finish for the other members
-/// without this member's output: its source is captured at the drop.
+/// without this member's output (the part of the source it still has to send was copied
+/// when the collective was initiated; see "Progress" on [`Team`]).
 pub struct Handle<'t, 'b> {
     engine: &'t dyn Runner,
     /// Its runs, one per piece.
@@ -581,7 +582,7 @@ impl Handle<'_, '_> {
 impl Drop for Handle<'_, '_> {
     fn drop(&mut self) {
         if !self.synced {
-            self.engine.orphan(self.seqs.clone(), self.src);
+            self.engine.orphan(self.seqs.clone());
         }
     }
 }

@@ -60,8 +60,9 @@ fn ops(ranks: u32, provider: &str) {
 
 /// `large`: operations of up to 4 MiB per block, run as many pieces through small lanes (an
 /// exchangev streamed in chunks), deliver what the serial reference says; so do an
-/// exchangev whose chunks land while its member syncs another collective, and two such
-/// collectives that members sync in opposite orders.
+/// exchangev whose chunks land while its member syncs another collective, two such
+/// collectives that members sync in opposite orders, and a pieced gather_all whose handle
+/// one member drops unsynced.
 fn large(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["large"]);
     let report = job.report();
@@ -96,6 +97,14 @@ fn large(ranks: u32, provider: &str) {
             digest.hex(),
             "rank {rank}: crossed\n{report}"
         );
+        let want = if rank + 1 == ranks {
+            "dropped".to_string()
+        } else {
+            let mut digest = Digest::default();
+            digest.add(&cases::want("gather_all", case + 3, size, ranks, rank));
+            digest.hex()
+        };
+        assert_eq!(data.get("dropped"), want, "rank {rank}: dropped\n{report}");
     }
 }
 

@@ -14,8 +14,9 @@
 //!   the team with lanes of `cases::LARGE_LANE`, so each runs as many pieces (exchangev as one
 //!   run streaming its blocks in chunks); flags in turn from `cases::large_flags()`; then one
 //!   more exchangev left in flight while a gather_all is synced (`streamed`), and a gather_all
-//!   and an exchangev synced in opposite orders by even and odd members (`crossed`). Lines as for `ops`:
-//!   `data large rank R: <op>=<count>/<digest>`.
+//!   and an exchangev synced in opposite orders by even and odd members (`crossed`), and a
+//!   gather_all whose handle the last member drops unsynced (`dropped`: the others' digest,
+//!   `dropped` on the last). Lines as for `ops`: `data large rank R: <op>=<count>/<digest>`.
 //! * `many`: 64 non-blocking gather_alls (of 64 B and 1 KiB alternating, two with
 //!   `Flags::MY` and two with the eager `Flags::EAGER` in turn) initiated at once on one team
 //!   (more than its lanes), then synced with `wait_sync_some` in an order drawn per rank, the last member
@@ -229,8 +230,36 @@ fn large(ctx: &Context, team: &Team<'_>) -> Outcome {
     }
     line.push(format!("streamed={}", streamed(&small, case)?));
     line.push(format!("crossed={}", crossed(&small, case + 1)?));
+    line.push(format!("dropped={}", dropped(&small, case + 3)?));
     println!("data large rank {}: {}", ctx.rank(), line.join("; "));
     Ok(())
+}
+
+/// Case `case`, a gather_all of `cases::LARGE_SIZES[0]` on `team` run as many pieces, whose
+/// last member drops its handle at once and then syncs a small gather_all: the dropped
+/// collective must still go on for the others, who sync theirs. Returns the digest of the
+/// destination, or `dropped` on the last member.
+fn dropped(team: &Team<'_>, case: u64) -> Outcome<String> {
+    let (n, me) = (team.size(), team.index());
+    let size = cases::LARGE_SIZES[0];
+    let src = cases::src("gather_all", case, size, n, me);
+    let mut gathered = vec![0xa5; cases::want("gather_all", case, size, n, me).len()];
+    let mut handle = team.gather_all_nb(&mut gathered, &src, Flags::MY)?;
+    let last = me + 1 == n;
+    if last {
+        drop(handle);
+    } else {
+        handle.wait_sync(TIMEOUT)?;
+        drop(handle);
+    }
+    let mut all = vec![0; 8 * n as usize];
+    team.gather_all(&mut all, &[1; 8], Flags::MY, TIMEOUT)?;
+    if last {
+        return Ok("dropped".into());
+    }
+    let mut digest = Digest::default();
+    digest.add(&gathered);
+    Ok(digest.hex())
 }
 
 /// Cases `case` (a gather_all) and `case + 1` (an exchangev) of `cases::LARGE_SIZES[0]` on

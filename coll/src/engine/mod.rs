@@ -361,7 +361,7 @@ pub(crate) trait Runner: Sync {
         timeout: Timeout,
     ) -> Result<()>;
     /// See [`Engine::orphan`].
-    fn orphan(&self, seqs: Range<u64>, src: Input<'_>);
+    fn orphan(&self, seqs: Range<u64>);
 }
 
 impl Runner for Engine<'_> {
@@ -375,8 +375,8 @@ impl Runner for Engine<'_> {
         Engine::sync(self, owners, outcomes, enough, timeout)
     }
 
-    fn orphan(&self, seqs: Range<u64>, src: Input<'_>) {
-        Engine::orphan(self, seqs, src);
+    fn orphan(&self, seqs: Range<u64>) {
+        Engine::orphan(self, seqs);
     }
 }
 
@@ -589,7 +589,8 @@ impl<'c> Engine<'c> {
 
     /// Gives the runs of `seqs` that still have to read the caller's source `src` a copy of
     /// it, as the call that lent it returns: they then move on in any call of the team, not
-    /// only in those that hold their handle (see "Progress" in the module documentation).
+    /// only in those that hold their handle (see "The caller's buffers" in the [module
+    /// documentation](self)), and need nothing of the handle if it is dropped.
     fn keep_source(&self, state: &mut State<'c>, seqs: Range<u64>, src: Input<'_>) {
         let later = |state: &State<'c>, seq| state.runs.get(seq).is_some_and(Run::reads_later);
         if !seqs.clone().any(|seq| later(state, seq)) {
@@ -700,26 +701,22 @@ impl<'c> Engine<'c> {
         })
     }
 
-    /// Lets the runs `seqs` go on without their handle: the source is captured now, the
-    /// output dropped when they complete.
-    pub(crate) fn orphan(&self, seqs: Range<u64>, src: Input<'_>) {
+    /// Lets the runs `seqs` go on without their handle, their output dropped when they
+    /// complete: those that still read the source got a copy when they were initiated.
+    pub(crate) fn orphan(&self, seqs: Range<u64>) {
         let mut state = self.state();
-        // A source that cannot be read any more (its segment deleted) leaves nothing to
-        // send: the runs that still need it fail there, and their partners are told.
-        let src = src.copied(self.ctx).unwrap_or_default();
-        self.abandon(&mut state, seqs, &src);
+        self.abandon(&mut state, seqs);
         self.pass(&mut state, &mut [], &OwnerIndex::none());
         // A drop cannot report a failure; the runs' own failures are kept in them.
         let _ = self.tell(state);
     }
 
-    /// Marks the runs of `seqs` that are still there orphans, with the source `src`.
-    /// A run over already (its lane given up to a later one) is removed at once.
-    fn abandon(&self, state: &mut State<'c>, seqs: Range<u64>, src: &[u8]) {
-        let src: Arc<[u8]> = src.into();
+    /// Marks the runs of `seqs` that are still there orphans. A run over already (its lane
+    /// given up to a later one) is removed at once.
+    fn abandon(&self, state: &mut State<'c>, seqs: Range<u64>) {
         for seq in seqs {
             if let Some(run) = state.runs.get_mut(seq) {
-                run.orphan = Some(Arc::clone(&src));
+                run.orphan = true;
                 if run.complete || run.failed.is_some() {
                     self.release(state, seq);
                 }
@@ -748,8 +745,7 @@ impl<'c> Engine<'c> {
             };
             self.release(state, seq);
             if let Err(e) = outcome {
-                let src = owner.src.copied(self.ctx).unwrap_or_default();
-                self.abandon(state, owner.seqs.clone(), &src);
+                self.abandon(state, owner.seqs.clone());
                 return Some(Err(e));
             }
         }
@@ -881,7 +877,7 @@ impl<'c> Engine<'c> {
                 if over && !was_over {
                     state.ended.insert(seq);
                 }
-                if over && run.orphan.is_some() {
+                if over && run.orphan {
                     self.release(state, seq);
                     changed = true;
                     continue;

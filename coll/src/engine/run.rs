@@ -178,10 +178,11 @@ pub(crate) struct Run<'c> {
     /// The deferred copies' data, read out of the stage when the lane was given up before
     /// the handle synced.
     kept: Option<Vec<Vec<u8>>>,
-    /// The source, when the handle was dropped before the run could read it.
-    pub(crate) orphan: Option<Arc<[u8]>>,
-    /// A copy of the source, taken when the call that initiated the run returned before the
-    /// run had read all it needs of it (see [`Run::reads_later`]).
+    /// The handle was dropped: the output is dropped too.
+    pub(crate) orphan: bool,
+    /// A copy of the source, taken when the call that initiated the run returned, or its
+    /// handle was dropped, before the run had read all it needs of it (see
+    /// [`Run::reads_later`]).
     pub(crate) source: Option<Arc<[u8]>>,
     /// Steps reading the source not done yet.
     reads_left: u32,
@@ -221,7 +222,7 @@ impl<'c> Run<'c> {
             acc: Aligned::zeroed(0),
             other: Aligned::zeroed(0),
             kept: None,
-            orphan: None,
+            orphan: false,
             source: None,
             reads_left: 0,
             views: None,
@@ -234,12 +235,13 @@ impl<'c> Run<'c> {
         run
     }
 
-    /// Makes this run, removed and [`reusable`](Self::reusable), run `seq` of `plan`
-    /// instead, in place: its vectors, batch and fold buffers serve again, so that a small
-    /// collective runs without touching the allocator, and a run, some hundred bytes, is
-    /// never moved.
+    /// Makes this run, removed, [`reusable`](Self::reusable) and [retired](Self::retire),
+    /// run `seq` of `plan` instead, in place: its vectors, batch and fold buffers serve
+    /// again, so that a small collective runs without touching the allocator, and a run,
+    /// some hundred bytes, is never moved.
     pub(crate) fn renew(&mut self, seq: u64, plan: Arc<Plan>, value: u32, views: Option<Views>) {
-        // Every field is named, so that one added later cannot be left from the last run.
+        // Every field is named, so that one added later cannot be left from the last run;
+        // those `retire` cleared are `_`.
         let Run {
             seq: run_seq,
             plan: run_plan,
@@ -252,17 +254,17 @@ impl<'c> Run<'c> {
             off_stage,
             batch: _,
             deferred,
-            captured,
+            captured: _,
             acc: _,
             other: _,
-            kept,
-            orphan,
-            source,
+            kept: _,
+            orphan: _,
+            source: _,
             reads_left,
             views: run_views,
             delivered,
-            reducer,
-            failed,
+            reducer: _,
+            failed: _,
             complete,
         } = self;
         *run_seq = seq;
@@ -278,14 +280,8 @@ impl<'c> Run<'c> {
         *needs = 0;
         *off_stage = false;
         deferred.clear();
-        captured.clear();
-        *kept = None;
-        *orphan = None;
-        *source = None;
         *run_views = views;
         *delivered = false;
-        *reducer = None;
-        *failed = None;
         *complete = false;
     }
 
@@ -296,13 +292,14 @@ impl<'c> Run<'c> {
     }
 
     /// Drops what the run holds of its collective's data and of the caller's (copies of the
-    /// source, kept output, the operator, which may capture anything), as it waits to be
-    /// renewed: a large collective's data must not outlive it in a spare run. Its
-    /// allocations stay, and its plan, which the engine's cache mostly holds anyway.
+    /// source, kept output, the operator, which may capture anything) and its outcome, as it
+    /// waits to be [renewed](Self::renew): a large collective's data must not outlive it in
+    /// a spare run. Its allocations stay, and its plan, which the engine's cache mostly
+    /// holds anyway.
     pub(crate) fn retire(&mut self) {
         self.captured.clear();
         self.kept = None;
-        self.orphan = None;
+        self.orphan = false;
         self.source = None;
         self.views = None;
         self.reducer = None;
@@ -430,7 +427,7 @@ impl<'c> Run<'c> {
                         })?;
                     }
                     // An orphan's output is dropped.
-                    (Buf::Src, Buf::Dst, _) if self.orphan.is_some() => {}
+                    (Buf::Src, Buf::Dst, _) if self.orphan => {}
                     (Buf::Src, Buf::Dst, _) => {
                         let Some(source) = &self.source else {
                             return Ok(false);
@@ -448,7 +445,7 @@ impl<'c> Run<'c> {
                         })?;
                     }
                     // An orphan's output is dropped.
-                    (_, Buf::Dst, _) if self.plan.schedule.capture && self.orphan.is_some() => {}
+                    (_, Buf::Dst, _) if self.plan.schedule.capture && self.orphan => {}
                     (_, Buf::Dst, _) if self.plan.schedule.capture => {
                         let mut data = vec![0; from.len as usize];
                         net.read(seq, from.at, &mut data)?;
@@ -456,11 +453,10 @@ impl<'c> Run<'c> {
                     }
                     (_, Buf::Dst, _) => self.deferred.push((from, into)),
                     (Buf::Src, _, owner) => {
-                        let src = match (&self.orphan, owner, &self.source) {
-                            (Some(orphan), _, _) => Input::Memory(orphan),
-                            (None, Some(owner), _) => owner.src,
-                            (None, None, Some(source)) => Input::Memory(source),
-                            _ => return Ok(false),
+                        let src = match (&self.source, owner) {
+                            (Some(copy), _) => Input::Memory(copy),
+                            (None, Some(owner)) => owner.src,
+                            (None, None) => return Ok(false),
                         };
                         read_parts(net, &src, src_view, from, |at, bytes| {
                             net.write(seq, into.at + at, bytes)
@@ -529,10 +525,7 @@ impl<'c> Run<'c> {
     /// would then move on only in calls that hold its handle, so a partner that waits for it
     /// in another order of syncs would wait for ever.
     pub(crate) fn reads_later(&self) -> bool {
-        self.reads_left > 0
-            && self.orphan.is_none()
-            && self.source.is_none()
-            && self.failed.is_none()
+        self.reads_left > 0 && self.source.is_none() && self.failed.is_none()
     }
 
     /// Whether only the local completion of puts is missing.
