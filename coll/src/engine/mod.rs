@@ -78,7 +78,7 @@
 mod piece;
 mod run;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -102,6 +102,9 @@ const PLANS: usize = 64;
 
 /// Removed runs an engine keeps for renewal at most: enough for the runs of a few lanes.
 const SPARE: usize = 16;
+
+/// Entries of `ended` beyond twice the runs there before it is pruned.
+const ENDED_SLACK: usize = 64;
 
 /// What a call initiates: a schedule, or the key of one the engine may have planned before
 /// (a key always builds the same schedule, the flags' barriers included) and how to build
@@ -232,9 +235,12 @@ struct State<'c> {
     spare: Vec<Box<Run<'c>>>,
     /// The run holding each lane.
     lanes: Vec<Option<u64>>,
-    /// The runs that ended (completed or failed) and are still there, for the calls that
-    /// sync them.
-    ended: BTreeSet<u64>,
+    /// The runs that ended (completed or failed), for the calls that sync several handles:
+    /// may also name runs removed since, which a look skips (sequence numbers are never
+    /// reused) and [`release`](Engine::release) prunes once they outnumber the runs there.
+    /// A list rather than a set: a set that empties frees its node, and one run at a time
+    /// would allocate and free on every collective.
+    ended: Vec<u64>,
     /// Per lane, the runs initiated on it that have not started, in order (a run removed
     /// before it started, failed with a dead member, is skipped when its turn comes).
     queued: Vec<VecDeque<u64>>,
@@ -454,7 +460,7 @@ impl<'c> Engine<'c> {
                 runs: Runs::default(),
                 spare: Vec::new(),
                 lanes: vec![None; layout.lanes as usize],
-                ended: BTreeSet::new(),
+                ended: Vec::new(),
                 queued: vec![VecDeque::new(); layout.lanes as usize],
                 clears: vec![true; layout.lanes as usize],
                 compacts: vec![false; layout.lanes as usize],
@@ -678,6 +684,7 @@ impl<'c> Engine<'c> {
                     let mut look: Vec<usize> = state
                         .ended
                         .iter()
+                        .filter(|&&seq| state.runs.get(seq).is_some())
                         .filter_map(|&seq| index.find(seq))
                         .collect();
                     look.sort_unstable();
@@ -760,7 +767,10 @@ impl<'c> Engine<'c> {
             run.retire();
             state.spare.push(run);
         }
-        state.ended.remove(&seq);
+        if state.ended.len() > 2 * state.runs.slots.len() + ENDED_SLACK {
+            let runs = &state.runs;
+            state.ended.retain(|&seq| runs.get(seq).is_some());
+        }
         let lane = self.layout.lane(seq) as usize;
         if state.lanes[lane] == Some(seq) {
             state.lanes[lane] = None;
@@ -875,7 +885,7 @@ impl<'c> Engine<'c> {
                 }
                 let over = run.complete || run.failed.is_some();
                 if over && !was_over {
-                    state.ended.insert(seq);
+                    state.ended.push(seq);
                 }
                 if over && run.orphan {
                     self.release(state, seq);
