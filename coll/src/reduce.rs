@@ -21,29 +21,71 @@ use crate::schedule::reduce::{algorithm, allreduce, stage_bound, AllreduceAlgo};
 use crate::schedule::Reducer;
 use crate::team::{Flags, Handle, Team};
 
-/// A built-in operator on `T`, checked to apply.
-struct Builtin<T> {
-    op: ReduceOp,
-    element: PhantomData<fn() -> T>,
-}
+/// Built-in operator `ReduceOp::ALL[OP]` on `T`, checked to apply: a type per operator, so
+/// that the boxed operator a run owns is zero-sized and initiating costs no allocation.
+struct Builtin<T, const OP: usize>(PhantomData<fn() -> T>);
 
-impl<T: Element> Reducer for Builtin<T> {
+impl<T: Element, const OP: usize> Reducer for Builtin<T, OP> {
     fn block(&self) -> u64 {
         std::mem::size_of::<T>() as u64
     }
 
     fn boxed(&self) -> Box<dyn Reducer> {
-        Box::new(Builtin::<T> {
+        Box::new(Builtin::<T, OP>(PhantomData))
+    }
+
+    fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
+        fold_with::<T>(ReduceOp::ALL[OP], acc, other)
+    }
+}
+
+/// A built-in operator on `T` outside [`ReduceOp::ALL`] (should one be added there later).
+struct Other<T> {
+    op: ReduceOp,
+    element: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> Reducer for Other<T> {
+    fn block(&self) -> u64 {
+        std::mem::size_of::<T>() as u64
+    }
+
+    fn boxed(&self) -> Box<dyn Reducer> {
+        Box::new(Other::<T> {
             op: self.op,
             element: PhantomData,
         })
     }
 
     fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
-        let acc = bytemuck::try_cast_slice_mut(acc).map_err(|e| e.to_string())?;
-        let other = bytemuck::try_cast_slice(other).map_err(|e| e.to_string())?;
-        self.op.apply::<T>(acc, other).map_err(|e| e.to_string())
+        fold_with::<T>(self.op, acc, other)
     }
+}
+
+fn fold_with<T: Element>(
+    op: ReduceOp,
+    acc: &mut [u8],
+    other: &[u8],
+) -> std::result::Result<(), String> {
+    let acc = bytemuck::try_cast_slice_mut(acc).map_err(|e| e.to_string())?;
+    let other = bytemuck::try_cast_slice(other).map_err(|e| e.to_string())?;
+    op.apply::<T>(acc, other).map_err(|e| e.to_string())
+}
+
+// `builtin` names the first ten operators by their place in `ReduceOp::ALL`.
+const _: () = assert!(ReduceOp::ALL.len() >= 10);
+
+/// The run's operator for `op`, the `code`-th of [`ReduceOp::ALL`].
+fn builtin<T: Element>(op: ReduceOp, code: u64) -> Box<dyn Reducer> {
+    macro_rules! by_code {
+        ($($i:literal)*) => {
+            match code {
+                $($i => Box::new(Builtin::<T, $i>(PhantomData)),)*
+                _ => Box::new(Other::<T> { op, element: PhantomData }),
+            }
+        };
+    }
+    by_code!(0 1 2 3 4 5 6 7 8 9)
 }
 
 /// A user operator on `T`, always applied in member order.
@@ -129,11 +171,7 @@ impl<'c> Team<'c> {
             .iter()
             .position(|&o| o == op)
             .map_or(u64::MAX, |i| i as u64);
-        let reducer = Box::new(Builtin::<T> {
-            op,
-            element: PhantomData,
-        });
-        self.reduce(src, dst, reducer, code, flags)
+        self.reduce(src, dst, builtin::<T>(op, code), code, flags)
     }
 
     /// Blocking [`allreduce_nb`](Self::allreduce_nb), synced within `timeout`. A timeout
