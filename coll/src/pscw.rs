@@ -94,18 +94,38 @@ struct Access {
     /// The tag of the post it must match, and of the `done` it is sent.
     tag: u32,
     stage: Stage,
+    /// The last small write to it, not posted yet: it goes out with the target's `done`
+    /// (see "Choices" on [`Window`]), or before the next write to the target.
+    held: Option<Held>,
+    /// Whether a write to it was posted in this epoch (besides `held`).
+    sent: bool,
 }
 
 impl Access {
     /// `rank` (member `member`), not yet matched to a post.
     fn new(member: u32, rank: Rank) -> Access {
+        Access::matched(member, rank, 0, Stage::Pending)
+    }
+
+    fn matched(member: u32, rank: Rank, tag: u32, stage: Stage) -> Access {
         Access {
             member,
             rank,
-            tag: 0,
-            stage: Stage::Pending,
+            tag,
+            stage,
+            held: None,
+            sent: false,
         }
     }
+}
+
+/// A write of a window, checked, as [`Window::write`] was called with it.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    src: SegmentId,
+    src_offset: u64,
+    dst_offset: u64,
+    size: u64,
 }
 
 /// An epoch window over a user segment and a committed group: MPI-3's
@@ -153,6 +173,12 @@ impl Access {
 /// Writes go through the window's own [`gaspi::Batch`]; `done` is posted on the same batch
 /// after them, and a batch's notification to a rank never lands before the batch's earlier
 /// writes to that rank. So when `wait` sees an origin's `done`, all its data is visible.
+/// When the last write to a target reached through the fabric is small, `done` travels with
+/// it instead, as the notification of that write, which never lands before its data: one
+/// message per target and epoch rather than two. That is done only where nothing can land
+/// after it: the
+/// provider orders writes ([`gaspi::Context::ordered_writes`]), or the held write is the only
+/// one to that target in the epoch.
 ///
 /// # Waiting, errors and faults
 /// * Every call that waits takes a [`Timeout`] and may be repeated after a timeout to
@@ -178,9 +204,17 @@ impl Access {
 ///   windows may be open at once, each with its own epochs, and different threads may work in
 ///   different windows.
 /// * `start` waits for the posts rather than deferring writes: a write then goes out at once,
-///   and the window keeps no copy of pending writes. [`start_one`](Self::start_one) and
-///   [`start_any`](Self::start_any) add targets one by one to the access epoch, so an origin
-///   can serve each target as soon as it is ready.
+///   and the window keeps no copy of pending writes. The one exception is the last write of
+///   at most [`HELD_WRITE_MAX`](Self::HELD_WRITE_MAX) bytes to each target reached through
+///   the fabric, which is held back (its arguments, not its data: MPI's rule that the source
+///   stays unchanged until `complete` covers it) until the next write to that target or
+///   `complete`, so that `done` can travel with it. A halo code's epoch of small blocks then
+///   costs one message per neighbour, as a `write_notify` does; a larger write still goes
+///   out at once and overlaps the caller's work. Towards a target on the direct intra-node
+///   path ([`gaspi::Context::reaches_directly`]) nothing is held: the write is a copy and
+///   `done` a store, which cost the same together or apart.
+/// * [`start_one`](Self::start_one) and [`start_any`](Self::start_any) add targets one by
+///   one to the access epoch, so an origin can serve each target as soon as it is ready.
 /// * A member's control and data targets are resolved on first use, within the timeout of
 ///   `post` or `start`, and cached.
 /// * `NOCHECK` cannot be used with `start_any`, which needs the post to find the target.
@@ -297,6 +331,11 @@ impl std::fmt::Debug for Window<'_> {
 }
 
 impl<'c> Window<'c> {
+    /// The largest write a window holds back until `complete` (see "Choices" on
+    /// [`Window`]). Up to this size sending the data costs about what sending `done` does,
+    /// and holding it costs the caller no overlap worth having.
+    pub const HELD_WRITE_MAX: u64 = 4096;
+
     /// Builds the window over user segment `segment` of the members of committed group
     /// `group` (collective over its members; `MPI_Win_create`): creates each member's control
     /// table in `coll`'s namespace. The segment must exist on every member that is written to
@@ -523,12 +562,8 @@ impl<'c> Window<'c> {
                 let rank = self.ranks[m as usize];
                 if self.take(self.post_id(m), rank, expected)? {
                     self.starts[m as usize] += 1;
-                    self.access.push(Access {
-                        member: m,
-                        rank,
-                        tag: expected,
-                        stage: Stage::Ready,
-                    });
+                    self.access
+                        .push(Access::matched(m, rank, expected, Stage::Ready));
                     self.accessing = true;
                     self.matched = Some(m);
                     // One target per call: the others stay in the table for the next.
@@ -552,6 +587,11 @@ impl<'c> Window<'c> {
     /// segment at `dst_offset`, inside the access epoch (`MPI_Put`). Never blocks; the
     /// source must not change until [`complete`](Self::complete).
     ///
+    /// A write of at most [`HELD_WRITE_MAX`](Self::HELD_WRITE_MAX) bytes to a target reached
+    /// through the fabric is checked now and held back until the next write to `target` or
+    /// until `complete`, which sends it with the target's `done` (see "Choices" on
+    /// [`Window`]); a failure to post it then is reported there.
+    ///
     /// # Errors
     /// [`Error::NotStarted`] when `target` is not in the access epoch; [`Error::NotPosted`]
     /// when its post has not arrived; from the runtime: [`gaspi::Error::UnknownSegment`],
@@ -565,7 +605,23 @@ impl<'c> Window<'c> {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
-        self.write_with(src, src_offset, target, dst_offset, size, None)
+        // A write that goes directly is a copy the caller makes, and its `done` a store:
+        // carried together they cost what they cost apart.
+        if size > Self::HELD_WRITE_MAX || self.ctx.reaches_directly(target) {
+            return self.write_with(src, src_offset, target, dst_offset, size, None);
+        }
+        let (i, dst) = self.ready(target)?;
+        let segment = self.ctx.segment(src)?;
+        crate::check_range(self.ctx.rank(), src, segment.len(), src_offset, size)?;
+        dst.range(dst_offset, size)?;
+        self.release_held(i)?;
+        self.access[i].held = Some(Held {
+            src,
+            src_offset,
+            dst_offset,
+            size,
+        });
+        Ok(())
     }
 
     /// Writes like [`write`](Self::write), then sets `notification` in the table of
@@ -597,8 +653,10 @@ impl<'c> Window<'c> {
         size: u64,
         notification: Option<Notification>,
     ) -> Result<()> {
-        let dst = self.ready(target)?;
+        let (i, dst) = self.ready(target)?;
         let src = self.ctx.segment(src)?;
+        self.release_held(i)?;
+        self.access[i].sent = true;
         match notification {
             None => self.batch.write(&src, src_offset, &dst, dst_offset, size)?,
             Some(n) => self
@@ -620,12 +678,14 @@ impl<'c> Window<'c> {
         target: Rank,
         blocks: &[(u64, u64, u64)],
     ) -> Result<()> {
-        let dst = self.ready(target)?;
+        let (i, dst) = self.ready(target)?;
         let segment = self.ctx.segment(src)?;
         for &(src_offset, dst_offset, size) in blocks {
             crate::check_range(self.ctx.rank(), src, segment.len(), src_offset, size)?;
             dst.range(dst_offset, size)?;
         }
+        self.release_held(i)?;
+        self.access[i].sent = true;
         for &(src_offset, dst_offset, size) in blocks {
             self.batch
                 .write(&segment, src_offset, &dst, dst_offset, size)?;
@@ -681,7 +741,18 @@ impl<'c> Window<'c> {
                     id: done,
                     value: a.tag,
                 };
-                self.notify(a.member, notification, due)?;
+                // The held write carries `done` when nothing else can land after it: the
+                // provider orders writes, or it is the only write to the target.
+                match a.held {
+                    Some(held) if !a.sent || self.ctx.ordered_writes() => {
+                        self.post_held(a.member, held, Some(notification), due)?;
+                        self.access[i].held = None;
+                    }
+                    _ => {
+                        self.release_held(i)?;
+                        self.notify(a.member, notification, due)?;
+                    }
+                }
                 self.access[i].stage = Stage::Told;
             }
         }
@@ -852,17 +923,63 @@ impl<'c> Window<'c> {
             && self.access.iter().any(|a| a.stage == Stage::Pending)
     }
 
-    /// `target`'s window segment, when `target` is in the access epoch and has posted.
-    fn ready(&self, target: Rank) -> Result<Target> {
-        let member = match self.access.iter().find(|a| a.rank == target) {
-            Some(a) if a.stage == Stage::Ready => a.member,
-            Some(a) if a.stage == Stage::Pending => return Err(Error::NotPosted { rank: target }),
+    /// `target`'s place in the access epoch and window segment, when `target` is in the
+    /// epoch and has posted.
+    fn ready(&self, target: Rank) -> Result<(usize, Target)> {
+        let i = match self.access.iter().position(|a| a.rank == target) {
+            Some(i) if self.access[i].stage == Stage::Ready => i,
+            Some(i) if self.access[i].stage == Stage::Pending => {
+                return Err(Error::NotPosted { rank: target })
+            }
             _ => return Err(Error::NotStarted { rank: target }),
         };
         // Resolved by the start that added it.
-        self.peers[member as usize]
+        let window = self.peers[self.access[i].member as usize].window;
+        Ok((i, window.ok_or(Error::NotStarted { rank: target })?))
+    }
+
+    /// Posts the write held for access target `i`, if any, on its own.
+    fn release_held(&mut self, i: usize) -> Result<()> {
+        let a = self.access[i];
+        if let Some(held) = a.held {
+            // Resolving needs no time: the start that added the target resolved its tables.
+            self.post_held(a.member, held, None, &mut Due::new(Timeout::Test))?;
+            self.access[i].held = None;
+            self.access[i].sent = true;
+        }
+        Ok(())
+    }
+
+    /// Posts `held` to member `member`, with `done` set in its control table after the data
+    /// when given.
+    fn post_held(
+        &mut self,
+        member: u32,
+        held: Held,
+        done: Option<Notification>,
+        due: &mut Due,
+    ) -> Result<()> {
+        let rank = self.ranks[member as usize];
+        let dst = self.peers[member as usize]
             .window
-            .ok_or(Error::NotStarted { rank: target })
+            .ok_or(Error::NotStarted { rank })?;
+        let src = self.ctx.segment(held.src)?;
+        let Held {
+            src_offset,
+            dst_offset,
+            size,
+            ..
+        } = held;
+        match done {
+            None => self.batch.write(&src, src_offset, &dst, dst_offset, size)?,
+            Some(n) => {
+                let table = self.control_target(member, due)?;
+                self.reap()?;
+                self.batch
+                    .write_notify_to(&src, src_offset, &dst, dst_offset, size, &table, n)?;
+            }
+        }
+        Ok(())
     }
 
     /// The member index of `ranks[i]`, checked: a member, and not named before it.
@@ -911,11 +1028,17 @@ impl<'c> Window<'c> {
     /// to it.
     fn notify(&mut self, member: u32, notification: Notification, due: &mut Due) -> Result<()> {
         let table = self.control_target(member, due)?;
-        // Notifications complete at once; reaping them keeps the batch from filling up.
+        self.reap()?;
+        self.batch.notify(&table, notification)?;
+        Ok(())
+    }
+
+    /// Reaps the batch's completed operations when many are counted: notifications (and
+    /// injected writes) complete at once, and reaping them keeps the batch from filling up.
+    fn reap(&self) -> Result<()> {
         if self.batch.outstanding() > self.ranks.len() as u32 {
             self.batch.test()?;
         }
-        self.batch.notify(&table, notification)?;
         Ok(())
     }
 

@@ -17,7 +17,7 @@ mod data;
 #[path = "../examples/pscw_check/pattern.rs"]
 mod pattern;
 
-use common::{example, gaspirun, gaspirun_casualty, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun_casualty, gaspirun_with_env, jobs, Finished, PROVIDERS};
 use data::Digest;
 use gaspi::Rank;
 use pattern::Pattern;
@@ -26,8 +26,13 @@ use pattern::Pattern;
 const EPOCHS: u64 = 1_000;
 
 fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
+    job_with_env(&[], ranks, provider, args)
+}
+
+/// [`job`] with `VAR=value` settings (`env`) in every rank's environment.
+fn job_with_env(env: &[&str], ranks: u32, provider: &str, args: &[&str]) -> Finished {
     assert!(PROVIDERS.contains(&provider));
-    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, &example("pscw_check"), args);
+    let job = gaspirun_with_env(env, ranks, provider, &example("pscw_check"), args);
     assert!(job.status.success(), "the job failed\n{}", job.report());
     job
 }
@@ -50,8 +55,19 @@ fn expected(pattern: Pattern, n: u32, target: Rank, epochs: u64) -> (u64, Digest
 /// wrote, none early, late or from another epoch (`mismatches`), with origin and target sets
 /// that change every epoch and all start / complete forms.
 fn epochs(ranks: u32, provider: &str) {
+    epochs_with_env(&[], ranks, provider);
+}
+
+/// `epochs` where the runtime takes the provider as unordered (`GASPI_FORCE_UNORDERED=1`):
+/// a held write then carries `done` only when it is the only write to its target in the
+/// epoch, and the two halves of a block go out as writes followed by a separate `done`.
+fn unordered(ranks: u32, provider: &str) {
+    epochs_with_env(&["GASPI_FORCE_UNORDERED=1"], ranks, provider);
+}
+
+fn epochs_with_env(env: &[&str], ranks: u32, provider: &str) {
     let count = EPOCHS.to_string();
-    let job = job(ranks, provider, &["epochs", &count]);
+    let job = job_with_env(env, ranks, provider, &["epochs", &count]);
     let report = job.report();
     for pattern in Pattern::ALL {
         let scenario = format!("epochs-{}", pattern.name());
@@ -246,6 +262,8 @@ jobs! {
     epochs_4_shm: epochs(4, "shm");
     epochs_9_tcp: epochs(9, "tcp");
     epochs_9_shm: epochs(9, "shm");
+    unordered_4_tcp: unordered(4, "tcp");
+    unordered_4_shm: unordered(4, "shm");
     nocheck_3_tcp: nocheck(3, "tcp");
     nocheck_3_shm: nocheck(3, "shm");
     double_3_tcp: double(3, "tcp");

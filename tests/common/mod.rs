@@ -323,19 +323,34 @@ pub fn selftest_with(
     ranks: u32,
     provider: &str,
 ) -> Finished {
-    let selftest = selftest_path();
-    let selftest = selftest
+    let args: Vec<&str> = [scenario]
+        .into_iter()
+        .chain(options.iter().copied())
+        .collect();
+    let job = gaspirun_with_env(env, ranks, provider, &selftest_path(), &args);
+    job.assert_every_rank(ranks, |r| format!("ok {scenario} rank {r}: "));
+    job
+}
+
+/// [`gaspirun`] with `VAR=value` settings (`env`) in every rank's environment, within
+/// [`JOB_TIMEOUT_S`].
+pub fn gaspirun_with_env(
+    env: &[&str],
+    ranks: u32,
+    provider: &str,
+    program: &Path,
+    args: &[&str],
+) -> Finished {
+    let program = program
         .to_str()
         .expect("the target directory is a UTF-8 path");
     let args: Vec<&str> = env
         .iter()
         .copied()
-        .chain([selftest, scenario])
-        .chain(options.iter().copied())
+        .chain([program])
+        .chain(args.iter().copied())
         .collect();
-    let job = gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("env"), &args);
-    job.assert_every_rank(ranks, |r| format!("ok {scenario} rank {r}: "));
-    job
+    gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("env"), &args)
 }
 
 /// An example program of the package under test, which `cargo test` builds.

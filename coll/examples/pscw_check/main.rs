@@ -11,9 +11,10 @@
 //!   `E` epochs on a window of its own (the four windows are open at once). Each target clears
 //!   its receive area before it posts and checks it after its wait: a block from another
 //!   epoch, or one that landed before the post or after the wait, shows as a mismatch. Origins
-//!   alternate `start` + `write` + `complete`, `start_one` + `write` + `complete_one` per
-//!   target, and `start` + `write_list` + `complete`; targets alternate `wait` with `test`
-//!   first. Lines `data epochs-<pattern> rank R: epochs; received; mismatches; digest`.
+//!   alternate `start` + two `write`s per target (the halves of its block) + `complete`,
+//!   `start_one` + `write` + `complete_one` per target, and `start` + `write_list` +
+//!   `complete`; targets alternate `wait` with `test` first. Lines
+//!   `data epochs-<pattern> rank R: epochs; received; mismatches; digest`.
 //! * `nocheck E`: a ring of `E` NOCHECK epochs, each post ordered before the matching start
 //!   by a barrier: `data nocheck rank R: epochs; mismatches; digest`.
 //! * `double E` (3 ranks or more): NOCHECK double buffering between ring neighbours (each
@@ -218,9 +219,20 @@ fn epochs(ctx: &Context, coll: &Collectives<'_>, epochs: u64) -> Outcome {
             let len = |t: Rank| pattern::block(e, me, t).len() as u64;
             match e % 3 {
                 0 => {
+                    // Each block in two writes, every target's first half before any second
+                    // half: a window holds the last small write to each target back (see
+                    // `Window::write`), so this has one held per target at a time, and
+                    // each one's first half goes out when its second half comes.
                     win.start(&targets, Assert::NONE, TIMEOUT)?;
-                    for &t in &targets {
-                        win.write(SRC, at(t), t, at(me), len(t))?;
+                    for part in 0..2 {
+                        for &t in &targets {
+                            let half = len(t) / 2;
+                            let (skip, bytes) = match part {
+                                0 => (0, half),
+                                _ => (half, len(t) - half),
+                            };
+                            win.write(SRC, at(t) + skip, t, at(me) + skip, bytes)?;
+                        }
                     }
                     win.complete(TIMEOUT)?;
                 }
