@@ -44,6 +44,9 @@ pub(crate) struct CollState {
     pair: Option<(u32, u32)>,
     /// The allreduce in flight, if any (it runs on the same epochs and banks).
     pub(crate) reduce: Option<Box<crate::allreduce::Run>>,
+    /// The last allreduce that completed, renewed as the next one: its box, buffers and
+    /// schedule serve again, so that a call in the steady state allocates nothing.
+    pub(crate) spare: Option<Box<crate::allreduce::Run>>,
 }
 
 /// First system notification slot of the bank that run `epoch` of a group uses, given the

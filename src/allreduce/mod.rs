@@ -35,6 +35,9 @@ use crate::error::{Error, Rank, Result};
 use crate::group::{Group, GroupId};
 use crate::wire::WireNotification;
 
+/// The largest vector whose run a group keeps for the next allreduce.
+const SPARE_BYTES: usize = 64 << 10;
+
 /// An allreduce in flight on a group.
 pub(crate) struct Run {
     /// Operator, element type and length: a later call must match it to continue this run.
@@ -47,6 +50,33 @@ pub(crate) struct Run {
     sent: bool,
     /// Where received data waits to be folded in.
     scratch: Bytes,
+    /// The schedule of the chunk running, and what it was made for (members, own index,
+    /// blocks, long algorithm): chunks of one length, and the runs after this one, reuse it.
+    steps: Vec<schedule::Step>,
+    made_for: Option<(u32, u32, usize, bool)>,
+}
+
+impl Run {
+    /// A run of `input` with `signature`, renewing `spare` (a completed run) when there is
+    /// one.
+    fn renew<T: Element>(spare: Option<Box<Run>>, signature: u64, input: &[T]) -> Box<Run> {
+        let mut run = spare.unwrap_or_else(|| {
+            Box::new(Run {
+                signature,
+                acc: Bytes::default(),
+                chunk: 0,
+                step: 0,
+                sent: false,
+                scratch: Bytes::default(),
+                steps: Vec::new(),
+                made_for: None,
+            })
+        });
+        run.signature = signature;
+        run.acc.assign(input);
+        (run.chunk, run.step, run.sent) = (0, 0, false);
+        run
+    }
 }
 
 impl std::fmt::Debug for Run {
@@ -176,22 +206,16 @@ impl Context {
                     pending: "barrier",
                 })
             }
-            None => {
-                state.reduce = Some(Box::new(Run {
-                    signature,
-                    acc: Bytes::from_elements(input),
-                    chunk: 0,
-                    step: 0,
-                    sent: false,
-                    scratch: Bytes::default(),
-                }))
-            }
+            None => state.reduce = Some(Run::renew(state.spare.take(), signature, input)),
         }
         let deadline = timeout.deadline();
         match self.advance(&g, index, &mut state, folder, deadline) {
             Ok(()) => {
                 if let Some(run) = state.reduce.take() {
                     output.copy_from_slice(bytemuck::cast_slice(run.acc.as_ref()));
+                    // A large vector's buffers are not kept for the group's lifetime: its
+                    // own run dwarfs an allocation.
+                    state.spare = (run.acc.capacity() <= SPARE_BYTES).then_some(run);
                 }
                 Ok(())
             }
@@ -237,12 +261,18 @@ impl Context {
         while run.chunk * per_chunk < total {
             let first = run.chunk * per_chunk;
             let blocks = per_chunk.min(total - first);
-            let steps = schedule::schedule(
+            let made_for = (
                 g.members.len(),
                 index,
                 blocks,
                 blocks * block > schedule::LONG_BYTES,
             );
+            if run.made_for != Some(made_for) {
+                let (n, index, blocks, long) = made_for;
+                run.steps = schedule::schedule(n, index, blocks, long);
+                run.made_for = Some(made_for);
+            }
+            let steps = &run.steps;
             let bank = (*epoch % 2) as u32;
             let slots = bank_start(u32::from(g.id) * SLOTS_PER_GROUP, *epoch);
             let tag = (mix(&[run.signature, *epoch]) >> 32) as u32 | 1;

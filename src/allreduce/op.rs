@@ -257,11 +257,17 @@ pub(crate) struct Bytes {
 
 impl Bytes {
     /// A buffer holding the bytes of `values`.
+    #[cfg(test)]
     pub(crate) fn from_elements<T: Element>(values: &[T]) -> Self {
         let mut b = Bytes::default();
-        b.resize(std::mem::size_of_val(values));
-        b.as_mut().copy_from_slice(bytemuck::cast_slice(values));
+        b.assign(values);
         b
+    }
+
+    /// Makes the buffer hold the bytes of `values` (in the memory it has, when enough).
+    pub(crate) fn assign<T: Element>(&mut self, values: &[T]) {
+        self.resize(std::mem::size_of_val(values));
+        self.as_mut().copy_from_slice(bytemuck::cast_slice(values));
     }
 
     /// Makes the buffer `len` bytes long (new bytes are zero).
@@ -272,6 +278,11 @@ impl Bytes {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Bytes the buffer can hold without allocating.
+    pub(crate) fn capacity(&self) -> usize {
+        self.words.capacity() * 8
     }
 
     pub(crate) fn as_ref(&self) -> &[u8] {
