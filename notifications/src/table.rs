@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
 use crate::sync::{AtomicU32, Ordering};
 use crate::words::{Storage, Words};
-use crate::{wait_until, Error, EventCount, Progress, Result, Timeout};
+use crate::{wait_until, Deadline, Error, EventCount, Progress, Result};
 
 /// Ranges of at most this many slots are scanned slot by slot, without the summary. Such a
 /// scan reads at most a few cache lines, and a waiter polling them reads only the lines its
@@ -164,7 +164,9 @@ impl NotificationTable {
     ///
     /// `progress` is the runtime's non-blocking progress step (reading the completion queue);
     /// it returns whether it did anything. See [`wait_until`] for how waiting spins, sleeps
-    /// and drives progress, and [`Timeout`] for the meaning of `timeout`.
+    /// and drives progress, and [`Timeout`](crate::Timeout) for the meaning of `timeout` (or pass a
+    /// [`Deadline`], or a [`Slice`](crate::Slice) of one, which is resolved only if the range
+    /// has nothing set at the first look).
     ///
     /// # Errors
     ///
@@ -174,7 +176,7 @@ impl NotificationTable {
         &self,
         begin: u32,
         num: u32,
-        timeout: Timeout,
+        timeout: impl Into<Deadline>,
         progress: impl Progress,
     ) -> Result<u32> {
         let end = self.range_end(begin, num)?;
@@ -251,6 +253,7 @@ impl NotificationTable {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::Timeout;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 

@@ -122,6 +122,17 @@ impl Deadline {
 
     /// The earlier of this deadline and `max` from now; `max` too long to represent leaves the
     /// deadline as it is.
+    /// This deadline capped at `max` from the moment the slice is resolved (turned into a
+    /// [`Deadline`]), not from now: a wait that takes a slice resolves it only when it has to
+    /// wait, so one whose condition already holds never reads the clock.
+    #[must_use]
+    pub fn slice(self, max: Duration) -> Slice {
+        Slice {
+            deadline: self,
+            max,
+        }
+    }
+
     pub(crate) fn capped(self, max: Duration) -> Deadline {
         let Some(cap) = Instant::now().checked_add(max) else {
             return self;
@@ -132,6 +143,21 @@ impl Deadline {
             Kind::At(at) => Kind::At(at.min(cap)),
         };
         Deadline { kind }
+    }
+}
+
+/// A [`Deadline`] capped at a maximum wait counted from when it is resolved (see
+/// [`Deadline::slice`]): what a wait that must look up from time to time (at the health of
+/// the peers it waits for, say) passes to each of its waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slice {
+    deadline: Deadline,
+    max: Duration,
+}
+
+impl From<Slice> for Deadline {
+    fn from(slice: Slice) -> Self {
+        slice.deadline.capped(slice.max)
     }
 }
 
@@ -146,6 +172,21 @@ mod tests {
         assert!(deadline.expired());
         assert_eq!(deadline.remaining(), Some(Duration::ZERO));
         assert!(Timeout::Millis(0).deadline().is_test());
+    }
+
+    #[test]
+    fn slices_cap_from_when_they_are_resolved() {
+        let max = Duration::from_millis(50);
+        let block = Timeout::Block.deadline().slice(max);
+        std::thread::sleep(Duration::from_millis(20));
+        // Resolved now, not when sliced: a full 50 ms from here.
+        let left = Deadline::from(block).remaining().expect("capped");
+        assert!(left > Duration::from_millis(40) && left <= max);
+        // A nearer deadline stays the limit; a test stays a test.
+        let near = Timeout::Millis(5).deadline();
+        let left = Deadline::from(near.slice(max)).remaining().expect("finite");
+        assert!(left <= Duration::from_millis(5));
+        assert!(Deadline::from(Timeout::Test.deadline().slice(max)).is_test());
     }
 
     #[test]

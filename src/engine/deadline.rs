@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 use gaspi_fabric::{Posted, Refused};
-use gaspi_notifications::{Deadline, EventCount, Timeout};
+use gaspi_notifications::{Deadline, EventCount, Slice, Timeout};
 
 use super::Op;
 use crate::context::Inner;
@@ -107,9 +107,11 @@ impl Inner {
     /// `ranks()` yields: those whose death would make the wait hopeless.
     ///
     /// `step(slice)` waits at most `slice` and returns `None` when that ran out. It is called
-    /// with slices of at most [`CHECK_EVERY`] (with `Timeout::Test` once), and after each
-    /// unsuccessful one the ranks' health is looked at. A rank already known dead fails the
-    /// wait before it starts (after one last look at what it sent).
+    /// with slices of at most [`CHECK_EVERY`] (with a test once), and after each unsuccessful
+    /// one the ranks' health is looked at. A slice is resolved (the clock read) only by a
+    /// step that has to wait, so a wait whose condition already holds never reads the clock.
+    /// A rank already known dead fails the wait before it starts (after one last look at
+    /// what it sent).
     ///
     /// # Errors
     /// [`Error::RankFailed`] naming the first dead rank found, or [`Error::Timeout`] when the
@@ -118,19 +120,13 @@ impl Inner {
         &self,
         ranks: impl Fn() -> R,
         deadline: Deadline,
-        mut step: impl FnMut(Timeout) -> Option<T>,
+        mut step: impl FnMut(Slice) -> Option<T>,
     ) -> Result<T> {
         if let Some(e) = self.health.first_known(ranks()) {
             return self.last_chance(&mut step).ok_or(e);
         }
-        let cap = CHECK_EVERY.as_millis() as u64;
         loop {
-            let slice = match deadline.left() {
-                Timeout::Block => Timeout::Millis(cap),
-                Timeout::Millis(ms) => Timeout::Millis(ms.min(cap)),
-                Timeout::Test => Timeout::Test,
-            };
-            if let Some(value) = step(slice) {
+            if let Some(value) = step(deadline.slice(CHECK_EVERY)) {
                 return Ok(value);
             }
             if let Some(e) = self.health.first_failed(ranks()) {
@@ -146,13 +142,13 @@ impl Inner {
     /// before it died still counts (a barrier it completed has released its partners), and may
     /// still wait in the completion queue of a rank that was descheduled meanwhile. Reads what
     /// the queue holds (bounded: live peers may keep it busy), then tries `step` once.
-    fn last_chance<T>(&self, step: &mut impl FnMut(Timeout) -> Option<T>) -> Option<T> {
+    fn last_chance<T>(&self, step: &mut impl FnMut(Slice) -> Option<T>) -> Option<T> {
         for _ in 0..64 {
             if !self.progress() {
                 break;
             }
         }
-        step(Timeout::Test)
+        step(Timeout::Test.deadline().slice(CHECK_EVERY))
     }
 
     /// [`watched`](Self::watched) for a condition that the progress engine makes true: `poll`
