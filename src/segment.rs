@@ -9,7 +9,7 @@
 //! `engine::lookup`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use gaspi_fabric::{Region, Slice};
 use gaspi_notifications::{NotificationTable, Timeout};
@@ -155,9 +155,27 @@ fn index(table: Table) -> Option<usize> {
     }
 }
 
+/// A segment in the registry.
+#[derive(Clone)]
+struct Entry {
+    local: Arc<LocalSegment>,
+    /// The state every [`Segment`] handle of a user segment shares, made by the first
+    /// [`Context::segment`] call, so that later ones only clone it.
+    handle: OnceLock<Arc<Shared>>,
+}
+
+impl Entry {
+    fn new(local: Arc<LocalSegment>) -> Entry {
+        Entry {
+            local,
+            handle: OnceLock::new(),
+        }
+    }
+}
+
 /// This rank's segments, user and library.
 pub(crate) struct Segments {
-    slots: RwLock<Vec<Option<Arc<LocalSegment>>>>,
+    slots: RwLock<Vec<Option<Entry>>>,
     /// Registration keys, unique per domain for as long as the process runs.
     next_key: AtomicU64,
 }
@@ -178,7 +196,22 @@ impl Segments {
     /// The segment behind `table`, if it exists.
     pub(crate) fn get(&self, table: Table) -> Option<Arc<LocalSegment>> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[index(table)?].clone()
+        slots[index(table)?].as_ref().map(|e| Arc::clone(&e.local))
+    }
+
+    /// The state of handles of user segment `id` of this rank `me`.
+    fn user_handle(&self, me: Rank, id: SegmentId) -> Result<Arc<Shared>> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let entry = slots[usize::from(id)]
+            .as_ref()
+            .ok_or(Error::UnknownSegment {
+                rank: me,
+                segment: id,
+            })?;
+        let handle = entry
+            .handle
+            .get_or_init(|| Arc::new(Shared::user(Arc::clone(&entry.local))));
+        Ok(Arc::clone(handle))
     }
 
     /// User segment `id` of this rank `me`.
@@ -198,7 +231,7 @@ impl Segments {
         f: impl FnOnce(&LocalSegment) -> R,
     ) -> Option<R> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[index(table)?].as_deref().map(f)
+        slots[index(table)?].as_ref().map(|e| f(&e.local))
     }
 
     /// Runs `f` on the notification table behind `table` under the registry's read lock,
@@ -209,7 +242,9 @@ impl Segments {
         f: impl FnOnce(&NotificationTable) -> R,
     ) -> Option<R> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[index(table)?].as_deref().map(|s| f(&s.notifications))
+        slots[index(table)?]
+            .as_ref()
+            .map(|e| f(&e.local.notifications))
     }
 
     fn insert(&self, me: Rank, seg: LocalSegment) -> Result<Arc<LocalSegment>> {
@@ -225,7 +260,7 @@ impl Segments {
             });
         }
         let seg = Arc::new(seg);
-        *slot = Some(Arc::clone(&seg));
+        *slot = Some(Entry::new(Arc::clone(&seg)));
         Ok(seg)
     }
 
@@ -240,7 +275,7 @@ impl Segments {
             .find(|&id| slots[256 + usize::from(id)].is_none())
             .ok_or_else(|| Error::Limit("all 255 library segments of this rank exist".into()))?;
         let seg = Arc::new(make(id)?);
-        slots[256 + usize::from(id)] = Some(Arc::clone(&seg));
+        slots[256 + usize::from(id)] = Some(Entry::new(Arc::clone(&seg)));
         Ok(seg)
     }
 
@@ -257,7 +292,7 @@ impl Segments {
         let slot = index(table)
             .and_then(|i| slots.get_mut(i))
             .ok_or_else(missing)?;
-        let seg = slot.as_ref().ok_or_else(missing)?;
+        let seg = &slot.as_ref().ok_or_else(missing)?.local;
         let in_flight = seg.in_flight();
         if in_flight > 0 {
             return Err(Error::SegmentBusy {
@@ -265,14 +300,14 @@ impl Segments {
                 in_flight,
             });
         }
-        slot.take().ok_or_else(missing)
+        slot.take().map(|e| e.local).ok_or_else(missing)
     }
 
     /// Removes the segment behind `table`, even with operations in flight (they keep its
     /// memory and registration until they complete).
     pub(crate) fn remove_even_busy(&self, table: Table) -> Option<Arc<LocalSegment>> {
         let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        slots.get_mut(index(table)?)?.take()
+        slots.get_mut(index(table)?)?.take().map(|e| e.local)
     }
 
     /// Ids of this rank's user segments, ascending.
@@ -504,10 +539,9 @@ impl Context {
     /// # Errors
     /// [`Error::UnknownSegment`] when it does not exist.
     pub fn segment(&self, id: SegmentId) -> Result<Segment<'_>> {
-        let local = self.inner.segments.user(self.rank(), id)?;
         Ok(Segment {
             ctx: self,
-            shared: Arc::new(Shared::user(local)),
+            shared: self.inner.segments.user_handle(self.rank(), id)?,
         })
     }
 }
