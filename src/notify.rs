@@ -5,7 +5,7 @@
 //! context notifies one shared event count, so that one wait can watch ranges of several
 //! segments at once ([`Context::notify_wait_any`]).
 
-use gaspi_notifications::{NotificationTable, Timeout};
+use gaspi_notifications::{Deadline, NotificationTable, Timeout};
 
 use crate::context::Context;
 use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
@@ -115,6 +115,11 @@ impl Context {
     /// host), also under `Timeout::Block`; a slow or stopped sender is not dead, and the wait
     /// then ends at its timeout.
     ///
+    /// `timeout` is a [`Timeout`], counted from when the call first has to wait, or a
+    /// [`Deadline`](crate::Deadline) (a library's call that waits several times under one
+    /// timeout passes its deadline as it is: nothing is converted, and the clock is read only
+    /// when the call has to wait).
+    ///
     /// ```no_run
     /// # use gaspi::{Context, Timeout};
     /// # let ctx = Context::init()?;
@@ -133,7 +138,7 @@ impl Context {
         &self,
         ranges: &[NotificationRange<'_>],
         senders: &[Rank],
-        timeout: Timeout,
+        timeout: impl Into<Deadline>,
     ) -> Result<Arrival> {
         if ranges.is_empty() {
             return Err(Error::Buffers(
@@ -165,7 +170,7 @@ impl Context {
         self.inner.watched_until_on(
             &self.inner.arrivals,
             || senders.iter().copied(),
-            timeout.deadline(),
+            timeout.into(),
             scan,
         )
     }

@@ -77,7 +77,7 @@ impl Barrier {
             }
             let from = on.ranks[((u64::from(on.me) + n - step) % n) as usize];
             on.ctx
-                .notify_wait_any(&[on.segment.range(id, 1)], &[from], deadline.left())?;
+                .notify_wait_any(&[on.segment.range(id, 1)], &[from], deadline)?;
             let got = on.segment.notify_reset(id)?;
             if got != tag {
                 return Err(Error::OutOfStep {

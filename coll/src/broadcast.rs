@@ -385,7 +385,7 @@ impl<'c> Broadcast<'c> {
         };
         let arrival =
             self.ctx
-                .notify_wait_any(&[self.staging.range(DATA, 2)], &[parent], deadline.left())?;
+                .notify_wait_any(&[self.staging.range(DATA, 2)], &[parent], deadline)?;
         let value = self.staging.notify_reset(arrival.id)?;
         if arrival.id == ABORT {
             return Err(Error::Aborted {
@@ -459,7 +459,7 @@ impl<'c> Broadcast<'c> {
                 .map(|child| self.staging.range(CREDITS + child.index, 1))
                 .collect();
             let senders: Vec<Rank> = run.pending.iter().map(|child| child.rank).collect();
-            match self.ctx.notify_wait_any(&ranges, &senders, deadline.left()) {
+            match self.ctx.notify_wait_any(&ranges, &senders, deadline) {
                 Ok(_) => {}
                 // Its live siblings are served before the death is reported.
                 Err(e @ gaspi::Error::RankFailed { rank, .. }) if senders.contains(&rank) => {

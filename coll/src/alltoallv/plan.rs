@@ -614,9 +614,7 @@ impl<'c> Alltoallv<'c> {
                 .map(|&(id, _)| self.control.range(id, 1))
                 .collect();
             let senders: Vec<Rank> = left.iter().filter_map(|&(_, rank)| rank).collect();
-            let got = self
-                .ctx
-                .notify_wait_any(&ranges, &senders, deadline.left())?;
+            let got = self.ctx.notify_wait_any(&ranges, &senders, deadline)?;
             let (id, _) = left.swap_remove(got.range);
             let value = self.control.notify_reset(id)?;
             take(id, value)?;

@@ -501,9 +501,7 @@ impl Alltoallv<'_> {
         }
         let senders: Vec<Rank> = ids.iter().map(|&(_, rank)| rank).collect();
         let ranges = self.ranges(&numbers);
-        let got = self
-            .ctx
-            .notify_wait_any(&ranges, &senders, deadline.left())?;
+        let got = self.ctx.notify_wait_any(&ranges, &senders, deadline)?;
         let Some(member) = self.layout.data_source(got.id) else {
             return Ok(()); // a credit or a wake-up: the next decision sees what changed
         };

@@ -1041,8 +1041,7 @@ impl<'c> Engine<'c> {
             ranges.push(self.seg.range(ids[i], num as u32));
             i += num;
         }
-        self.ctx
-            .notify_wait_any(&ranges, &self.others, deadline.left())?;
+        self.ctx.notify_wait_any(&ranges, &self.others, deadline)?;
         Ok(())
     }
 
