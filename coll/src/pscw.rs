@@ -176,9 +176,8 @@ struct Held {
 /// When the last write to a target reached through the fabric is small, `done` travels with
 /// it instead, as the notification of that write, which never lands before its data: one
 /// message per target and epoch rather than two. That is done only where nothing can land
-/// after it: the
-/// provider orders writes ([`gaspi::Context::ordered_writes`]), or the held write is the only
-/// one to that target in the epoch.
+/// after it: the provider orders writes ([`gaspi::Context::ordered_writes`]), or the held
+/// write is the only one to that target in the epoch.
 ///
 /// # Waiting, errors and faults
 /// * Every call that waits takes a [`Timeout`] and may be repeated after a timeout to
