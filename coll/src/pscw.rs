@@ -610,8 +610,8 @@ impl<'c> Window<'c> {
             return self.write_with(src, src_offset, target, dst_offset, size, None);
         }
         let (i, dst) = self.ready(target)?;
-        let segment = self.ctx.segment(src)?;
-        crate::check_range(self.ctx.rank(), src, segment.len(), src_offset, size)?;
+        let len = self.ctx.segment_size(src)?;
+        crate::check_range(self.ctx.rank(), src, len, src_offset, size)?;
         dst.range(dst_offset, size)?;
         self.release_held(i)?;
         self.access[i].held = Some(Held {
@@ -744,7 +744,7 @@ impl<'c> Window<'c> {
                 // provider orders writes, or it is the only write to the target.
                 match a.held {
                     Some(held) if !a.sent || self.ctx.ordered_writes() => {
-                        self.post_held(a.member, held, Some(notification), due)?;
+                        self.post_held(a.member, held, Some((notification, due)))?;
                         self.access[i].held = None;
                     }
                     _ => {
@@ -941,8 +941,7 @@ impl<'c> Window<'c> {
     fn release_held(&mut self, i: usize) -> Result<()> {
         let a = self.access[i];
         if let Some(held) = a.held {
-            // Resolving needs no time: the start that added the target resolved its tables.
-            self.post_held(a.member, held, None, &mut Due::new(Timeout::Test))?;
+            self.post_held(a.member, held, None)?;
             self.access[i].held = None;
             self.access[i].sent = true;
         }
@@ -950,13 +949,12 @@ impl<'c> Window<'c> {
     }
 
     /// Posts `held` to member `member`, with `done` set in its control table after the data
-    /// when given.
+    /// when given (the table looked up within `due` if no earlier call did).
     fn post_held(
         &mut self,
         member: u32,
         held: Held,
-        done: Option<Notification>,
-        due: &mut Due,
+        done: Option<(Notification, &mut Due)>,
     ) -> Result<()> {
         let rank = self.ranks[member as usize];
         let dst = self.peers[member as usize]
@@ -971,7 +969,7 @@ impl<'c> Window<'c> {
         } = held;
         match done {
             None => self.batch.write(&src, src_offset, &dst, dst_offset, size)?,
-            Some(n) => {
+            Some((n, due)) => {
                 let table = self.control_target(member, due)?;
                 self.reap()?;
                 self.batch

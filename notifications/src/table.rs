@@ -164,9 +164,9 @@ impl NotificationTable {
     ///
     /// `progress` is the runtime's non-blocking progress step (reading the completion queue);
     /// it returns whether it did anything. See [`wait_until`] for how waiting spins, sleeps
-    /// and drives progress, and [`Timeout`](crate::Timeout) for the meaning of `timeout` (or pass a
-    /// [`Deadline`], or a [`Slice`](crate::Slice) of one, which is resolved only if the range
-    /// has nothing set at the first look).
+    /// and drives progress, and [`Timeout`](crate::Timeout) for the meaning of `timeout` (or
+    /// pass a [`Deadline`], or a [`Slice`](crate::Slice) of one, which is resolved only if the
+    /// range has nothing set at the first look).
     ///
     /// # Errors
     ///

@@ -120,8 +120,6 @@ impl Deadline {
         self.kind == Kind::Test
     }
 
-    /// The earlier of this deadline and `max` from now; `max` too long to represent leaves the
-    /// deadline as it is.
     /// This deadline capped at `max` from the moment the slice is resolved (turned into a
     /// [`Deadline`]), not from now: a wait that takes a slice resolves it only when it has to
     /// wait, so one whose condition already holds never reads the clock.
@@ -133,6 +131,8 @@ impl Deadline {
         }
     }
 
+    /// The earlier of this deadline and `max` from now; `max` too long to represent leaves the
+    /// deadline as it is.
     pub(crate) fn capped(self, max: Duration) -> Deadline {
         let Some(cap) = Instant::now().checked_add(max) else {
             return self;
