@@ -38,8 +38,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use rustc_hash::FxHashMap;
-
 use gaspi_notifications::{EventCount, NotificationTable, Words};
 use gaspi_segments::{SegmentMemory, SharedWords};
 
@@ -244,7 +242,8 @@ struct Peer {
     path: PathBuf,
     /// Mapped on first use; `None` when it cannot be (the peer is then reached by the fabric).
     directory: OnceLock<Option<PeerDirectory>>,
-    segments: RwLock<FxHashMap<Slot, Arc<PeerSegment>>>,
+    /// Mapped segments, indexed by [`Slot::index`].
+    segments: RwLock<Box<[Option<Arc<PeerSegment>>]>>,
 }
 
 impl Peer {
@@ -261,21 +260,22 @@ impl Peer {
             .as_ref()
     }
 
-    /// The segment at `slot`: `None` when absent, mapped anew when its entry changed.
-    fn segment(&self, slot: Slot) -> Option<Arc<PeerSegment>> {
+    /// The segment at `slot`: `None` when the directory cannot be mapped, `Some(None)` when
+    /// the segment is absent; mapped anew when its entry changed.
+    fn segment(&self, slot: Slot) -> Option<Option<Arc<PeerSegment>>> {
         let directory = self.directory()?;
-        let words = directory.words.words();
-        let state = words[slot.at() + STATE].load(Ordering::Acquire);
-        let cached = self
-            .segments
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&slot)
-            .cloned();
-        if let Some(segment) = cached.filter(|s| s.state == state) {
-            return Some(segment);
-        }
-        let Some(entry) = read_entry(words, slot) else {
+        let state = directory.words.words()[slot.at() + STATE].load(Ordering::Acquire);
+        let cached = self.segments.read().unwrap_or_else(|e| e.into_inner())[slot.index()].clone();
+        Some(match cached.filter(|s| s.state == state) {
+            Some(segment) => Some(segment),
+            None => self.remap(directory, slot),
+        })
+    }
+
+    /// Maps the segment at `slot` as the directory describes it now, replacing the mapping
+    /// kept for it; `None` (and nothing kept) when it is absent.
+    fn remap(&self, directory: &PeerDirectory, slot: Slot) -> Option<Arc<PeerSegment>> {
+        let Some(entry) = read_entry(directory.words.words(), slot) else {
             self.forget(slot);
             return None;
         };
@@ -291,18 +291,13 @@ impl Peer {
             memory,
             table,
         });
-        self.segments
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(slot, Arc::clone(&segment));
+        self.segments.write().unwrap_or_else(|e| e.into_inner())[slot.index()] =
+            Some(Arc::clone(&segment));
         Some(segment)
     }
 
     fn forget(&self, slot: Slot) {
-        self.segments
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&slot);
+        self.segments.write().unwrap_or_else(|e| e.into_inner())[slot.index()] = None;
     }
 }
 
@@ -347,7 +342,7 @@ impl Direct {
                 Some(Peer {
                     path,
                     directory: OnceLock::new(),
-                    segments: RwLock::new(FxHashMap::default()),
+                    segments: RwLock::new(vec![None; ENTRIES].into_boxed_slice()),
                 })
             })
             .collect();
@@ -391,9 +386,7 @@ impl Direct {
     /// The segment at `slot` of `rank`: `None` when `rank` is not reached directly,
     /// `Some(None)` when it has no such segment.
     pub(crate) fn segment(&self, rank: Rank, slot: Slot) -> Option<Option<Arc<PeerSegment>>> {
-        let peer = self.peers.get(rank as usize)?.as_ref()?;
-        peer.directory()?;
-        Some(peer.segment(slot))
+        self.peers.get(rank as usize)?.as_ref()?.segment(slot)
     }
 }
 
