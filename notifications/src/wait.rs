@@ -109,7 +109,7 @@ impl<F: FnMut() -> bool> Progress for F {
 ///
 /// Whatever makes `poll` succeed must be followed by [`event.notify_all()`](EventCount::notify_all),
 /// otherwise a sleeping waiter only notices it at the end of its slice. `progress` may itself
-/// notify `event`; that just ends the next sleep early.
+/// notify `event`.
 ///
 /// With a [`Timeout::Test`](crate::Timeout::Test) deadline this makes at most one progress
 /// attempt and two polls and never blocks. A [`Timeout`](crate::Timeout) passed as `deadline`
@@ -134,9 +134,6 @@ pub fn wait_until<T>(
     let mut spin = Spin::start();
     let mut slice = MIN_SLICE;
     loop {
-        // Taken before polling, so that whatever changes the condition after the poll also
-        // moves the generation past this key and ends the sleep below.
-        let key = event.prepare();
         let progressed = progress.progress();
         if let Some(value) = poll() {
             return Ok(value);
@@ -154,6 +151,13 @@ pub fn wait_until<T>(
             Step::Spin => {}
             Step::Expired => return Err(Error::Timeout),
             Step::Sleep => {
+                // Taken only now, since a spinning round needs no key, and before one more
+                // look: whatever changes the condition after that look also moves the
+                // generation past this key and ends the sleep.
+                let key = event.prepare();
+                if let Some(value) = poll() {
+                    return Ok(value);
+                }
                 progress.sleeping(true);
                 let woken = event.wait(key, deadline.capped(slice), &mut poll);
                 progress.sleeping(false);
