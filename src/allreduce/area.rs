@@ -106,11 +106,17 @@ impl ReduceArea {
         Ok(self.region.slice(offset, data.len() as u64)?)
     }
 
-    /// Copies what the partner wrote into the receive slot out into `out`.
-    pub(crate) fn received(&self, rank: Rank, bank: u32, slot: u32, out: &mut [u8]) -> Result<()> {
+    /// Copies what the partner wrote into the receive slot, from byte `at` on, out into `out`.
+    pub(crate) fn received(
+        &self,
+        rank: Rank,
+        (bank, slot): (u32, u32),
+        at: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
         self.region
             .memory()
-            .read(self.recv_offset(bank, slot), out)
+            .read(self.recv_offset(bank, slot) + at as u64, out)
             .map_err(Error::segment(rank, 0))
     }
 }

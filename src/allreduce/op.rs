@@ -260,14 +260,9 @@ impl Bytes {
     #[cfg(test)]
     pub(crate) fn from_elements<T: Element>(values: &[T]) -> Self {
         let mut b = Bytes::default();
-        b.assign(values);
+        b.resize(std::mem::size_of_val(values));
+        b.as_mut().copy_from_slice(bytemuck::cast_slice(values));
         b
-    }
-
-    /// Makes the buffer hold the bytes of `values` (in the memory it has, when enough).
-    pub(crate) fn assign<T: Element>(&mut self, values: &[T]) {
-        self.resize(std::mem::size_of_val(values));
-        self.as_mut().copy_from_slice(bytemuck::cast_slice(values));
     }
 
     /// Makes the buffer `len` bytes long (new bytes are zero).

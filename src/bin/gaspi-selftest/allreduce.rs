@@ -295,10 +295,13 @@ fn subgroup(ctx: &Context) -> Outcome<String> {
 }
 
 /// The last rank joins late: the others time out (with `Test` and with short waits), find the
-/// group busy for other collectives, and then continue the same reduction to its end.
+/// group busy for other collectives, and then continue the same reduction to its end. Every
+/// call after a timeout passes another input, which the run must not read: it took its input
+/// from the first call.
 fn resumed_after_timeouts(ctx: &Context) -> Outcome<String> {
     let (me, n) = (ctx.rank(), ctx.size());
     let input: Vec<i64> = (0..3000).map(|i| i64::from(me) * 1000 + i).collect();
+    let other = vec![-1i64; input.len()];
     let mut output = vec![0i64; input.len()];
     let mut timeouts = 0;
     if me == n - 1 {
@@ -341,9 +344,10 @@ fn resumed_after_timeouts(ctx: &Context) -> Outcome<String> {
         }
     }
     loop {
+        let given = if timeouts == 0 { &input } else { &other };
         match ctx.allreduce(
             GROUP_ALL,
-            &input,
+            given,
             &mut output,
             ReduceOp::Sum,
             Timeout::Millis(20),
