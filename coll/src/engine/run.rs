@@ -22,6 +22,9 @@ use super::Failure;
 use crate::buffer::{Input, Output};
 use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
 
+/// Bytes a fold combines at a time (rounded down to whole blocks, at least one).
+const FOLD_PIECE: u64 = 8 << 10;
+
 /// The caller's buffers of one collective (its runs `seqs`, one per piece), lent by its
 /// handle for one call.
 pub(crate) struct Owner<'o> {
@@ -474,14 +477,33 @@ impl<'c> Run<'c> {
                     Failure::Runtime("a fold in a run without an operator".into())
                 })?;
                 let (acc, other) = (&mut self.acc, &mut self.other);
-                acc.resize(into.len as usize);
-                other.resize(into.len as usize);
-                net.read(seq, left.at, acc.bytes_mut())?;
-                net.read(seq, right.at, other.bytes_mut())?;
-                reducer
-                    .fold(acc.bytes_mut(), other.bytes())
-                    .map_err(Failure::Runtime)?;
-                net.write(seq, into.at, acc.bytes())?;
+                // Piece by piece, so that both operands stay in the cache (whole, each went
+                // through memory twice more), where no piece's result lands on an operand
+                // piece still to be read.
+                let apart = |s: &Span| {
+                    s.buf != into.buf
+                        || s.at == into.at
+                        || s.at + s.len <= into.at
+                        || into.at + into.len <= s.at
+                };
+                let piece = if apart(&left) && apart(&right) {
+                    (FOLD_PIECE / reducer.block()).max(1) * reducer.block()
+                } else {
+                    into.len
+                };
+                let mut at = 0;
+                while at < into.len {
+                    let len = piece.min(into.len - at);
+                    acc.resize(len as usize);
+                    other.resize(len as usize);
+                    net.read(seq, left.at + at, acc.bytes_mut())?;
+                    net.read(seq, right.at + at, other.bytes_mut())?;
+                    reducer
+                        .fold(acc.bytes_mut(), other.bytes())
+                        .map_err(Failure::Runtime)?;
+                    net.write(seq, into.at + at, acc.bytes())?;
+                    at += len;
+                }
             }
         }
         Ok(true)
