@@ -90,7 +90,15 @@ impl Run {
         run.signature = signature;
         let len = std::mem::size_of_val(input);
         run.acc.resize(len);
-        run.pending.reset(len);
+        if len <= FOLD_PIECE {
+            // A short vector is copied in at once: the copy costs less than keeping track.
+            run.acc
+                .as_mut()
+                .copy_from_slice(bytemuck::cast_slice(input));
+            run.pending.reset(0);
+        } else {
+            run.pending.reset(len);
+        }
         (run.chunk, run.step, run.sent) = (0, 0, false);
         run
     }
@@ -354,7 +362,11 @@ impl Context {
                         // does the piece of the input taken in): a copy of the whole part
                         // would go through memory once more.
                         let received_first = *how == Fold::ReceivedFirst;
-                        let piece = (FOLD_PIECE / block).max(1) * block;
+                        let piece = if r.len() <= FOLD_PIECE {
+                            r.len()
+                        } else {
+                            (FOLD_PIECE / block).max(1) * block
+                        };
                         for start in r.clone().step_by(piece) {
                             let p = start..(start + piece).min(r.end);
                             run.pending.fill(p.clone(), input, run.acc.as_mut());

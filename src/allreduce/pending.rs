@@ -31,6 +31,9 @@ impl Pending {
     /// Copies the pending bytes within `r` from `input` into `acc` (both the whole vector)
     /// and takes them off the list.
     pub(crate) fn fill(&mut self, r: Range<usize>, input: &[u8], acc: &mut [u8]) {
+        if self.0.is_empty() {
+            return;
+        }
         for p in &self.0 {
             let (start, end) = (p.start.max(r.start), p.end.min(r.end));
             if start < end {
