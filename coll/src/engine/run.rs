@@ -478,19 +478,9 @@ impl<'c> Run<'c> {
                 })?;
                 let (acc, other) = (&mut self.acc, &mut self.other);
                 // Piece by piece, so that both operands stay in the cache (whole, each went
-                // through memory twice more), where no piece's result lands on an operand
-                // piece still to be read.
-                let apart = |s: &Span| {
-                    s.buf != into.buf
-                        || s.at == into.at
-                        || s.at + s.len <= into.at
-                        || into.at + into.len <= s.at
-                };
-                let piece = if apart(&left) && apart(&right) {
-                    (FOLD_PIECE / reducer.block()).max(1) * reducer.block()
-                } else {
-                    into.len
-                };
+                // through memory twice more); `into` is an operand or apart from both (see
+                // `Task::Fold`), so no piece's result lands on a piece still to be read.
+                let piece = (FOLD_PIECE / reducer.block()).max(1) * reducer.block();
                 let mut at = 0;
                 while at < into.len {
                     let len = piece.min(into.len - at);

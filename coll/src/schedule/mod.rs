@@ -154,7 +154,8 @@ pub(crate) enum Task {
     /// Copies `from` into `into` (the same length) within this member.
     Copy { from: Span, into: Span },
     /// Folds the stage ranges `left` and `right` (the same length, whole blocks of the
-    /// operator) into the stage range `into`: `into = left ⊕ right`.
+    /// operator) into the stage range `into`: `into = left ⊕ right`. `into` is one of the
+    /// two or overlaps neither, so the engine may fold piece by piece.
     Fold { left: Span, right: Span, into: Span },
 }
 

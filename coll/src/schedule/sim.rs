@@ -297,6 +297,13 @@ pub(crate) fn run_folding(
                     0,
                     "{who}: folds a part of a block"
                 );
+                let apart = |s: &Span| {
+                    s.at == into.at || s.at + s.len <= into.at || into.at + into.len <= s.at
+                };
+                assert!(
+                    apart(&left) && apart(&right),
+                    "{who}: folds into a range overlapping an operand elsewhere"
+                );
                 let member = &mut members[m as usize];
                 let mut acc = Aligned::zeroed(into.len as usize);
                 acc.bytes_mut().copy_from_slice(&member.read(left, &who));
