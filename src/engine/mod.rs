@@ -30,7 +30,7 @@ use gaspi_fabric::{Event, Failure};
 use crate::context::Inner;
 use crate::error::{Error, Rank};
 use crate::health::is_connection_loss;
-use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::wire::WireNotification;
 use handoff::Polling;
 
@@ -98,6 +98,9 @@ pub(crate) struct Engine {
     pub(crate) in_flight: AtomicUsize,
     /// Who drives progress.
     pub(crate) handoff: handoff::Handoff,
+    /// Completion-queue reads in a row by direct waiters that found nothing (see
+    /// [`FABRIC_EVERY`]); a hint, so updated without ordering and racing freely.
+    idle_reads: AtomicU32,
     retries: Mutex<Vec<Arc<dyn Retry>>>,
     any_retry: AtomicBool,
 }
@@ -145,6 +148,9 @@ impl Inner {
         match read {
             Ok(0) => false,
             Ok(_) => {
+                if self.engine.idle_reads.load(Ordering::Relaxed) > 0 {
+                    self.engine.idle_reads.store(0, Ordering::Relaxed);
+                }
                 if completed {
                     self.events.notify_all();
                 }
@@ -293,28 +299,49 @@ pub(crate) struct Waiter<'a> {
     rounds: u32,
 }
 
-/// While nothing of this rank's own is in flight on the fabric and it reaches ranks
-/// directly, a waiter reads the completion queue only every this many rounds: a notification
+/// While nothing of this rank's own is in flight on the fabric or waits for a retry, and it
+/// reaches ranks directly, a waiter reads the completion queue only every few rounds: a notification
 /// arriving directly is seen by the next look at the table, and an idle completion-queue read
-/// costs several such looks, so reading it every round delayed direct arrivals. What arrives
-/// through the fabric is then seen a few table looks later, a few tens of nanoseconds against
-/// its microsecond of transport.
+/// costs several such looks (over tcp it is a system call, which made a direct ping-pong
+/// twice as slow), so reading it every round delayed direct arrivals. The spacing starts at
+/// this many rounds and doubles with every [`IDLE_STREAK`] idle reads in a row, up to
+/// [`FABRIC_EVERY_MAX`]; any completion read, by anyone, brings it back. So a job whose
+/// traffic goes direct soon stops paying for the completion queue, while one that also
+/// hears from the fabric keeps looking often: what arrives there is seen a few rounds later,
+/// a few tens of nanoseconds against its microsecond of transport, or, after a long direct
+/// phase, the first arrival about a microsecond later.
 const FABRIC_EVERY: u32 = 4;
+
+/// The most rounds between two completion-queue reads of a waiter (see [`FABRIC_EVERY`]).
+const FABRIC_EVERY_MAX: u32 = 64;
+
+/// Idle completion-queue reads in a row that double a waiter's spacing (see
+/// [`FABRIC_EVERY`]).
+const IDLE_STREAK: u32 = 64;
 
 impl gaspi_notifications::Progress for Waiter<'_> {
     fn progress(&mut self) -> bool {
         if self.polling.is_none() {
             self.polling = Some(self.inner.engine.handoff.polling());
         }
-        let round = self.rounds;
-        self.rounds = round.wrapping_add(1);
-        if round % FABRIC_EVERY != 0
-            && self.inner.direct.enabled()
-            && self.inner.engine.in_flight.load(Ordering::Relaxed) == 0
+        let engine = &self.inner.engine;
+        if !self.inner.direct.enabled()
+            || engine.in_flight.load(Ordering::Relaxed) > 0
+            || engine.has_retries()
         {
+            return self.inner.progress();
+        }
+        self.rounds = self.rounds.wrapping_add(1);
+        let idle = engine.idle_reads.load(Ordering::Relaxed);
+        let every = (FABRIC_EVERY << (idle / IDLE_STREAK)).min(FABRIC_EVERY_MAX);
+        if self.rounds % every != 0 {
             return false;
         }
-        self.inner.progress()
+        let progressed = self.inner.progress();
+        if !progressed && idle < IDLE_STREAK * (FABRIC_EVERY_MAX / FABRIC_EVERY).ilog2() {
+            engine.idle_reads.store(idle + 1, Ordering::Relaxed);
+        }
+        progressed
     }
 
     fn sleeping(&mut self, asleep: bool) {
