@@ -33,6 +33,15 @@ pub enum Error {
     #[error("segment memory pointer is null")]
     NullPointer,
 
+    /// A [`Slots`](crate::Slots) table has no slot `index`.
+    #[error("slot {index} is outside the table of {len} slots")]
+    SlotOutOfRange {
+        /// The slot asked for.
+        index: usize,
+        /// The number of slots in the table.
+        len: usize,
+    },
+
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {

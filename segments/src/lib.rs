@@ -9,7 +9,8 @@
 //! Allocated segments live in a shared-memory file so that another process on the same host can
 //! map the same bytes (see [`SegmentMemory::shm_path`] and [`SegmentMemory::open`]) for a direct
 //! intra-node path; [`SharedWords`] holds the atomics such processes share (notification tables,
-//! wake-up words).
+//! wake-up words), and [`Slots`] the runtime's tables of segments and mappings, which its
+//! operations read without locks.
 //!
 //! Read the aliasing model in the documentation of [`SegmentMemory`] before touching segment
 //! memory from more than one place at a time.
@@ -21,8 +22,10 @@ mod error;
 mod memory;
 mod range;
 mod shm;
+mod slots;
 mod words;
 
 pub use error::{Error, Result};
 pub use memory::SegmentMemory;
+pub use slots::{Loan, Slots};
 pub use words::SharedWords;

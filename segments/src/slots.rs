@@ -1,0 +1,349 @@
+//! [`Slots`]: a fixed table of shared values that readers use without taking a lock or
+//! touching a reference count, and whose replaced values are released only once no reader can
+//! still be using them.
+//!
+//! The runtime looks up its own segments, its peers' mapped segments and its groups on every
+//! operation, and changes them rarely (a segment created or deleted, a group committed). Behind
+//! a read-write lock and an `Arc` clone each lookup costs four locked instructions, which on a
+//! same-host write of a few bytes were most of the software's share of the latency. Here a
+//! lookup is a [`Loan`]: the first live loan of a thread pins it in an epoch
+//! ([`crossbeam_epoch`]), one locked instruction, and further loans while one is alive cost
+//! none; the value is then a plain load away.
+//!
+//! # Lifetime of a replaced value
+//! A slot owns one strong count of its `Arc`. Replacing or removing the value moves that count
+//! to the table's retired list and defers its release to the epoch: it is dropped once every
+//! thread that was pinned when it was unlinked has unpinned, so a loan never outlives its value.
+//! The release runs on whichever thread collects the epoch's garbage next (inside some later
+//! pin), so a value's destructor must not take a lock that a thread holds while it takes a
+//! loan. What is still retired when the table itself is dropped is released then (no loan can
+//! be alive: loans borrow the table), so a value's destructor never runs later than its
+//! table's, even when the epoch's deferred work never runs again (at process exit).
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crossbeam_epoch::Guard;
+
+use crate::error::{Error, Result};
+
+/// Values unlinked from their slot, each kept until no reader can hold it.
+struct Retired<T> {
+    /// Numbered in retirement order, so a deferred release finds its own.
+    values: Vec<(u64, Arc<T>)>,
+    next: u64,
+}
+
+/// A fixed number of slots, each empty or holding an `Arc<T>`, read without locks.
+///
+/// Reads ([`get`](Self::get), [`get_arc`](Self::get_arc)) never block and never wait for a
+/// writer; changes ([`replace`](Self::replace), [`try_insert`](Self::try_insert)) are
+/// serialised among themselves. A reader sees a slot either before or after a change, never a
+/// torn value.
+///
+/// ```
+/// use std::sync::Arc;
+/// use gaspi_segments::Slots;
+///
+/// let slots = Slots::new(4);
+/// slots.try_insert(1, Arc::new(String::from("one"))).unwrap();
+/// let loan = slots.get(1).expect("present");
+/// // Replaced while lent: the loan still sees the value it took.
+/// slots.replace(1, Some(Arc::new(String::from("uno")))).unwrap();
+/// assert_eq!(*loan, "one");
+/// drop(loan);
+/// assert_eq!(*slots.get(1).unwrap(), "uno");
+/// assert!(slots.get(7).is_none());
+/// ```
+pub struct Slots<T: Send + Sync + 'static> {
+    /// Each non-null pointer came from `Arc::into_raw` and stands for one strong count that the
+    /// slot owns.
+    slots: Box<[AtomicPtr<T>]>,
+    /// Serialises changes, and holds what they unlinked until it may be released.
+    retired: Arc<Mutex<Retired<T>>>,
+}
+
+/// A value of a [`Slots`] lent to the current thread: it derefs to the value, which stays
+/// alive while the loan does, whatever happens to its slot meanwhile.
+///
+/// A loan pins its thread in the epoch, which holds back the release of every value that any
+/// table retires meanwhile: keep loans for the length of an operation, not across waits of
+/// unbounded length. It cannot be sent to another thread.
+pub struct Loan<'a, T> {
+    value: &'a T,
+    _pin: Guard,
+}
+
+impl<T> std::ops::Deref for Loan<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.value
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Loan<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value.fmt(f)
+    }
+}
+
+impl<T: Send + Sync + 'static> Slots<T> {
+    /// A table of `len` empty slots.
+    pub fn new(len: usize) -> Self {
+        Slots {
+            slots: (0..len)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            retired: Arc::new(Mutex::new(Retired {
+                values: Vec::new(),
+                next: 0,
+            })),
+        }
+    }
+
+    /// The number of slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the table has no slots at all.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Whether slot `index` holds a value now (false when out of range). Costs one load: no
+    /// loan.
+    pub fn is_occupied(&self, index: usize) -> bool {
+        self.slots
+            .get(index)
+            .is_some_and(|slot| !slot.load(Ordering::Relaxed).is_null())
+    }
+
+    /// The value in slot `index`, lent: `None` when the slot is empty or out of range.
+    pub fn get(&self, index: usize) -> Option<Loan<'_, T>> {
+        let slot = self.slots.get(index)?;
+        let pin = crossbeam_epoch::pin();
+        let ptr = slot.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer in a slot came from `Arc::into_raw` (`replace`,
+        // `try_insert`) and its strong count is owned by the slot until it is unlinked, then by
+        // the retired list until a release deferred through the epoch after the unlink runs,
+        // or until the table is dropped. `pin` was taken before this load, so if the load saw
+        // the pointer, the release cannot run before `pin` is dropped; the loan keeps `pin`
+        // and borrows the table, so the value outlives the reference.
+        let value = unsafe { ptr.as_ref() }?;
+        Some(Loan { value, _pin: pin })
+    }
+
+    /// The value in slot `index` as an `Arc` of its own: `None` when the slot is empty or out
+    /// of range. Costs a reference count; [`get`](Self::get) does not.
+    pub fn get_arc(&self, index: usize) -> Option<Arc<T>> {
+        let slot = self.slots.get(index)?;
+        let _pin = crossbeam_epoch::pin();
+        let ptr = slot.load(Ordering::Acquire);
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` came from `Arc::into_raw` and its strong count is held (by the slot or
+        // the retired list) at least until `_pin` is dropped, as in `get`; so the count is at
+        // least one while it is incremented, and the new count belongs to the returned Arc.
+        unsafe {
+            Arc::increment_strong_count(ptr);
+            Some(Arc::from_raw(ptr))
+        }
+    }
+
+    /// Puts `value` (or nothing) in slot `index` and returns what was there. Readers that took
+    /// the old value keep it until they drop their loan.
+    ///
+    /// # Errors
+    /// [`Error::SlotOutOfRange`] when `index` is not below [`len`](Self::len).
+    pub fn replace(&self, index: usize, value: Option<Arc<T>>) -> Result<Option<Arc<T>>> {
+        let slot = self.slot(index)?;
+        let new = value.map_or(std::ptr::null_mut(), |v| Arc::into_raw(v).cast_mut());
+        let (old, id) = {
+            let mut retired = self.lock();
+            let old = slot.swap(new, Ordering::AcqRel);
+            if old.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: `old` was unlinked by this swap, under the change lock: it came from
+            // `Arc::into_raw` and the slot's strong count is now ours alone.
+            let old = unsafe { Arc::from_raw(old) };
+            let id = retired.next;
+            retired.next += 1;
+            retired.values.push((id, Arc::clone(&old)));
+            (old, id)
+        };
+        // Deferred only now, with the change lock released: pinning and flushing may run
+        // deferred releases on this thread, and ours take that lock.
+        let list: Weak<Mutex<Retired<T>>> = Arc::downgrade(&self.retired);
+        let pin = crossbeam_epoch::pin();
+        pin.defer(move || {
+            if let Some(list) = list.upgrade() {
+                let mut retired = list.lock().unwrap_or_else(|e| e.into_inner());
+                let at = retired.values.iter().position(|(other, _)| *other == id);
+                let value = at.map(|at| retired.values.swap_remove(at));
+                drop(retired);
+                // The value's destructor (if this was its last count) runs without the lock.
+                drop(value);
+            }
+        });
+        // Hand the release to the epoch's collection now rather than when this thread's bag
+        // of deferred work fills up, which may be never.
+        pin.flush();
+        Ok(Some(old))
+    }
+
+    /// Puts `value` in slot `index` if it is empty; else hands `value` back.
+    ///
+    /// # Errors
+    /// `Err(Some(value))` when the slot holds a value, `Err(None)` when `index` is not below
+    /// [`len`](Self::len) (and `value` was dropped).
+    pub fn try_insert(
+        &self,
+        index: usize,
+        value: Arc<T>,
+    ) -> std::result::Result<(), Option<Arc<T>>> {
+        let _changes = self.lock();
+        let slot = self.slot(index).map_err(|_| None)?;
+        if !slot.load(Ordering::Relaxed).is_null() {
+            return Err(Some(value));
+        }
+        // Changes are serialised by `_changes`: the slot is still empty.
+        slot.store(Arc::into_raw(value).cast_mut(), Ordering::Release);
+        Ok(())
+    }
+
+    fn slot(&self, index: usize) -> Result<&AtomicPtr<T>> {
+        self.slots.get(index).ok_or(Error::SlotOutOfRange {
+            index,
+            len: self.slots.len(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Retired<T>> {
+        // A panic while a change held the lock left the list consistent (each step is whole).
+        self.retired.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Slots<T> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter_mut() {
+            let ptr = *slot.get_mut();
+            if !ptr.is_null() {
+                // SAFETY: the slot owns the strong count `ptr` stands for; no loan can be alive
+                // (loans borrow the table), and the slot is dropped with the table.
+                drop(unsafe { Arc::from_raw(ptr) });
+            }
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static + std::fmt::Debug> std::fmt::Debug for Slots<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let full = (0..self.len()).filter(|&i| self.get(i).is_some()).count();
+        f.debug_struct("Slots")
+            .field("len", &self.len())
+            .field("full", &full)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts its drops into a shared counter.
+    #[derive(Debug)]
+    struct Counted(Arc<AtomicUsize>, usize);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn empty_and_out_of_range_slots_lend_nothing() {
+        let slots: Slots<u32> = Slots::new(2);
+        assert!(slots.get(0).is_none());
+        assert!(slots.get(2).is_none());
+        assert!(!slots.is_occupied(0) && !slots.is_occupied(2));
+        assert!(slots.get_arc(5).is_none());
+        assert!(matches!(
+            slots.replace(2, Some(Arc::new(1))),
+            Err(Error::SlotOutOfRange { index: 2, len: 2 })
+        ));
+        assert_eq!(slots.try_insert(9, Arc::new(1)), Err(None));
+    }
+
+    #[test]
+    fn insert_refuses_a_full_slot_and_replace_returns_the_old_value() {
+        let slots = Slots::new(3);
+        slots.try_insert(0, Arc::new(10)).unwrap();
+        assert!(slots.is_occupied(0) && !slots.is_occupied(1));
+        assert_eq!(slots.try_insert(0, Arc::new(11)), Err(Some(Arc::new(11))));
+        assert_eq!(*slots.get(0).unwrap(), 10);
+        assert_eq!(
+            slots.replace(0, Some(Arc::new(12))).unwrap(),
+            Some(Arc::new(10))
+        );
+        assert_eq!(*slots.get_arc(0).unwrap(), 12);
+        assert_eq!(slots.replace(0, None).unwrap(), Some(Arc::new(12)));
+        assert!(slots.get(0).is_none());
+        assert_eq!(slots.replace(0, None).unwrap(), None);
+    }
+
+    #[test]
+    fn a_loan_outlives_the_replacement_and_every_value_is_dropped_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let slots = Slots::new(1);
+        slots
+            .try_insert(0, Arc::new(Counted(Arc::clone(&drops), 1)))
+            .unwrap();
+        let loan = slots.get(0).unwrap();
+        drop(slots.replace(0, Some(Arc::new(Counted(Arc::clone(&drops), 2)))));
+        assert_eq!(loan.1, 1, "the lent value is intact");
+        assert_eq!(drops.load(Ordering::SeqCst), 0, "not released while lent");
+        drop(loan);
+        drop(slots);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn readers_racing_writers_see_whole_values_and_nothing_leaks() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let made = AtomicUsize::new(0);
+        let slots: Slots<Counted> = Slots::new(4);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for i in 0..20_000usize {
+                        if let Some(v) = slots.get(i % 4) {
+                            // Each value holds its slot's index: a torn or freed one would not.
+                            assert_eq!(v.1 % 4, i % 4);
+                        }
+                        if let Some(v) = slots.get_arc((i + 1) % 4) {
+                            assert_eq!(v.1 % 4, (i + 1) % 4);
+                        }
+                    }
+                });
+            }
+            s.spawn(|| {
+                for i in 0..20_000usize {
+                    let index = i % 4;
+                    let value = (i % 3 != 0).then(|| {
+                        made.fetch_add(1, Ordering::SeqCst);
+                        Arc::new(Counted(Arc::clone(&drops), i))
+                    });
+                    slots.replace(index, value).unwrap();
+                }
+            });
+        });
+        drop(slots);
+        assert_eq!(drops.load(Ordering::SeqCst), made.load(Ordering::SeqCst));
+    }
+}
