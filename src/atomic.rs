@@ -468,8 +468,8 @@ impl Inner {
         // Memory the peer's process alone can map (bound, or its file unlinked) leaves the
         // atomic to the owner, through the fabric.
         let direct = match provider || rank == self.rank {
-            true => None,
-            false => self.mapped(None, rank, table)?,
+            true => false,
+            false => self.mapped(None, rank, table)?.is_some(),
         };
         let slot = self.watched_until(
             || std::iter::once(rank),
@@ -484,6 +484,19 @@ impl Inner {
                 )))
             }
             Err(e) => return Err(e),
+        };
+        // The mapping is lent again now that the slot is taken, rather than across the wait
+        // for it: a loan held that long would hold back the release of replaced mappings.
+        let direct = match direct {
+            true => match self.mapped(None, rank, table) {
+                Ok(peer) => peer,
+                Err(e) => {
+                    self.system.atomics.give(slot);
+                    self.events.notify_all();
+                    return Err(e);
+                }
+            },
+            false => None,
         };
         let pending = Arc::new_cyclic(|me| Pending {
             rank,

@@ -148,16 +148,38 @@ enum Slot {
 #[derive(Debug)]
 pub(crate) struct Groups {
     slots: RwLock<Vec<Slot>>,
+    /// [`GROUP_ALL`], which is never deleted nor recommitted: its collectives (the barrier,
+    /// the finalize) reach it without the lock and reference count of a lookup.
+    all: Arc<Group>,
+}
+
+/// A committed group, as a lookup found it.
+pub(crate) enum GroupRef<'a> {
+    /// [`GROUP_ALL`], which lives as long as the context.
+    All(&'a Group),
+    Other(Arc<Group>),
+}
+
+impl std::ops::Deref for GroupRef<'_> {
+    type Target = Group;
+
+    fn deref(&self) -> &Group {
+        match self {
+            GroupRef::All(g) => g,
+            GroupRef::Other(g) => g,
+        }
+    }
 }
 
 impl Groups {
     /// The groups of a job of `size` ranks; `GROUP_ALL` gets `area`.
     pub(crate) fn new(max: u8, size: u32, area: Option<ReduceArea>) -> Self {
+        let all = Arc::new(Group::new(GROUP_ALL, Members::All(size), area));
         let mut slots: Vec<Slot> = (0..max).map(|_| Slot::Free).collect();
-        slots[usize::from(GROUP_ALL)] =
-            Slot::Committed(Arc::new(Group::new(GROUP_ALL, Members::All(size), area)));
+        slots[usize::from(GROUP_ALL)] = Slot::Committed(Arc::clone(&all));
         Groups {
             slots: RwLock::new(slots),
+            all,
         }
     }
 
@@ -167,10 +189,13 @@ impl Groups {
     }
 
     /// The committed group `id`.
-    pub(crate) fn committed(&self, id: GroupId) -> Result<Arc<Group>> {
+    pub(crate) fn committed(&self, id: GroupId) -> Result<GroupRef<'_>> {
+        if id == GROUP_ALL {
+            return Ok(GroupRef::All(&self.all));
+        }
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         match slots.get(usize::from(id)) {
-            Some(Slot::Committed(g)) => Ok(Arc::clone(g)),
+            Some(Slot::Committed(g)) => Ok(GroupRef::Other(Arc::clone(g))),
             Some(Slot::Building(_) | Slot::Committing(_)) => {
                 Err(Error::GroupNotCommitted { group: id })
             }

@@ -9,13 +9,13 @@
 //! `engine::lookup`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gaspi_fabric::{Region, Slice};
 use gaspi_notifications::{NotificationTable, Timeout};
 
 use crate::direct::{SharedTable, ShmWords};
-use gaspi_segments::SegmentMemory;
+use gaspi_segments::{Loan, SegmentMemory, Slots};
 
 use crate::context::{Context, Inner};
 use crate::engine::lookup::{DescKey, Descriptor, Known};
@@ -156,7 +156,6 @@ fn index(table: Table) -> Option<usize> {
 }
 
 /// A segment in the registry.
-#[derive(Clone)]
 struct Entry {
     local: Arc<LocalSegment>,
     /// The state every [`Segment`] handle of a user segment shares, made by the first
@@ -165,17 +164,21 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(local: Arc<LocalSegment>) -> Entry {
-        Entry {
+    fn new(local: Arc<LocalSegment>) -> Arc<Entry> {
+        Arc::new(Entry {
             local,
             handle: OnceLock::new(),
-        }
+        })
     }
 }
 
-/// This rank's segments, user and library.
+/// This rank's segments, user and library: looked up by every operation without a lock (see
+/// [`Slots`]), changed under one.
 pub(crate) struct Segments {
-    slots: RwLock<Vec<Option<Entry>>>,
+    slots: Slots<Entry>,
+    /// Serialises changes that look before they change (insert, remove), so that none
+    /// interleaves with another.
+    changes: Mutex<()>,
     /// Registration keys, unique per domain for as long as the process runs.
     next_key: AtomicU64,
 }
@@ -183,7 +186,8 @@ pub(crate) struct Segments {
 impl Segments {
     pub(crate) fn new() -> Self {
         Segments {
-            slots: RwLock::new(vec![None; 512]),
+            slots: Slots::new(512),
+            changes: Mutex::new(()),
             next_key: AtomicU64::new(0x1000),
         }
     }
@@ -193,21 +197,22 @@ impl Segments {
         self.next_key.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The entry behind `table`, lent.
+    fn entry(&self, table: Table) -> Option<Loan<'_, Entry>> {
+        self.slots.get(index(table)?)
+    }
+
     /// The segment behind `table`, if it exists.
     pub(crate) fn get(&self, table: Table) -> Option<Arc<LocalSegment>> {
-        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[index(table)?].as_ref().map(|e| Arc::clone(&e.local))
+        self.entry(table).map(|e| Arc::clone(&e.local))
     }
 
     /// The state of handles of user segment `id` of this rank `me`.
     fn user_handle(&self, me: Rank, id: SegmentId) -> Result<Arc<Shared>> {
-        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        let entry = slots[usize::from(id)]
-            .as_ref()
-            .ok_or(Error::UnknownSegment {
-                rank: me,
-                segment: id,
-            })?;
+        let entry = self.entry(Table::User(id)).ok_or(Error::UnknownSegment {
+            rank: me,
+            segment: id,
+        })?;
         let handle = entry
             .handle
             .get_or_init(|| Arc::new(Shared::user(Arc::clone(&entry.local))));
@@ -223,45 +228,46 @@ impl Segments {
             })
     }
 
-    /// Runs `f` on the segment behind `table` under the registry's read lock, without
-    /// touching its reference count (the injection fast path). `f` must not block.
+    /// Runs `f` on the segment behind `table` without touching its reference count (the
+    /// operations' fast path). `f` must not block: the segment is lent meanwhile.
     pub(crate) fn with_segment<R>(
         &self,
         table: Table,
         f: impl FnOnce(&LocalSegment) -> R,
     ) -> Option<R> {
-        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[index(table)?].as_ref().map(|e| f(&e.local))
+        self.entry(table).map(|e| f(&e.local))
     }
 
-    /// Runs `f` on the notification table behind `table` under the registry's read lock,
-    /// without touching the segment's reference count: delivering a notification uses it.
+    /// Runs `f` on the notification table behind `table` without touching the segment's
+    /// reference count: delivering a notification uses it. `f` must not block.
     pub(crate) fn with_table<R>(
         &self,
         table: Table,
         f: impl FnOnce(&NotificationTable) -> R,
     ) -> Option<R> {
-        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[index(table)?]
-            .as_ref()
-            .map(|e| f(&e.local.notifications))
+        self.entry(table).map(|e| f(&e.local.notifications))
+    }
+
+    fn changes(&self) -> MutexGuard<'_, ()> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn insert(&self, me: Rank, seg: LocalSegment) -> Result<Arc<LocalSegment>> {
-        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
         let table = seg.table;
-        let slot = index(table).and_then(|i| slots.get_mut(i)).ok_or_else(|| {
+        let id = seg.id();
+        let at = index(table).ok_or_else(|| {
             Error::Protocol("a segment of the system table cannot be installed".into())
         })?;
-        if slot.is_some() {
-            return Err(Error::SegmentExists {
-                rank: me,
-                segment: seg.id(),
-            });
-        }
         let seg = Arc::new(seg);
-        *slot = Some(Entry::new(Arc::clone(&seg)));
-        Ok(seg)
+        let _changes = self.changes();
+        match self.slots.try_insert(at, Entry::new(Arc::clone(&seg))) {
+            Ok(()) => Ok(seg),
+            Err(Some(_)) => Err(Error::SegmentExists {
+                rank: me,
+                segment: id,
+            }),
+            Err(None) => Err(Error::Protocol(format!("no registry slot {at}"))),
+        }
     }
 
     /// Installs a library segment under the lowest free local id (1..=255) that `make`
@@ -270,18 +276,19 @@ impl Segments {
         &self,
         make: impl FnOnce(u8) -> Result<LocalSegment>,
     ) -> Result<Arc<LocalSegment>> {
-        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let _changes = self.changes();
         let id = (1..=255u8)
-            .find(|&id| slots[256 + usize::from(id)].is_none())
+            .find(|&id| !self.slots.is_occupied(256 + usize::from(id)))
             .ok_or_else(|| Error::Limit("all 255 library segments of this rank exist".into()))?;
         let seg = Arc::new(make(id)?);
-        slots[256 + usize::from(id)] = Some(Entry::new(Arc::clone(&seg)));
+        self.slots
+            .try_insert(256 + usize::from(id), Entry::new(Arc::clone(&seg)))
+            .map_err(|_| Error::Protocol(format!("library segment {id} was taken meanwhile")))?;
         Ok(seg)
     }
 
     /// Removes the segment behind `table` when nothing is in flight on it.
     pub(crate) fn remove(&self, me: Rank, table: Table) -> Result<Arc<LocalSegment>> {
-        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
         let missing = || match table {
             Table::User(id) | Table::Library(id) => Error::UnknownSegment {
                 rank: me,
@@ -289,35 +296,34 @@ impl Segments {
             },
             Table::System => Error::Protocol("the system table is not a segment".into()),
         };
-        let slot = index(table)
-            .and_then(|i| slots.get_mut(i))
-            .ok_or_else(missing)?;
-        let seg = &slot.as_ref().ok_or_else(missing)?.local;
-        let in_flight = seg.in_flight();
-        if in_flight > 0 {
-            return Err(Error::SegmentBusy {
-                segment: seg.id(),
-                in_flight,
-            });
+        let at = index(table).ok_or_else(missing)?;
+        let _changes = self.changes();
+        {
+            let entry = self.slots.get(at).ok_or_else(missing)?;
+            let in_flight = entry.local.in_flight();
+            if in_flight > 0 {
+                return Err(Error::SegmentBusy {
+                    segment: entry.local.id(),
+                    in_flight,
+                });
+            }
         }
-        slot.take().map(|e| e.local).ok_or_else(missing)
+        let removed = self.slots.replace(at, None).map_err(|_| missing())?;
+        removed.map(|e| Arc::clone(&e.local)).ok_or_else(missing)
     }
 
     /// Removes the segment behind `table`, even with operations in flight (they keep its
     /// memory and registration until they complete).
     pub(crate) fn remove_even_busy(&self, table: Table) -> Option<Arc<LocalSegment>> {
-        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        slots.get_mut(index(table)?)?.take().map(|e| e.local)
+        let _changes = self.changes();
+        let removed = self.slots.replace(index(table)?, None).ok()??;
+        Some(Arc::clone(&removed.local))
     }
 
     /// Ids of this rank's user segments, ascending.
     pub(crate) fn user_ids(&self) -> Vec<SegmentId> {
-        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        slots[..256]
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.is_some())
-            .map(|(i, _)| i as SegmentId)
+        (0..=SegmentId::MAX)
+            .filter(|&id| self.slots.is_occupied(usize::from(id)))
             .collect()
     }
 }

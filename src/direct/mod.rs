@@ -36,10 +36,10 @@ mod ops;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use gaspi_notifications::{EventCount, NotificationTable, Words};
-use gaspi_segments::{SegmentMemory, SharedWords};
+use gaspi_segments::{Loan, SegmentMemory, SharedWords, Slots};
 
 use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
@@ -242,8 +242,9 @@ struct Peer {
     path: PathBuf,
     /// Mapped on first use; `None` when it cannot be (the peer is then reached by the fabric).
     directory: OnceLock<Option<PeerDirectory>>,
-    /// Mapped segments, indexed by [`Slot::index`].
-    segments: RwLock<Box<[Option<Arc<PeerSegment>>]>>,
+    /// Mapped segments, indexed by [`Slot::index`]: read on every direct operation, so
+    /// without locks.
+    segments: Slots<PeerSegment>,
 }
 
 impl Peer {
@@ -262,10 +263,10 @@ impl Peer {
 
     /// The segment at `slot`: `None` when the directory cannot be mapped, `Some(None)` when
     /// the segment is absent; mapped anew when its entry changed.
-    fn segment(&self, slot: Slot) -> Option<Option<Arc<PeerSegment>>> {
+    fn segment(&self, slot: Slot) -> Option<Option<Loan<'_, PeerSegment>>> {
         let directory = self.directory()?;
         let state = directory.words.words()[slot.at() + STATE].load(Ordering::Acquire);
-        let cached = self.segments.read().unwrap_or_else(|e| e.into_inner())[slot.index()].clone();
+        let cached = self.segments.get(slot.index());
         Some(match cached.filter(|s| s.state == state) {
             Some(segment) => Some(segment),
             None => self.remap(directory, slot),
@@ -274,9 +275,9 @@ impl Peer {
 
     /// Maps the segment at `slot` as the directory describes it now, replacing the mapping
     /// kept for it; `None` (and nothing kept) when it is absent.
-    fn remap(&self, directory: &PeerDirectory, slot: Slot) -> Option<Arc<PeerSegment>> {
+    fn remap(&self, directory: &PeerDirectory, slot: Slot) -> Option<Loan<'_, PeerSegment>> {
         let Some(entry) = read_entry(directory.words.words(), slot) else {
-            self.forget(slot);
+            self.keep(slot, None);
             return None;
         };
         let memory = entry.data.and_then(|p| SegmentMemory::open(&p).ok());
@@ -285,19 +286,24 @@ impl Peer {
             let len = entry.descriptor.notifications;
             NotificationTable::in_words(len, words, Arc::clone(&directory.doorbell))
         });
-        let segment = Arc::new(PeerSegment {
-            state: entry.state,
-            descriptor: entry.descriptor,
-            memory,
-            table,
-        });
-        self.segments.write().unwrap_or_else(|e| e.into_inner())[slot.index()] =
-            Some(Arc::clone(&segment));
-        Some(segment)
+        self.keep(
+            slot,
+            Some(Arc::new(PeerSegment {
+                state: entry.state,
+                descriptor: entry.descriptor,
+                memory,
+                table,
+            })),
+        );
+        // What is kept now: this mapping, or one that a racing thread made of the same entry
+        // or of a newer one; either is current.
+        self.segments.get(slot.index())
     }
 
-    fn forget(&self, slot: Slot) {
-        self.segments.write().unwrap_or_else(|e| e.into_inner())[slot.index()] = None;
+    /// Keeps `segment` (or nothing) as the mapping of `slot`.
+    fn keep(&self, slot: Slot, segment: Option<Arc<PeerSegment>>) {
+        // Every slot's index is below ENTRIES, the table's length: replace cannot fail.
+        let _ = self.segments.replace(slot.index(), segment);
     }
 }
 
@@ -342,7 +348,7 @@ impl Direct {
                 Some(Peer {
                     path,
                     directory: OnceLock::new(),
-                    segments: RwLock::new(vec![None; ENTRIES].into_boxed_slice()),
+                    segments: Slots::new(ENTRIES),
                 })
             })
             .collect();
@@ -385,7 +391,7 @@ impl Direct {
 
     /// The segment at `slot` of `rank`: `None` when `rank` is not reached directly,
     /// `Some(None)` when it has no such segment.
-    pub(crate) fn segment(&self, rank: Rank, slot: Slot) -> Option<Option<Arc<PeerSegment>>> {
+    pub(crate) fn segment(&self, rank: Rank, slot: Slot) -> Option<Option<Loan<'_, PeerSegment>>> {
         self.peers.get(rank as usize)?.as_ref()?.segment(slot)
     }
 }

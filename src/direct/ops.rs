@@ -2,7 +2,7 @@
 //! mapped segment, then publishes the notification into the peer's shared table. Each call
 //! here is complete when it returns; none blocks.
 
-use std::sync::Arc;
+use gaspi_segments::Loan;
 
 use crate::context::Inner;
 use crate::direct::{PeerSegment, Slot};
@@ -25,7 +25,7 @@ impl Inner {
         q: Option<&Queue>,
         rank: Rank,
         table: Table,
-    ) -> Result<Option<Arc<PeerSegment>>> {
+    ) -> Result<Option<Loan<'_, PeerSegment>>> {
         if !self.direct.reaches(rank) || q.is_some_and(|q| q.fabric_to(rank)) {
             return Ok(None);
         }
@@ -50,7 +50,7 @@ impl Inner {
         q: Option<&Queue>,
         rank: Rank,
         table: Table,
-    ) -> Result<Option<Arc<PeerSegment>>> {
+    ) -> Result<Option<Loan<'_, PeerSegment>>> {
         Ok(self
             .direct_to(q, rank, table)?
             .filter(|peer| peer.memory.is_some()))
