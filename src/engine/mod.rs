@@ -292,8 +292,7 @@ impl Inner {
 /// A waiting user thread: drives progress while it polls (see [`handoff`]).
 pub(crate) struct Waiter<'a> {
     inner: &'a Inner,
-    /// Counted from its first progress call: a wait whose condition already holds costs the
-    /// hand-off nothing.
+    /// Counted from its first completion-queue read (see [`Waiter::drive`]).
     polling: Option<Polling<'a>>,
     /// Progress calls so far (see [`FABRIC_EVERY`]).
     rounds: u32,
@@ -321,15 +320,12 @@ const IDLE_STREAK: u32 = 64;
 
 impl gaspi_notifications::Progress for Waiter<'_> {
     fn progress(&mut self) -> bool {
-        if self.polling.is_none() {
-            self.polling = Some(self.inner.engine.handoff.polling());
-        }
         let engine = &self.inner.engine;
         if !self.inner.direct.enabled()
             || engine.in_flight.load(Ordering::Relaxed) > 0
             || engine.has_retries()
         {
-            return self.inner.progress();
+            return self.drive();
         }
         self.rounds = self.rounds.wrapping_add(1);
         let idle = engine.idle_reads.load(Ordering::Relaxed);
@@ -337,7 +333,7 @@ impl gaspi_notifications::Progress for Waiter<'_> {
         if self.rounds % every != 0 {
             return false;
         }
-        let progressed = self.inner.progress();
+        let progressed = self.drive();
         if !progressed && idle < IDLE_STREAK * (FABRIC_EVERY_MAX / FABRIC_EVERY).ilog2() {
             engine.idle_reads.store(idle + 1, Ordering::Relaxed);
         }
@@ -348,5 +344,18 @@ impl gaspi_notifications::Progress for Waiter<'_> {
         if let Some(polling) = &mut self.polling {
             polling.sleeping(asleep);
         }
+    }
+}
+
+impl Waiter<'_> {
+    /// Reads the completion queue, counted among the polling threads from the first read on:
+    /// the progress thread stands aside for threads that drive the provider, and a wait that
+    /// ends before it reads the queue (a direct arrival seen within a few rounds) costs the
+    /// hand-off nothing.
+    fn drive(&mut self) -> bool {
+        if self.polling.is_none() {
+            self.polling = Some(self.inner.engine.handoff.polling());
+        }
+        self.inner.progress()
     }
 }
