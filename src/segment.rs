@@ -479,7 +479,10 @@ impl Context {
     /// [`Error::UnknownSegment`] instead of reaching a closed registration (which some providers
     /// handle badly: libfabric 1.17's tcp crashes the writer). An operation a peer posts before
     /// the news arrives is still the application's error: synchronise deletes with the peers
-    /// that write into the segment.
+    /// that write into the segment. The same holds between threads of this rank: an operation
+    /// that another thread starts while the segment is being deleted either fails with
+    /// [`Error::UnknownSegment`] or runs to its end on the old memory, which stays valid until
+    /// then; which of the two is a race between the calls.
     ///
     /// # Errors
     /// [`Error::UnknownSegment`] when it does not exist; [`Error::SegmentBusy`] while
