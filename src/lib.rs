@@ -84,7 +84,7 @@ pub use atomic::AtomicRequest;
 pub use batch::Batch;
 pub use config::{
     Config, Intranode, MAX_GROUPS, MAX_LIST_ENTRIES, MAX_NOTIFICATIONS, MAX_PASSIVE_BYTES,
-    MAX_QUEUES, MAX_REDUCE_CHUNK,
+    MAX_QUEUES, MAX_REDUCE_CHUNK, TCP_SPLIT_NOTIFY,
 };
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};

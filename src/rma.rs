@@ -13,7 +13,9 @@
 //! # How a notification follows its data
 //! * `write_notify` is a single `fi_writedata`: the notification travels as its remote
 //!   completion data, which the target's provider reports only after the payload is placed. No
-//!   provider ordering is needed.
+//!   provider ordering is needed. A large one over tcp is a write and a notify instead (see
+//!   [`Config::split_notify`](crate::Config::split_notify)), as below, and only where the
+//!   provider places writes in order at its size.
 //! * `notify` and `write_list_notify` must order a notification after *earlier* writes. Where the
 //!   provider grants write-after-write ordering (`FI_ORDER_RMA_WAW`, requested at startup; tcp
 //!   and shm grant it) the notification is posted right behind them. Where it does not, the
@@ -26,7 +28,7 @@ use std::sync::Arc;
 use gaspi_fabric::Posted;
 use gaspi_notifications::{Deadline, Timeout};
 
-use crate::config::MAX_LIST_ENTRIES;
+use crate::config::{MAX_LIST_ENTRIES, TCP_SPLIT_NOTIFY};
 use crate::context::{Context, Inner};
 use crate::engine::lookup::DescKey;
 use crate::error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
@@ -408,8 +410,10 @@ impl Inner {
     }
 
     /// Posts one write or read on `q`: injected when it is a small write that can go at once,
-    /// else counted on the queue and posted (or parked).
-    pub(crate) fn post_on(&self, q: &Queue, request: Request) -> Result<()> {
+    /// else counted on the queue and posted (or parked); a large notified write that splits
+    /// (see [`Config::split_notify`](crate::Config::split_notify)) as the write, then its
+    /// notification.
+    pub(crate) fn post_on(&self, q: &Queue, mut request: Request) -> Result<()> {
         if let Some(dead) = self.health.known(request.rank) {
             return Err(dead);
         }
@@ -430,8 +434,54 @@ impl Inner {
                 }
             }
         }
+        if let Some(notify) = self.split_notify(&request)? {
+            // Two places on the queue, when it has them; else it goes as one write.
+            if q.reserve(request.rank, 2).is_ok() {
+                if let Kind::Write { data, .. } = &mut request.kind {
+                    *data = None;
+                }
+                return q.submit(self, [request, notify]);
+            }
+        }
         q.reserve(request.rank, 1)?;
         q.submit(self, [request])
+    }
+
+    /// The notify that carries the notification of `request` when it is a notified write
+    /// that splits: posted right behind the write on the same queue, it is processed at the
+    /// target only once the write's data is placed.
+    fn split_notify(&self, request: &Request) -> Result<Option<Request>> {
+        let Kind::Write {
+            size,
+            data: Some(wire),
+            ..
+        } = request.kind
+        else {
+            return Ok(None);
+        };
+        let Some(key) = wire.table.descriptor().filter(|_| self.splits(size)) else {
+            return Ok(None);
+        };
+        Ok(Some(Request {
+            rank: request.rank,
+            kind: Kind::Notify {
+                check: self.dest(request.rank, key, 0, 0)?,
+                wire,
+            },
+        }))
+    }
+
+    /// Whether a notified write of `size` bytes splits (see
+    /// [`Config::split_notify`](crate::Config::split_notify)).
+    fn splits(&self, size: u64) -> bool {
+        let caps = self.ep.caps();
+        let from = match self.config.split_notify {
+            Some(0) => return false,
+            Some(from) => from,
+            None if caps.provider.starts_with("tcp") => TCP_SPLIT_NOTIFY,
+            None => return false,
+        };
+        size >= from && caps.ordered_writes && size <= caps.ordered_write_size
     }
 
     /// Injects a small write from `local` to `remote` at once, when it may be and everything

@@ -300,6 +300,20 @@ fn integrity_unordered_2_tcp() {
     integrity_unordered("tcp");
 }
 
+/// Notified writes split into a write and a notification from 1 byte on (every one that is
+/// not injected: 4 KiB, 1 MiB and 64 MiB here), through the fabric over tcp, which places
+/// writes in order at any size: every byte still arrives before its notification.
+#[test]
+fn integrity_split_notify_2_tcp() {
+    let env = ["GASPI_SPLIT_NOTIFY=1", "GASPI_INTRANODE=fabric"];
+    let job = common::selftest_with_env(&env, "integrity", 2, "tcp");
+    for rank in 0..2 {
+        let data = job.data("integrity", rank);
+        assert!(data.parse::<bool>("ordered_writes"));
+        assert!(data.parse::<u64>("verified_bytes") > 0);
+    }
+}
+
 #[test]
 fn integrity_unordered_2_shm() {
     integrity_unordered("shm");

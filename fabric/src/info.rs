@@ -49,6 +49,10 @@ pub struct Capabilities {
     pub mr_endpoint: bool,
     /// Writes are placed in order at the target (`FI_ORDER_RMA_WAW`/`FI_ORDER_WAW` granted).
     pub ordered_writes: bool,
+    /// Largest write whose data the provider places before it processes a later write from
+    /// the same endpoint (`max_order_waw_size`); 0 when it promises only the order in which
+    /// writes are processed.
+    pub ordered_write_size: u64,
     /// The provider executes remote atomics (`FI_ATOMIC`).
     pub atomics: bool,
     /// Messages of one sender arrive in order (`FI_ORDER_SAS` granted).
@@ -233,6 +237,7 @@ fn capabilities(info: &sys::fi_info, requested_order: u64) -> Capabilities {
             virt_addr: mr_mode & sys::FI_MR_VIRT_ADDR != 0,
             mr_endpoint: mr_mode & sys::FI_MR_ENDPOINT != 0,
             ordered_writes: requested_order & ORDER == ORDER && tx.msg_order & ORDER == ORDER,
+            ordered_write_size: ep.max_order_waw_size as u64,
             atomics: info.caps & sys::FI_ATOMIC as u64 != 0,
             ordered_sends: requested_order & SEND_ORDER != 0 && tx.msg_order & SEND_ORDER != 0,
             inject_size: tx.inject_size,
