@@ -71,7 +71,7 @@ mod schedule;
 mod team;
 mod tree;
 
-pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status, LARGE_BLOCK};
+pub use alltoallv::{Alltoallv, Destination, Plan, Round, Source, Status};
 pub use broadcast::{Broadcast, BroadcastHandle};
 pub use buffer::{Input, Output, SegmentRange};
 pub use error::{Error, Result};

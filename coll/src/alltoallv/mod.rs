@@ -25,10 +25,6 @@ use layout::Layout;
 use plan::Discovery;
 use round::Exchange;
 
-/// Blocks of at least this many bytes to a rank reached through the fabric are written first
-/// and notified after (see the [type documentation](Alltoallv)).
-pub const LARGE_BLOCK: u64 = 64 * 1024;
-
 /// Identities of alltoallv objects in this process, so that a plan is never used with another.
 static OBJECTS: AtomicU64 = AtomicU64::new(1);
 
@@ -76,9 +72,9 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 ///   is over.
 /// * Resets belong to the source, not to the round: a source that arrived may be reset after
 ///   its round ended, and must be before it can send here again.
-/// * Blocks of [`LARGE_BLOCK`] bytes or more to a rank reached through the fabric travel as a
-///   write followed by a notification rather than one write with remote data, which streams
-///   at full speed on every provider.
+/// * Every block travels as one notified write (`Batch::write_notify_to`); the runtime sends a
+///   large one over tcp as a write followed by its notification, which streams there at full
+///   speed (see [`gaspi::Config::split_notify`]).
 /// * Plans used in alternation should have disjoint receive areas: a source's next block is
 ///   held back only until the receiver has reset that source's previous block, whatever plan
 ///   it belonged to.

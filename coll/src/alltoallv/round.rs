@@ -13,7 +13,7 @@ use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Timeout};
 
 use super::layout::round_tag;
 use super::plan::{Plan, PlanData};
-use super::{Alltoallv, LARGE_BLOCK};
+use super::Alltoallv;
 use crate::error::{Error, Result};
 
 use std::sync::Arc;
@@ -365,20 +365,8 @@ impl Alltoallv<'_> {
             let d = &cleared.plan.destinations[post.index];
             let data = &cleared.plan.targets[post.index];
             let table = &cleared.plan.tables[post.index];
-            if d.bytes >= LARGE_BLOCK && !self.ctx.reaches_directly(d.rank) {
-                self.batch.write(&src, post.offset, data, 0, d.bytes)?;
-                self.batch.notify(table, notification)?;
-            } else {
-                self.batch.write_notify_to(
-                    &src,
-                    post.offset,
-                    data,
-                    0,
-                    d.bytes,
-                    table,
-                    notification,
-                )?;
-            }
+            self.batch
+                .write_notify_to(&src, post.offset, data, 0, d.bytes, table, notification)?;
         }
         Ok(())
     }
