@@ -643,6 +643,7 @@ fn fault(ranks: u32, provider: &str) {
         );
         expect("stopped_state_vec", &"H".repeat(ranks as usize));
         expect("resumed_barrier", "Ok");
+        expect("resumed_ping", "Ok");
         // After its death: failures naming it, within two barrier timeouts.
         expect("barrier", &failed);
         assert!(

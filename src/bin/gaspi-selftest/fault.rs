@@ -4,8 +4,9 @@
 //! rank first sends a block to its right neighbour with `write_notify` and checks the one from
 //! its left. Then the last rank stops itself (SIGSTOP) for 2.5 s: meanwhile a barrier times out
 //! on the others, a ping of it does not fail, and nothing is marked (a stopped process is not
-//! a dead one); once it is resumed the barrier completes. Then it kills itself
-//! (`kill(getpid(), SIGKILL)`, a real `kill -9`) right after a barrier. The survivors check,
+//! a dead one); once it is resumed the barrier completes and a ping of it succeeds (which also
+//! settles the ping that timed out: see `run`). Then it kills itself (`kill(getpid(),
+//! SIGKILL)`, a real `kill -9`) right after a barrier. The survivors check,
 //! each on its own:
 //!
 //! * the rank left of the dead one streams writes to it until one fails: the write or the wait
@@ -71,7 +72,19 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     }
     let resumed = ctx.barrier(TIMEOUT);
     data.outcome("resumed_barrier", &resumed);
-    resumed.doing(|| "the barrier before the kill")?;
+    resumed.doing(|| "the barrier after the stop")?;
+    // The resumed rank answers pings again. That also settles the pings that timed out while
+    // it was stopped: the provider completes reads in order, and shm never completes one
+    // towards a rank that died, stalling every later read of the survivor behind it, so a
+    // ping left unanswered at the kill below would make the survivors' pings of live ranks
+    // time out.
+    if me != dead {
+        let answered = ctx.proc_ping(dead, TIMEOUT);
+        data.outcome("resumed_ping", &answered);
+        answered.doing(|| "proc_ping of the resumed rank")?;
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "the barrier before the kill")?;
     if me == dead {
         data.put("pid", std::process::id());
         data.print_now("fault", me);
