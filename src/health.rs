@@ -22,7 +22,8 @@
 //!   queue is full every post is refused with `-FI_EAGAIN`.
 //! * **[`Context::proc_ping`]**: the same-host look, then an 8-byte RDMA read of the peer's system
 //!   region. An answer means healthy, an error completion means dead, no answer in time is
-//!   [`Error::Timeout`]. Since neither provider fails a fresh operation towards a dead peer
+//!   [`Error::Timeout`]. A peer reached directly gets the look only (nothing of it goes
+//!   through the fabric), so no read of a ping can be left unanswered by its death. Since neither provider fails a fresh operation towards a dead peer
 //!   (see above), a ping of a dead peer on another host usually times out rather than fails.
 //!
 //! # Where deaths surface
@@ -409,6 +410,11 @@ impl Context {
     /// Checks whether `rank` is alive and reachable: on the same host by looking at its process,
     /// then with an 8-byte RDMA read of its system region, bounded by `timeout`.
     ///
+    /// A peer reached on the direct intra-node path ([`Intranode::Direct`](crate::Intranode::Direct))
+    /// is reached through this host's memory, so the look at its process is the whole check:
+    /// it returns at once, `Ok` while the process lives (also while it is stopped, which the
+    /// fabric's read would report as [`Error::Timeout`]).
+    ///
     /// # Errors
     /// [`Error::InvalidRank`]; [`Error::RankFailed`] when it is dead (it is then marked in
     /// [`state_vec`](Self::state_vec)); [`Error::Timeout`] when no answer came in time, which
@@ -421,6 +427,13 @@ impl Context {
         let inner = &self.inner;
         if let Some(e) = inner.health.look(rank, true) {
             return Err(e);
+        }
+        // A peer reached directly is reached through this host's memory, not the fabric: the
+        // look at its process just found it alive, so it is reachable. No read goes out, so
+        // none can stall this rank's later ones (over shm a read towards a peer that dies
+        // before answering never completes, and reads complete in order).
+        if inner.direct.reaches(rank) {
+            return Ok(());
         }
         let deadline = timeout.deadline();
         let slot = inner.watched_until(

@@ -44,11 +44,13 @@ const MUST_TIME_OUT: [&str; 15] = [
     "segment_create",
 ];
 
-/// Of `MUST_TIME_OUT`, the calls that only touch the victim's memory: on the direct intra-node
-/// path rank 0 does them itself, stopped victim or not, so there they must succeed.
-const DONE_BY_THE_CALLER: [&str; 6] = [
+/// Of `MUST_TIME_OUT`, the calls that only touch the victim's memory (or, for `proc_ping`,
+/// look at its process): on the direct intra-node path rank 0 does them itself, stopped victim
+/// or not, so there they must succeed.
+const DONE_BY_THE_CALLER: [&str; 7] = [
     "atomic_fetch_add",
     "atomic_fetch_add_nb",
+    "proc_ping",
     "wait_queue",
     "segment_size_of",
     "target",

@@ -7,13 +7,17 @@
 //! posts a read from it, which goes unanswered, then kills it (SIGKILL). The survivors commit
 //! a group of their own and run an allreduce on it with a 3 s timeout: it may complete, or time
 //! out (rank 0 cannot look up its partners' areas over shm), but it must end by its deadline,
-//! and a failure may only name the dead rank. Finally `finalize` with a 2 s timeout must end
-//! promptly naming a dead rank ([`finalize_names_the_dead_rank`]): the victim, or a survivor
-//! that already finalized and exited. Run it under
-//! `gaspirun --keep-going`; the victim prints no `ok` line. Observations go to the data line
-//! for `tests/multiprocess.rs` to judge.
+//! and a failure may only name the dead rank. Rank 0 also pings the stopped victim before the
+//! kill, and every survivor pings the dead victim and the other survivors after it: a ping
+//! of a live survivor must succeed (on the direct path no ping reads anything; over tcp the
+//! read failed with the connection). Over shm through the fabric rank 0 can neither read nor
+//! notify afterwards, so there the survivors skip those pings. Finally `finalize` with a 2 s
+//! timeout must end promptly naming a dead rank ([`finalize_names_the_dead_rank`]): the
+//! victim, or a survivor that already finalized and exited. Run it under `gaspirun
+//! --keep-going`; the victim prints no `ok` line. Observations go to the data line for
+//! `tests/multiprocess.rs` to judge.
 
-use gaspi::{local, remote, Context, ReduceOp, Timeout};
+use gaspi::{local, remote, Context, Notification, ReduceOp, Timeout};
 
 use crate::check::{describe, Data, Doing, Failure, Outcome, Report};
 use crate::victim::{Handshake, Stopped};
@@ -29,6 +33,8 @@ const HANDSHAKE: Handshake = Handshake {
     go: 1,
     queue: 0,
 };
+/// Survivor `r` tells the others it is done pinging them with notification `PINGED + r`.
+const PINGED: u32 = 16;
 /// The read from the victim: larger than shm's inject size, so it needs the victim.
 const READ_AT: u64 = 32 << 10;
 const READ_LEN: u64 = 16 << 10;
@@ -37,6 +43,8 @@ const TIMEOUT: Timeout = Timeout::Millis(30_000);
 pub const ALLREDUCE_MS: u64 = 3_000;
 /// `finalize`'s timeout.
 pub const FINALIZE_MS: u64 = 2_000;
+/// The timeout of a survivor's ping of another survivor after the kill.
+const PING_LIVE_MS: u64 = 1_000;
 
 pub fn run(ctx: &Context) -> Outcome<Report> {
     let (me, n) = (ctx.rank(), ctx.size());
@@ -79,10 +87,12 @@ fn kill_with_a_read_in_flight(ctx: &Context, victim: u32, data: &mut Data) -> Ou
     ctx.read(local(SEG, READ_AT), remote(victim, SEG, 0), READ_LEN, 1)
         .doing(|| "posting the read from the stopped victim")?;
     data.outcome("read_wait_stopped", &ctx.wait(1, Timeout::Millis(300)));
+    data.outcome("ping_stopped", &ctx.proc_ping(victim, Timeout::Millis(300)));
     stop.kill()
 }
 
-/// Every survivor: a group of the survivors, and an allreduce on it within its timeout.
+/// Every survivor: a group of the survivors, an allreduce on it within its timeout, then
+/// pings of the dead victim and of the other survivors.
 fn survivors(ctx: &Context, victim: u32, data: &mut Data) -> Outcome {
     let group = ctx.group_create().doing(|| "group_create")?;
     for r in 0..victim {
@@ -104,7 +114,35 @@ fn survivors(ctx: &Context, victim: u32, data: &mut Data) -> Outcome {
     if reduced.is_ok() {
         data.put("sum", sum[0]);
     }
-    Ok(())
+    data.outcome("ping_dead", &ctx.proc_ping(victim, TIMEOUT));
+    let me = ctx.rank();
+    // Over shm through the fabric rank 0 can neither read nor notify after the read that
+    // went unanswered (see the README's provider limits; a notification of it did not arrive
+    // within 30 s), so there the survivors could not hold each other until the pings are done.
+    if (0..victim).any(|r| r != me && !ctx.reaches_directly(r)) && ctx.provider() == "shm" {
+        return Ok(());
+    }
+    for r in (0..victim).filter(|&r| r != me) {
+        let _ = data.timed(&format!("ping_live_{r}"), || {
+            ctx.proc_ping(r, Timeout::Millis(PING_LIVE_MS))
+        });
+    }
+    // No survivor finalizes and exits while another may still ping it.
+    for r in (0..victim).filter(|&r| r != me) {
+        let done = Notification {
+            id: PINGED + me,
+            value: 1,
+        };
+        ctx.notify(r, SEG, done, HANDSHAKE.queue)
+            .doing(|| format!("telling rank {r} the pings are done"))?;
+    }
+    for r in (0..victim).filter(|&r| r != me) {
+        ctx.notify_waitsome(SEG, PINGED + r, 1, TIMEOUT)
+            .doing(|| format!("waiting for rank {r} to be done pinging"))?;
+        ctx.notify_reset(SEG, PINGED + r).doing(|| "notify_reset")?;
+    }
+    ctx.wait(HANDSHAKE.queue, TIMEOUT)
+        .doing(|| "waiting for the notifications")
 }
 
 /// `finalize` with the victim dead: it must end within its timeout and a look, naming it.

@@ -73,11 +73,11 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     let resumed = ctx.barrier(TIMEOUT);
     data.outcome("resumed_barrier", &resumed);
     resumed.doing(|| "the barrier after the stop")?;
-    // The resumed rank answers pings again. That also settles the pings that timed out while
-    // it was stopped: the provider completes reads in order, and shm never completes one
-    // towards a rank that died, stalling every later read of the survivor behind it, so a
-    // ping left unanswered at the kill below would make the survivors' pings of live ranks
-    // time out.
+    // The resumed rank answers pings again. Through the fabric that also settles the pings
+    // that timed out while it was stopped: the provider completes reads in order, and shm
+    // never completes one towards a rank that died, stalling every later read of the survivor
+    // behind it, so a ping left unanswered at the kill below would make the survivors' pings
+    // of live ranks time out (`dead-read` checks that the direct path has no such read).
     if me != dead {
         let answered = ctx.proc_ping(dead, TIMEOUT);
         data.outcome("resumed_ping", &answered);

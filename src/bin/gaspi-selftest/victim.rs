@@ -228,10 +228,27 @@ impl Stopped {
         self.pid.signal(libc::SIGCONT, "SIGCONT")
     }
 
-    /// Kills the victim.
+    /// Kills the victim and waits until its process is dead (gone, or a zombie the launcher
+    /// has not reaped yet): SIGKILL is delivered asynchronously, and a look at a process that
+    /// is still exiting finds it alive.
     pub fn kill(mut self) -> Outcome {
         self.done = true;
-        self.pid.signal(libc::SIGKILL, "SIGKILL")
+        self.pid.signal(libc::SIGKILL, "SIGKILL")?;
+        let start = Instant::now();
+        loop {
+            match thread_states(self.pid.0) {
+                None => return Ok(()),
+                Some(states) if states.chars().all(|s| matches!(s, 'Z' | 'X')) => return Ok(()),
+                Some(states) if start.elapsed() > STOP_LIMIT => {
+                    return Err(Failure(format!(
+                        "the victim's process {} did not die within {STOP_LIMIT:?} of SIGKILL \
+                         (its threads: {states})",
+                        self.pid.0
+                    )))
+                }
+                Some(_) => sleep(Duration::from_millis(1)),
+            }
+        }
     }
 }
 
