@@ -23,8 +23,9 @@
 //! * **[`Context::proc_ping`]**: the same-host look, then an 8-byte RDMA read of the peer's system
 //!   region. An answer means healthy, an error completion means dead, no answer in time is
 //!   [`Error::Timeout`]. A peer reached directly gets the look only (nothing of it goes
-//!   through the fabric), so no read of a ping can be left unanswered by its death. Since neither provider fails a fresh operation towards a dead peer
-//!   (see above), a ping of a dead peer on another host usually times out rather than fails.
+//!   through the fabric), so no read of a ping can be left unanswered by its death. Since
+//!   neither provider fails a fresh operation towards a dead peer (see above), a ping of a
+//!   dead peer on another host usually times out rather than fails.
 //!
 //! # Where deaths surface
 //! Nothing is posted to a rank known dead: the call fails at once with `RankFailed`. A post the
@@ -410,10 +411,11 @@ impl Context {
     /// Checks whether `rank` is alive and reachable: on the same host by looking at its process,
     /// then with an 8-byte RDMA read of its system region, bounded by `timeout`.
     ///
-    /// A peer reached on the direct intra-node path ([`Intranode::Direct`](crate::Intranode::Direct))
-    /// is reached through this host's memory, so the look at its process is the whole check:
-    /// it returns at once, `Ok` while the process lives (also while it is stopped, which the
-    /// fabric's read would report as [`Error::Timeout`]).
+    /// A peer reached on the direct intra-node path
+    /// ([`Intranode::Direct`](crate::Intranode::Direct)) is reached through this host's
+    /// memory, so the look at its process is the whole check: it returns at once, `Ok` while
+    /// the process lives (also while it is stopped, which the fabric's read would report as
+    /// [`Error::Timeout`]).
     ///
     /// # Errors
     /// [`Error::InvalidRank`]; [`Error::RankFailed`] when it is dead (it is then marked in

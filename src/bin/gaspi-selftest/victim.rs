@@ -205,21 +205,14 @@ impl Stopped {
     pub fn wait_for(pid: Pid) -> Outcome<Stopped> {
         // Made first: a failure below still continues the victim.
         let guard = Stopped { pid, done: false };
-        let start = Instant::now();
-        loop {
-            match thread_states(pid.0) {
-                Some(states) if states.chars().all(|s| s == 'T') => return Ok(guard),
-                Some(states) if start.elapsed() > STOP_LIMIT => {
-                    return Err(Failure(format!(
-                        "the victim's process {} did not stop within {STOP_LIMIT:?} (its \
-                         threads: {states})",
-                        pid.0
-                    )))
-                }
-                Some(_) => sleep(Duration::from_millis(1)),
-                None => return Err(Failure(format!("the victim's process {} is gone", pid.0))),
-            }
-        }
+        watch_threads(pid, "stop", |states| match states {
+            Some(states) => states.chars().all(|s| s == 'T').then_some(Ok(())),
+            None => Some(Err(Failure(format!(
+                "the victim's process {} is gone",
+                pid.0
+            )))),
+        })?;
+        Ok(guard)
     }
 
     /// Continues the victim.
@@ -234,21 +227,34 @@ impl Stopped {
     pub fn kill(mut self) -> Outcome {
         self.done = true;
         self.pid.signal(libc::SIGKILL, "SIGKILL")?;
-        let start = Instant::now();
-        loop {
-            match thread_states(self.pid.0) {
-                None => return Ok(()),
-                Some(states) if states.chars().all(|s| matches!(s, 'Z' | 'X')) => return Ok(()),
-                Some(states) if start.elapsed() > STOP_LIMIT => {
-                    return Err(Failure(format!(
-                        "the victim's process {} did not die within {STOP_LIMIT:?} of SIGKILL \
-                         (its threads: {states})",
-                        self.pid.0
-                    )))
-                }
-                Some(_) => sleep(Duration::from_millis(1)),
-            }
+        watch_threads(self.pid, "die", |states| match states {
+            Some(states) => states
+                .chars()
+                .all(|s| matches!(s, 'Z' | 'X'))
+                .then_some(Ok(())),
+            None => Some(Ok(())),
+        })
+    }
+}
+
+/// Looks at the threads of `pid` every millisecond until `over` says how the wait ends (given
+/// their state letters, `None` once the process is gone); fails when the process did not
+/// `what` within [`STOP_LIMIT`].
+fn watch_threads(pid: Pid, what: &str, over: impl Fn(Option<&str>) -> Option<Outcome>) -> Outcome {
+    let start = Instant::now();
+    loop {
+        let states = thread_states(pid.0);
+        if let Some(end) = over(states.as_deref()) {
+            return end;
         }
+        if start.elapsed() > STOP_LIMIT {
+            return Err(Failure(format!(
+                "the victim's process {} did not {what} within {STOP_LIMIT:?} (its threads: {})",
+                pid.0,
+                states.unwrap_or_default()
+            )));
+        }
+        sleep(Duration::from_millis(1));
     }
 }
 
