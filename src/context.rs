@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) rank: Rank,
     pub(crate) size: u32,
     pub(crate) config: Config,
+    /// The sizes of notified writes that split ([`crate::rma::split_sizes`]).
+    pub(crate) split_sizes: Option<std::ops::RangeInclusive<u64>>,
     /// Whether waits yield at every poll (see [`Context::oversubscribed`]).
     oversubscribed: bool,
     pub(crate) engine: Engine,
@@ -300,9 +302,11 @@ impl Context {
             .unwrap_or_else(|| Process::neighbours(own_process, &processes) > cores);
         gaspi_notifications::set_oversubscribed(oversubscribed);
 
+        let split_sizes = crate::rma::split_sizes(&config, ep.caps());
         let inner = Arc::new(Inner {
             rank,
             size,
+            split_sizes,
             engine: Engine::default(),
             segments: Segments::new(),
             descriptors: Descriptors::default(),

@@ -23,12 +23,13 @@
 //!   has completed at the origin with delivery-complete semantics.
 //! * `read_notify` sets the local notification when the read has completed locally.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use gaspi_fabric::Posted;
+use gaspi_fabric::{Capabilities, Posted};
 use gaspi_notifications::{Deadline, Timeout};
 
-use crate::config::{MAX_LIST_ENTRIES, TCP_SPLIT_NOTIFY};
+use crate::config::{Config, MAX_LIST_ENTRIES, TCP_SPLIT_NOTIFY};
 use crate::context::{Context, Inner};
 use crate::engine::lookup::DescKey;
 use crate::error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
@@ -474,14 +475,9 @@ impl Inner {
     /// Whether a notified write of `size` bytes splits (see
     /// [`Config::split_notify`](crate::Config::split_notify)).
     fn splits(&self, size: u64) -> bool {
-        let caps = self.ep.caps();
-        let from = match self.config.split_notify {
-            Some(0) => return false,
-            Some(from) => from,
-            None if caps.provider.starts_with("tcp") => TCP_SPLIT_NOTIFY,
-            None => return false,
-        };
-        size >= from && caps.ordered_writes && size <= caps.ordered_write_size
+        self.split_sizes
+            .as_ref()
+            .is_some_and(|sizes| sizes.contains(&size))
     }
 
     /// Injects a small write from `local` to `remote` at once, when it may be and everything
@@ -626,6 +622,21 @@ impl Inner {
             self.ep.inject_write(&scratch, target, Some(wire.encode()))
         })
     }
+}
+
+/// The sizes of the notified writes that split (see
+/// [`Config::split_notify`](crate::Config::split_notify)), worked out once at startup: from
+/// the configured size (tcp's default when unset) up to the largest write the provider places
+/// in order; `None` when nothing splits.
+pub(crate) fn split_sizes(config: &Config, caps: &Capabilities) -> Option<RangeInclusive<u64>> {
+    let from = match config.split_notify {
+        Some(0) => return None,
+        Some(from) => from,
+        None if caps.provider.starts_with("tcp") => TCP_SPLIT_NOTIFY,
+        None => return None,
+    };
+    caps.ordered_writes
+        .then_some(from..=caps.ordered_write_size)
 }
 
 /// Checks notification `n` for table `segment` (of `count` ids) on `rank`.
