@@ -21,10 +21,10 @@
 //! [`Team`]'s staging and capacity).
 
 use gaspi::{Rank, Timeout};
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Blocks, Cut, Launch, Launches, Prepared, Views};
+use crate::engine::{Blocks, Cut, Launch, Prepared, Views};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
@@ -230,11 +230,17 @@ impl<'c> Team<'c> {
         let (n, me) = (self.size(), self.index());
         let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
         // The key of the plan: the call's words, mode, algorithm and flags.
-        let mut all: SmallVec<[u64; 32]> =
-            SmallVec::with_capacity(words.len() + 2 + algorithm.len());
+        let mut all: SmallVec<[u64; 32]> = SmallVec::new();
         all.extend_from_slice(words);
         all.push(u64::from(mode.bits()));
-        all.extend(algorithm.bytes().map(u64::from));
+        // The name's length and its bytes eight to a word: as exact as a word per byte, and
+        // a shorter key to hash and compare on every call.
+        all.push(algorithm.len() as u64);
+        all.extend(algorithm.as_bytes().chunks(8).map(|chunk| {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            u64::from_le_bytes(word)
+        }));
         let lane = self.lane_bytes();
         let whole = Cut::whole(shape.largest);
         // Whether to cut must not depend on the member: decided on the heaviest staging of
@@ -266,19 +272,25 @@ impl<'c> Team<'c> {
                 let (schedule, half) = synchronised(false)?;
                 Prepared::Built(schedule, half)
             };
-            let launch = Launch {
+            let mut launch = Launch {
                 prepared,
                 signature,
                 reducer,
                 views: None,
             };
-            return self.launch(smallvec![launch], flags, algorithm, src, dst);
+            return self.launch(
+                std::slice::from_mut(&mut launch),
+                flags,
+                algorithm,
+                src,
+                dst,
+            );
         }
         let c = self.cut_size(&heaviest, shape.largest, shape.align)?;
         // The first cut is the largest, so its staging bounds every piece's.
         let half = reducer.is_some() && heaviest(Cut::whole(c)) <= lane / 2;
         let (src_sizes, dst_sizes) = (shape.src.to_vec(), shape.dst.to_vec());
-        let mut launches = Launches::new();
+        let mut launches = Vec::new();
         for cut in Cut::all(shape.largest, c) {
             let mut words = all.clone();
             words.extend([cut.at, cut.len]);
@@ -292,7 +304,7 @@ impl<'c> Team<'c> {
                 }),
             });
         }
-        self.launch(launches, flags, algorithm, src, dst)
+        self.launch(&mut launches, flags, algorithm, src, dst)
     }
 
     /// The bytes per block of the pieces of an operation whose largest block is `largest`:

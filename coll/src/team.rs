@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 use gaspi::{Context, GroupId, Rank, Timeout};
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Engine, Launches, Layout, Owner, Runner};
+use crate::engine::{Engine, Launch, Layout, Owner, Runner};
 use crate::error::{Error, Result};
 use crate::ops::Choices;
 use crate::schedule::{sync::synchronise, Schedule};
@@ -459,7 +459,7 @@ impl<'c> Team<'c> {
     /// for `flags`) for the caller's buffers.
     pub(crate) fn launch<'t, 'b>(
         &'t self,
-        launches: Launches<'_>,
+        launches: &mut [Launch<'_>],
         flags: Flags,
         algorithm: &'static str,
         src: Input<'b>,

@@ -119,9 +119,6 @@ pub(crate) enum Prepared<'a> {
     },
 }
 
-/// The launches of one collective: one unless it is cut into pieces.
-pub(crate) type Launches<'a> = SmallVec<[Launch<'a>; 1]>;
-
 /// One run a call initiates: what it runs, the signature its notifications carry (mixed
 /// with its sequence number), the operator of its folds, and for a piece of a longer
 /// collective its views of the caller's buffers.
@@ -523,10 +520,11 @@ impl<'c> Engine<'c> {
 
     /// Initiates a collective of one run per launch of `launches` (a piece each, for a
     /// collective cut into pieces) with the caller's buffers, and takes their first steps;
-    /// returns their sequence numbers.
+    /// returns their sequence numbers. The launches are used up (lent rather than moved:
+    /// a launch is a few hundred bytes, which every move copied).
     pub(crate) fn initiate(
         &self,
-        launches: Launches<'_>,
+        launches: &mut [Launch<'_>],
         eager: bool,
         src: Input<'_>,
         dst: Output<'_>,
@@ -538,14 +536,15 @@ impl<'c> Engine<'c> {
         let mut state = self.state();
         let first = state.next;
         // Every piece is planned before any runs, so that one too large leaves nothing.
-        let mut planned: SmallVec<[_; 1]> = SmallVec::with_capacity(launches.len());
-        for (seq, launch) in (first..).zip(launches) {
+        let mut plans: SmallVec<[Arc<Plan>; 1]> = SmallVec::with_capacity(launches.len());
+        for (seq, launch) in (first..).zip(launches.iter_mut()) {
             let parity = self.layout.parity(seq);
-            let plan = self.plan(&mut state, launch.prepared, parity)?;
-            planned.push((seq, plan, launch.signature, launch.reducer, launch.views));
+            plans.push(self.plan(&mut state, &mut launch.prepared, parity)?);
         }
         let lanes = u64::from(self.layout.lanes);
-        for (seq, plan, signature, reducer, views) in planned {
+        for ((seq, launch), plan) in (first..).zip(launches.iter_mut()).zip(plans) {
+            let (signature, reducer, views) =
+                (launch.signature, launch.reducer.take(), launch.views.take());
             let lane = self.layout.lane(seq) as usize;
             // Outside eager runs only a gathering schedule skips: a credit also carries its
             // receiver's arguments to the sender, and a receiver whose senders disagree among
@@ -613,15 +612,18 @@ impl<'c> Engine<'c> {
     }
 
     /// The plan of `prepared` for a run of `parity`, from the cache if it holds it.
+    /// A built schedule is taken out of `prepared`.
     fn plan(
         &self,
         state: &mut State<'c>,
-        prepared: Prepared<'_>,
+        prepared: &mut Prepared<'_>,
         parity: u32,
     ) -> Result<Arc<Plan>> {
         let (key, build) = match prepared {
-            Prepared::Built(schedule, half) => return self.prepare(schedule, parity, half),
-            Prepared::Keyed { key, build } => (key, build),
+            Prepared::Built(schedule, half) => {
+                return self.prepare(std::mem::take(schedule), parity, *half)
+            }
+            Prepared::Keyed { key, build } => (*key, *build),
         };
         if let Some(Some(hit)) = state.plans.get(key).map(|p| &p[parity as usize]) {
             return Ok(hit.clone());

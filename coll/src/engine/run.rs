@@ -330,24 +330,20 @@ impl<'c> Run<'c> {
         if !self.started || self.complete || self.failed.is_some() {
             return Ok(false);
         }
+        // One sweep: a step made ready by one taken lands at the end of `ready`, which the
+        // sweep reaches; a step that could not go waits for something from outside (a
+        // notification, a publication, the source), which a sweep more would rarely find.
         let mut changed = false;
-        loop {
-            let mut progressed = false;
-            let mut i = 0;
-            while i < self.ready.len() {
-                let id = self.ready[i];
-                if self.take(net, id, owner.as_deref_mut())? {
-                    self.ready.swap_remove(i);
-                    self.finish(id);
-                    progressed = true;
-                } else {
-                    i += 1;
-                }
+        let mut i = 0;
+        while i < self.ready.len() {
+            let id = self.ready[i];
+            if self.take(net, id, owner.as_deref_mut())? {
+                self.ready.swap_remove(i);
+                self.finish(id);
+                changed = true;
+            } else {
+                i += 1;
             }
-            if !progressed {
-                break;
-            }
-            changed = true;
         }
         if self.left == 0 && !self.complete && self.batch.test().map_err(Failure::from)? {
             self.complete = true;
