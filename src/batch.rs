@@ -170,6 +170,66 @@ impl Batch<'_> {
         )
     }
 
+    /// Writes `data`, bytes of this process's ordinary memory, to `dst` at `dst_offset` on a
+    /// rank reached directly ([`Context::reaches_directly`]): the calling thread copies them
+    /// into the target's mapped segment, and the write is complete when the call returns
+    /// (nothing of it is left for [`wait`](Self::wait)). It is the store access MPI-3 gives a
+    /// process to the same-host ranks of a shared-memory window, and spares copying data into
+    /// a segment first only to write it out from there.
+    ///
+    /// Only the direct path can take memory that is not registered: towards any other rank
+    /// this is refused, with nothing written, and the data has to go from a segment
+    /// ([`write`](Self::write)).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the write cannot go directly: `dst` is on another host,
+    /// `GASPI_INTRANODE=fabric` is set, `dst` is bound user memory that no other process can
+    /// map, or this batch has an operation towards that rank in flight through the fabric
+    /// (which a direct write could overtake); [`Error::OutOfBounds`]; [`Error::RankFailed`]
+    /// for a rank known dead.
+    pub fn write_from(&self, data: &[u8], dst: &Target, dst_offset: u64) -> Result<()> {
+        self.store(data, dst, dst_offset, None)
+    }
+
+    /// Writes like [`write_from`](Self::write_from), then sets `notification` in the target
+    /// segment's table; it never becomes visible before the data.
+    ///
+    /// # Errors
+    /// As for [`write_from`](Self::write_from), and [`Error::InvalidNotification`] /
+    /// [`Error::ZeroNotificationValue`] (checked against the target's table).
+    pub fn write_notify_from(
+        &self,
+        data: &[u8],
+        dst: &Target,
+        dst_offset: u64,
+        notification: Notification,
+    ) -> Result<()> {
+        let wire = dst.wire(notification)?;
+        self.store(data, dst, dst_offset, Some(wire))
+    }
+
+    fn store(
+        &self,
+        data: &[u8],
+        dst: &Target,
+        dst_offset: u64,
+        n: Option<crate::wire::WireNotification>,
+    ) -> Result<()> {
+        let inner = &self.ctx.inner;
+        let size = data.len() as u64;
+        dst.check(dst_offset, size)?;
+        let offset = dst.start + dst_offset;
+        if inner.store_directly(&self.queue, dst.rank, dst.table, offset, data, n)? {
+            return Ok(());
+        }
+        Err(Error::Unsupported(format!(
+            "a write from ordinary memory to rank {} (segment {}): only the direct path \
+             takes it; write from a segment instead",
+            dst.rank,
+            dst.segment()
+        )))
+    }
+
     /// Writes `size` bytes of `src` at `src_offset` to each of `dsts` (target, offset) with
     /// `notification`, in order: one source, many destinations (a broadcast's fan-out).
     /// Stops at the first refusal; what was posted before it stays posted.

@@ -65,7 +65,7 @@ impl Target {
         self.table.id()
     }
 
-    fn check(&self, offset: u64, len: u64) -> Result<()> {
+    pub(crate) fn check(&self, offset: u64, len: u64) -> Result<()> {
         if offset.checked_add(len).is_some_and(|end| end <= self.len) {
             Ok(())
         } else {

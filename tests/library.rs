@@ -115,6 +115,24 @@ fn library(ranks: u32, provider: &str) {
             assert_eq!(num("each_value"), u64::from(EACH_VALUE), "rank {rank}");
             assert_eq!(num("each_bytes"), 5000, "rank {rank}: write_notify_each");
         }
+        // Out of ordinary memory only on the direct path; every rank runs on this host.
+        let (from_memory, from_bytes) = if common::direct_mode() {
+            ("Ok", 5000)
+        } else {
+            ("Unsupported", 0)
+        };
+        expect("from_memory", from_memory.into());
+        assert_eq!(
+            num("from_memory_bytes"),
+            from_bytes,
+            "rank {rank}: write_notify_from\n{}",
+            job.report()
+        );
+        assert!(
+            data.get("from_memory_beyond").starts_with("OutOfBounds("),
+            "rank {rank}: write_from beyond the segment\n{}",
+            job.report()
+        );
         expect("wait_any", format!("0:5:{from_left},1:10:{from_left}"));
         assert_eq!(num("wait_any_bytes"), 100, "rank {rank}: notify_wait_any");
         assert_eq!(num("table_value"), from_left, "rank {rank}: Batch::notify");

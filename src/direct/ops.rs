@@ -132,6 +132,43 @@ impl Inner {
         Ok(true)
     }
 
+    /// Copies `data` (ordinary memory of this process) to `offset` of the segment behind
+    /// `table` of `rank`, then sets `n`, all directly. `Ok(false)` when it cannot go directly
+    /// (nothing was done then): the rank is not reached directly, `q` sends to it through the
+    /// fabric, or the segment is bound memory no other process maps.
+    pub(crate) fn store_directly(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        table: Table,
+        offset: u64,
+        data: &[u8],
+        n: Option<WireNotification>,
+    ) -> Result<bool> {
+        let Some(peer) = self.mapped(Some(q), rank, table)? else {
+            return Ok(false);
+        };
+        let size = data.len() as u64;
+        let memory = peer_memory(rank, &peer, table, offset, size)?;
+        if size > 0 {
+            memory.write(offset, data).map_err(|_| Error::OutOfBounds {
+                rank,
+                segment: table.id(),
+                offset,
+                size,
+                segment_size: peer.descriptor.size,
+            })?;
+        }
+        match n {
+            Some(n) if n.table == table && peer.table.is_some() => {
+                self.direct_notify(rank, &peer, n)?
+            }
+            Some(n) => self.notify_after_direct(q, rank, n)?,
+            None => {}
+        }
+        Ok(true)
+    }
+
     /// Sets `n` in `rank`'s table directly; `Ok(false)`: use the fabric.
     pub(crate) fn notify_directly(
         &self,

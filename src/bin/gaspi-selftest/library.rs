@@ -12,7 +12,9 @@
 //!    `Batch::test` and `Context::progress`; `write_notify_to` (data into a user segment, the
 //!    notification into lib-a's table); `write_notify_each` from rank 0 to every other rank;
 //!    `Batch::read`; `Batch::notify` into the table; `notify_wait_any` over a user range and a
-//!    library range at once. Every byte and notification value is checked. Then a reduction
+//!    library range at once; `write_notify_from` out of ordinary memory (only on the direct
+//!    path: refused, with nothing written, through the fabric) and `write_from` beyond the
+//!    target. Every byte and notification value is checked. Then a reduction
 //!    as a library builds one: contributions gathered over lib-b's team with
 //!    `write_notify_each`, folded in member order with `ReduceOp::apply` and `UserOp::apply`.
 //! 3. **Atomics.** Every rank adds to a word of rank 0's lib-a segment (`atomic_fetch_add_at`)
@@ -63,6 +65,9 @@ const EACH_LEN: u64 = 5000;
 const READ_DST: u64 = 40 << 10;
 const ANY_SRC: u64 = 48 << 10;
 const ANY_LEN: u64 = 100;
+/// Where `write_notify_from` puts its bytes of ordinary memory.
+const FROM_DST: u64 = 56 << 10;
+const FROM_LEN: u64 = 5000;
 /// The user segment whose table `write_notify_to` must leave alone (its data goes there).
 const TO_USER_SEG: SegmentId = 1;
 /// The user segment of `notify_wait_any`'s user range.
@@ -77,6 +82,7 @@ const TO_USER_ID: u32 = 2;
 const TABLE_ID: u32 = 4;
 const ANY_USER_ID: u32 = 5;
 const ANY_TABLE_ID: u32 = 10;
+const FROM_ID: u32 = 6;
 const ATOMIC_NOTE_LIB: u32 = 1;
 const ATOMIC_NOTE_USER: u32 = 6;
 
@@ -100,6 +106,7 @@ const RING: u64 = 2;
 const TO_USER: u64 = 3;
 const EACH: u64 = 4;
 const ANY: u64 = 5;
+const FROM_MEMORY: u64 = 6;
 
 pub fn run(ctx: &Context) -> Outcome<Report> {
     let mut data = Data::default();
@@ -630,6 +637,12 @@ fn data_paths(ctx: &Context, a: &LibA<'_>, user: &[Segment<'_>], data: &mut Data
             .write_notify_each(ring, EACH_SRC, EACH_LEN, &dsts, each)
             .doing(|| "write_notify_each to every other rank")?;
     }
+    // From ordinary memory: only the direct path takes it; nothing is written otherwise.
+    let from = mine(FROM_MEMORY, FROM_LEN);
+    let sent = batch.write_notify_from(&from, &ring_right, FROM_DST, note(FROM_ID));
+    data.outcome("from_memory", &sent);
+    let beyond = batch.write_from(&from, &ring_right, SIZE - FROM_LEN / 2);
+    data.outcome("from_memory_beyond", &beyond);
     batch
         .write_notify(
             ring,
@@ -702,6 +715,23 @@ fn data_paths(ctx: &Context, a: &LibA<'_>, user: &[Segment<'_>], data: &mut Data
         compare("write_notify_each's data", &got, &theirs(EACH, 0, EACH_LEN))?;
         data.put("each_value", value);
         data.put("each_bytes", got.len());
+    }
+
+    if ctx.reaches_directly(left) {
+        let value = take(ring, FROM_ID, "write_notify_from's notification")?;
+        ensure!(
+            value == left + 1,
+            "write_notify_from's notification has value {value}"
+        );
+        let got = read(ring, FROM_DST, FROM_LEN, "write_notify_from's data")?;
+        compare(
+            "write_notify_from's data",
+            &got,
+            &theirs(FROM_MEMORY, left, FROM_LEN),
+        )?;
+        data.put("from_memory_bytes", got.len());
+    } else {
+        data.put("from_memory_bytes", 0);
     }
 
     // One wait over a user range and a library range, each holding one arrival.
