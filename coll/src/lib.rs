@@ -45,7 +45,9 @@
 //! # Choices
 //! * Data is staged: the root copies its buffer into its library segment, every member
 //!   forwards from its own segment, and copies out at the end. Zero-copy from user buffers
-//!   would need registered user memory (`unsafe` in `gaspi`), which this crate forbids.
+//!   would need registered user memory (`unsafe` in `gaspi`), which this crate forbids. (A
+//!   [`Team`]'s puts that only send the source go straight out of the user's buffer to
+//!   members reached directly, through [`gaspi::Batch::write_notify_from`].)
 //! * Flow control by a credit per broadcast instead of acknowledgements: with a root that
 //!   changes from call to call, the member that writes next into a staging area is only known
 //!   when the next broadcast starts (see the `broadcast` module).

@@ -16,25 +16,52 @@ mod data;
 #[path = "../examples/gasnet_check/cases.rs"]
 mod cases;
 
+use std::path::Path;
+
 use common::{example, gaspirun, gaspirun_casualty, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use data::Digest;
 
 fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
+    job_on(Hosts::One, ranks, provider, args)
+}
+
+/// Where the ranks of a job run.
+#[derive(Clone, Copy)]
+enum Hosts {
+    One,
+    /// Two "hosts" (`GASPI_HOST_ID` from the rank), the first half of the ranks on one: the
+    /// members of one host reach each other directly, the others through the fabric, so
+    /// that collectives mix both paths (puts out of the source, for one, go only directly).
+    Two,
+}
+
+fn job_on(hosts: Hosts, ranks: u32, provider: &str, args: &[&str]) -> Finished {
     assert!(PROVIDERS.contains(&provider));
-    let job = gaspirun(
-        ranks,
-        provider,
-        JOB_TIMEOUT_S,
-        &example("gasnet_check"),
-        args,
-    );
+    let program = example("gasnet_check");
+    let job = match hosts {
+        Hosts::One => gaspirun(ranks, provider, JOB_TIMEOUT_S, &program, args),
+        Hosts::Two => {
+            let program = program
+                .to_str()
+                .expect("the target directory is a UTF-8 path");
+            let script =
+                format!(r#"GASPI_HOST_ID="host$((PMI_RANK * 2 / {ranks}))" exec "$0" "$@""#);
+            let mut sh_args = vec!["-c", &script, program];
+            sh_args.extend_from_slice(args);
+            gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("sh"), &sh_args)
+        }
+    };
     assert!(job.status.success(), "the job failed\n{}", job.report());
     job
 }
 
 /// `ops`: every rank's destination of every case equals the serial reference.
 fn ops(ranks: u32, provider: &str) {
-    let job = job(ranks, provider, &["ops"]);
+    ops_on(Hosts::One, ranks, provider);
+}
+
+fn ops_on(hosts: Hosts, ranks: u32, provider: &str) {
+    let job = job_on(hosts, ranks, provider, &["ops"]);
     let report = job.report();
     for rank in 0..ranks {
         let data = job.data("ops", rank);
@@ -64,7 +91,11 @@ fn ops(ranks: u32, provider: &str) {
 /// collectives that members sync in opposite orders, and a pieced gather_all whose handle
 /// one member drops unsynced.
 fn large(ranks: u32, provider: &str) {
-    let job = job(ranks, provider, &["large"]);
+    large_on(Hosts::One, ranks, provider);
+}
+
+fn large_on(hosts: Hosts, ranks: u32, provider: &str) {
+    let job = job_on(hosts, ranks, provider, &["large"]);
     let report = job.report();
     for rank in 0..ranks {
         let data = job.data("large", rank);
@@ -336,6 +367,8 @@ jobs! {
     large_1_shm: large(1, "shm");
     large_3_tcp: large(3, "tcp");
     large_4_shm: large(4, "shm");
+    two_hosts_ops_4_tcp: ops_on(Hosts::Two, 4, "tcp");
+    two_hosts_large_4_tcp: large_on(Hosts::Two, 4, "tcp");
     many_4_tcp: many(4, "tcp");
     many_4_shm: many(4, "shm");
     outstanding_2_shm: outstanding(2, "shm");

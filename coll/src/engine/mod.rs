@@ -57,12 +57,15 @@
 //!
 //! # The caller's buffers
 //! Steps that read the caller's source or write its destination need the buffers, which
-//! only the calls that hold the collective's handle lend. Copies into the destination are
-//! deferred to the sync (see the [schedule](crate::schedule)). Reads of the source mostly
-//! happen in the initiating call; a run that still has some to do when that call returns (a
-//! piece waiting for its lane, a block streamed in chunks) gets a copy of the source then,
-//! so that any call of the team moves it on: otherwise two members that sync two such
-//! collectives in opposite orders would each wait for the other's sync.
+//! only the calls that hold the collective's handle lend. A put to a member reached
+//! directly may read the source itself, instead of a copy of it in the stage (see the
+//! `elide` module). Copies into the destination are deferred to the sync (see the
+//! [schedule](crate::schedule)). Reads of the source mostly happen in the initiating call;
+//! a run that still has some to do when that call returns (a piece waiting for its lane, a
+//! block streamed in chunks, a put out of the source held back) stages the bytes of its
+//! puts out of the source if it holds its lane, and gets a copy of the source for whatever
+//! else it still reads, so that any call of the team moves it on: otherwise two members
+//! that sync two such collectives in opposite orders would each wait for the other's sync.
 //!
 //! # Values
 //! Every notification of a run carries the run's value: its sequence number mixed with the
@@ -75,6 +78,7 @@
 //! runs wait for, the others on a condition variable; whoever changes something wakes the
 //! sleepers, and the watcher through a notification of its own.
 
+mod elide;
 mod piece;
 mod run;
 
@@ -91,7 +95,7 @@ use smallvec::SmallVec;
 
 pub(crate) use piece::{Blocks, Cut};
 pub(crate) use run::{Owner, Views};
-use run::{Plan, Run, Transfer, Transport};
+use run::{Plan, Run, Stored, Transfer, Transport};
 
 use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
@@ -326,6 +330,9 @@ pub(crate) struct Engine<'c> {
     ranks: Vec<Rank>,
     /// The other members' ranks, whose deaths a wait watches.
     others: Vec<Rank>,
+    /// Per member, whether it is reached directly: puts to it may go out of the caller's
+    /// source (see the `elide` module).
+    direct: Vec<bool>,
     me: u32,
     /// Every member's segment, by member index (this member's too, for the wake-up), once
     /// resolved: by the first call that may wait, so that building a team never has to
@@ -444,11 +451,13 @@ impl<'c> Engine<'c> {
             .filter(|&(i, _)| i != me as usize)
             .map(|(_, &rank)| rank)
             .collect();
+        let direct = ranks.iter().map(|&r| ctx.reaches_directly(r)).collect();
         Engine {
             ctx,
             seg,
             ranks,
             others,
+            direct,
             me,
             targets: OnceLock::new(),
             layout,
@@ -592,12 +601,26 @@ impl<'c> Engine<'c> {
         Ok(seqs)
     }
 
-    /// Gives the runs of `seqs` that still have to read the caller's source `src` a copy of
-    /// it, as the call that lent it returns: they then move on in any call of the team, not
-    /// only in those that hold their handle (see "The caller's buffers" in the [module
-    /// documentation](self)), and need nothing of the handle if it is dropped.
+    /// Gives the runs of `seqs` that still have to read the caller's source `src` what they
+    /// need of it, as the call that lent it returns: the bytes of their puts out of the
+    /// source staged (in a run that holds its lane), else a copy of the source. They then
+    /// move on in any call of the team, not only in those that hold their handle (see "The
+    /// caller's buffers" in the [module documentation](self)), and need nothing of the
+    /// handle if it is dropped.
     fn keep_source(&self, state: &mut State<'c>, seqs: Range<u64>, src: Input<'_>) {
         let later = |state: &State<'c>, seq| state.runs.get(seq).is_some_and(Run::reads_later);
+        if !seqs.clone().any(|seq| later(state, seq)) {
+            return;
+        }
+        for seq in seqs.clone() {
+            if let Some(run) = state.runs.get_mut(seq).filter(|run| run.reads_later()) {
+                // A failure here is the run's, reported when its handle syncs.
+                if let Err(f) = run.stage_source_puts(self, &src) {
+                    run.failed = Some(f);
+                    state.changed = true;
+                }
+            }
+        }
         if !seqs.clone().any(|seq| later(state, seq)) {
             return;
         }
@@ -654,7 +677,8 @@ impl<'c> Engine<'c> {
         if compact && parity == 1 {
             schedule.shift_stage(lane_half);
         }
-        Ok(Arc::new(Plan::new(schedule, compact)))
+        let direct = |to: u32| self.direct.get(to as usize).copied().unwrap_or(false);
+        Ok(Arc::new(Plan::new(schedule, compact, direct)))
     }
 
     /// Syncs the runs of `owners` (each with its caller's buffers): sets, per owner,
@@ -1129,6 +1153,24 @@ impl Transport for Engine<'_> {
         self.seg
             .write(self.layout.offset(seq) + at, data)
             .map_err(Failure::from)
+    }
+
+    fn store(
+        &self,
+        batch: &Batch<'_>,
+        seq: u64,
+        to: u32,
+        at: u64,
+        data: &[u8],
+    ) -> std::result::Result<Stored, Failure> {
+        let Some(target) = self.target(to) else {
+            return Ok(Stored::NotYet);
+        };
+        match batch.write_from(data, target, self.layout.offset(seq) + at) {
+            Ok(()) => Ok(Stored::Done),
+            Err(gaspi::Error::Unsupported(_)) => Ok(Stored::Refused),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn id(&self, seq: u64, signal: u32) -> NotificationId {

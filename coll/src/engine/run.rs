@@ -17,6 +17,7 @@ use std::sync::Arc;
 use gaspi::{Batch, Context, Notification, NotificationId, Rank};
 use smallvec::SmallVec;
 
+use super::elide::Elision;
 use super::piece::Blocks;
 use super::Failure;
 use crate::buffer::{Input, Output};
@@ -68,6 +69,16 @@ pub(crate) trait Transport {
     fn read(&self, seq: u64, at: u64, buf: &mut [u8]) -> Result<(), Failure>;
     /// Writes `data` into the run's stage at `at`.
     fn write(&self, seq: u64, at: u64, data: &[u8]) -> Result<(), Failure>;
+    /// Writes `data`, of the caller's memory, into member `to`'s stage of run `seq` at `at`
+    /// on the direct path (see the `elide` module).
+    fn store(
+        &self,
+        batch: &Batch<'_>,
+        seq: u64,
+        to: u32,
+        at: u64,
+        data: &[u8],
+    ) -> Result<Stored, Failure>;
     /// The notification id of `signal` for run `seq`.
     fn id(&self, seq: u64, signal: u32) -> NotificationId;
     /// Whether member `to` has given up its stage of every run before `needs` (see the
@@ -81,8 +92,18 @@ pub(crate) trait Transport {
     fn context(&self) -> &Context;
 }
 
+/// How a [`Transport::store`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    Done,
+    /// The receiver's segment is not resolved yet: nothing was written.
+    NotYet,
+    /// It cannot go directly: nothing was written.
+    Refused,
+}
+
 /// A schedule ready to run, shared by the runs of the same call (see the engine's cache):
-/// its steps' dependencies counted and inverted once.
+/// its steps' dependencies counted and inverted once, and its puts out of the source found.
 pub(crate) struct Plan {
     pub(crate) schedule: Schedule,
     /// Whether the run is compact (see the engine's "Skipped credits").
@@ -94,12 +115,16 @@ pub(crate) struct Plan {
     dependents: Vec<StepId>,
     first_dependent: Vec<u32>,
     sources: Vec<StepId>,
+    /// The copies skipped and the puts out of the source instead (see the `elide` module).
+    elision: Elision,
     /// The steps that read the caller's source.
     reads: u32,
 }
 
 impl Plan {
-    pub(crate) fn new(schedule: Schedule, compact: bool) -> Plan {
+    /// The plan of `schedule`, whose puts to members for which `direct` holds may go out of
+    /// the caller's source.
+    pub(crate) fn new(schedule: Schedule, compact: bool, direct: impl Fn(u32) -> bool) -> Plan {
         let waiting = schedule
             .steps
             .iter()
@@ -123,10 +148,9 @@ impl Plan {
             }
         }
         let sources = schedule.sources();
-        let reads = schedule
-            .steps
-            .iter()
-            .filter(|s| reads_source(&s.task))
+        let elision = Elision::of(&schedule, direct);
+        let reads = (0..schedule.steps.len() as StepId)
+            .filter(|&id| reads_source(&schedule, &elision, id))
             .count() as u32;
         Plan {
             schedule,
@@ -135,6 +159,7 @@ impl Plan {
             dependents,
             first_dependent,
             sources,
+            elision,
             reads,
         }
     }
@@ -189,6 +214,9 @@ pub(crate) struct Run<'c> {
     pub(crate) source: Option<Arc<[u8]>>,
     /// Steps reading the source not done yet.
     reads_left: u32,
+    /// Its puts out of the source (see the `elide` module) had their bytes staged when the
+    /// call that lent the source returned, and go from the stage.
+    staged: bool,
     /// For a piece of a longer collective, where its spans of the caller's buffers lie.
     views: Option<Views>,
     /// The deferred copies were carried out.
@@ -228,6 +256,7 @@ impl<'c> Run<'c> {
             orphan: false,
             source: None,
             reads_left: 0,
+            staged: false,
             views: None,
             delivered: false,
             reducer: None,
@@ -264,6 +293,7 @@ impl<'c> Run<'c> {
             orphan: _,
             source: _,
             reads_left,
+            staged,
             views: run_views,
             delivered,
             reducer: _,
@@ -278,6 +308,7 @@ impl<'c> Run<'c> {
         ready.extend_from_slice(&plan.sources);
         *left = plan.schedule.steps.len();
         *reads_left = plan.reads;
+        *staged = false;
         *run_plan = plan;
         *started = false;
         *needs = 0;
@@ -376,6 +407,20 @@ impl<'c> Run<'c> {
                     id: net.id(seq, signal),
                     value,
                 };
+                if !self.staged && !self.plan.elision.pieces(id).is_empty() {
+                    let owner = owner.filter(|o| o.seqs.contains(&seq));
+                    let src = match (&self.source, owner) {
+                        (Some(copy), _) => Input::Memory(copy),
+                        (None, Some(owner)) => owner.src,
+                        (None, None) => return Ok(false),
+                    };
+                    match self.store_pieces(net, id, &src, to, into, from)? {
+                        Stored::NotYet => return Ok(false),
+                        Stored::Done => return net.signal(&self.batch, to, n),
+                        // Staged now as the skipped copies would have, and put from there.
+                        Stored::Refused => {}
+                    }
+                }
                 let put = Transfer {
                     to,
                     from,
@@ -406,6 +451,8 @@ impl<'c> Run<'c> {
                     })
                 }
             },
+            // Its puts take the bytes from the source themselves.
+            Task::Copy { .. } if self.plan.elision.skipped(id) => {}
             Task::Copy { from, into } => {
                 let owner = owner.filter(|o| o.seqs.contains(&seq));
                 let (src_view, dst_view) = match &self.views {
@@ -495,9 +542,51 @@ impl<'c> Run<'c> {
         Ok(true)
     }
 
+    /// Writes the pieces of put `id` (of `len` bytes from `from` of the stage to member `to`
+    /// at `into`) out of `src` straight into the receiver's stage; where that cannot go
+    /// directly, into this member's stage as the skipped copies would have.
+    fn store_pieces(
+        &self,
+        net: &impl Transport,
+        id: StepId,
+        src: &Input<'_>,
+        to: u32,
+        into: u64,
+        from: u64,
+    ) -> Result<Stored, Failure> {
+        let seq = self.seq;
+        let view = self.views.as_ref().map(|v| &v.src);
+        let pieces = self.plan.elision.pieces(id);
+        let mut stored = match src {
+            // A segment's bytes are read into memory anyway: staged, they are put as usual.
+            Input::Segment(_) => Stored::Refused,
+            Input::Memory(_) => Stored::Done,
+        };
+        for piece in pieces {
+            if stored != Stored::Done {
+                break;
+            }
+            read_parts(net, src, view, piece.span, |at, bytes| {
+                if stored == Stored::Done {
+                    let at = into + piece.offset + at;
+                    stored = net.store(&self.batch, seq, to, at, bytes)?;
+                }
+                Ok(())
+            })?;
+        }
+        if stored == Stored::Refused {
+            for piece in pieces {
+                read_parts(net, src, view, piece.span, |at, bytes| {
+                    net.write(seq, from + piece.offset + at, bytes)
+                })?;
+            }
+        }
+        Ok(stored)
+    }
+
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
-        if reads_source(&self.plan.schedule.steps[id as usize].task) {
+        if reads_source(&self.plan.schedule, &self.plan.elision, id) && !self.staged_put(id) {
             self.reads_left -= 1;
         }
         for &later in self.plan.dependents(id) {
@@ -527,6 +616,47 @@ impl<'c> Run<'c> {
                 _ => {}
             }
         }
+    }
+
+    /// Whether step `id` is a put out of the source whose bytes were staged.
+    fn staged_put(&self, id: StepId) -> bool {
+        self.staged && !self.plan.elision.pieces(id).is_empty()
+    }
+
+    /// Stages the bytes of the puts out of the source that are still to go, as the copies
+    /// they replace would have, so that they go from the stage and need the source no more:
+    /// done when the call that lent `src` returns, if the run holds its lane (its stage is
+    /// its own). Cheaper than keeping a copy of the whole source when a put is held back
+    /// (by flow control, mostly).
+    pub(crate) fn stage_source_puts(
+        &mut self,
+        net: &impl Transport,
+        src: &Input<'_>,
+    ) -> Result<(), Failure> {
+        if !self.started || self.staged || self.complete || self.failed.is_some() {
+            return Ok(());
+        }
+        let view = self.views.as_ref().map(|v| &v.src);
+        let mut staged = 0;
+        for (id, step) in self.plan.schedule.steps.iter().enumerate() {
+            let Task::Put { from, .. } = step.task else {
+                continue;
+            };
+            let pieces = self.plan.elision.pieces(id as StepId);
+            let pending = self.waiting[id] > 0 || self.ready.contains(&(id as StepId));
+            if pieces.is_empty() || !pending {
+                continue;
+            }
+            for piece in pieces {
+                read_parts(net, src, view, piece.span, |at, bytes| {
+                    net.write(self.seq, from + piece.offset + at, bytes)
+                })?;
+            }
+            staged += 1;
+        }
+        self.reads_left -= staged;
+        self.staged = true;
+        Ok(())
     }
 
     /// Whether the run still has to read the caller's source and nothing else gives it: it
@@ -589,9 +719,14 @@ impl<'c> Run<'c> {
     }
 }
 
-/// Whether `task` reads the caller's source.
-fn reads_source(task: &Task) -> bool {
-    matches!(task, Task::Copy { from, .. } if from.buf == Buf::Src)
+/// Whether step `id` of `schedule` reads the caller's source: a copy from it that `elision`
+/// keeps, or a put out of it.
+fn reads_source(schedule: &Schedule, elision: &Elision, id: StepId) -> bool {
+    match schedule.steps[id as usize].task {
+        Task::Copy { from, .. } => from.buf == Buf::Src && !elision.skipped(id),
+        Task::Put { .. } => !elision.pieces(id).is_empty(),
+        _ => false,
+    }
 }
 
 /// Calls `f` with the offset within `span` and the bytes of each part of `input` that
