@@ -11,8 +11,8 @@
 //! kill, and every survivor pings the dead victim and the other survivors after it: a ping
 //! of a live survivor must succeed (on the direct path no ping reads anything; over tcp the
 //! read failed with the connection). Over shm through the fabric rank 0 can read nothing
-//! afterwards, not even the descriptor its first notify into a survivor's segment needs, so
-//! there the survivors skip those pings. Finally `finalize` with a 2 s
+//! afterwards, and shm then refuses whatever else it sends to a survivor it pinged (a read),
+//! so there the survivors skip those pings. Finally `finalize` with a 2 s
 //! timeout must end promptly naming a dead rank ([`finalize_names_the_dead_rank`]): the
 //! victim, or a survivor that already finalized and exited. Run it under `gaspirun
 //! --keep-going`; the victim prints no `ok` line. Observations go to the data line for
@@ -118,10 +118,11 @@ fn survivors(ctx: &Context, victim: u32, data: &mut Data) -> Outcome {
     data.outcome("ping_dead", &ctx.proc_ping(victim, TIMEOUT));
     let me = ctx.rank();
     // Over shm through the fabric rank 0 can complete no read after the one that went
-    // unanswered (see the README's provider limits), and its first notify into another
-    // survivor's segment needs one: the lookup of that segment's descriptor (traced: the
-    // notify stays parked on it). So there the survivors could not hold each other until the
-    // pings are done.
+    // unanswered (see the README's provider limits): its ping of a survivor (a read) then
+    // stays pending, and shm refuses every later write towards that survivor, a notification
+    // too (traced: the inject of the notify returns -FI_EAGAIN for good; without the ping the
+    // notify waits on the lookup of the survivor's segment, a read as well). So there the
+    // survivors could not hold each other until the pings are done.
     if (0..victim).any(|r| r != me && !ctx.reaches_directly(r)) && ctx.provider() == "shm" {
         return Ok(());
     }
