@@ -95,6 +95,7 @@ pub(crate) trait Transport {
 /// How a [`Transport::store`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stored {
+    /// Written, complete.
     Done,
     /// The receiver's segment is not resolved yet: nothing was written.
     NotYet,
@@ -542,9 +543,9 @@ impl<'c> Run<'c> {
         Ok(true)
     }
 
-    /// Writes the pieces of put `id` (of `len` bytes from `from` of the stage to member `to`
-    /// at `into`) out of `src` straight into the receiver's stage; where that cannot go
-    /// directly, into this member's stage as the skipped copies would have.
+    /// Writes the pieces of put `id` (from `from` of the stage to member `to` at `into`) out
+    /// of `src` straight into the receiver's stage; where that cannot go directly, into this
+    /// member's stage at `from`, as the skipped copies would have.
     fn store_pieces(
         &self,
         net: &impl Transport,
