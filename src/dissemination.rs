@@ -168,9 +168,11 @@ impl Context {
                     })
                     .map_err(|e| self.earliest_death(spread, e))?;
             }
-            // The slots belong to this round only; consuming them cannot race with a peer's
-            // next write to them (see the module doc on banks).
-            let first = table.reset(slot).unwrap_or(0);
+            // The slots belong to this round only, and only the thread that holds the
+            // group's state consumes them; a peer writes them again only in the run after
+            // next, which it enters after this member sent its part of the next one (see the
+            // module doc on banks): so a load and a store take them, no swap.
+            let first = table.take_exclusive(slot).unwrap_or(0);
             match &mut state.pair {
                 None if first != tag => {
                     return Err(Error::Protocol(format!(
@@ -180,7 +182,7 @@ impl Context {
                 }
                 None => {}
                 Some((lo, hi)) => {
-                    let second = table.reset(slot + 1).unwrap_or(0);
+                    let second = table.take_exclusive(slot + 1).unwrap_or(0);
                     *lo = (*lo).min(first);
                     *hi = (*hi).max(second);
                 }

@@ -138,6 +138,27 @@ impl NotificationTable {
         Ok(self.slot(id)?.swap(0, Ordering::AcqRel))
     }
 
+    /// Consumes notification `id` like [`reset`](Self::reset), with a load and a store
+    /// instead of a swap (a locked instruction less, on the path of every barrier round).
+    ///
+    /// Only for an id that one thread alone consumes, and that its writer sets again only
+    /// after it learned that the value was taken (a dissemination round's slot, written once
+    /// per use of its bank): another consumer could take the same value, and a writer setting
+    /// it between the load and the store would be overwritten. The store is a release, as
+    /// `reset`'s swap is.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] if `id >= len()`.
+    pub fn take_exclusive(&self, id: u32) -> Result<u32> {
+        let slot = self.slot(id)?;
+        let value = slot.load(Ordering::Acquire);
+        if value != 0 {
+            slot.store(0, Ordering::Release);
+        }
+        Ok(value)
+    }
+
     /// The current value of notification `id`, without consuming it.
     ///
     /// # Errors
@@ -275,6 +296,10 @@ mod tests {
         assert_eq!(table.reset(17)?, 9);
         assert_eq!(table.reset(17)?, 0);
         assert_eq!(table.get(17)?, 0);
+        table.set(17, 4)?;
+        assert_eq!(table.take_exclusive(17)?, 4);
+        assert_eq!(table.take_exclusive(17)?, 0);
+        assert_eq!(table.get(17)?, 0);
         Ok(())
     }
 
@@ -286,6 +311,7 @@ mod tests {
         assert_eq!(table.set(3, 0), Err(Error::ZeroValue { id: 3 }));
         assert_eq!(table.get(100), Err(out(100)));
         assert_eq!(table.reset(u32::MAX), Err(out(u64::from(u32::MAX))));
+        assert_eq!(table.take_exclusive(100), Err(out(100)));
         assert_eq!(table.first_set(5, 0), Err(Error::EmptyRange { begin: 5 }));
         assert_eq!(table.first_set(90, 11), Err(out(101)));
         assert_eq!(table.first_set(100, 1), Err(out(101)));
