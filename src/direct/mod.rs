@@ -245,6 +245,10 @@ struct Peer {
     /// Mapped segments, indexed by [`Slot::index`]: read on every direct operation, so
     /// without locks.
     segments: Slots<PeerSegment>,
+    /// The system table, once mapped: published once at startup and never replaced, so it
+    /// is kept here for good and reached without even the epoch pin of a loan (one locked
+    /// instruction off every barrier round and allreduce step).
+    system: OnceLock<Arc<PeerSegment>>,
 }
 
 impl Peer {
@@ -349,6 +353,7 @@ impl Direct {
                     path,
                     directory: OnceLock::new(),
                     segments: Slots::new(ENTRIES),
+                    system: OnceLock::new(),
                 })
             })
             .collect();
@@ -393,6 +398,19 @@ impl Direct {
     /// `Some(None)` when it has no such segment.
     pub(crate) fn segment(&self, rank: Rank, slot: Slot) -> Option<Option<Loan<'_, PeerSegment>>> {
         self.peers.get(rank as usize)?.as_ref()?.segment(slot)
+    }
+
+    /// The system table of `rank`, mapped: `None` when `rank` is not reached directly or has
+    /// not published its system table yet.
+    pub(crate) fn system(&self, rank: Rank) -> Option<&PeerSegment> {
+        let peer = self.peers.get(rank as usize)?.as_ref()?;
+        if let Some(system) = peer.system.get() {
+            return Some(system);
+        }
+        // Mapped (or found mapped) as any slot, then kept: a racing thread keeps the same.
+        peer.segment(Slot::System)??;
+        let mapped = peer.segments.get_arc(Slot::System.index())?;
+        Some(peer.system.get_or_init(|| mapped))
     }
 }
 

@@ -176,6 +176,15 @@ impl Inner {
         rank: Rank,
         n: WireNotification,
     ) -> Result<bool> {
+        if n.table == Table::System && q.is_none() && self.direct.reaches(rank) {
+            if let Some(dead) = self.health.known(rank) {
+                return Err(dead);
+            }
+            if let Some(peer) = self.direct.system(rank).filter(|p| p.table.is_some()) {
+                self.direct_notify(rank, peer, n)?;
+                return Ok(true);
+            }
+        }
         let Some(peer) = self.direct_to(q, rank, n.table)? else {
             return Ok(false);
         };
