@@ -346,7 +346,10 @@ impl Context {
                         deadline,
                         |slice| table.wait_some(id, 1, slice, self.inner.waiter()).ok(),
                     )?;
-                    if table.reset(id).unwrap_or(0) != tag {
+                    // Consumed by the thread holding the group's state alone, and written
+                    // again only two runs on (banks alternate, as for a dissemination): a
+                    // load and a store take it.
+                    if table.take_exclusive(id).unwrap_or(0) != tag {
                         return Err(Error::CollectiveMismatch {
                             group: g.id,
                             rank: partner,
