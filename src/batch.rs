@@ -145,15 +145,7 @@ impl Batch<'_> {
         if let Some(peer) = inner.mapped(Some(&self.queue), dst.rank, dst.table)? {
             let offset = dst.start + dst_offset;
             inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
-            match data {
-                // The table of the segment just written, found with it: no second lookup.
-                Some(n) if n.table == dst.table && peer.table.is_some() => {
-                    inner.direct_notify(dst.rank, &peer, n)?;
-                }
-                Some(n) => inner.notify_after_direct(&self.queue, dst.rank, n)?,
-                None => {}
-            }
-            return Ok(());
+            return inner.notify_behind(&self.queue, dst.rank, &peer, dst.table, data);
         }
         inner.post_on(
             &self.queue,

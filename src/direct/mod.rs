@@ -247,7 +247,7 @@ struct Peer {
     segments: Slots<PeerSegment>,
     /// The system table, once mapped: published once at startup and never replaced, so it
     /// is kept here for good and reached without even the epoch pin of a loan (one locked
-    /// instruction off every barrier round and allreduce step).
+    /// instruction off every system notification: barrier rounds, group commits).
     system: OnceLock<Arc<PeerSegment>>,
 }
 

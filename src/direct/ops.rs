@@ -104,12 +104,7 @@ impl Inner {
         };
         let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
         self.transfer_directly(local, rank, &peer, segment, offset, size, false, None)?;
-        match n {
-            // The data's segment is the notification's: no second lookup.
-            Some(n) if peer.table.is_some() => self.direct_notify(rank, &peer, n)?,
-            Some(n) => self.notify_after_direct(q, rank, n)?,
-            None => {}
-        }
+        self.notify_behind(q, rank, &peer, table, n)?;
         Ok(true)
     }
 
@@ -159,14 +154,28 @@ impl Inner {
                 segment_size: peer.descriptor.size,
             })?;
         }
+        self.notify_behind(q, rank, &peer, table, n)?;
+        Ok(true)
+    }
+
+    /// Sets `n` (if any) after data written directly into `peer`, the segment behind `table`
+    /// of `rank`: in `peer`'s own table when `n` goes there (found with the data, no second
+    /// lookup), else as [`notify_after_direct`](Self::notify_after_direct) does.
+    pub(crate) fn notify_behind(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        peer: &PeerSegment,
+        table: Table,
+        n: Option<WireNotification>,
+    ) -> Result<()> {
         match n {
             Some(n) if n.table == table && peer.table.is_some() => {
-                self.direct_notify(rank, &peer, n)?
+                self.direct_notify(rank, peer, n)
             }
-            Some(n) => self.notify_after_direct(q, rank, n)?,
-            None => {}
+            Some(n) => self.notify_after_direct(q, rank, n),
+            None => Ok(()),
         }
-        Ok(true)
     }
 
     /// Sets `n` in `rank`'s table directly; `Ok(false)`: use the fabric.
