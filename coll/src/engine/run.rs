@@ -410,10 +410,8 @@ impl<'c> Run<'c> {
                 };
                 if !self.staged && !self.plan.elision.pieces(id).is_empty() {
                     let owner = owner.filter(|o| o.seqs.contains(&seq));
-                    let src = match (&self.source, owner) {
-                        (Some(copy), _) => Input::Memory(copy),
-                        (None, Some(owner)) => owner.src,
-                        (None, None) => return Ok(false),
+                    let Some(src) = self.source_of(owner.as_deref()) else {
+                        return Ok(false);
                     };
                     match self.store_pieces(net, id, &src, to, into, from)? {
                         Stored::NotYet => return Ok(false),
@@ -500,10 +498,8 @@ impl<'c> Run<'c> {
                     }
                     (_, Buf::Dst, _) => self.deferred.push((from, into)),
                     (Buf::Src, _, owner) => {
-                        let src = match (&self.source, owner) {
-                            (Some(copy), _) => Input::Memory(copy),
-                            (None, Some(owner)) => owner.src,
-                            (None, None) => return Ok(false),
+                        let Some(src) = self.source_of(owner.as_deref()) else {
+                            return Ok(false);
                         };
                         read_parts(net, &src, src_view, from, |at, bytes| {
                             net.write(seq, into.at + at, bytes)
@@ -541,6 +537,16 @@ impl<'c> Run<'c> {
             }
         }
         Ok(true)
+    }
+
+    /// The caller's source as this run can read it now: its own copy, else the one `owner`
+    /// lends; `None` when neither is there.
+    fn source_of<'a>(&'a self, owner: Option<&Owner<'a>>) -> Option<Input<'a>> {
+        match (&self.source, owner) {
+            (Some(copy), _) => Some(Input::Memory(copy)),
+            (None, Some(owner)) => Some(owner.src),
+            (None, None) => None,
+        }
     }
 
     /// Writes the pieces of put `id` (from `from` of the stage to member `to` at `into`) out
