@@ -207,15 +207,16 @@ impl<'c> Team<'c> {
     /// must agree on. When some member's staging of the whole operation exceeds a lane, it
     /// runs as pieces of equal cuts on every member (see the engine's `piece` module), each
     /// synchronised as `flags` ask, each piece with its own copy of `reducer` (the operator
-    /// of the schedule's folds). With `exact`, `words`, `flags` and `algorithm` determine
-    /// the schedule of an operation of one piece, and the engine keeps its plan for the next
-    /// call with the same ones (the v forms, whose words carry a digest of the counts, are
-    /// not exact).
+    /// of the schedule's folds). `exact` is what, beside `words`, `flags` and `algorithm`,
+    /// the schedule of an operation of one piece depends on (the counts of a v form, which
+    /// `words` carry only as a digest): the engine keeps its plan, keyed by all of them, for
+    /// the next call with the same ones, so that a v form repeated with the same counts, as
+    /// MPI codes mostly call them, is not built and planned again on every call.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<'t, 'b>(
         &'t self,
         words: &[u64],
-        exact: bool,
+        exact: &[u64],
         flags: Flags,
         algorithm: &'static str,
         shape: Shape<'_>,
@@ -251,26 +252,21 @@ impl<'c> Team<'c> {
             let signature = signature(&all);
             // The whole flags: a plan cached for valid flags must not serve invalid ones.
             all.push(u64::from(flags.bits()));
-            // Built (and the half lane decided) only when the engine has no plan for the key;
-            // without one to keep, the heaviest staging is not worth working out.
+            // Only in the key: members' counts may differ (exchangev), their signatures not.
+            all.extend_from_slice(exact);
+            // Built (and the half lane decided) only when the engine has no plan for the key.
             // Only folding operations use half lanes: half lanes let eager runs go twice as
             // deep, which for large data operations cost more in cache than it saved in
             // waiting (a 1 MiB broadcast at 2 ranks: 105 µs in whole lanes, 130–160 µs in
             // halves).
             let folds = reducer.is_some();
-            let synchronised = |weigh: bool| {
-                let half = folds && (bound <= lane / 2 || (weigh && heaviest(whole) <= lane / 2));
+            let build = || {
+                let half = folds && (bound <= lane / 2 || heaviest(whole) <= lane / 2);
                 Ok((self.synchronised(build(me, whole), flags)?, half))
             };
-            let keyed = || synchronised(true);
-            let prepared = if exact {
-                Prepared::Keyed {
-                    key: &all,
-                    build: &keyed,
-                }
-            } else {
-                let (schedule, half) = synchronised(false)?;
-                Prepared::Built(schedule, half)
+            let prepared = Prepared::Keyed {
+                key: &all,
+                build: &build,
             };
             let mut launch = Launch {
                 prepared,
@@ -362,7 +358,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes];
-        self.start(&words, true, flags, name, shape, build, None, src, dst)
+        self.start(&words, &[], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
@@ -418,7 +414,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes];
-        self.start(&words, true, flags, name, shape, build, None, src, dst)
+        self.start(&words, &[], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
@@ -467,7 +463,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
-        self.start(&words, false, flags, name, shape, build, None, src, dst)
+        self.start(&words, counts, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -510,7 +506,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes];
-        self.start(&words, true, flags, name, shape, build, None, src, dst)
+        self.start(&words, &[], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
@@ -556,7 +552,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
-        self.start(&words, false, flags, name, shape, build, None, src, dst)
+        self.start(&words, counts, flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -610,7 +606,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
-        self.start(&[6, bytes], true, flags, name, shape, build, None, src, dst)
+        self.start(&[6, bytes], &[], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
@@ -652,7 +648,7 @@ impl<'c> Team<'c> {
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.start(
             &[7, signature(counts)],
-            false,
+            counts,
             flags,
             name,
             shape,
@@ -711,7 +707,7 @@ impl<'c> Team<'c> {
         };
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
-        self.start(&[8, bytes], true, flags, name, shape, build, None, src, dst)
+        self.start(&[8, bytes], &[], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
@@ -776,7 +772,18 @@ impl<'c> Team<'c> {
         // A slot per partner to receive into and one to send from.
         let chunk = (self.lane_bytes() / (2 * u64::from(n))).max(1);
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts, chunk);
-        self.start(&[9], false, flags, "pairwise", shape, build, None, src, dst)
+        let counts: SmallVec<[u64; 32]> = send_counts.iter().chain(recv_counts).copied().collect();
+        self.start(
+            &[9],
+            &counts,
+            flags,
+            "pairwise",
+            shape,
+            build,
+            None,
+            src,
+            dst,
+        )
     }
 
     /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on

@@ -281,7 +281,7 @@ impl<'c> Team<'c> {
         let shape = Shape::reduction(len, stage_bound(n, len), block);
         self.start(
             &words,
-            true,
+            &[],
             flags,
             name,
             shape,

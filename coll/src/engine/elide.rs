@@ -31,11 +31,11 @@ pub(crate) struct Piece {
     pub(crate) span: Span,
 }
 
-/// Copies into the stage shorter than this are kept: one costs less than finding out whether
-/// it may go, which a plan built for one call (the v forms) pays on every call, and than the
-/// second look at its receiver a put out of the source takes (the data, then the
-/// notification). Measured at 8 B, putting out of the source made the v forms 0.1–0.2 µs
-/// slower at 2 ranks.
+/// Copies into the stage shorter than this are kept: one costs less than the second look at
+/// its receiver a put out of the source takes (the data, then the notification). Measured at
+/// 8 B, putting out of the source made the v forms 0.1–0.2 µs slower at 2 ranks, when they
+/// were still planned on every call (part of that was the analysis, which a cached plan
+/// now pays once).
 const MIN_SKIPPED: u64 = 4 << 10;
 
 /// What a plan takes from the source instead of the stage.
