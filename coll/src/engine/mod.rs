@@ -101,7 +101,9 @@ use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
 use crate::schedule::{signal_bound, Reducer, Schedule};
 
-/// Keyed plans an engine keeps at most: a program reduces vectors of a few lengths.
+/// Keyed plans an engine keeps at most: a program calls its collectives with a few lengths
+/// and counts. One whose v forms' counts change on every call empties the cache every 64
+/// calls, and pays for each call's key beside the plan it built anyway.
 const PLANS: usize = 64;
 
 /// Removed runs an engine keeps for renewal at most: enough for the runs of a few lanes.
