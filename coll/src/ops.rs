@@ -216,7 +216,7 @@ impl<'c> Team<'c> {
     pub(crate) fn start<'t, 'b>(
         &'t self,
         words: &[u64],
-        exact: &[u64],
+        exact: &[&[u64]],
         flags: Flags,
         algorithm: &'static str,
         shape: Shape<'_>,
@@ -253,20 +253,22 @@ impl<'c> Team<'c> {
             // The whole flags: a plan cached for valid flags must not serve invalid ones.
             all.push(u64::from(flags.bits()));
             // Only in the key: members' counts may differ (exchangev), their signatures not.
-            all.extend_from_slice(exact);
+            for words in exact {
+                all.extend_from_slice(words);
+            }
             // Built (and the half lane decided) only when the engine has no plan for the key.
             // Only folding operations use half lanes: half lanes let eager runs go twice as
             // deep, which for large data operations cost more in cache than it saved in
             // waiting (a 1 MiB broadcast at 2 ranks: 105 µs in whole lanes, 130–160 µs in
             // halves).
             let folds = reducer.is_some();
-            let build = || {
+            let schedule = || {
                 let half = folds && (bound <= lane / 2 || heaviest(whole) <= lane / 2);
                 Ok((self.synchronised(build(me, whole), flags)?, half))
             };
             let prepared = Prepared::Keyed {
                 key: &all,
-                build: &build,
+                build: &schedule,
             };
             let mut launch = Launch {
                 prepared,
@@ -463,7 +465,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
-        self.start(&words, counts, flags, name, shape, build, None, src, dst)
+        self.start(&words, &[counts], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -552,7 +554,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
-        self.start(&words, counts, flags, name, shape, build, None, src, dst)
+        self.start(&words, &[counts], flags, name, shape, build, None, src, dst)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -648,7 +650,7 @@ impl<'c> Team<'c> {
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.start(
             &[7, signature(counts)],
-            counts,
+            &[counts],
             flags,
             name,
             shape,
@@ -772,7 +774,7 @@ impl<'c> Team<'c> {
         // A slot per partner to receive into and one to send from.
         let chunk = (self.lane_bytes() / (2 * u64::from(n))).max(1);
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts, chunk);
-        let counts: SmallVec<[u64; 32]> = send_counts.iter().chain(recv_counts).copied().collect();
+        let counts = [send_counts, recv_counts];
         self.start(
             &[9],
             &counts,
