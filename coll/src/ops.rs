@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
 use crate::schedule::{broadcast, gather, scatter, stage_bound, Reducer, Schedule};
-use crate::team::{Flags, Handle, Team};
+use crate::team::{Flags, Handle, Lend, Team};
 
 /// The algorithms forced by the environment, read when a team is built.
 #[derive(Debug, Clone, Default)]
@@ -211,7 +211,8 @@ impl<'c> Team<'c> {
     /// the schedule of an operation of one piece depends on (the counts of a v form, which
     /// `words` carry only as a digest): the engine keeps its plan, keyed by all of them, for
     /// the next call with the same ones, so that a v form repeated with the same counts, as
-    /// MPI codes mostly call them, is not built and planned again on every call.
+    /// MPI codes mostly call them, is not built and planned again on every call. `lend`
+    /// says when the runs get what they still need of the source (see [`Lend`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start<'t, 'b>(
         &'t self,
@@ -219,6 +220,7 @@ impl<'c> Team<'c> {
         exact: &[&[u64]],
         flags: Flags,
         algorithm: &'static str,
+        lend: Lend,
         shape: Shape<'_>,
         build: impl Fn(u32, Cut) -> Schedule,
         reducer: Option<Box<dyn Reducer>>,
@@ -280,6 +282,7 @@ impl<'c> Team<'c> {
                 std::slice::from_mut(&mut launch),
                 flags,
                 algorithm,
+                lend,
                 src,
                 dst,
             );
@@ -302,7 +305,35 @@ impl<'c> Team<'c> {
                 }),
             });
         }
-        self.launch(&mut launches, flags, algorithm, src, dst)
+        self.launch(&mut launches, flags, algorithm, lend, src, dst)
+    }
+
+    /// [`start`](Self::start) for an operation that only moves data (no folds), its runs
+    /// given what they still need of the source as the handle is returned.
+    #[allow(clippy::too_many_arguments)]
+    fn move_data<'t, 'b>(
+        &'t self,
+        words: &[u64],
+        exact: &[&[u64]],
+        flags: Flags,
+        algorithm: &'static str,
+        shape: Shape<'_>,
+        build: impl Fn(u32, Cut) -> Schedule,
+        src: Input<'b>,
+        dst: Output<'b>,
+    ) -> Result<Handle<'t, 'b>> {
+        self.start(
+            words,
+            exact,
+            flags,
+            algorithm,
+            Lend::Now,
+            shape,
+            build,
+            None,
+            src,
+            dst,
+        )
     }
 
     /// The bytes per block of the pieces of an operation whose largest block is `largest`:
@@ -360,7 +391,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes];
-        self.start(&words, &[], flags, name, shape, build, None, src, dst)
+        self.move_data(&words, &[], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
@@ -416,7 +447,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes];
-        self.start(&words, &[], flags, name, shape, build, None, src, dst)
+        self.move_data(&words, &[], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
@@ -465,7 +496,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
-        self.start(&words, &[counts], flags, name, shape, build, None, src, dst)
+        self.move_data(&words, &[counts], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -508,7 +539,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes];
-        self.start(&words, &[], flags, name, shape, build, None, src, dst)
+        self.move_data(&words, &[], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
@@ -554,7 +585,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
-        self.start(&words, &[counts], flags, name, shape, build, None, src, dst)
+        self.move_data(&words, &[counts], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -608,7 +639,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
-        self.start(&[6, bytes], &[], flags, name, shape, build, None, src, dst)
+        self.move_data(&[6, bytes], &[], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
@@ -648,14 +679,13 @@ impl<'c> Team<'c> {
         let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
-        self.start(
+        self.move_data(
             &[7, signature(counts)],
             &[counts],
             flags,
             name,
             shape,
             build,
-            None,
             src,
             dst,
         )
@@ -709,7 +739,7 @@ impl<'c> Team<'c> {
         };
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
-        self.start(&[8, bytes], &[], flags, name, shape, build, None, src, dst)
+        self.move_data(&[8, bytes], &[], flags, name, shape, build, src, dst)
     }
 
     /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
@@ -775,17 +805,7 @@ impl<'c> Team<'c> {
         let chunk = (self.lane_bytes() / (2 * u64::from(n))).max(1);
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts, chunk);
         let counts = [send_counts, recv_counts];
-        self.start(
-            &[9],
-            &counts,
-            flags,
-            "pairwise",
-            shape,
-            build,
-            None,
-            src,
-            dst,
-        )
+        self.move_data(&[9], &counts, flags, "pairwise", shape, build, src, dst)
     }
 
     /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ops::Shape;
 use crate::schedule::reduce::{algorithm, allreduce, stage_bound, AllreduceAlgo};
 use crate::schedule::Reducer;
-use crate::team::{Flags, Handle, Team};
+use crate::team::{Flags, Handle, Lend, Team};
 
 /// Built-in operator `ReduceOp::ALL[OP]` on `T`, checked to apply: a type per operator, so
 /// that the boxed operator a run owns is zero-sized and initiating costs no allocation.
@@ -166,12 +166,7 @@ impl<'c> Team<'c> {
         op: ReduceOp,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        op.apply::<T>(&mut [], &[])?;
-        let code = ReduceOp::ALL
-            .iter()
-            .position(|&o| o == op)
-            .map_or(u64::MAX, |i| i as u64);
-        self.reduce(src, dst, builtin::<T>(op, code), code, flags)
+        self.builtin(src, dst, op, flags, Lend::Now)
     }
 
     /// Blocking [`allreduce_nb`](Self::allreduce_nb), synced within `timeout`. A timeout
@@ -188,7 +183,8 @@ impl<'c> Team<'c> {
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
-        self.allreduce_nb(src, dst, op, flags)?.wait_sync(timeout)
+        self.builtin(src, dst, op, flags, Lend::Late)?
+            .wait_sync(timeout)
     }
 
     /// [`allreduce_nb`](Self::allreduce_nb) with a user operator, called with its operands
@@ -211,20 +207,7 @@ impl<'c> Team<'c> {
         T: Element,
         F: Fn(&mut [T], &[T]) + Clone + Send + 'static,
     {
-        op.apply(&mut [], &[])?;
-        let block = op.block_elements();
-        if !src.len().is_multiple_of(block) {
-            return Err(Error::PartialBlock {
-                elements: src.len() as u64,
-                block: block as u64,
-            });
-        }
-        let reducer = Box::new(User::<T, F> {
-            op: op.clone(),
-            element: PhantomData,
-        });
-        // Built-in operators' codes are small: a user block cannot be taken for one.
-        self.reduce(src, dst, reducer, 1 << 32 | block as u64, flags)
+        self.user(src, dst, op, flags, Lend::Now)
     }
 
     /// Blocking [`allreduce_with_nb`](Self::allreduce_with_nb) (see
@@ -244,8 +227,54 @@ impl<'c> Team<'c> {
         T: Element,
         F: Fn(&mut [T], &[T]) + Clone + Send + 'static,
     {
-        self.allreduce_with_nb(src, dst, op, flags)?
+        self.user(src, dst, op, flags, Lend::Late)?
             .wait_sync(timeout)
+    }
+
+    /// An allreduce with built-in operator `op`.
+    fn builtin<'t, 'b, T: Element>(
+        &'t self,
+        src: &'b [T],
+        dst: &'b mut [T],
+        op: ReduceOp,
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
+        op.apply::<T>(&mut [], &[])?;
+        let code = ReduceOp::ALL
+            .iter()
+            .position(|&o| o == op)
+            .map_or(u64::MAX, |i| i as u64);
+        self.reduce(src, dst, builtin::<T>(op, code), code, flags, lend)
+    }
+
+    /// An allreduce with user operator `op`.
+    fn user<'t, 'b, T, F>(
+        &'t self,
+        src: &'b [T],
+        dst: &'b mut [T],
+        op: &UserOp<F>,
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>>
+    where
+        T: Element,
+        F: Fn(&mut [T], &[T]) + Clone + Send + 'static,
+    {
+        op.apply(&mut [], &[])?;
+        let block = op.block_elements();
+        if !src.len().is_multiple_of(block) {
+            return Err(Error::PartialBlock {
+                elements: src.len() as u64,
+                block: block as u64,
+            });
+        }
+        let reducer = Box::new(User::<T, F> {
+            op: op.clone(),
+            element: PhantomData,
+        });
+        // Built-in operators' codes are small: a user block cannot be taken for one.
+        self.reduce(src, dst, reducer, 1 << 32 | block as u64, flags, lend)
     }
 
     fn reduce<'t, 'b, T: Element>(
@@ -255,6 +284,7 @@ impl<'c> Team<'c> {
         reducer: Box<dyn Reducer>,
         op_code: u64,
         flags: Flags,
+        lend: Lend,
     ) -> Result<Handle<'t, 'b>> {
         let (src, dst): (&[u8], &mut [u8]) =
             (bytemuck::cast_slice(src), bytemuck::cast_slice_mut(dst));
@@ -284,6 +314,7 @@ impl<'c> Team<'c> {
             &[],
             flags,
             name,
+            lend,
             shape,
             build,
             Some(reducer),

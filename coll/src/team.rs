@@ -456,18 +456,23 @@ impl<'c> Team<'c> {
     }
 
     /// Initiates a collective of `launches` (one per piece, their schedules synchronised
-    /// for `flags`) for the caller's buffers.
+    /// for `flags`) for the caller's buffers. `lend` says when its runs get what they still
+    /// need of the source to move on in any call of the team: as the handle is returned
+    /// ([`Lend::Now`]), or only if the handle's first sync does not complete it
+    /// ([`Lend::Late`]).
     pub(crate) fn launch<'t, 'b>(
         &'t self,
         launches: &mut [Launch<'_>],
         flags: Flags,
         algorithm: &'static str,
+        lend: Lend,
         src: Input<'b>,
         mut dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
         let seqs = self.engine.initiate(
             launches,
             flags.contains(Flags::IN_NOSYNC),
+            lend == Lend::Now,
             src,
             dst.reborrow(),
         )?;
@@ -478,6 +483,7 @@ impl<'c> Team<'c> {
             dst,
             algorithm,
             synced: false,
+            lent: lend == Lend::Now,
         })
     }
 
@@ -514,6 +520,22 @@ pub struct Handle<'t, 'b> {
     dst: Output<'b>,
     algorithm: &'static str,
     synced: bool,
+    /// Its runs have what they need of the source to move on without the handle.
+    lent: bool,
+}
+
+/// When a collective's runs get what they still need of the caller's source, so that any
+/// call of the team moves them on (see "The caller's buffers" in the engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lend {
+    /// As the initiating call returns its handle: the caller may sync other collectives
+    /// first, whose progress on other members may wait for this one's.
+    Now,
+    /// Only when the handle's first sync returns without the collective complete, or the
+    /// handle is dropped: for a blocking call, which syncs the handle at once, with the
+    /// source lent again. A large allreduce's folds then read the source where it is
+    /// instead of a copy staged as the initiating call returns (a pass over half the vector).
+    Late,
 }
 
 impl std::fmt::Debug for Handle<'_, '_> {
@@ -558,16 +580,30 @@ impl Handle<'_, '_> {
         }
         let engine = self.engine;
         let mut outcome = [None];
-        engine.sync(
+        let synced = engine.sync(
             std::slice::from_mut(&mut self.owner()),
             &mut outcome,
             1,
             timeout,
-        )?;
-        let [outcome] = outcome;
-        let outcome = outcome.ok_or(gaspi::Error::Timeout)?;
-        self.synced = true;
-        outcome
+        );
+        match (synced, outcome) {
+            (Ok(()), [Some(outcome)]) => {
+                self.synced = true;
+                outcome
+            }
+            (synced, _) => {
+                self.lend();
+                synced?;
+                Err(gaspi::Error::Timeout.into())
+            }
+        }
+    }
+
+    /// Gives the runs what they still need of the source, if they were initiated without.
+    fn lend(&mut self) {
+        if !std::mem::replace(&mut self.lent, true) {
+            self.engine.lend(self.seqs.clone(), self.src);
+        }
     }
 
     fn owner(&mut self) -> Owner<'_> {
@@ -582,7 +618,8 @@ impl Handle<'_, '_> {
 impl Drop for Handle<'_, '_> {
     fn drop(&mut self) {
         if !self.synced {
-            self.engine.orphan(self.seqs.clone());
+            let src = (!self.lent).then_some(self.src);
+            self.engine.orphan(self.seqs.clone(), src);
         }
     }
 }
@@ -611,15 +648,19 @@ fn sync_set(
         .map(Handle::owner)
         .collect();
     let mut outcomes: Vec<Option<Result<()>>> = owners.iter().map(|_| None).collect();
-    engine.sync(&mut owners, &mut outcomes, enough, timeout)?;
+    let synced = engine.sync(&mut owners, &mut outcomes, enough, timeout);
     drop(owners);
     let mut done = Vec::new();
     for (k, outcome) in outcomes.into_iter().enumerate() {
-        if let Some(outcome) = outcome {
-            handles[open[k]].synced = true;
-            done.push((open[k], outcome));
+        match outcome {
+            Some(outcome) if synced.is_ok() => {
+                handles[open[k]].synced = true;
+                done.push((open[k], outcome));
+            }
+            _ => handles[open[k]].lend(),
         }
     }
+    synced?;
     Ok(done)
 }
 

@@ -82,6 +82,33 @@ fn many(ranks: u32, provider: &str) {
     }
 }
 
+/// `late`: a blocking allreduce that gave up on rank 0 before the others started it left
+/// its destination alone and its part to go on, which the others' results show, and the
+/// team goes on.
+fn late(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, "late");
+    let report = job.report();
+    let digest = |len| {
+        let mut digest = Digest::default();
+        digest.add(&cases::want("sum_i64", len, ranks));
+        digest.hex()
+    };
+    for rank in 0..ranks {
+        let data = job.data("late", rank);
+        let first = if rank == 0 {
+            "Timeout".to_string()
+        } else {
+            digest(cases::LATE)
+        };
+        assert_eq!(data.get("first"), first, "rank {rank}\n{report}");
+        assert_eq!(
+            data.get("second"),
+            digest(cases::LATE + 1),
+            "rank {rank}\n{report}"
+        );
+    }
+}
+
 /// `mismatch`: members that disagree on the length or the operator are told (`Mismatch`,
 /// found in the credit before any data moves), never all `Ok`, and nobody hangs.
 fn mismatch(ranks: u32, provider: &str) {
@@ -117,6 +144,9 @@ jobs! {
     many_3_tcp: many(3, "tcp");
     many_4_shm: many(4, "shm");
     many_5_shm: many(5, "shm");
+    late_2_shm: late(2, "shm");
+    late_3_tcp: late(3, "tcp");
+    late_4_shm: late(4, "shm");
     mismatch_2_tcp: mismatch(2, "tcp");
     mismatch_2_shm: mismatch(2, "shm");
     mismatch_5_shm: mismatch(5, "shm");

@@ -25,6 +25,10 @@ pub const LENGTHS: [usize; 5] = [0, 1, 7, 301, 12_001];
 /// (in a team of more than one): it runs as pieces.
 pub const LARGE: usize = 1 << 17;
 
+/// Elements of the `late` scenario's first allreduce: large enough for its folds to read
+/// the source (whole blocks of 4 KiB and more), small enough for a lane.
+pub const LATE: usize = 12_345;
+
 /// The elements of a vector of `len` of kind `kind`.
 pub fn elements(kind: &str, len: usize) -> usize {
     if kind == "affine_i64" {

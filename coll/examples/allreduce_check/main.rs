@@ -6,8 +6,8 @@
 //! Scenarios (the first argument):
 //! * `values`: every reduction of `cases::KINDS` × every length of `cases::LENGTHS`, syncing
 //!   in turn blocking, by `try_sync` polls, and by `wait_sync` with a zero timeout repeated
-//!   after each `Timeout` (resumption); every other case with `Flags::ALL` (barriers around
-//!   it). Line `data values rank R: <kind>=<digest>` per kind, the digest over the
+//!   after each `Timeout` (resumption), every fourth case by the blocking form instead of a
+//!   handle; every other case with `Flags::ALL` (barriers around it). Line `data values rank R: <kind>=<digest>` per kind, the digest over the
 //!   destinations of its lengths in order; then `large=<outcome>` for a sum of
 //!   `cases::LARGE` elements and `large_affine=<digest>` for the non-commutative operator
 //!   over `cases::LARGE / 2` blocks (both larger than a lane: run as pieces).
@@ -16,6 +16,12 @@
 //!   that may skip their credits follow runs that may not, and the other way round), then
 //!   synced with `wait_sync_some` in an order drawn per rank: `data many rank R: synced;
 //!   digest` (the digest in initiation order).
+//! * `late`: rank 0's blocking allreduce of `cases::LATE` elements gives up after 1 ms, long
+//!   before the others start it; its part goes on without it (its folds read the source it
+//!   lent, see `Lend::Late` in the crate), which the others' results show; then a second
+//!   allreduce on the same team: `data late rank R: first=<Timeout|digest>;
+//!   second=<digest>`, digests of the destinations (rank 0's first untouched: `Timeout`
+//!   only if its destination still holds its sentinel).
 //! * `mismatch`: rank 0 reduces 8 elements where the others reduce 9 (`len`), then rank 0
 //!   sums where the others take the maximum (`op`), each on a team of its own and within
 //!   3 s: `data mismatch rank R: len=<kind>; op=<kind>`, the kind `Mismatch`, `Timeout`,
@@ -48,8 +54,9 @@ fn main() -> ExitCode {
         match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
             ["values"] => values(),
             ["many"] => many(),
+            ["late"] => late(),
             ["mismatch"] => mismatch(),
-            _ => Err("usage: allreduce_check values|many|mismatch".into()),
+            _ => Err("usage: allreduce_check values|many|late|mismatch".into()),
         }
     })
 }
@@ -86,21 +93,31 @@ fn reduce(team: &Team<'_>, kind: &str, len: usize, case: usize) -> gaspi_coll::R
         "min_i64" | "min_f64" => ReduceOp::Min,
         _ => op,
     };
+    let blocking = case % 4 == 3;
     if kind.ends_with("f64") {
         let src = cases::floats(kind, len, me);
         let mut dst = vec![f64::NAN; src.len()];
         let op = builtin(ReduceOp::Max);
-        sync(team.allreduce_nb(&src, &mut dst, op, flags)?, case)?;
+        match blocking {
+            true => team.allreduce(&src, &mut dst, op, flags, TIMEOUT)?,
+            false => sync(team.allreduce_nb(&src, &mut dst, op, flags)?, case)?,
+        }
         return Ok(cases::bytes_f(&dst));
     }
     let src = cases::ints(kind, len, me);
     let mut dst = vec![i64::MIN; src.len()];
     if kind == "affine_i64" {
         let op = UserOp::new(cases::affine).block(2);
-        sync(team.allreduce_with_nb(&src, &mut dst, &op, flags)?, case)?;
+        match blocking {
+            true => team.allreduce_with(&src, &mut dst, &op, flags, TIMEOUT)?,
+            false => sync(team.allreduce_with_nb(&src, &mut dst, &op, flags)?, case)?,
+        }
     } else {
         let op = builtin(ReduceOp::Max);
-        sync(team.allreduce_nb(&src, &mut dst, op, flags)?, case)?;
+        match blocking {
+            true => team.allreduce(&src, &mut dst, op, flags, TIMEOUT)?,
+            false => sync(team.allreduce_nb(&src, &mut dst, op, flags)?, case)?,
+        }
     }
     Ok(cases::bytes_i(&dst))
 }
@@ -175,6 +192,46 @@ fn many() -> Outcome<()> {
             "data many rank {}: synced={synced}; digest={}",
             ctx.rank(),
             digest.hex()
+        );
+    }
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+fn late() -> Outcome<()> {
+    let ctx = Context::init()?;
+    {
+        let coll = Collectives::new(&ctx)?;
+        let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+        let me = team.index();
+        let digest = |dst: &[i64]| {
+            let mut digest = Digest::default();
+            digest.add(&cases::bytes_i(dst));
+            digest.hex()
+        };
+        let src = cases::ints("sum_i64", cases::LATE, me);
+        let mut dst = vec![i64::MIN; src.len()];
+        let first = if me == 0 {
+            match team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, Timeout::Millis(1)) {
+                Err(e) if e.is_timeout() && dst.iter().all(|&x| x == i64::MIN) => {
+                    "Timeout".to_string()
+                }
+                Err(e) => format!("{e:?}"),
+                Ok(()) => digest(&dst),
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, TIMEOUT)?;
+            digest(&dst)
+        };
+        let src = cases::ints("sum_i64", cases::LATE + 1, me);
+        let mut dst = vec![i64::MIN; src.len()];
+        team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, TIMEOUT)?;
+        println!(
+            "data late rank {}: first={first}; second={}",
+            ctx.rank(),
+            digest(&dst)
         );
     }
     ctx.barrier(TIMEOUT)?;

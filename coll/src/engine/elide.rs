@@ -8,16 +8,26 @@
 //! pass over the data too many: for large collectives on one host, where copies are most of
 //! the cost, a third of the bytes moved.
 //!
+//! A fold has the same pass too many wherever it combines a staged part of the source (an
+//! allreduce's own contribution): it can read its operand from the source as well.
+//!
 //! A copy `c` from the source into the stage of at least 4 KiB is skipped when that is
 //! invisible:
 //! * no other step of the schedule writes its stage range, and
-//! * every step that reads any of it is a put that depends on `c` directly, reads only
-//!   stage bytes that such skipped copies fill, goes to a member reached directly, and waits
-//!   for no data before it (a put after a wait could be meant to forward what arrived).
+//! * every step that reads any of it is
+//!   * a put that depends on `c` directly, reads only stage bytes that such skipped copies
+//!     fill, goes to a member reached directly, and waits for no data before it (a put
+//!     after a wait could be meant to forward what arrived), or
+//!   * a fold that depends on `c` directly and whose operands each lie within that range
+//!     or outside it, where `c` gives no credit (no signal follows from it): a put of
+//!     another member lands in this stage only after a signal of this member allowed it,
+//!     so one that allowed a put into the range before `c` wrote it would have been
+//!     overwritten, and the range receives nothing.
 //!
-//! The put then reads the source spans those copies would have staged. The schedule itself
-//! is unchanged (the simulator checks it as written); a put that finds it cannot go
-//! directly after all fills the stage range itself and puts from there.
+//! The put then reads the source spans those copies would have staged, and so does the fold
+//! for its operands within them. The schedule itself is unchanged (the simulator checks it
+//! as written); a put that finds it cannot go directly after all fills the stage range
+//! itself and puts from there.
 
 use smallvec::SmallVec;
 
@@ -46,6 +56,9 @@ pub(crate) struct Elision {
     /// Per step: for a put out of the source, its pieces in offset order; empty when no
     /// put goes out of the source.
     pieces: Vec<SmallVec<[Piece; 1]>>,
+    /// Per step: for a fold, where in the source its left and right operands are read
+    /// instead of the stage; empty when no fold reads the source.
+    operands: Vec<[Option<Span>; 2]>,
 }
 
 impl Elision {
@@ -66,6 +79,7 @@ impl Elision {
         let mut elision = Elision {
             skipped: vec![false; steps.len()],
             pieces: vec![SmallVec::new(); steps.len()],
+            operands: vec![[None; 2]; steps.len()],
         };
         // Whether a step waits, itself or through what it depends on, for data from another
         // member (a credit carries none).
@@ -75,6 +89,15 @@ impl Elision {
                 && !schedule.credits.contains(&(id as StepId));
             after_data[id] = data_wait || step.after.iter().any(|&b| after_data[b as usize]);
         }
+        // Whether a signal follows from step `c`.
+        let signals_after = |c: usize| {
+            let mut after = vec![false; steps.len()];
+            after[c] = true;
+            steps.iter().enumerate().skip(c + 1).any(|(id, step)| {
+                after[id] = step.after.iter().any(|&b| after[b as usize]);
+                after[id] && matches!(step.task, Task::Signal { .. })
+            })
+        };
         let mut candidate: Vec<bool> = steps
             .iter()
             .enumerate()
@@ -85,7 +108,8 @@ impl Elision {
                 if from.len < MIN_SKIPPED {
                     return false;
                 }
-                steps.iter().enumerate().all(|(other, s)| {
+                let mut folded = false;
+                let alone = steps.iter().enumerate().all(|(other, s)| {
                     other == id
                         || (!writes_stage(&s.task, into)
                             && match s.task {
@@ -94,9 +118,17 @@ impl Elision {
                                         && !after_data[other]
                                         && direct(to)
                                 }
+                                Task::Fold { left, right, .. } if reads_stage(&s.task, into) => {
+                                    folded = true;
+                                    s.after.contains(&(id as StepId))
+                                        && [left, right].iter().all(|op| {
+                                            within(*op, into) || !overlap(op.at, op.len, into)
+                                        })
+                                }
                                 _ => !reads_stage(&s.task, into),
                             })
-                })
+                });
+                alone && !(folded && signals_after(id))
             })
             .collect();
         // A put must find all its bytes in candidate copies; where one does not, none of
@@ -159,6 +191,18 @@ impl Elision {
                 pieces.sort_by_key(|p| p.offset);
                 elision.pieces[id] = pieces;
             }
+            if let Task::Fold { left, right, .. } = step.task {
+                // Each operand within a skipped copy it follows reads the source instead.
+                let from_source = |op: Span| {
+                    step.after
+                        .iter()
+                        .filter(|&&c| candidate[c as usize])
+                        .filter_map(|&c| staged(&steps[c as usize].task))
+                        .find(|&(_, into)| within(op, into))
+                        .map(|(src, into)| Span::src(src.at + (op.at - into.at), op.len))
+                };
+                elision.operands[id] = [from_source(left), from_source(right)];
+            }
             elision.skipped[id] = candidate[id];
         }
         elision
@@ -173,6 +217,22 @@ impl Elision {
     pub(crate) fn pieces(&self, id: StepId) -> &[Piece] {
         self.pieces.get(id as usize).map_or(&[], |p| p.as_slice())
     }
+
+    /// Where fold `id` reads its left and right operands in the source, each `None` when
+    /// it reads the stage.
+    pub(crate) fn operands(&self, id: StepId) -> [Option<Span>; 2] {
+        self.operands.get(id as usize).copied().unwrap_or([None; 2])
+    }
+
+    /// Whether step `id` reads the source where its schedule says the stage.
+    pub(crate) fn reads_source(&self, id: StepId) -> bool {
+        !self.pieces(id).is_empty() || self.operands(id).iter().any(Option::is_some)
+    }
+}
+
+/// Whether stage span `op` lies within stage span `span`.
+fn within(op: Span, span: Span) -> bool {
+    op.len > 0 && span.at <= op.at && op.end() <= span.end()
 }
 
 /// Whether stage range `len` bytes from `at` overlaps `span` (a stage span).
@@ -299,6 +359,62 @@ mod tests {
                 // The ring puts the member's own block out of the source; what it forwards
                 // arrived first.
                 skipped_all(&gather_all(n, me, len, GatherAllAlgo::Ring), "ring");
+            }
+        }
+    }
+
+    #[test]
+    fn a_fold_of_a_staged_block_reads_the_source() {
+        let mut s = Schedule::new();
+        let copy = s.copy(Span::src(100, B), Span::stage(0, B), &[]).unwrap();
+        let got = s.wait(1, 1, &[]);
+        let fold = s.fold(B, 0, 2 * B, B, &[copy, got]);
+        // Through the fabric too: the fold reads this member's memory only.
+        let e = Elision::of(&s, |_| false);
+        assert!(e.skipped(copy) && e.reads_source(fold));
+        assert_eq!(e.operands(fold), [None, Some(Span::src(100, B))]);
+
+        // A credit given after the copy may let a put land in its range.
+        let credit = s.signal(1, 2, &[copy]);
+        s.credits.push(credit);
+        let e = Elision::of(&s, |_| true);
+        assert!(!e.skipped(copy) && e.operands(fold) == [None, None]);
+
+        // An operand reaching beyond the copy, or a fold into it, keeps it.
+        for (left, into) in [(B / 2, 3 * B), (0, 0)] {
+            let mut s = Schedule::new();
+            let copy = s.copy(Span::src(0, B), Span::stage(0, B), &[]).unwrap();
+            let got = s.wait(1, 1, &[]);
+            let fold = s.fold(left, 2 * B, into, B, &[copy, got]);
+            let e = Elision::of(&s, |_| true);
+            assert!(
+                !e.skipped(copy) && !e.reads_source(fold),
+                "{left} into {into}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_allreduce_reads_its_source_where_it_is() {
+        use crate::schedule::reduce::{allreduce, AllreduceAlgo};
+        let blocks = 64 * B / 8;
+        for n in [2, 4, 5, 8] {
+            for me in 0..n {
+                let s = allreduce(n, me, blocks, 8, AllreduceAlgo::Rabenseifner);
+                // Directly, every copy of the source is skipped: its bytes go out or are
+                // folded straight from the source.
+                let (kept, all) = staged_bytes(&s);
+                assert_eq!(kept, 0, "n = {n}, member {me}: {kept} of {all} staged");
+                // An even paired member (of a size not a power of two) only puts its vector.
+                let paired_even = me < 2 * (n - (1 << n.ilog2())) && me % 2 == 0;
+                // Through the fabric, a member's first fold (of the half it keeps, or of its
+                // pair's vectors) still reads its source.
+                let e = Elision::of(&s, |_| false);
+                let folds_from_source = (0..s.steps.len() as StepId)
+                    .filter(|&id| e.operands(id).iter().any(Option::is_some))
+                    .count();
+                let folds = usize::from(!paired_even);
+                assert_eq!(folds_from_source, folds, "n = {n}, member {me}");
             }
         }
     }

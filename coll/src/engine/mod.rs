@@ -58,14 +58,17 @@
 //! # The caller's buffers
 //! Steps that read the caller's source or write its destination need the buffers, which
 //! only the calls that hold the collective's handle lend. A put to a member reached
-//! directly may read the source itself, instead of a copy of it in the stage (see the
-//! `elide` module). Copies into the destination are deferred to the sync (see the
+//! directly, and a fold, may read the source itself, instead of a copy of it in the stage
+//! (see the `elide` module). Copies into the destination are deferred to the sync (see the
 //! [schedule](crate::schedule)). Reads of the source mostly happen in the initiating call;
 //! a run that still has some to do when that call returns (a piece waiting for its lane, a
-//! block streamed in chunks, a put out of the source held back) stages the bytes of its
-//! puts out of the source if it holds its lane, and gets a copy of the source for whatever
-//! else it still reads, so that any call of the team moves it on: otherwise two members
-//! that sync two such collectives in opposite orders would each wait for the other's sync.
+//! block streamed in chunks, a put out of the source held back, a fold waiting for the
+//! other operand) stages the bytes of its puts and folds out of the source if it holds its
+//! lane, and gets a copy of the source for whatever else it still reads, so that any call
+//! of the team moves it on: otherwise two members that sync two such collectives in
+//! opposite orders would each wait for the other's sync. A blocking call, which syncs at
+//! once and lends the source again, does so only when its sync returns before the runs
+//! completed (see `Lend` in the `team` module): its folds mostly read the source itself.
 //!
 //! # Values
 //! Every notification of a run carries the run's value: its sequence number mixed with the
@@ -388,7 +391,9 @@ pub(crate) trait Runner: Sync {
         timeout: Timeout,
     ) -> Result<()>;
     /// See [`Engine::orphan`].
-    fn orphan(&self, seqs: Range<u64>);
+    fn orphan(&self, seqs: Range<u64>, src: Option<Input<'_>>);
+    /// See [`Engine::lend`].
+    fn lend(&self, seqs: Range<u64>, src: Input<'_>);
 }
 
 impl Runner for Engine<'_> {
@@ -402,8 +407,12 @@ impl Runner for Engine<'_> {
         Engine::sync(self, owners, outcomes, enough, timeout)
     }
 
-    fn orphan(&self, seqs: Range<u64>) {
-        Engine::orphan(self, seqs);
+    fn orphan(&self, seqs: Range<u64>, src: Option<Input<'_>>) {
+        Engine::orphan(self, seqs, src);
+    }
+
+    fn lend(&self, seqs: Range<u64>, src: Input<'_>) {
+        Engine::lend(self, seqs, src);
     }
 }
 
@@ -548,10 +557,16 @@ impl<'c> Engine<'c> {
     /// collective cut into pieces) with the caller's buffers, and takes their first steps;
     /// returns their sequence numbers. The launches are used up (lent rather than moved:
     /// a launch is a few hundred bytes, which every move copied).
+    ///
+    /// With `keep`, the runs get what they still need of the source as the call returns
+    /// (see [`lend`](Self::lend)); without, the caller syncs them at once, lending the
+    /// source again, and lends it to them before it returns without their completion or
+    /// drops them.
     pub(crate) fn initiate(
         &self,
         launches: &mut [Launch<'_>],
         eager: bool,
+        keep: bool,
         src: Input<'_>,
         dst: Output<'_>,
     ) -> Result<Range<u64>> {
@@ -613,13 +628,24 @@ impl<'c> Engine<'c> {
         let owners = std::slice::from_mut(&mut owner);
         let index = OwnerIndex::new(owners);
         self.pass(&mut state, owners, &index);
-        self.keep_source(&mut state, seqs.clone(), src);
+        if keep {
+            self.keep_source(&mut state, seqs.clone(), src);
+        }
         self.tell(state)?;
         Ok(seqs)
     }
 
+    /// Gives the runs of `seqs`, initiated without `keep`, what they still need of the
+    /// caller's source `src` (see [`keep_source`](Self::keep_source)).
+    pub(crate) fn lend(&self, seqs: Range<u64>, src: Input<'_>) {
+        let mut state = self.state();
+        self.keep_source(&mut state, seqs, src);
+        // A failure staging the source is the run's, reported when its handle syncs.
+        let _ = self.tell(state);
+    }
+
     /// Gives the runs of `seqs` that still have to read the caller's source `src` what they
-    /// need of it, as the call that lent it returns: the bytes of their puts out of the
+    /// need of it, as the call that lent it returns: the bytes of their puts and folds out of the
     /// source staged (in a run that holds its lane), else a copy of the source. They then
     /// move on in any call of the team, not only in those that hold their handle (see "The
     /// caller's buffers" in the [module documentation](self)), and need nothing of the
@@ -632,7 +658,7 @@ impl<'c> Engine<'c> {
         for seq in seqs.clone() {
             if let Some(run) = state.runs.get_mut(seq).filter(|run| run.reads_later()) {
                 // A failure here is the run's, reported when its handle syncs.
-                if let Err(f) = run.stage_source_puts(self, &src) {
+                if let Err(f) = run.stage_source_reads(self, &src) {
                     run.failed = Some(f);
                     state.changed = true;
                 }
@@ -752,9 +778,13 @@ impl<'c> Engine<'c> {
     }
 
     /// Lets the runs `seqs` go on without their handle, their output dropped when they
-    /// complete: those that still read the source got a copy when they were initiated.
-    pub(crate) fn orphan(&self, seqs: Range<u64>) {
+    /// complete: those that still read the source got a copy when they were initiated, or
+    /// get one of `src` now.
+    pub(crate) fn orphan(&self, seqs: Range<u64>, src: Option<Input<'_>>) {
         let mut state = self.state();
+        if let Some(src) = src {
+            self.keep_source(&mut state, seqs.clone(), src);
+        }
         self.abandon(&mut state, seqs);
         self.pass(&mut state, &mut [], &OwnerIndex::none());
         // A drop cannot report a failure; the runs' own failures are kept in them.

@@ -516,7 +516,30 @@ impl<'c> Run<'c> {
                 let reducer = self.reducer.as_deref().ok_or_else(|| {
                     Failure::Runtime("a fold in a run without an operator".into())
                 })?;
+                // Operands of skipped copies come from the source (see the `elide` module),
+                // unless they were staged meanwhile.
+                let sourced = match self.staged {
+                    true => [None; 2],
+                    false => self.plan.elision.operands(id),
+                };
+                let src = match (&self.source, owner.filter(|o| o.seqs.contains(&seq))) {
+                    _ if sourced == [None; 2] => None,
+                    (Some(copy), _) => Some(Input::Memory(copy)),
+                    (None, Some(owner)) => Some(owner.src),
+                    (None, None) => return Ok(false),
+                };
+                let view = self.views.as_ref().map(|v| &v.src);
                 let (acc, other) = (&mut self.acc, &mut self.other);
+                let operand = |op: Span, sourced: Option<Span>, at: u64, out: &mut [u8]| {
+                    let (Some(span), Some(src)) = (sourced, &src) else {
+                        return net.read(seq, op.at + at, out);
+                    };
+                    let piece = Span::src(span.at + at, out.len() as u64);
+                    read_parts(net, src, view, piece, |off, bytes| {
+                        out[off as usize..][..bytes.len()].copy_from_slice(bytes);
+                        Ok(())
+                    })
+                };
                 // Piece by piece, so that both operands stay in the cache (whole, each went
                 // through memory twice more); `into` is an operand or apart from both (see
                 // `Task::Fold`), so no piece's result lands on a piece still to be read.
@@ -526,8 +549,8 @@ impl<'c> Run<'c> {
                     let len = piece.min(into.len - at);
                     acc.resize(len as usize);
                     other.resize(len as usize);
-                    net.read(seq, left.at + at, acc.bytes_mut())?;
-                    net.read(seq, right.at + at, other.bytes_mut())?;
+                    operand(left, sourced[0], at, acc.bytes_mut())?;
+                    operand(right, sourced[1], at, other.bytes_mut())?;
                     reducer
                         .fold(acc.bytes_mut(), other.bytes())
                         .map_err(Failure::Runtime)?;
@@ -593,7 +616,7 @@ impl<'c> Run<'c> {
 
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
-        if reads_source(&self.plan.schedule, &self.plan.elision, id) && !self.staged_put(id) {
+        if reads_source(&self.plan.schedule, &self.plan.elision, id) && !self.staged_read(id) {
             self.reads_left -= 1;
         }
         for &later in self.plan.dependents(id) {
@@ -625,17 +648,17 @@ impl<'c> Run<'c> {
         }
     }
 
-    /// Whether step `id` is a put out of the source whose bytes were staged.
-    fn staged_put(&self, id: StepId) -> bool {
-        self.staged && !self.plan.elision.pieces(id).is_empty()
+    /// Whether step `id` is a put or fold out of the source whose bytes were staged.
+    fn staged_read(&self, id: StepId) -> bool {
+        self.staged && self.plan.elision.reads_source(id)
     }
 
-    /// Stages the bytes of the puts out of the source that are still to go, as the copies
-    /// they replace would have, so that they go from the stage and need the source no more:
-    /// done when the call that lent `src` returns, if the run holds its lane (its stage is
-    /// its own). Cheaper than keeping a copy of the whole source when a put is held back
-    /// (by flow control, mostly).
-    pub(crate) fn stage_source_puts(
+    /// Stages the bytes of the puts and folds out of the source that are still to go, as
+    /// the copies they replace would have, so that they read the stage and need the source
+    /// no more: done when the call that lent `src` returns, if the run holds its lane (its
+    /// stage is its own). Cheaper than keeping a copy of the whole source when a put is held
+    /// back (by flow control, mostly) or a fold waits for its other operand.
+    pub(crate) fn stage_source_reads(
         &mut self,
         net: &impl Transport,
         src: &Input<'_>,
@@ -646,18 +669,30 @@ impl<'c> Run<'c> {
         let view = self.views.as_ref().map(|v| &v.src);
         let mut staged = 0;
         for (id, step) in self.plan.schedule.steps.iter().enumerate() {
-            let Task::Put { from, .. } = step.task else {
-                continue;
-            };
-            let pieces = self.plan.elision.pieces(id as StepId);
+            let elision = &self.plan.elision;
             let pending = self.waiting[id] > 0 || self.ready.contains(&(id as StepId));
-            if pieces.is_empty() || !pending {
+            if !elision.reads_source(id as StepId) || !pending {
                 continue;
             }
-            for piece in pieces {
-                read_parts(net, src, view, piece.span, |at, bytes| {
-                    net.write(self.seq, from + piece.offset + at, bytes)
-                })?;
+            match step.task {
+                Task::Put { from, .. } => {
+                    for piece in elision.pieces(id as StepId) {
+                        read_parts(net, src, view, piece.span, |at, bytes| {
+                            net.write(self.seq, from + piece.offset + at, bytes)
+                        })?;
+                    }
+                }
+                Task::Fold { left, right, .. } => {
+                    let [l, r] = elision.operands(id as StepId);
+                    for (op, span) in [(left, l), (right, r)] {
+                        if let Some(span) = span {
+                            read_parts(net, src, view, span, |at, bytes| {
+                                net.write(self.seq, op.at + at, bytes)
+                            })?;
+                        }
+                    }
+                }
+                _ => continue,
             }
             staged += 1;
         }
@@ -727,11 +762,11 @@ impl<'c> Run<'c> {
 }
 
 /// Whether step `id` of `schedule` reads the caller's source: a copy from it that `elision`
-/// keeps, or a put out of it.
+/// keeps, or a put or fold out of it.
 fn reads_source(schedule: &Schedule, elision: &Elision, id: StepId) -> bool {
     match schedule.steps[id as usize].task {
         Task::Copy { from, .. } => from.buf == Buf::Src && !elision.skipped(id),
-        Task::Put { .. } => !elision.pieces(id).is_empty(),
+        Task::Put { .. } | Task::Fold { .. } => elision.reads_source(id),
         _ => false,
     }
 }

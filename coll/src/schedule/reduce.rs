@@ -24,15 +24,22 @@
 //! # Stage
 //! Every range a member receives into is its own, so every credit is given at the start, and
 //! no range is written after it was put from or copied into the destination (a fold writes
-//! into the received range, or into a part of the accumulator that was never sent):
-//! * `0..len`: the member's source, the accumulator of an unpaired member;
+//! into the received range, into a part of the accumulator that was never sent, or into a
+//! range of its own):
+//! * `0..len`: the member's source, the accumulator of an unpaired member (for Rabenseifner
+//!   copied as the two halves of the first step, each read by one step);
 //! * `len..2·len` (only when `n` is not a power of two): where an odd paired member receives
 //!   its partner's vector and folds it into (its accumulator), and where an even paired
 //!   member receives the result;
 //! * then, for doubling, one `len`-byte range per step, into which the step's receipt is
 //!   folded (the next step's accumulator); for Rabenseifner, one range per halving step (as
 //!   large as the largest half any member keeps at that step) and the `len`-byte result, into
-//!   which the last halving step folds and the allgather puts.
+//!   which the last halving step folds and the allgather puts;
+//! * for Rabenseifner with more than one halving step, after the result, the half an
+//!   unpaired member keeps at the first step, into which that step folds (the accumulator
+//!   from then on, its offsets those of the vector shifted): the staged source is then never
+//!   written but by its copies, so the engine may fold and put it straight out of the source
+//!   instead (see its `elide` module).
 //!
 //! # Signals
 //! Steps are numbered by slot as in the runtime: slot 0 the pairing, `1..=2·log2 p` the steps
@@ -127,8 +134,14 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
     let last = slots(n) - 1;
     // Every member's contribution reaches every member.
     s.gathering = true;
-    let staged = s.copy(Span::src(0, len), Span::stage(0, len), &[]);
-    if me < 2 * extra && me.is_multiple_of(2) {
+    let paired = me < 2 * extra;
+    // Rabenseifner's unpaired members stage their source in the parts they use it in.
+    let staged = if paired || algo == AllreduceAlgo::Doubling {
+        s.copy(Span::src(0, len), Span::stage(0, len), &[])
+    } else {
+        None
+    };
+    if paired && me.is_multiple_of(2) {
         // Hands its vector to its right neighbour and gets the result back at the end.
         let partner = me + 1;
         let credited = s.signal(partner, credit(n, last), &[]);
@@ -140,7 +153,6 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
         s.copy(Span::stage(len, len), Span::dst(0, len), &[got]);
         return s;
     }
-    let paired = me < 2 * extra;
     // The accumulator: where it is and the step that filled it.
     let (acc, filled, vme) = if paired {
         let partner = me - 1;
@@ -167,7 +179,7 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
     };
     let (result, done) = match algo {
         AllreduceAlgo::Doubling => plan.doubling(&mut s, acc, filled),
-        AllreduceAlgo::Rabenseifner => plan.rabenseifner(&mut s, acc, filled),
+        AllreduceAlgo::Rabenseifner => plan.rabenseifner(&mut s, acc, filled, !paired),
     };
     if paired {
         let partner = me - 1;
@@ -272,10 +284,17 @@ impl Virtual<'_> {
         (acc, filled)
     }
 
-    /// Rabenseifner's algorithm from the accumulator at `acc`, filled by `filled`: see the
-    /// [module documentation](self). Returns where the result is (the result range, complete
-    /// once the returned steps are done).
-    fn rabenseifner(&self, s: &mut Schedule, acc: u64, filled: Vec<StepId>) -> (u64, Vec<StepId>) {
+    /// Rabenseifner's algorithm from the accumulator at `acc`, filled by `filled`, or, with
+    /// `unstaged`, still in the source (to be staged at `acc`): see the [module
+    /// documentation](self). Returns where the result is (the result range, complete once
+    /// the returned steps are done).
+    fn rabenseifner(
+        &self,
+        s: &mut Schedule,
+        mut acc: u64,
+        filled: Vec<StepId>,
+        unstaged: bool,
+    ) -> (u64, Vec<StepId>) {
         let (block, levels) = (self.block, self.levels);
         let bytes = |r: &Range<u64>| (r.start * block, (r.end - r.start) * block);
         // The received range of halving step k, as large as the largest half kept at k.
@@ -300,27 +319,33 @@ impl Virtual<'_> {
             let x = self.exchange(k, 1 + k);
             let (give_at, give_len) = bytes(&give);
             let (keep_at, keep_len) = bytes(&keep);
-            let got = self.swap(
-                s,
-                &x,
-                (acc + give_at, halves[k as usize], give_len),
-                &latest,
-            );
+            // An unstaged source is staged half given, half kept, each copy read by one step
+            // only, so that the engine may read the source instead (see its `elide` module).
+            let (given, kept) = if unstaged && k == 0 {
+                let mut stage = |at, len| -> Vec<StepId> {
+                    s.copy(Span::src(at, len), Span::stage(acc + at, len), &[])
+                        .into_iter()
+                        .collect()
+                };
+                (stage(give_at, give_len), stage(keep_at, keep_len))
+            } else {
+                (latest.clone(), latest)
+            };
+            let got = self.swap(s, &x, (acc + give_at, halves[k as usize], give_len), &given);
+            // The fold of the staged source goes beside it (the copy then has no other
+            // writer); the accumulator moves there, after the result, so that the kept
+            // half's offsets stay those of the vector.
+            let own = acc + keep_at;
             let into = if k + 1 == levels {
                 result + keep_at
             } else {
+                if unstaged && k == 0 {
+                    acc = result + self.len - keep_at;
+                }
                 acc + keep_at
             };
-            let after: Vec<StepId> = latest.iter().copied().chain([got]).collect();
-            let folded = self.fold(
-                s,
-                k,
-                halves[k as usize],
-                acc + keep_at,
-                into,
-                keep_len,
-                &after,
-            );
+            let after: Vec<StepId> = kept.iter().copied().chain([got]).collect();
+            let folded = self.fold(s, k, halves[k as usize], own, into, keep_len, &after);
             latest = vec![folded];
             splits.push((keep.clone(), give));
             range = keep;
@@ -488,7 +513,8 @@ mod tests {
     fn rabenseifner_stages_less_than_doubling_and_moves_less() {
         let stage = |algo| allreduce(8, 3, 1 << 12, 8, algo).stage;
         assert_eq!(stage(AllreduceAlgo::Doubling), 4 * (8 << 12));
-        assert!(stage(AllreduceAlgo::Rabenseifner) <= 3 * (8 << 12));
+        // The vector, the received halves, the result and the first fold's half.
+        assert!(stage(AllreduceAlgo::Rabenseifner) <= 4 * (8 << 12) - (8 << 9));
         let moved = |algo| -> u64 {
             allreduce(8, 3, 800, 1, algo)
                 .steps
