@@ -35,7 +35,15 @@ impl<T: Element, const OP: usize> Reducer for Builtin<T, OP> {
     }
 
     fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
-        fold_with::<T>(ReduceOp::ALL[OP], acc, other)
+        fold_with::<T>(ReduceOp::ALL[OP], acc, other, false)
+    }
+
+    fn folds_right(&self) -> bool {
+        true
+    }
+
+    fn fold_right(&self, left: &[u8], acc: &mut [u8]) -> std::result::Result<(), String> {
+        fold_with::<T>(ReduceOp::ALL[OP], acc, left, true)
     }
 }
 
@@ -58,18 +66,33 @@ impl<T: Element> Reducer for Other<T> {
     }
 
     fn fold(&self, acc: &mut [u8], other: &[u8]) -> std::result::Result<(), String> {
-        fold_with::<T>(self.op, acc, other)
+        fold_with::<T>(self.op, acc, other, false)
+    }
+
+    fn folds_right(&self) -> bool {
+        true
+    }
+
+    fn fold_right(&self, left: &[u8], acc: &mut [u8]) -> std::result::Result<(), String> {
+        fold_with::<T>(self.op, acc, left, true)
     }
 }
 
+/// Folds `other` into `acc` with `op` on `T`: `acc ⊕ other`, or `other ⊕ acc` when
+/// `other_first`.
 fn fold_with<T: Element>(
     op: ReduceOp,
     acc: &mut [u8],
     other: &[u8],
+    other_first: bool,
 ) -> std::result::Result<(), String> {
     let acc = bytemuck::try_cast_slice_mut(acc).map_err(|e| e.to_string())?;
     let other = bytemuck::try_cast_slice(other).map_err(|e| e.to_string())?;
-    op.apply::<T>(acc, other).map_err(|e| e.to_string())
+    match other_first {
+        false => op.apply::<T>(acc, other),
+        true => op.apply_right::<T>(other, acc),
+    }
+    .map_err(|e| e.to_string())
 }
 
 // `builtin` names the first ten operators by their place in `ReduceOp::ALL`.

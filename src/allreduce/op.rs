@@ -72,6 +72,29 @@ impl ReduceOp {
     /// [`Error::Buffers`] when the slices differ in length; [`Error::Unsupported`] for a
     /// bitwise or logical operator on floats.
     pub fn apply<T: Element>(self, acc: &mut [T], other: &[T]) -> Result<()> {
+        self.fold(other, acc, false)
+    }
+
+    /// Folds `left` into `acc` element by element with `acc` as the right operand:
+    /// `acc[i] = left[i] ⊕ acc[i]`. A reduction that must keep an operand order and has its
+    /// left operand in memory it may not write (a caller's input) so folds without copying
+    /// that operand first.
+    ///
+    /// ```
+    /// # use gaspi::ReduceOp;
+    /// let mut acc = [3.0f64, 0.5];
+    /// ReduceOp::Sum.apply_right(&[1.0, 2.0], &mut acc)?;
+    /// assert_eq!(acc, [4.0, 2.5]);
+    /// # Ok::<(), gaspi::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`apply`](Self::apply).
+    pub fn apply_right<T: Element>(self, left: &[T], acc: &mut [T]) -> Result<()> {
+        self.fold(left, acc, true)
+    }
+
+    fn fold<T: Element>(self, other: &[T], acc: &mut [T], other_first: bool) -> Result<()> {
         if acc.len() != other.len() {
             return Err(Error::Buffers(format!(
                 "{} elements folded with {}",
@@ -79,7 +102,7 @@ impl ReduceOp {
                 other.len()
             )));
         }
-        T::fold(self, other, acc, false).ok_or_else(|| unsupported::<T>(self))
+        T::fold(self, other, acc, other_first).ok_or_else(|| unsupported::<T>(self))
     }
 }
 
@@ -431,6 +454,25 @@ mod tests {
         ));
         assert!(matches!(
             ReduceOp::BitOr.apply(&mut [1.0f64], &[2.0]),
+            Err(Error::Unsupported(_))
+        ));
+        // Into the right operand, wrapping as `apply` does.
+        let mut right = [5i64, i64::MAX, 9];
+        ReduceOp::Sum
+            .apply_right(&[7, 1, -2], &mut right)
+            .expect("applies");
+        assert_eq!(right, [12, i64::MIN, 7]);
+        let mut right = [3u32, 8];
+        ReduceOp::Max
+            .apply_right(&[4, 2], &mut right)
+            .expect("applies");
+        assert_eq!(right, [4, 8]);
+        assert!(matches!(
+            ReduceOp::Sum.apply_right(&[1u8 as i32], &mut [1, 2]),
+            Err(Error::Buffers(_))
+        ));
+        assert!(matches!(
+            ReduceOp::BitXor.apply_right(&[1.0f32], &mut [2.0]),
             Err(Error::Unsupported(_))
         ));
         let concat = UserOp::new(|acc: &mut [u32], other: &[u32]| {

@@ -540,6 +540,16 @@ impl<'c> Run<'c> {
                         Ok(())
                     })
                 };
+                // An operand in the caller's memory is folded where it lies when it is in one
+                // part and aligned as a fold needs: copied, it went through the cache once more.
+                let in_memory = |sourced: Option<Span>, at: u64, len: u64| -> Option<&[u8]> {
+                    let (Some(span), Some(Input::Memory(memory))) = (sourced, &src) else {
+                        return None;
+                    };
+                    let real = whole(view, Span::src(span.at + at, len))?;
+                    let bytes = memory.get(range(memory.len(), real).ok()?)?;
+                    (bytes.as_ptr() as usize).is_multiple_of(8).then_some(bytes)
+                };
                 // Piece by piece, so that both operands stay in the cache (whole, each went
                 // through memory twice more); `into` is an operand or apart from both (see
                 // `Task::Fold`), so no piece's result lands on a piece still to be read.
@@ -548,12 +558,27 @@ impl<'c> Run<'c> {
                 while at < into.len {
                     let len = piece.min(into.len - at);
                     acc.resize(len as usize);
-                    other.resize(len as usize);
-                    operand(left, sourced[0], at, acc.bytes_mut())?;
-                    operand(right, sourced[1], at, other.bytes_mut())?;
-                    reducer
-                        .fold(acc.bytes_mut(), other.bytes())
-                        .map_err(Failure::Runtime)?;
+                    let sides = (
+                        in_memory(sourced[0], at, len).filter(|_| reducer.folds_right()),
+                        in_memory(sourced[1], at, len),
+                    );
+                    match sides {
+                        (_, Some(right)) => {
+                            operand(left, sourced[0], at, acc.bytes_mut())?;
+                            reducer.fold(acc.bytes_mut(), right)
+                        }
+                        (Some(left), None) => {
+                            operand(right, sourced[1], at, acc.bytes_mut())?;
+                            reducer.fold_right(left, acc.bytes_mut())
+                        }
+                        (None, None) => {
+                            other.resize(len as usize);
+                            operand(left, sourced[0], at, acc.bytes_mut())?;
+                            operand(right, sourced[1], at, other.bytes_mut())?;
+                            reducer.fold(acc.bytes_mut(), other.bytes())
+                        }
+                    }
+                    .map_err(Failure::Runtime)?;
                     net.write(seq, into.at + at, acc.bytes())?;
                     at += len;
                 }
@@ -838,6 +863,18 @@ fn each(
         at += len;
     }
     Ok(())
+}
+
+/// Where `span` of a piece's `view` (the span itself without a view) lies in the caller's
+/// buffer, if in one part.
+fn whole(view: Option<&Blocks>, span: Span) -> Option<Span> {
+    let Some(view) = view else {
+        return Some(span);
+    };
+    match view.ranges(span.at, span.len)[..] {
+        [(at, len)] => Some(Span { at, len, ..span }),
+        _ => None,
+    }
 }
 
 /// The bytes of `span` in a caller's buffer of `len` bytes.

@@ -169,6 +169,19 @@ pub(crate) trait Reducer: Send {
     /// `acc` and `other` start at 8-byte-aligned addresses, so they can be viewed as any
     /// element type without copying.
     fn fold(&self, acc: &mut [u8], other: &[u8]) -> Result<(), String>;
+    /// Whether the operator folds into its right operand too ([`fold_right`]); a user
+    /// operator folds into its left one only.
+    ///
+    /// [`fold_right`]: Self::fold_right
+    fn folds_right(&self) -> bool {
+        false
+    }
+    /// `acc = left ⊕ acc` (`acc` the right operand), as [`fold`](Self::fold) otherwise;
+    /// called only where [`folds_right`](Self::folds_right) holds.
+    fn fold_right(&self, left: &[u8], acc: &mut [u8]) -> Result<(), String> {
+        let _ = (left, acc);
+        Err("the operator folds into its left operand only".into())
+    }
 }
 
 /// A byte buffer at an 8-byte-aligned address, as [`Reducer::fold`] takes its operands.
