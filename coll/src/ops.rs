@@ -308,8 +308,7 @@ impl<'c> Team<'c> {
         self.launch(&mut launches, flags, algorithm, lend, src, dst)
     }
 
-    /// [`start`](Self::start) for an operation that only moves data (no folds), its runs
-    /// given what they still need of the source as the handle is returned.
+    /// [`start`](Self::start) for an operation that only moves data (no folds).
     #[allow(clippy::too_many_arguments)]
     fn move_data<'t, 'b>(
         &'t self,
@@ -319,20 +318,12 @@ impl<'c> Team<'c> {
         algorithm: &'static str,
         shape: Shape<'_>,
         build: impl Fn(u32, Cut) -> Schedule,
+        lend: Lend,
         src: Input<'b>,
         dst: Output<'b>,
     ) -> Result<Handle<'t, 'b>> {
         self.start(
-            words,
-            exact,
-            flags,
-            algorithm,
-            Lend::Now,
-            shape,
-            build,
-            None,
-            src,
-            dst,
+            words, exact, flags, algorithm, lend, shape, build, None, src, dst,
         )
     }
 
@@ -374,6 +365,36 @@ impl<'c> Team<'c> {
         src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        self.broadcast_lent(dst, root, src, flags, Lend::Now)
+    }
+
+    /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
+    /// leaves this member's part to finish without it (the others are not held up); use the
+    /// non-blocking form to continue after a timeout.
+    ///
+    /// # Errors
+    /// As for [`broadcast_nb`](Self::broadcast_nb) and [`Handle::wait_sync`].
+    pub fn broadcast<'b>(
+        &self,
+        dst: impl Into<Output<'b>>,
+        root: Rank,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.broadcast_lent(dst, root, src, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`broadcast_nb`](Self::broadcast_nb), its runs lent the source as `lend` says.
+    fn broadcast_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        root: Rank,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         let bytes = dst.len() as u64;
@@ -391,24 +412,7 @@ impl<'c> Team<'c> {
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes];
-        self.move_data(&words, &[], flags, name, shape, build, src, dst)
-    }
-
-    /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
-    /// leaves this member's part to finish without it (the others are not held up); use the
-    /// non-blocking form to continue after a timeout.
-    ///
-    /// # Errors
-    /// As for [`broadcast_nb`](Self::broadcast_nb) and [`Handle::wait_sync`].
-    pub fn broadcast<'b>(
-        &self,
-        dst: impl Into<Output<'b>>,
-        root: Rank,
-        src: impl Into<Input<'b>>,
-        flags: Flags,
-        timeout: Timeout,
-    ) -> Result<()> {
-        self.broadcast_nb(dst, root, src, flags)?.wait_sync(timeout)
+        self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
     fn rooted_tree(
@@ -437,17 +441,7 @@ impl<'c> Team<'c> {
         src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
-        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
-        let bytes = dst.len() as u64;
-        if me == r {
-            check_len(src.len(), bytes.saturating_mul(u64::from(n)))?;
-        }
-        let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatter", bytes)?;
-        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
-        let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
-        let words = [2, u64::from(r), bytes];
-        self.move_data(&words, &[], flags, name, shape, build, src, dst)
+        self.scatter_lent(dst, root, src, flags, Lend::Now)
     }
 
     /// Blocking [`scatter_nb`](Self::scatter_nb) (see [`broadcast`](Self::broadcast) on
@@ -463,7 +457,30 @@ impl<'c> Team<'c> {
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
-        self.scatter_nb(dst, root, src, flags)?.wait_sync(timeout)
+        self.scatter_lent(dst, root, src, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`scatter_nb`](Self::scatter_nb), its runs lent the source as `lend` says.
+    fn scatter_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        root: Rank,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        let bytes = dst.len() as u64;
+        if me == r {
+            check_len(src.len(), bytes.saturating_mul(u64::from(n)))?;
+        }
+        let (algo, name) = self.rooted_tree(self.choices().scatter.as_deref(), "scatter", bytes)?;
+        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
+        let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
+        let words = [2, u64::from(r), bytes];
+        self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
     /// Non-blocking scatterv: block `i` of `counts[i]` bytes of `root`'s `src` (packed in
@@ -482,21 +499,7 @@ impl<'c> Team<'c> {
         counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
-        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
-        check_len(counts.len(), u64::from(n))?;
-        check_len(dst.len(), counts[me as usize])?;
-        let total = total(self.context().rank(), counts)?;
-        if me == r {
-            check_len(src.len(), total)?;
-        }
-        let largest = counts.iter().copied().max().unwrap_or(0);
-        let (algo, name) =
-            self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
-        let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
-        let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
-        let words = [3, u64::from(r), signature(counts)];
-        self.move_data(&words, &[counts], flags, name, shape, build, src, dst)
+        self.scatterv_lent(dst, root, src, counts, flags, Lend::Now)
     }
 
     /// Blocking [`scatterv_nb`](Self::scatterv_nb) (see [`broadcast`](Self::broadcast) on
@@ -513,8 +516,35 @@ impl<'c> Team<'c> {
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
-        self.scatterv_nb(dst, root, src, counts, flags)?
+        self.scatterv_lent(dst, root, src, counts, flags, Lend::Late)?
             .wait_sync(timeout)
+    }
+
+    /// [`scatterv_nb`](Self::scatterv_nb), its runs lent the source as `lend` says.
+    fn scatterv_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        root: Rank,
+        src: impl Into<Input<'b>>,
+        counts: &[u64],
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        check_len(counts.len(), u64::from(n))?;
+        check_len(dst.len(), counts[me as usize])?;
+        let total = total(self.context().rank(), counts)?;
+        if me == r {
+            check_len(src.len(), total)?;
+        }
+        let largest = counts.iter().copied().max().unwrap_or(0);
+        let (algo, name) =
+            self.rooted_tree(self.choices().scatter.as_deref(), "scatterv", largest)?;
+        let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
+        let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
+        let words = [3, u64::from(r), signature(counts)];
+        self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
     }
 
     /// Non-blocking gather: every member's `src` into block `i` (member `i`'s) of `root`'s
@@ -529,17 +559,7 @@ impl<'c> Team<'c> {
         src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
-        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
-        let bytes = src.len() as u64;
-        if me == r {
-            check_len(dst.len(), bytes.saturating_mul(u64::from(n)))?;
-        }
-        let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gather", bytes)?;
-        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
-        let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
-        let words = [4, u64::from(r), bytes];
-        self.move_data(&words, &[], flags, name, shape, build, src, dst)
+        self.gather_lent(root, dst, src, flags, Lend::Now)
     }
 
     /// Blocking [`gather_nb`](Self::gather_nb) (see [`broadcast`](Self::broadcast) on
@@ -555,7 +575,30 @@ impl<'c> Team<'c> {
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
-        self.gather_nb(root, dst, src, flags)?.wait_sync(timeout)
+        self.gather_lent(root, dst, src, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`gather_nb`](Self::gather_nb), its runs lent the source as `lend` says.
+    fn gather_lent<'t, 'b>(
+        &'t self,
+        root: Rank,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        let bytes = src.len() as u64;
+        if me == r {
+            check_len(dst.len(), bytes.saturating_mul(u64::from(n)))?;
+        }
+        let (algo, name) = self.rooted_tree(self.choices().gather.as_deref(), "gather", bytes)?;
+        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
+        let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
+        let words = [4, u64::from(r), bytes];
+        self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
     /// Non-blocking gatherv: member `i`'s `src` (`counts[i]` bytes) into `root`'s `dst`,
@@ -571,21 +614,7 @@ impl<'c> Team<'c> {
         counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
-        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
-        check_len(counts.len(), u64::from(n))?;
-        check_len(src.len(), counts[me as usize])?;
-        let total = total(self.context().rank(), counts)?;
-        if me == r {
-            check_len(dst.len(), total)?;
-        }
-        let largest = counts.iter().copied().max().unwrap_or(0);
-        let (algo, name) =
-            self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
-        let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
-        let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
-        let words = [5, u64::from(r), signature(counts)];
-        self.move_data(&words, &[counts], flags, name, shape, build, src, dst)
+        self.gatherv_lent(root, dst, src, counts, flags, Lend::Now)
     }
 
     /// Blocking [`gatherv_nb`](Self::gatherv_nb) (see [`broadcast`](Self::broadcast) on
@@ -602,8 +631,35 @@ impl<'c> Team<'c> {
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
-        self.gatherv_nb(root, dst, src, counts, flags)?
+        self.gatherv_lent(root, dst, src, counts, flags, Lend::Late)?
             .wait_sync(timeout)
+    }
+
+    /// [`gatherv_nb`](Self::gatherv_nb), its runs lent the source as `lend` says.
+    fn gatherv_lent<'t, 'b>(
+        &'t self,
+        root: Rank,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        counts: &[u64],
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
+        let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
+        check_len(counts.len(), u64::from(n))?;
+        check_len(src.len(), counts[me as usize])?;
+        let total = total(self.context().rank(), counts)?;
+        if me == r {
+            check_len(dst.len(), total)?;
+        }
+        let largest = counts.iter().copied().max().unwrap_or(0);
+        let (algo, name) =
+            self.rooted_tree(self.choices().gather.as_deref(), "gatherv", largest)?;
+        let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
+        let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
+        let words = [5, u64::from(r), signature(counts)];
+        self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
     }
 
     fn all_algo(&self, total: u64) -> Result<(GatherAllAlgo, &'static str)> {
@@ -631,15 +687,7 @@ impl<'c> Team<'c> {
         src: impl Into<Input<'b>>,
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
-        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
-        let n = self.size();
-        let bytes = src.len() as u64;
-        let total = bytes.saturating_mul(u64::from(n));
-        check_len(dst.len(), total)?;
-        let (algo, name) = self.all_algo(total)?;
-        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
-        let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
-        self.move_data(&[6, bytes], &[], flags, name, shape, build, src, dst)
+        self.gather_all_lent(dst, src, flags, Lend::Now)
     }
 
     /// Blocking [`gather_all_nb`](Self::gather_all_nb) (see [`broadcast`](Self::broadcast)
@@ -654,7 +702,27 @@ impl<'c> Team<'c> {
         flags: Flags,
         timeout: Timeout,
     ) -> Result<()> {
-        self.gather_all_nb(dst, src, flags)?.wait_sync(timeout)
+        self.gather_all_lent(dst, src, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`gather_all_nb`](Self::gather_all_nb), its runs lent the source as `lend` says.
+    fn gather_all_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
+        let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
+        let n = self.size();
+        let bytes = src.len() as u64;
+        let total = bytes.saturating_mul(u64::from(n));
+        check_len(dst.len(), total)?;
+        let (algo, name) = self.all_algo(total)?;
+        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
+        let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
+        self.move_data(&[6, bytes], &[], flags, name, shape, build, lend, src, dst)
     }
 
     /// Non-blocking gather_allv: member `i`'s `src` (`counts[i]` bytes) into every member's
@@ -669,6 +737,35 @@ impl<'c> Team<'c> {
         src: impl Into<Input<'b>>,
         counts: &[u64],
         flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        self.gather_allv_lent(dst, src, counts, flags, Lend::Now)
+    }
+
+    /// Blocking [`gather_allv_nb`](Self::gather_allv_nb) (see [`broadcast`](Self::broadcast)
+    /// on timeouts).
+    ///
+    /// # Errors
+    /// As for [`gather_allv_nb`](Self::gather_allv_nb) and [`Handle::wait_sync`].
+    pub fn gather_allv<'b>(
+        &self,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        counts: &[u64],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.gather_allv_lent(dst, src, counts, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`gather_allv_nb`](Self::gather_allv_nb), its runs lent the source as `lend` says.
+    fn gather_allv_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        counts: &[u64],
+        flags: Flags,
+        lend: Lend,
     ) -> Result<Handle<'t, 'b>> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me) = (self.size(), self.index());
@@ -686,26 +783,10 @@ impl<'c> Team<'c> {
             name,
             shape,
             build,
+            lend,
             src,
             dst,
         )
-    }
-
-    /// Blocking [`gather_allv_nb`](Self::gather_allv_nb) (see [`broadcast`](Self::broadcast)
-    /// on timeouts).
-    ///
-    /// # Errors
-    /// As for [`gather_allv_nb`](Self::gather_allv_nb) and [`Handle::wait_sync`].
-    pub fn gather_allv<'b>(
-        &self,
-        dst: impl Into<Output<'b>>,
-        src: impl Into<Input<'b>>,
-        counts: &[u64],
-        flags: Flags,
-        timeout: Timeout,
-    ) -> Result<()> {
-        self.gather_allv_nb(dst, src, counts, flags)?
-            .wait_sync(timeout)
     }
 
     /// Non-blocking exchange (all-to-all): block `j` of member `i`'s `src` into block `i`
@@ -719,6 +800,33 @@ impl<'c> Team<'c> {
         dst: impl Into<Output<'b>>,
         src: impl Into<Input<'b>>,
         flags: Flags,
+    ) -> Result<Handle<'t, 'b>> {
+        self.exchange_lent(dst, src, flags, Lend::Now)
+    }
+
+    /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`exchange_nb`](Self::exchange_nb) and [`Handle::wait_sync`].
+    pub fn exchange<'b>(
+        &self,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.exchange_lent(dst, src, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`exchange_nb`](Self::exchange_nb), its runs lent the source as `lend` says.
+    fn exchange_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        src: impl Into<Input<'b>>,
+        flags: Flags,
+        lend: Lend,
     ) -> Result<Handle<'t, 'b>> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let n = self.size();
@@ -739,22 +847,7 @@ impl<'c> Team<'c> {
         };
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
-        self.move_data(&[8, bytes], &[], flags, name, shape, build, src, dst)
-    }
-
-    /// Blocking [`exchange_nb`](Self::exchange_nb) (see [`broadcast`](Self::broadcast) on
-    /// timeouts).
-    ///
-    /// # Errors
-    /// As for [`exchange_nb`](Self::exchange_nb) and [`Handle::wait_sync`].
-    pub fn exchange<'b>(
-        &self,
-        dst: impl Into<Output<'b>>,
-        src: impl Into<Input<'b>>,
-        flags: Flags,
-        timeout: Timeout,
-    ) -> Result<()> {
-        self.exchange_nb(dst, src, flags)?.wait_sync(timeout)
+        self.move_data(&[8, bytes], &[], flags, name, shape, build, lend, src, dst)
     }
 
     /// Non-blocking exchangev: `send_counts[j]` bytes of `src` (packed in member order) to
@@ -782,6 +875,37 @@ impl<'c> Team<'c> {
         send_counts: &[u64],
         flags: Flags,
     ) -> Result<Handle<'t, 'b>> {
+        self.exchangev_lent(dst, recv_counts, src, send_counts, flags, Lend::Now)
+    }
+
+    /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on
+    /// timeouts).
+    ///
+    /// # Errors
+    /// As for [`exchangev_nb`](Self::exchangev_nb) and [`Handle::wait_sync`].
+    pub fn exchangev<'b>(
+        &self,
+        dst: impl Into<Output<'b>>,
+        recv_counts: &[u64],
+        src: impl Into<Input<'b>>,
+        send_counts: &[u64],
+        flags: Flags,
+        timeout: Timeout,
+    ) -> Result<()> {
+        self.exchangev_lent(dst, recv_counts, src, send_counts, flags, Lend::Late)?
+            .wait_sync(timeout)
+    }
+
+    /// [`exchangev_nb`](Self::exchangev_nb), its runs lent the source as `lend` says.
+    fn exchangev_lent<'t, 'b>(
+        &'t self,
+        dst: impl Into<Output<'b>>,
+        recv_counts: &[u64],
+        src: impl Into<Input<'b>>,
+        send_counts: &[u64],
+        flags: Flags,
+        lend: Lend,
+    ) -> Result<Handle<'t, 'b>> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me) = (self.size(), self.index());
         check_len(send_counts.len(), u64::from(n))?;
@@ -805,24 +929,16 @@ impl<'c> Team<'c> {
         let chunk = (self.lane_bytes() / (2 * u64::from(n))).max(1);
         let build = |_, _| all::exchangev(n, me, send_counts, recv_counts, chunk);
         let counts = [send_counts, recv_counts];
-        self.move_data(&[9], &counts, flags, "pairwise", shape, build, src, dst)
-    }
-
-    /// Blocking [`exchangev_nb`](Self::exchangev_nb) (see [`broadcast`](Self::broadcast) on
-    /// timeouts).
-    ///
-    /// # Errors
-    /// As for [`exchangev_nb`](Self::exchangev_nb) and [`Handle::wait_sync`].
-    pub fn exchangev<'b>(
-        &self,
-        dst: impl Into<Output<'b>>,
-        recv_counts: &[u64],
-        src: impl Into<Input<'b>>,
-        send_counts: &[u64],
-        flags: Flags,
-        timeout: Timeout,
-    ) -> Result<()> {
-        self.exchangev_nb(dst, recv_counts, src, send_counts, flags)?
-            .wait_sync(timeout)
+        self.move_data(
+            &[9],
+            &counts,
+            flags,
+            "pairwise",
+            shape,
+            build,
+            lend,
+            src,
+            dst,
+        )
     }
 }

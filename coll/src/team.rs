@@ -211,8 +211,11 @@ impl Default for Capacity {
 /// handle (initiation, [`Handle::try_sync`], [`Handle::wait_sync`] and the set syncs), all
 /// other steps in any call of the team. A collective that still has to read its source
 /// when its initiation returns (pieces waiting for a lane, exchangev blocks of several
-/// chunks) copies the source then, so its sends go on in any call: handles may be synced
-/// in any order on each member. Writes into the destination wait for the sync.
+/// chunks, an allreduce's folds) copies the source then, so its sends go on in any call:
+/// handles may be synced in any order on each member. A blocking call waits at once with
+/// the source at hand, and copies it only if it returns before the collective completed
+/// (a timeout): its steps read the caller's buffer where it is. Writes into the
+/// destination wait for the sync.
 ///
 /// # Faults
 /// A dead member makes every pending collective of the team fail naming it
@@ -534,7 +537,9 @@ pub(crate) enum Lend {
     /// Only when the handle's first sync returns without the collective complete, or the
     /// handle is dropped: for a blocking call, which syncs the handle at once, with the
     /// source lent again. A large allreduce's folds then read the source where it is
-    /// instead of a copy staged as the initiating call returns (a pass over half the vector).
+    /// instead of a copy staged as the initiating call returns (a pass over half the
+    /// vector), and a large collective's pieces waiting for a lane read it without a copy
+    /// of the whole source.
     Late,
 }
 

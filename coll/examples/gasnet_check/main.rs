@@ -7,7 +7,8 @@
 //! Scenarios (the first argument):
 //! * `ops`: every operation of `cases::OPS` × every size of `cases::SIZES` × the 18
 //!   combinations of sync modes and addressing of `cases::flags()`, with a root drawn per
-//!   case; blocking and non-blocking forms alternate, and so do sources and destinations in
+//!   case; blocking and non-blocking forms alternate (a handle synced at once or polled,
+//!   every fourth case the blocking form), and so do sources and destinations in
 //!   memory and in user segments (`cases::placement`, with the `IN_SEGMENT` flags). Line `data ops rank R: <op>=<count>/<digest>`
 //!   per operation, the digest over the destinations of its cases in order.
 //! * `large`: every operation at `cases::LARGE_SIZES` (up to 4 MiB per block) on a split of
@@ -157,26 +158,43 @@ fn run(
     let counts: Vec<u64> = (0..n).map(|i| cases::count(size, i)).collect();
     let sends: Vec<u64> = (0..n).map(|j| cases::xcount(size, me, j)).collect();
     let recvs: Vec<u64> = (0..n).map(|i| cases::xcount(size, i, me)).collect();
-    let mut handle = match op {
-        "broadcast" => team.broadcast_nb(output, root, input, flags)?,
-        "scatter" => team.scatter_nb(output, root, input, flags)?,
-        "gather" => team.gather_nb(root, output, input, flags)?,
-        "gather_all" => team.gather_all_nb(output, input, flags)?,
-        "exchange" => team.exchange_nb(output, input, flags)?,
-        "scatterv" => team.scatterv_nb(output, root, input, &counts, flags)?,
-        "gatherv" => team.gatherv_nb(root, output, input, &counts, flags)?,
-        "gather_allv" => team.gather_allv_nb(output, input, &counts, flags)?,
-        "exchangev" => team.exchangev_nb(output, &recvs, input, &sends, flags)?,
-        _ => return Err(format!("no operation {op}").into()),
-    };
-    if case.is_multiple_of(2) {
-        handle.wait_sync(TIMEOUT)?;
+    // Every fourth case by the blocking form, the others by a handle synced at once or
+    // polled.
+    if case % 4 == 1 {
+        let t = TIMEOUT;
+        match op {
+            "broadcast" => team.broadcast(output, root, input, flags, t)?,
+            "scatter" => team.scatter(output, root, input, flags, t)?,
+            "gather" => team.gather(root, output, input, flags, t)?,
+            "gather_all" => team.gather_all(output, input, flags, t)?,
+            "exchange" => team.exchange(output, input, flags, t)?,
+            "scatterv" => team.scatterv(output, root, input, &counts, flags, t)?,
+            "gatherv" => team.gatherv(root, output, input, &counts, flags, t)?,
+            "gather_allv" => team.gather_allv(output, input, &counts, flags, t)?,
+            "exchangev" => team.exchangev(output, &recvs, input, &sends, flags, t)?,
+            _ => return Err(format!("no operation {op}").into()),
+        }
     } else {
-        while !handle.try_sync()? {
-            std::thread::yield_now();
+        let mut handle = match op {
+            "broadcast" => team.broadcast_nb(output, root, input, flags)?,
+            "scatter" => team.scatter_nb(output, root, input, flags)?,
+            "gather" => team.gather_nb(root, output, input, flags)?,
+            "gather_all" => team.gather_all_nb(output, input, flags)?,
+            "exchange" => team.exchange_nb(output, input, flags)?,
+            "scatterv" => team.scatterv_nb(output, root, input, &counts, flags)?,
+            "gatherv" => team.gatherv_nb(root, output, input, &counts, flags)?,
+            "gather_allv" => team.gather_allv_nb(output, input, &counts, flags)?,
+            "exchangev" => team.exchangev_nb(output, &recvs, input, &sends, flags)?,
+            _ => return Err(format!("no operation {op}").into()),
+        };
+        if case.is_multiple_of(2) {
+            handle.wait_sync(TIMEOUT)?;
+        } else {
+            while !handle.try_sync()? {
+                std::thread::yield_now();
+            }
         }
     }
-    drop(handle);
     if dst_in {
         ctx.segment_read(DST_SEG, 0, &mut dst)?;
     }
