@@ -593,6 +593,10 @@ impl Handle<'_, '_> {
         );
         match (synced, outcome) {
             (Ok(()), [Some(outcome)]) => {
+                if outcome.is_err() {
+                    // The failure of one piece leaves the others to go on without the handle.
+                    self.lend();
+                }
                 self.synced = true;
                 outcome
             }
@@ -659,6 +663,9 @@ fn sync_set(
     for (k, outcome) in outcomes.into_iter().enumerate() {
         match outcome {
             Some(outcome) if synced.is_ok() => {
+                if outcome.is_err() {
+                    handles[open[k]].lend();
+                }
                 handles[open[k]].synced = true;
                 done.push((open[k], outcome));
             }
