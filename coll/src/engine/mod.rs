@@ -34,26 +34,27 @@
 //!
 //! # Eager runs
 //! A run of a collective initiated with `IN_NOSYNC` is *eager*: it skips every credit its
-//! schedule lists (see the [schedule](crate::schedule)), so its data may reach a member
-//! before that member entered the collective, as an MPI eager send does, and consecutive
-//! collectives overlap instead of costing a round trip each. What makes that safe is flow
-//! control between runs instead of within them: every member counts `freed`, the first run
-//! that has not given its stage up (runs given up are over, and removed or past their
-//! lane), and tells every other member at least each time the count crosses a multiple of
-//! `lanes`, and before it waits or returns without its run done whenever what it told last
-//! would hold back a put into a run it holds: a sender held back waits only for a member
-//! that is itself waiting, and that member tells it first. A put of eager run `seq` goes to
-//! a member only once that
-//! member's published count passed the runs whose stage the put may land in: `seq − lanes`,
-//! or `seq − 2·lanes` when both it and that run are compact (each in a half). In lock
-//! step a member so runs up to `lanes` collectives ahead of a slow receiver without waiting.
-//! A publication goes to every member, `(n − 1) / lanes` notifications per run and member
-//! while busy: cheap for the team sizes of one job's nodes, and the price of not knowing
-//! who sends next. A member that called another collective is then told by its receivers
-//! (the values below), not before its puts, and only where a receiver hears from a member
-//! that disagrees with it: members that disagree among themselves about a root may all
-//! write one receiver's stage, which then takes the data of whichever came last. Eager
-//! runs trust the caller's arguments, as `IN_NOSYNC` asks.
+//! schedule lists (see the [schedule](crate::schedule)), so its data may reach a member before
+//! that member entered the collective, as an MPI eager send does, and consecutive collectives
+//! overlap instead of costing a round trip each. What makes that safe is flow control between
+//! runs instead of within them: every member counts `freed`, the first run that has not given
+//! its stage up (runs given up are over, and removed or past their lane), and tells it to the
+//! members it heard from lately (since it last told every member), each time the count crosses
+//! a multiple of `lanes` (every member each fourth time); and before it waits or returns
+//! without its run done, to each sender of a run it holds whose put what it told that sender
+//! last would hold back: a sender held back waits only for a member that is itself waiting, and
+//! that member tells it first. A put of eager run `seq` goes to a member only once that
+//! member's published count passed the runs whose stage the put may land in: `seq − lanes`, or
+//! `seq − 2·lanes` when both it and that run are compact (each in a half). In lock step a
+//! member so runs up to `lanes` collectives ahead of a slow receiver without waiting, and tells
+//! only its senders: `s / lanes` notifications per run and member while busy for `s` senders
+//! (an allreduce's `log2 n` partners, a tree's parent), and `(n − 1) / (4 · lanes)` more for
+//! the others, who may send next (telling every member each time made a 64 KiB allreduce at 8
+//! ranks over tcp a quarter slower). A member that called another collective is then told by
+//! its receivers (the values below), not before its puts, and only where a receiver hears from
+//! a member that disagrees with it: members that disagree among themselves about a root may all
+//! write one receiver's stage, which then takes the data of whichever came last. Eager runs
+//! trust the caller's arguments, as `IN_NOSYNC` asks.
 //!
 //! # The caller's buffers
 //! Steps that read the caller's source or write its destination need the buffers, which
@@ -87,7 +88,7 @@ mod run;
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use gaspi::{
@@ -272,8 +273,13 @@ struct State<'c> {
     compacts: Vec<bool>,
     /// Every run before this one has given its stage up here (see "Eager runs").
     freed: u64,
-    /// The last `freed` told to the other members.
+    /// `freed` at the last periodic publication (see "Eager runs").
     published: u64,
+    /// Per member, the last `freed` told to it.
+    told: Vec<u64>,
+    /// Per member, whether it sends into a run this member holds and has not completed
+    /// (gathered before waiting, kept for its allocation).
+    senders: Vec<bool>,
     /// Plans of keyed schedules, per key and parity.
     plans: FxHashMap<Vec<u64>, [Option<Arc<Plan>>; 2]>,
     /// A member known dead: every run not complete fails naming it.
@@ -366,6 +372,9 @@ pub(crate) struct Engine<'c> {
     /// How far each member has freed its stage, as it last told this one (see "Eager
     /// runs"); only ever raised, under the state's lock.
     known: Vec<AtomicU64>,
+    /// Per member, whether a signal of it was taken since this member last told every
+    /// member its `freed` (see "Eager runs"); under the state's lock.
+    heard: Vec<AtomicBool>,
     /// This member's publications of its `freed`.
     publications: Batch<'c>,
 }
@@ -498,6 +507,8 @@ impl<'c> Engine<'c> {
                 compacts: vec![false; layout.lanes as usize],
                 freed: 0,
                 published: 0,
+                told: vec![0; layout.members as usize],
+                senders: vec![false; layout.members as usize],
                 plans: FxHashMap::default(),
                 dead: None,
                 watcher: false,
@@ -508,6 +519,9 @@ impl<'c> Engine<'c> {
             changes: Condvar::new(),
             wakes: ctx.batch(),
             known: (0..layout.members).map(|_| AtomicU64::new(0)).collect(),
+            heard: (0..layout.members)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             // A publication goes to every other member at once.
             publications: ctx.batch_with_depth(ctx.queue_max().max(layout.members)),
         }
@@ -863,10 +877,11 @@ impl<'c> Engine<'c> {
         }
     }
 
-    /// Tells every other member this member's `freed` when it crossed a multiple of the
-    /// lanes since the last time, or, with `now`, whenever what was told last holds back a
-    /// put into a run this member holds (see "Eager runs"): the senders of the runs it is
-    /// about to wait for then have what they need, and in lock step nothing more is sent.
+    /// Tells other members this member's `freed` (see "Eager runs"): periodically, when it
+    /// crossed a multiple of the lanes since the last time, those it heard from lately
+    /// (every member each [`FULL_ROUNDS`] times); with `now`, the senders of the runs it
+    /// holds whose put what it told them last would hold back: they then have what they
+    /// need before this member waits for them, and in lock step nothing more is sent.
     /// A publication goes out only once the one before it completed, so that a later value
     /// is never overtaken by an earlier one; with `now`, it waits for that within
     /// `deadline` (a timeout leaves it for the next call).
@@ -875,43 +890,69 @@ impl<'c> Engine<'c> {
         state: &mut State<'c>,
         now: Option<Deadline>,
     ) -> std::result::Result<(), Failure> {
-        let due = match now {
-            Some(_) => {
-                let wanted = state
-                    .lanes
-                    .iter()
-                    .flatten()
-                    .filter_map(|&seq| state.runs.get(seq))
-                    .filter(|run| !run.complete && run.failed.is_none())
-                    .map(|run| run.needs)
-                    .max()
-                    .unwrap_or(0);
-                state.freed > state.published && state.published < wanted
-            }
-            None => self.layout.round(state.freed) > self.layout.round(state.published),
-        };
-        let Some(targets) = self.targets.get().filter(|_| due && self.ranks.len() > 1) else {
+        let Some(targets) = self.targets.get().filter(|_| self.ranks.len() > 1) else {
             return Ok(());
         };
-        if self.publications.outstanding() > 0 && !self.publications.test()? {
-            match now {
-                None => return Ok(()),
-                Some(deadline) => match self.publications.wait(deadline.left()) {
-                    Err(gaspi::Error::Timeout) => return Ok(()),
-                    other => other?,
-                },
+        let round = |freed| self.layout.round(freed);
+        let (periodic, full, wanted) = match now {
+            Some(_) => {
+                let mut senders = std::mem::take(&mut state.senders);
+                senders.fill(false);
+                let mut wanted = 0;
+                for run in state.holders() {
+                    if !run.complete && run.failed.is_none() {
+                        wanted = wanted.max(run.needs);
+                        run.senders(&mut senders);
+                    }
+                }
+                state.senders = senders;
+                (false, false, wanted)
             }
-        }
-        let signal = Notification {
-            id: self.layout.freed(self.me),
-            value: encode_freed(state.freed),
+            None => {
+                let (freed, published) = (round(state.freed), round(state.published));
+                let full = freed / FULL_ROUNDS > published / FULL_ROUNDS;
+                (freed > published, full, 0)
+            }
         };
-        for (index, target) in targets.iter().enumerate() {
-            if index != self.me as usize {
-                self.publications.notify(target, signal)?;
+        let due = |state: &State<'c>, index: usize| {
+            index != self.me as usize
+                && state.freed > state.told[index]
+                && match now {
+                    Some(_) => state.told[index] < wanted && state.senders[index],
+                    None => periodic && (full || self.heard[index].load(Ordering::Relaxed)),
+                }
+        };
+        if (0..targets.len()).any(|index| due(state, index)) {
+            if self.publications.outstanding() > 0 && !self.publications.test()? {
+                match now {
+                    None => return Ok(()),
+                    Some(deadline) => match self.publications.wait(deadline.left()) {
+                        Err(gaspi::Error::Timeout) => return Ok(()),
+                        other => other?,
+                    },
+                }
+            }
+            let signal = Notification {
+                id: self.layout.freed(self.me),
+                value: encode_freed(state.freed),
+            };
+            for (index, target) in targets.iter().enumerate() {
+                if due(state, index) {
+                    self.publications.notify(target, signal)?;
+                    state.told[index] = state.freed;
+                }
             }
         }
-        state.published = state.freed;
+        if periodic {
+            state.published = state.freed;
+        }
+        if full {
+            // Who sends keeps being told until it has not sent for a while: a sender whose
+            // signal of this round came after this publication still counts.
+            for heard in &self.heard {
+                heard.store(false, Ordering::Relaxed);
+            }
+        }
         Ok(())
     }
 
@@ -1242,6 +1283,12 @@ impl Transport for Engine<'_> {
         self.layout.freed(from)
     }
 
+    fn heard(&self, from: u32) {
+        if let Some(heard) = self.heard.get(from as usize) {
+            heard.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn rank(&self, index: u32) -> Rank {
         self.ranks[index as usize]
     }
@@ -1250,6 +1297,11 @@ impl Transport for Engine<'_> {
         self.ctx
     }
 }
+
+/// Every this many periodic publications, a member tells every other member, not only
+/// those it heard from (see [`Engine::publish`]): a member that sends to it only now and
+/// then, or that disagrees with it about a root, learns of its stage before it waits.
+const FULL_ROUNDS: u64 = 4;
 
 /// Publications count modulo this, and add 1: a notification value is never 0.
 const FREED_MODULUS: u64 = u32::MAX as u64;

@@ -86,6 +86,8 @@ pub(crate) trait Transport {
     fn freed(&self, to: u32, needs: u64, learn: bool) -> Result<bool, Failure>;
     /// The notification where member `from`'s publications of its freed stage land.
     fn publication(&self, from: u32) -> NotificationId;
+    /// Notes that a signal of member `from` was taken (see the engine's "Eager runs").
+    fn heard(&self, from: u32);
     /// The rank of member `index`.
     fn rank(&self, index: u32) -> Rank;
     /// The context, for the caller's segments.
@@ -441,7 +443,7 @@ impl<'c> Run<'c> {
             }
             Task::Wait { from, signal } => match net.take(net.id(seq, signal))? {
                 0 => return Ok(false),
-                got if got == value => {}
+                got if got == value => net.heard(from),
                 got => {
                     return Err(Failure::OutOfStep {
                         rank: net.rank(from),
@@ -669,6 +671,21 @@ impl<'c> Run<'c> {
                     out.push(net.publication(to));
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Marks in `senders` the members this run still waits for a signal of.
+    pub(crate) fn senders(&self, senders: &mut [bool]) {
+        let steps = &self.plan.schedule.steps;
+        for (id, step) in steps.iter().enumerate() {
+            if let Task::Wait { from, .. } = step.task {
+                let pending = self.waiting[id] > 0 || self.ready.contains(&(id as StepId));
+                if pending {
+                    if let Some(sender) = senders.get_mut(from as usize) {
+                        *sender = true;
+                    }
+                }
             }
         }
     }
