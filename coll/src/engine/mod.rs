@@ -893,25 +893,36 @@ impl<'c> Engine<'c> {
         let Some(targets) = self.targets.get().filter(|_| self.ranks.len() > 1) else {
             return Ok(());
         };
-        let round = |freed| self.layout.round(freed);
-        let (periodic, full, wanted) = match now {
+        let periodic = now.is_none();
+        let (full, wanted) = match now {
+            // Every pass ends here: most find nothing due at one comparison.
+            None => {
+                let round = |freed| self.layout.round(freed);
+                let (freed, published) = (round(state.freed), round(state.published));
+                if freed <= published {
+                    return Ok(());
+                }
+                (freed / FULL_ROUNDS > published / FULL_ROUNDS, 0)
+            }
             Some(_) => {
+                let live = |run: &&Run<'c>| !run.complete && run.failed.is_none();
+                let wanted = state.holders().filter(live).map(|run| run.needs).max();
+                let wanted = wanted.unwrap_or(0);
+                let behind = |index: usize| {
+                    index != self.me as usize
+                        && state.freed > state.told[index]
+                        && state.told[index] < wanted
+                };
+                if !(0..targets.len()).any(behind) {
+                    return Ok(());
+                }
                 let mut senders = std::mem::take(&mut state.senders);
                 senders.fill(false);
-                let mut wanted = 0;
-                for run in state.holders() {
-                    if !run.complete && run.failed.is_none() {
-                        wanted = wanted.max(run.needs);
-                        run.senders(&mut senders);
-                    }
+                for run in state.holders().filter(live) {
+                    run.senders(&mut senders);
                 }
                 state.senders = senders;
-                (false, false, wanted)
-            }
-            None => {
-                let (freed, published) = (round(state.freed), round(state.published));
-                let full = freed / FULL_ROUNDS > published / FULL_ROUNDS;
-                (freed > published, full, 0)
+                (false, wanted)
             }
         };
         let due = |state: &State<'c>, index: usize| {
@@ -919,7 +930,7 @@ impl<'c> Engine<'c> {
                 && state.freed > state.told[index]
                 && match now {
                     Some(_) => state.told[index] < wanted && state.senders[index],
-                    None => periodic && (full || self.heard[index].load(Ordering::Relaxed)),
+                    None => full || self.heard[index].load(Ordering::Relaxed),
                 }
         };
         if (0..targets.len()).any(|index| due(state, index)) {
