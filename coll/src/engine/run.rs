@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 use super::elide::Elision;
 use super::piece::Blocks;
-use super::Failure;
+use super::{read_value, Failure};
 use crate::buffer::{Input, Output};
 use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
 
@@ -61,8 +61,14 @@ pub(crate) trait Transport {
         put: Transfer,
         signal: Notification,
     ) -> Result<bool, Failure>;
-    /// Raises `signal` at member `to`; false when it cannot yet (as for a put).
-    fn signal(&self, batch: &Batch<'_>, to: u32, signal: Notification) -> Result<bool, Failure>;
+    /// Raises `signal` of run `seq` at member `to`; false when it cannot yet (as for a put).
+    fn signal(
+        &self,
+        batch: &Batch<'_>,
+        seq: u64,
+        to: u32,
+        signal: Notification,
+    ) -> Result<bool, Failure>;
     /// Takes the value of notification `id` here (0 when unset).
     fn take(&self, id: NotificationId) -> Result<u32, Failure>;
     /// Reads `buf.len()` bytes of the run's stage at `at`.
@@ -86,8 +92,9 @@ pub(crate) trait Transport {
     fn freed(&self, to: u32, needs: u64, learn: bool) -> Result<bool, Failure>;
     /// The notification where member `from`'s publications of its freed stage land.
     fn publication(&self, from: u32) -> NotificationId;
-    /// Notes that a signal of member `from` was taken (see the engine's "Eager runs").
-    fn heard(&self, from: u32);
+    /// Notes that a signal of member `from` was taken, which carried `freed`, its count of
+    /// runs that gave their stage up, if it could (see the engine's "Eager runs").
+    fn heard(&self, from: u32, freed: Option<u64>);
     /// The rank of member `index`.
     fn rank(&self, index: u32) -> Rank;
     /// The context, for the caller's segments.
@@ -417,7 +424,7 @@ impl<'c> Run<'c> {
                     };
                     match self.store_pieces(net, id, &src, to, into, from)? {
                         Stored::NotYet => return Ok(false),
-                        Stored::Done => return net.signal(&self.batch, to, n),
+                        Stored::Done => return net.signal(&self.batch, seq, to, n),
                         // Staged now as the skipped copies would have, and put from there.
                         Stored::Refused => {}
                     }
@@ -437,20 +444,22 @@ impl<'c> Run<'c> {
                     id: net.id(seq, signal),
                     value,
                 };
-                if !net.signal(&self.batch, to, n)? {
+                if !net.signal(&self.batch, seq, to, n)? {
                     return Ok(false);
                 }
             }
             Task::Wait { from, signal } => match net.take(net.id(seq, signal))? {
                 0 => return Ok(false),
-                got if got == value => net.heard(from),
-                got => {
-                    return Err(Failure::OutOfStep {
-                        rank: net.rank(from),
-                        got,
-                        expected: value,
-                    })
-                }
+                got => match read_value(got, value, seq) {
+                    Some(freed) => net.heard(from, freed),
+                    None => {
+                        return Err(Failure::OutOfStep {
+                            rank: net.rank(from),
+                            got,
+                            expected: value,
+                        })
+                    }
+                },
             },
             // Its puts take the bytes from the source themselves.
             Task::Copy { .. } if self.plan.elision.skipped(id) => {}
