@@ -378,6 +378,8 @@ pub(crate) struct Engine<'c> {
     /// Per member, whether it is reached directly: puts to it may go out of the caller's
     /// source (see the `elide` module).
     direct: Vec<bool>,
+    /// Some other member is reached through the fabric.
+    fabric: bool,
     me: u32,
     /// Every member's segment, by member index (this member's too, for the wake-up), once
     /// resolved: by the first call that may wait, so that building a team never has to
@@ -511,13 +513,18 @@ impl<'c> Engine<'c> {
             .filter(|&(i, _)| i != me as usize)
             .map(|(_, &rank)| rank)
             .collect();
-        let direct = ranks.iter().map(|&r| ctx.reaches_directly(r)).collect();
+        let direct: Vec<bool> = ranks.iter().map(|&r| ctx.reaches_directly(r)).collect();
+        let fabric = direct
+            .iter()
+            .enumerate()
+            .any(|(i, &direct)| i != me as usize && !direct);
         Engine {
             ctx,
             seg,
             ranks,
             others,
             direct,
+            fabric,
             me,
             targets: OnceLock::new(),
             layout,
@@ -1130,6 +1137,7 @@ impl<'c> Engine<'c> {
         if self.targets.get().is_none() {
             self.connect(*deadline.get_or_insert_with(|| timeout.deadline()))?;
         }
+        let mut progressed = false;
         loop {
             let mut state = self.state();
             if let Next::Done(value) = decide(self, &mut state) {
@@ -1142,6 +1150,11 @@ impl<'c> Engine<'c> {
                 // What this pass did may be what another thread sleeps on: tell it, and look
                 // again before sleeping.
                 self.tell(state)?;
+                continue;
+            }
+            // A notification through the fabric is delivered when somebody reads the completion
+            // queue, which the waiting below does only after its machinery: read it once first.
+            if self.fabric && !std::mem::replace(&mut progressed, true) && self.ctx.progress() {
                 continue;
             }
             let deadline = *deadline.get_or_insert_with(|| timeout.deadline());
