@@ -105,7 +105,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gaspi::{
     Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
@@ -305,9 +305,9 @@ struct State<'c> {
     /// The notifications the runs wait for, gathered before sleeping (kept for its
     /// allocation).
     awaited: Vec<NotificationId>,
-    /// Since when the calls that wait have trusted, without anything changing, that the
-    /// senders they wait for took the counts this member's signals carried (see "Eager runs").
-    trusting: Option<Instant>,
+    /// Until when the calls that wait trust, while nothing changes, that the senders they
+    /// wait for took the counts this member's signals carried (see "Eager runs").
+    trusting: Option<Deadline>,
     /// Something changed under the lock that the other threads have not been told: a step
     /// taken (a notification consumed that a watcher may sleep on), a run removed, a lane
     /// given up.
@@ -978,6 +978,11 @@ impl<'c> Engine<'c> {
                 if !(0..targets.len()).any(behind) {
                     return Ok(false);
                 }
+                // Where carried counts cover every member behind, nothing is due whoever
+                // sends: the senders need not be worked out (in lock step, on every wait).
+                if (0..targets.len()).all(|index| !behind(index) || known(state, index) >= wanted) {
+                    return Ok(true);
+                }
                 let mut senders = std::mem::take(&mut state.senders);
                 senders.fill(false);
                 for run in state.holders().filter(live) {
@@ -1165,24 +1170,20 @@ impl<'c> Engine<'c> {
             // schedule orders after that put): a wait that trusted carried counts for
             // `TRUST` without anything changing, in this call or those before it, tells them
             // outright.
-            let explicit = state.trusting.is_some_and(|since| since.elapsed() >= TRUST);
+            let explicit = state.trusting.is_some_and(Deadline::expired);
             match self.publish(&mut state, Some(deadline), explicit)? {
-                true => _ = state.trusting.get_or_insert_with(Instant::now),
+                true => _ = state.trusting.get_or_insert_with(|| TRUST.deadline()),
                 false => state.trusting = None,
             }
-            if deadline.remaining().is_some_and(|left| left.is_zero()) {
+            let left = deadline.remaining();
+            if left.is_some_and(|left| left.is_zero()) {
                 return Err(gaspi::Error::Timeout.into());
             }
-            // Back in time to tell them outright if it comes to that.
+            // Back in time to tell them outright if it comes to that, unless the call's own
+            // deadline comes first.
             let until = match state.trusting {
-                Some(since) => {
-                    let left = TRUST.saturating_sub(since.elapsed());
-                    match deadline.remaining() {
-                        Some(remaining) if remaining <= left => deadline,
-                        _ => Timeout::from(left).deadline(),
-                    }
-                }
-                None => deadline,
+                Some(trust) if left.is_none_or(|left| left > TRUST_SPAN) => trust,
+                _ => deadline,
             };
             // Local completions come first: no notification tells of them, and a run that
             // only waits for its puts to complete may hold the lane that the run a partner
@@ -1416,7 +1417,10 @@ impl Transport for Engine<'_> {
 
 /// How long a wait trusts that its senders took the counts its signals carried before it
 /// tells them its `freed` outright (see [`Engine::drive`]).
-const TRUST: Duration = Duration::from_millis(1);
+const TRUST: Timeout = Timeout::Millis(1);
+
+/// [`TRUST`] as a span.
+const TRUST_SPAN: Duration = Duration::from_millis(1);
 
 /// Every this many periodic publications, a member tells every other member, not only
 /// those it heard from (see [`Engine::publish`]): a member that sends to it only now and
