@@ -410,8 +410,7 @@ impl Retry for Queue {
                 Ok(Attempt::Later) => break,
                 Ok(Attempt::Posted) => {}
                 Err(e) => {
-                    self.tracker.fail(e);
-                    self.tracker.take(rank, 1);
+                    self.tracker.finish(rank, Some(|| e));
                     inner.events.notify_all();
                 }
             }
@@ -427,10 +426,10 @@ impl Retry for Queue {
 impl Handler for Queue {
     fn complete(&self, inner: &Inner, rank: Option<Rank>, outcome: Outcome<'_>) {
         let rank = rank.unwrap_or(inner.rank);
-        if let Err(failure) = outcome {
-            self.tracker.fail(inner.failure_of(rank, &failure.message));
-        }
-        self.tracker.take(rank, 1);
+        let failure = outcome
+            .err()
+            .map(|failure| || inner.failure_of(rank, &failure.message));
+        self.tracker.finish(rank, failure);
     }
 }
 

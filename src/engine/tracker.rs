@@ -8,7 +8,7 @@
 //!
 //! Every operation is counted down exactly once, whichever comes first: its completion, its
 //! refusal by the provider, or the drop of its rank. A late completion of a dropped operation
-//! finds its rank's count already down and changes nothing.
+//! finds its rank's count already down and changes nothing, its failure included.
 
 use crate::error::{Error, Rank};
 use crate::sync::{lock, AtomicBool, AtomicU32, Mutex, Ordering};
@@ -84,7 +84,28 @@ impl Tracker {
     /// Counts down up to `n` operations towards `rank` (completed, refused, or dropped);
     /// returns how many were still counted.
     pub(crate) fn take(&self, rank: Rank, n: u32) -> u32 {
-        let taken = match &self.counts {
+        let taken = self.uncount(rank, n);
+        self.outstanding.fetch_sub(taken, Ordering::AcqRel);
+        taken
+    }
+
+    /// Counts down one operation towards `rank` that ended, and records `failure` (when it
+    /// failed) for the next wait only if the operation was still counted: one dropped with its
+    /// dead rank was reported by the wait that dropped it, and its late failure must not fail
+    /// the next wait of a queue that has moved on. The failure is recorded before the total
+    /// falls, so a wait that sees nothing outstanding sees the failure too.
+    pub(crate) fn finish(&self, rank: Rank, failure: Option<impl FnOnce() -> Error>) -> u32 {
+        let taken = self.uncount(rank, 1);
+        if let Some(failure) = failure.filter(|_| taken > 0) {
+            self.fail(failure());
+        }
+        self.outstanding.fetch_sub(taken, Ordering::AcqRel);
+        taken
+    }
+
+    /// The per-rank part of [`take`](Self::take): the total is the caller's to lower.
+    fn uncount(&self, rank: Rank, n: u32) -> u32 {
+        match &self.counts {
             Counts::Dense(counts) => {
                 let Some(count) = counts.get(rank as usize) else {
                     return 0;
@@ -109,9 +130,7 @@ impl Tracker {
                 }
                 taken
             }
-        };
-        self.outstanding.fetch_sub(taken, Ordering::AcqRel);
-        taken
+        }
     }
 
     /// Drops every operation towards `rank`; returns how many there were.
@@ -194,6 +213,21 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_counts_only_for_an_operation_still_counted() {
+        for tracker in [Tracker::dense(4), Tracker::sparse()] {
+            assert!(tracker.reserve(1, 2, 8));
+            assert_eq!(tracker.drop_rank(1), 2);
+            // The dropped operations fail late: the wait that dropped them reported the rank.
+            assert_eq!(tracker.finish(1, Some(|| Error::Timeout)), 0);
+            assert!(tracker.take_failure().is_none());
+            assert!(tracker.reserve(2, 1, 8));
+            assert_eq!(tracker.finish(2, Some(|| Error::Finalized)), 1);
+            assert_eq!(tracker.outstanding(), 0);
+            assert!(matches!(tracker.take_failure(), Some(Error::Finalized)));
+        }
+    }
+
+    #[test]
     fn ranks_outside_a_dense_tracker_count_nothing() {
         let tracker = Tracker::dense(2);
         assert_eq!(tracker.take(7, 1), 0);
@@ -201,8 +235,9 @@ mod tests {
     }
 }
 
-/// Loom models: a completion racing the drop of its rank, on both kinds of counts, never
-/// counts an operation down twice, and the tracker always ends empty.
+/// Loom models: a failed completion racing the drop of its rank, on both kinds of counts, never
+/// counts an operation down twice, keeps its failure only when it counted the operation down,
+/// and the tracker always ends empty.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
@@ -215,11 +250,16 @@ mod loom_tests {
             assert!(tracker.reserve(0, 1, 8));
             let completer = {
                 let tracker = Arc::clone(&tracker);
-                loom::thread::spawn(move || tracker.take(1, 1))
+                loom::thread::spawn(move || tracker.finish(1, Some(|| Error::Timeout)))
             };
             let dropped = tracker.drop_rank(1);
             let completed = completer.join().expect("the completer does not panic");
             assert_eq!(dropped + completed, 2, "each operation counted down once");
+            assert_eq!(
+                tracker.take_failure().is_some(),
+                completed == 1,
+                "a failure is kept only for an operation still counted"
+            );
             assert_eq!(tracker.outstanding(), 1);
             assert_eq!(tracker.targets(), vec![0]);
         });
