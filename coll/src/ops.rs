@@ -42,6 +42,16 @@ const SCATTER_FLAT: u32 = 3;
 /// blocks was no faster over tcp, and slower over shm through the fabric.
 const GATHER_FLAT: u32 = 4;
 
+/// The two families of rooted operations, which choose their trees alike but for the team
+/// size up to which they stay flat.
+#[derive(Debug, Clone, Copy)]
+enum Rooted {
+    /// `scatter`, `scatterv`.
+    Scatter,
+    /// `gather`, `gatherv`.
+    Gather,
+}
+
 /// The algorithms forced by the environment, read when a team is built.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Choices {
@@ -426,21 +436,24 @@ impl<'c> Team<'c> {
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
-    /// The tree of a scatter or gather (`op`) of blocks up to `block` bytes: flat up to
-    /// `flat_up_to` members (see the table).
+    /// The tree of a scatter or gather (`op`, the operation's name) of blocks up to `block`
+    /// bytes, as the table says or `GASPI_COLL_SCATTER` / `_GATHER` force.
     fn rooted_tree(
         &self,
-        forced: Option<&str>,
+        rooted: Rooted,
         op: &'static str,
         block: u64,
-        flat_up_to: u32,
     ) -> Result<(Tree, &'static str)> {
+        let (forced, flat_up_to) = match rooted {
+            Rooted::Scatter => (&self.choices().scatter, SCATTER_FLAT),
+            Rooted::Gather => (&self.choices().gather, GATHER_FLAT),
+        };
         let default = if self.size() <= flat_up_to || block >= 64 << 10 {
             Tree::Flat
         } else {
             Tree::Binomial
         };
-        tree(op, forced, default)
+        tree(op, forced.as_deref(), default)
     }
 
     /// Non-blocking scatter: block `i` of `root`'s `src` (`size()` blocks of `dst.len()`
@@ -490,12 +503,7 @@ impl<'c> Team<'c> {
         if me == r {
             check_len(src.len(), bytes.saturating_mul(u64::from(n)))?;
         }
-        let (algo, name) = self.rooted_tree(
-            self.choices().scatter.as_deref(),
-            "scatter",
-            bytes,
-            SCATTER_FLAT,
-        )?;
+        let (algo, name) = self.rooted_tree(Rooted::Scatter, "scatter", bytes)?;
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes];
@@ -558,12 +566,7 @@ impl<'c> Team<'c> {
             check_len(src.len(), total)?;
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
-        let (algo, name) = self.rooted_tree(
-            self.choices().scatter.as_deref(),
-            "scatterv",
-            largest,
-            SCATTER_FLAT,
-        )?;
+        let (algo, name) = self.rooted_tree(Rooted::Scatter, "scatterv", largest)?;
         let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts)];
@@ -617,12 +620,7 @@ impl<'c> Team<'c> {
         if me == r {
             check_len(dst.len(), bytes.saturating_mul(u64::from(n)))?;
         }
-        let (algo, name) = self.rooted_tree(
-            self.choices().gather.as_deref(),
-            "gather",
-            bytes,
-            GATHER_FLAT,
-        )?;
+        let (algo, name) = self.rooted_tree(Rooted::Gather, "gather", bytes)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes];
@@ -682,12 +680,7 @@ impl<'c> Team<'c> {
             check_len(dst.len(), total)?;
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
-        let (algo, name) = self.rooted_tree(
-            self.choices().gather.as_deref(),
-            "gatherv",
-            largest,
-            GATHER_FLAT,
-        )?;
+        let (algo, name) = self.rooted_tree(Rooted::Gather, "gatherv", largest)?;
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts)];
