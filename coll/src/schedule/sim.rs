@@ -15,7 +15,12 @@
 //! * folds run with the call's [`Reducer`], through aligned buffers as in the engine, and
 //!   write their stage range under the same rules as copies;
 //! * the credits a schedule lists may be skipped, as the engine does when it can: a schedule
-//!   whose receivers write a range before its data arrived then ends with the wrong bytes.
+//!   whose receivers write a range before its data arrived then ends with the wrong bytes;
+//! * a member of a [gathering](Schedule::gathering) schedule completes only after a step of
+//!   every other member, through waits directly or through others: the engine skips a compact
+//!   run's credits because a member that completed the lane's run before proves every member
+//!   started that one. What a step follows from is tracked along its dependencies, not the
+//!   member's clock, so a wait that merely happened to run first lends it nothing.
 //!
 //! Algorithm tests compare what each member ends with in its destination against a serial
 //! reference, for every team size 1..=33 and several orders, waiting for every credit and
@@ -38,6 +43,8 @@ struct Member {
     /// Per member, how many of its waits this member's next step follows from (a vector
     /// clock whose events are the waits).
     clock: Vec<u64>,
+    /// Per step, once run, whether it follows from a step of each member (always its own).
+    heard: Vec<Vec<bool>>,
 }
 
 /// A put, for the rule on writing over its stage range.
@@ -56,6 +63,8 @@ struct Raised {
     clock: Vec<u64>,
     /// The put that raised it, by its index in the raiser's `sent`.
     put: Option<usize>,
+    /// The members a step of which the raising step follows from.
+    heard: Vec<bool>,
 }
 
 impl Member {
@@ -157,6 +166,7 @@ pub(crate) fn run_folding(
             sent: Vec::new(),
             raised: HashMap::new(),
             clock: vec![0; n as usize],
+            heard: vec![Vec::new(); s.steps.len()],
         })
         .collect();
     let mut waiting: Vec<Vec<usize>> = schedules
@@ -210,6 +220,11 @@ pub(crate) fn run_folding(
         let (m, id) = ready.swap_remove(runnable[draw.below(runnable.len())]);
         let who = format!("n={n} member {m} step {id}");
         let skipped = skip_credits && schedules[m as usize].credits.contains(&id);
+        let mut heard = vec![false; n as usize];
+        heard[m as usize] = true;
+        for &a in &schedules[m as usize].steps[id as usize].after {
+            merge(&mut heard, &members[m as usize].heard[a as usize]);
+        }
         match schedules[m as usize].steps[id as usize].task {
             Task::Signal { .. } | Task::Wait { .. } if skipped => {}
             Task::Put {
@@ -232,6 +247,7 @@ pub(crate) fn run_folding(
                     by: m,
                     clock: sender.clock.clone(),
                     put: Some(sender.sent.len() - 1),
+                    heard: heard.clone(),
                 };
                 let receiver = &mut members[to as usize];
                 let limit = schedules[to as usize].stage;
@@ -249,6 +265,7 @@ pub(crate) fn run_folding(
                     by: m,
                     clock: members[m as usize].clock.clone(),
                     put: None,
+                    heard: heard.clone(),
                 };
                 raise(&mut members[to as usize], to, signal, raised, bound, &who);
             }
@@ -267,6 +284,7 @@ pub(crate) fn run_folding(
                     *mine = (*mine).max(*theirs);
                 }
                 waiter.clock[m as usize] += 1;
+                merge(&mut heard, &raised.heard);
                 let seen = waiter.clock[m as usize];
                 if let Some(put) = raised.put {
                     members[from as usize].sent[put].seen = Some(seen);
@@ -315,6 +333,7 @@ pub(crate) fn run_folding(
                 member.write(into, acc.bytes(), &who);
             }
         }
+        members[m as usize].heard[id as usize] = heard;
         done += 1;
         for &next in &dependents[m as usize][id as usize] {
             let left = &mut waiting[m as usize][next as usize];
@@ -336,7 +355,30 @@ pub(crate) fn run_folding(
             member.raised.keys().collect::<Vec<_>>()
         );
     }
+    for (m, (member, schedule)) in members.iter().zip(schedules).enumerate() {
+        if !schedule.gathering {
+            continue;
+        }
+        // A member's completion follows from all of its steps.
+        let mut heard = vec![false; n as usize];
+        heard[m] = true;
+        for step in &member.heard {
+            merge(&mut heard, step);
+        }
+        if let Some(j) = heard.iter().position(|&h| !h) {
+            panic!(
+                "n={n} member {m}: completes a gathering schedule without hearing from member {j}"
+            );
+        }
+    }
     members.into_iter().map(|m| m.dst).collect()
+}
+
+/// Adds the members of `theirs` to `mine`.
+fn merge(mine: &mut [bool], theirs: &[bool]) {
+    for (mine, &theirs) in mine.iter_mut().zip(theirs) {
+        *mine |= theirs;
+    }
 }
 
 fn raise(receiver: &mut Member, to: u32, signal: Signal, raised: Raised, bound: Signal, who: &str) {
@@ -423,7 +465,9 @@ pub(crate) fn check_folding(
 
 #[cfg(test)]
 mod tests {
+    use super::super::broadcast::broadcast;
     use super::super::sync::synchronise;
+    use super::super::tree::Tree;
     use super::*;
 
     /// A ring shift: member m puts its source to m + 1, after that member's credit.
@@ -536,5 +580,48 @@ mod tests {
         b.wait(0, 0, &[]);
         b.stage = 4;
         run(&[a, b], vec![vec![1; 4], Vec::new()], &[0, 0], 1);
+    }
+
+    /// Each of two members puts its source to the other before it waits for anything: a
+    /// member whose first step is a put has started once that put is waited for.
+    fn swap(m: u32) -> Schedule {
+        let mut s = Schedule::new();
+        let staged = s.copy(Span::src(0, 4), Span::stage(0, 4), &[]);
+        s.put(1 - m, 0, 4, 4, 0, staged.as_slice());
+        let got = s.wait(1 - m, 0, &[]);
+        s.copy(Span::stage(4, 4), Span::dst(0, 4), &[got]);
+        s.gathering = true;
+        s
+    }
+
+    #[test]
+    fn a_member_that_puts_before_it_waits_is_heard_from() {
+        check(
+            "swap",
+            2,
+            swap,
+            |m| pattern(m, 0, 4),
+            |m| pattern(1 - m, 0, 4),
+        );
+    }
+
+    /// A broadcast is not gathering: a leaf hears from its parent only, not from the other
+    /// leaves, so a leaf's completion proves nothing about them.
+    #[test]
+    #[should_panic(
+        expected = "n=3 member 1: completes a gathering schedule without hearing from member 2"
+    )]
+    fn a_gathering_member_that_never_hears_from_another_is_reported() {
+        let schedules: Vec<Schedule> = (0..3)
+            .map(|m| {
+                let mut s = broadcast(3, m, 0, 4, Tree::Flat);
+                s.gathering = true;
+                s
+            })
+            .collect();
+        let srcs = (0..3)
+            .map(|m| if m == 0 { pattern(0, 0, 4) } else { Vec::new() })
+            .collect();
+        run(&schedules, srcs, &[4; 3], 1);
     }
 }
