@@ -112,3 +112,40 @@ pub(super) fn round_tag(number: u64, plan: u64) -> u32 {
     let plan = (plan % 255) as u32;
     (plan << 24 | round) + 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every id of the table is used once and lies in it, `data_source` names exactly the
+    /// data ids' members, and the record and reply slots lie apart within the segment.
+    #[test]
+    fn ids_and_slots_are_disjoint_and_in_bounds() {
+        for n in [1, 2, 3, 7, 1000] {
+            let l = Layout::new(n);
+            let mut ids: Vec<NotificationId> = Vec::new();
+            for bank in 0..2 {
+                ids.extend((0..n).map(|k| l.reg(bank, k)));
+            }
+            ids.extend((0..n).map(|i| l.reply(i)));
+            ids.extend((0..barrier::NOTIFICATIONS).map(|q| l.barrier() + q));
+            for member in 0..n {
+                ids.push(l.data(member));
+                ids.push(l.credit(member));
+                assert_eq!(l.data_source(l.data(member)), Some(member));
+                assert_eq!(l.data_source(l.credit(member)), None);
+            }
+            ids.push(l.wake());
+            let count = ids.len();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), count, "n = {n}: an id used twice");
+            assert_eq!(count as u32, l.notifications(), "n = {n}: ids left unused");
+            assert!(ids.iter().all(|&id| id < l.notifications()));
+
+            assert!(l.counter(1) + 8 <= l.record(0, 0));
+            assert!(l.record(1, n - 1) + SLOT <= l.reply_slot(0));
+            assert_eq!(l.reply_slot(n - 1) + SLOT, l.bytes());
+        }
+    }
+}
