@@ -266,7 +266,7 @@ impl Layout {
 struct State<'c> {
     /// The sequence number of the next collective initiated.
     next: u64,
-    runs: Runs<'c>,
+    runs: Runs<Run<'c>>,
     /// Removed runs, to be renewed as the next ones: boxed, as in the slots of [`Runs`], so
     /// that a run goes from a slot to here and back without being moved.
     #[allow(clippy::vec_box)]
@@ -326,45 +326,87 @@ impl<'c> State<'c> {
 
 /// The runs of an engine by sequence number. Runs come in sequence order and mostly leave in
 /// it, so a window of slots from the oldest run still there serves as the map. A slot is a
-/// pointer: a handle kept unsynced while many collectives pass keeps their slots, not runs.
-#[derive(Default)]
-struct Runs<'c> {
+/// pointer, and a run kept while many collectives pass (its handle held unsynced) would keep
+/// a slot for every later one: once the window grows past [`WINDOW`], the runs at its front
+/// move to a map of their own, so that such a run costs an entry, not a slot per collective.
+struct Runs<R> {
     /// The sequence number of `slots[0]`.
     base: u64,
-    slots: VecDeque<Option<Box<Run<'c>>>>,
+    slots: VecDeque<Option<Box<R>>>,
+    /// Runs before `base` still there.
+    stragglers: FxHashMap<u64, Box<R>>,
 }
 
-impl<'c> Runs<'c> {
-    fn slot(&self, seq: u64) -> Option<usize> {
-        usize::try_from(seq.checked_sub(self.base)?).ok()
+/// The most slots the window of [`Runs`] keeps before moving the runs at its front out.
+const WINDOW: usize = 1 << 12;
+
+impl<R> Default for Runs<R> {
+    fn default() -> Runs<R> {
+        Runs {
+            base: 0,
+            slots: VecDeque::new(),
+            stragglers: FxHashMap::default(),
+        }
+    }
+}
+
+impl<R> Runs<R> {
+    fn get(&self, seq: u64) -> Option<&R> {
+        match seq.checked_sub(self.base) {
+            Some(slot) => self.slots.get(usize::try_from(slot).ok()?)?.as_deref(),
+            None => self.stragglers.get(&seq).map(|run| &**run),
+        }
     }
 
-    fn get(&self, seq: u64) -> Option<&Run<'c>> {
-        self.slots.get(self.slot(seq)?)?.as_deref()
-    }
-
-    fn get_mut(&mut self, seq: u64) -> Option<&mut Run<'c>> {
-        let slot = self.slot(seq)?;
-        self.slots.get_mut(slot)?.as_deref_mut()
+    fn get_mut(&mut self, seq: u64) -> Option<&mut R> {
+        match seq.checked_sub(self.base) {
+            Some(slot) => self
+                .slots
+                .get_mut(usize::try_from(slot).ok()?)?
+                .as_deref_mut(),
+            None => self.stragglers.get_mut(&seq).map(|run| &mut **run),
+        }
     }
 
     /// Adds `run`, the next in sequence.
-    fn insert(&mut self, seq: u64, run: Box<Run<'c>>) {
+    fn insert(&mut self, seq: u64, run: Box<R>) {
         if self.slots.is_empty() {
             self.base = seq;
         }
         debug_assert_eq!(seq, self.base + self.slots.len() as u64);
         self.slots.push_back(Some(run));
+        if self.slots.len() > WINDOW {
+            // Half the window at a time: a shift costs a slot's move per collective.
+            while self.slots.len() > WINDOW / 2 {
+                if let Some(Some(run)) = self.slots.pop_front() {
+                    self.stragglers.insert(self.base, run);
+                }
+                self.base += 1;
+            }
+            self.trim();
+        }
     }
 
-    fn remove(&mut self, seq: u64) -> Option<Box<Run<'c>>> {
-        let slot = self.slot(seq)?;
-        let run = self.slots.get_mut(slot)?.take();
+    fn remove(&mut self, seq: u64) -> Option<Box<R>> {
+        let Some(slot) = seq.checked_sub(self.base) else {
+            return self.stragglers.remove(&seq);
+        };
+        let run = self.slots.get_mut(usize::try_from(slot).ok()?)?.take();
+        self.trim();
+        run
+    }
+
+    /// Drops the empty slots at the window's front.
+    fn trim(&mut self) {
         while let Some(None) = self.slots.front() {
             self.slots.pop_front();
             self.base += 1;
         }
-        run
+    }
+
+    /// How many runs the map may hold at most: its slots and stragglers.
+    fn capacity(&self) -> usize {
+        self.slots.len() + self.stragglers.len()
     }
 }
 
@@ -903,7 +945,7 @@ impl<'c> Engine<'c> {
             run.retire();
             state.spare.push(run);
         }
-        if state.ended.len() > 2 * state.runs.slots.len() + ENDED_SLACK {
+        if state.ended.len() > 2 * state.runs.capacity() + ENDED_SLACK {
             let runs = &state.runs;
             state.ended.retain(|&seq| runs.get(seq).is_some());
         }
@@ -1501,6 +1543,42 @@ fn read_value(got: u32, value: u32, seq: u64) -> Option<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run kept while many later ones come and go keeps an entry, not a slot per later
+    /// run, and stays found; the others are found until removed, in any order.
+    #[test]
+    fn a_kept_run_does_not_hold_a_slot_for_every_later_one() {
+        let kept = |seq: u64| seq == 7 || seq.is_multiple_of(3);
+        let last = 7 + 10 * WINDOW as u64;
+        let mut runs: Runs<u64> = Runs::default();
+        runs.insert(7, Box::new(7));
+        for seq in 8..=last {
+            runs.insert(seq, Box::new(seq));
+            assert_eq!(runs.get(seq - 1).copied(), Some(seq - 1));
+            if !kept(seq - 1) {
+                assert_eq!(runs.remove(seq - 1).map(|run| *run), Some(seq - 1));
+            }
+            assert!(
+                runs.slots.len() <= WINDOW,
+                "seq {seq}: {} slots",
+                runs.slots.len()
+            );
+            assert_eq!(runs.get(7).copied(), Some(7));
+        }
+        assert!(runs.capacity() < (last as usize - 7) / 3 + WINDOW);
+        for seq in (7..last).filter(|&seq| kept(seq)) {
+            assert_eq!(runs.get_mut(seq).map(|run| *run), Some(seq), "run {seq}");
+        }
+        for seq in (7..last).filter(|&seq| !kept(seq)) {
+            assert_eq!(runs.get(seq), None, "run {seq} was removed");
+        }
+        for seq in (7..last).rev().filter(|&seq| kept(seq)) {
+            assert_eq!(runs.remove(seq).map(|run| *run), Some(seq), "run {seq}");
+            assert_eq!(runs.remove(seq), None);
+        }
+        assert_eq!(runs.remove(last).map(|run| *run), Some(last));
+        assert_eq!(runs.capacity(), 0);
+    }
 
     #[test]
     fn a_published_count_is_read_back_near_the_reader() {
