@@ -4,7 +4,7 @@
 //! One completion queue serves both directions: local completions of our own operations give
 //! back the record we posted, and remote writes that carried CQ data arrive as
 //! [`Event::Remote`]. The queue is opened with a file-descriptor wait object when the provider
-//! offers one, so an idle thread can sleep in `fi_cq_sread` instead of polling.
+//! offers one, so an idle thread can sleep on it ([`Endpoint::wait`]) instead of polling.
 //!
 //! # The hand-off
 //! Posting boxes the caller's record together with a reference to the region the operation
@@ -14,7 +14,7 @@
 //! taken back exactly once: when the operation completes, or at once when posting fails.
 
 use std::collections::HashSet;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
@@ -88,6 +88,9 @@ pub struct Endpoint<T> {
     av: *mut sys::fid_av,
     ep: *mut sys::fid_ep,
     cq_waitable: bool,
+    /// The queue's wait object as a file descriptor (`FI_GETWAIT`), when the provider gives
+    /// one: [`wait`](Self::wait) sleeps on it until the provider has anything to do.
+    wait_fd: Option<c_int>,
     /// Post injects through `fi_writemsg` with a context (see [`Endpoint::open`]).
     inject_with_context: bool,
     /// Contexts of posted receives not completed yet, for [`cancel_receives`](Self::cancel_receives).
@@ -229,6 +232,7 @@ impl<T> Endpoint<T> {
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
             cq_waitable: false,
+            wait_fd: None,
             inject_with_context,
             receives: Mutex::new(HashSet::new()),
             _ops: PhantomData,
@@ -244,6 +248,17 @@ impl<T> Endpoint<T> {
             };
             if sys::fi_cq_open(dom, &mut cq_attr, &mut ep.cq, ptr::null_mut()) == 0 {
                 ep.cq_waitable = true;
+                let mut fd: c_int = -1;
+                // A queue opened with FI_WAIT_FD hands its descriptor out as an int; the
+                // queue owns it and closes it with itself.
+                let got = sys::fi_control(
+                    &mut (*ep.cq).fid,
+                    sys::FI_GETWAIT as c_int,
+                    (&mut fd as *mut c_int).cast(),
+                );
+                if got == 0 && fd >= 0 {
+                    ep.wait_fd = Some(fd);
+                }
             } else {
                 cq_attr.wait_obj = sys::fi_wait_obj_FI_WAIT_NONE;
                 check(
@@ -865,14 +880,44 @@ impl<T> Endpoint<T> {
         self.read_cq(None, each)
     }
 
-    /// Like [`poll`](Self::poll) but sleeps up to `timeout_ms` in the provider's wait object
-    /// when nothing is there. Only sleeps when [`cq_waitable`](Self::cq_waitable).
+    /// Like [`poll`](Self::poll) but, when nothing is there, sleeps up to `timeout_ms` in the
+    /// provider's wait object. Only sleeps when [`cq_waitable`](Self::cq_waitable).
+    ///
+    /// Where the queue's wait object is a file descriptor, the sleep ends as soon as the
+    /// provider has anything to do — a completion, or traffic on one of its sockets, such as
+    /// the next chunk of a large write arriving — and the call returns what the queue then
+    /// holds, possibly nothing: the caller can tell a stream going on and poll through it.
+    /// `fi_cq_sread` instead sleeps again after every socket event until a completion comes,
+    /// a wake-up per chunk that cost a receiver a third of the bandwidth of one that polls.
     ///
     /// # Errors
     ///
     /// As for [`poll`](Self::poll).
-    pub fn wait(&self, timeout_ms: i32, each: impl FnMut(Event<T>)) -> Result<usize> {
-        self.read_cq(self.cq_waitable.then_some(timeout_ms), each)
+    pub fn wait(&self, timeout_ms: i32, mut each: impl FnMut(Event<T>)) -> Result<usize> {
+        let Some(fd) = self.wait_fd else {
+            return self.read_cq(self.cq_waitable.then_some(timeout_ms), each);
+        };
+        let read = self.read_cq(None, &mut each)?;
+        if read > 0 {
+            return Ok(read);
+        }
+        // SAFETY: the cq is open; its fid is the first member of fid_cq.
+        let mut fids = [unsafe { ptr::addr_of_mut!((*self.cq).fid) }];
+        // SAFETY: the fabric and the cq are open; fi_trywait reads `fids` only.
+        let quiet = unsafe { sys::fi_trywait(self.domain.fabric, fids.as_mut_ptr(), 1) } == 0;
+        if quiet {
+            let mut pollfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the duration of the call. Its outcome (ready,
+            // timed out, interrupted) needs no handling: the queue is read either way.
+            unsafe {
+                libc::poll(&mut pollfd, 1, timeout_ms);
+            }
+        }
+        self.read_cq(None, each)
     }
 
     /// Wakes a thread sleeping in [`wait`](Self::wait).

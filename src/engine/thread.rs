@@ -3,12 +3,14 @@
 //! Both providers we target (tcp via `ofi_rxm`, and shm) need the application to drive data
 //! progress: a write into a rank only lands while that rank is inside libfabric. Waiting user
 //! threads poll themselves (see [`handoff`](super::handoff)); this thread covers the time when
-//! none does. It sleeps inside `fi_cq_sread` (the provider's wait object) and wakes when
+//! none does. It sleeps on the provider's wait object ([`Endpoint::wait`]) and wakes when
 //! traffic arrives, so writes land while all user threads compute; where the provider has no
 //! wait object it polls with an exponential sleep (50 µs to 1 ms). While this rank's own
 //! operations are in flight, or traffic arrived within the last [`FLOWING`], it polls
 //! (yielding the core) instead, since data only moves while somebody drives the provider: a streaming
 //! receiver pulls each chunk as it comes instead of paying a wake-up per socket event.
+//!
+//! [`Endpoint::wait`]: gaspi_fabric::Endpoint::wait
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
