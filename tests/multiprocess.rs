@@ -704,6 +704,12 @@ fn fault(ranks: u32, provider: &str) {
         expect("passive_dead", &failed);
         expect("passive_from", &((rank + dead - 1) % dead).to_string());
         expect("passive_intact", "true");
+        let (wall, cpu) = (millis("idle_wall_ms"), millis("idle_cpu_ms"));
+        assert!(
+            wall >= 2_000 && cpu * 10 <= wall,
+            "rank {rank} used {cpu} ms of CPU at rest for {wall} ms after the death\n{}",
+            job.report()
+        );
         expect("finalize", &failed);
         assert!(
             millis("finalize_ms") < 4_500,

@@ -24,6 +24,9 @@
 //! * a group of the survivors commits, its barrier completes, and a `write_notify` ring and
 //!   passive messages among the survivors deliver every byte (a passive send to the dead rank
 //!   fails naming it);
+//! * at rest for 2 s (waiting for a notification nobody sends), a survivor's process uses at
+//!   most a tenth of that in CPU time: the dead rank's connection does not keep its progress
+//!   from sleeping;
 //! * `finalize` returns `RankFailed` naming the dead rank instead of hanging, and the process
 //!   exits normally.
 //!
@@ -52,6 +55,8 @@ const SOURCE: u64 = 2 * BLOCK;
 const TIMEOUT: Timeout = Timeout::Millis(30_000);
 /// The timeout of the barrier that must fail, and the bound on how late it may fail.
 const BARRIER_TIMEOUT_MS: u64 = 2_000;
+/// A notification of [`SEGMENT`] that nobody sends, waited for by the survivors at rest.
+const IDLE_SILENT: u32 = 1_000;
 const FAIL_WITHIN: Duration = Duration::from_millis(2 * BARRIER_TIMEOUT_MS + 500);
 
 /// Runs the scenario up to (not including) finalize; the dead rank never returns.
@@ -307,7 +312,9 @@ fn survivors_go_on(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outc
         String::from_utf8_lossy(&got)
     );
     ctx.group_barrier(group, TIMEOUT)
-        .doing(|| "the barrier of the survivors after the ring")
+        .doing(|| "the barrier of the survivors after the ring")?;
+    // A dead peer's connection must not keep a survivor's progress from sleeping.
+    crate::timeouts::idle(ctx, SEGMENT, IDLE_SILENT, data)
 }
 
 /// Finalize with a dead rank: `RankFailed` naming it, promptly, with resources released.

@@ -36,7 +36,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     checked.push(barrier_resumes_after_timeout(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     let mut data = Data::default();
-    idle(ctx, &mut data)?;
+    idle(ctx, SEG, SILENT, &mut data)?;
     Ok(Report {
         summary: checked.join("; "),
         data,
@@ -46,12 +46,13 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
 /// How long every rank waits for a notification nobody sends while its CPU time is counted.
 const IDLE: u64 = 2_000;
 
-/// Every rank waits [`IDLE`] ms for a notification nobody sends; reports the wait's wall time
-/// and the CPU time the whole process (the progress thread included) used meanwhile.
-fn idle(ctx: &Context, data: &mut Data) -> Outcome {
+/// Waits [`IDLE`] ms for notification `silent` of `segment`, which nobody sends; reports the
+/// wait's wall time and the CPU time the whole process (the progress thread included) used
+/// meanwhile (`idle_wall_ms`, `idle_cpu_ms`).
+pub(crate) fn idle(ctx: &Context, segment: SegmentId, silent: u32, data: &mut Data) -> Outcome {
     let before = cpu_ms()?;
     let start = Instant::now();
-    match ctx.notify_waitsome(SEG, SILENT, 1, Timeout::Millis(IDLE)) {
+    match ctx.notify_waitsome(segment, silent, 1, Timeout::Millis(IDLE)) {
         Err(Error::Timeout) => {}
         other => {
             return Err(Failure(format!(
