@@ -366,6 +366,9 @@ fn errors(provider: &str) {
             ("ended_send", "RoundEnded(1)".into()),
             ("ended_arrival", "None".into()),
             ("ended_finish", "Ok".into()),
+            ("not_arrived_later", format!("NotArrived({t})")),
+            ("blocking", "Complete".into()),
+            ("blocking_reset", "Ok".into()),
             ("unknown_source_b", format!("UnknownSource({t})")),
             (
                 "unknown_destination_b",
@@ -376,7 +379,7 @@ fn errors(provider: &str) {
             assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");
         }
         let mut digest = Digest::default();
-        dense(RANKS, rank).digest_rounds(rank, 1..=2, &mut digest);
+        dense(RANKS, rank).digest_rounds(rank, 1..=4, &mut digest);
         let ring = Expected::new(Pattern::Ring(1), RANKS, rank, [7, 8], |r| {
             plan::first_offset(0, r)
         });

@@ -24,9 +24,12 @@
 //! all have made these calls. Once the round is finished: `ended_send` (a block for `t`),
 //! `ended_arrival` (`next_arrival`, `None` or `Some(rank)`), `ended_finish` (`finish` again).
 //!
-//! Round 2 of A's dense plan in the proposal's form; then round 1 of B, where
+//! Round 2 of A's dense plan in the proposal's form; round 3 begun before any rank sent:
+//! `not_arrived_later` (reset of `t`, reset in round 2 and not arrived in round 3); round 4 in
+//! the proposal's blocking form: `blocking` (what its one call returned; then every source's
+//! block is checked) and `blocking_reset` (every source reset at once). Then round 1 of B, where
 //! `unknown_source_b` (reset of `t`) and `unknown_destination_b` (a block for the rank after
-//! `t`) come before its blocks are exchanged. `digest`: every block of the three rounds.
+//! `t`) come before its blocks are exchanged. `digest`: every block of the five rounds.
 
 use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
@@ -136,6 +139,33 @@ pub fn run(ctx: &Context) -> Outcome {
         a.alltoallv_reset(&[source])?;
     }
     received.finish(2, &dense_plan, &mut digest)?;
+
+    // Round 3 of the dense plan, begun before anyone sends: `t` arrived and was reset in
+    // round 2, and has not arrived in this one.
+    dense.load(ctx, 3)?;
+    let received = {
+        let round = a.round(&dense_plan, dense.source)?;
+        check_number(&round, 3)?;
+        report.put("not_arrived_later", outcome(&round.reset(t)));
+        // Nobody sends before every rank has made the call above.
+        ctx.barrier(TIMEOUT)?;
+        round.send_all(offsets)?;
+        take_all(ctx, &round, &dense, &dense_plan, 3)?
+    };
+    received.finish(3, &dense_plan, &mut digest)?;
+
+    // Round 4 in the proposal's blocking form: one call completes it, then every source is
+    // there, to be reset.
+    dense.load(ctx, 4)?;
+    let status = a.alltoallv(&dense_plan, dense.source, offsets, Timeout::Block)?;
+    report.put("blocking", format!("{status:?}"));
+    let mut received = Received::default();
+    let sources: Vec<Rank> = dense_plan.sources().iter().map(|s| s.rank).collect();
+    for &source in &sources {
+        received.add(4, source, dense.take(ctx, &dense_plan, 4, source)?)?;
+    }
+    report.put("blocking_reset", outcome(&a.alltoallv_reset(&sources)));
+    received.finish(4, &dense_plan, &mut digest)?;
 
     // Round 1 of B.
     ring_b.load(ctx, 1)?;

@@ -70,6 +70,12 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 ///   `omp parallel`) would each end or begin rounds of their own: share a [`Round`] instead,
 ///   whose [`next_arrival`](Round::next_arrival) answers `None` to every thread once the round
 ///   is over.
+/// * The proposal's blocking use ([`Timeout::Block`]), whose `received_rank` is the number of
+///   sources, completes the round in one call: it returns [`Status::Complete`] once every
+///   source arrived, and [`Plan::sources`] names them, each still to be reset. Otherwise a
+///   round takes one call per source ([`Status::Arrived`]) and one more ([`Status::Complete`]):
+///   `num_receives + 1` calls where the proposal counts `num_receives` plus the one that
+///   returns `GASPI_SUCCESS`.
 /// * Resets belong to the source, not to the round: a source that arrived may be reset after
 ///   its round ended, and must be before it can send here again.
 /// * Every block travels as one notified write (`Batch::write_notify_to`); the runtime sends a
@@ -227,7 +233,10 @@ impl<'c> Alltoallv<'c> {
     /// source was reported; that call ends the round.
     ///
     /// With [`Timeout::Test`] it never blocks. After [`gaspi::Error::Timeout`] (nothing new
-    /// within the timeout) call again with the same arguments.
+    /// within the timeout) call again with the same arguments. With [`Timeout::Block`], the
+    /// proposal's blocking use, the call returns only once the round is over: every source
+    /// of the plan has arrived (each still to be reset, as after [`Status::Arrived`]) and
+    /// [`Status::Complete`] ends the round.
     ///
     /// # Errors
     /// [`gaspi::Error::Timeout`]; [`Error::SourceOffsets`](crate::Error::SourceOffsets); as
@@ -241,6 +250,12 @@ impl<'c> Alltoallv<'c> {
     ) -> Result<Status> {
         let deadline = timeout.deadline();
         let number = self.begin_all(plan, source, source_offsets)?;
+        // The proposal's blocking call completes the alltoallv: handing out one source and
+        // blocking again would leave the others unreported until the next call.
+        if timeout == Timeout::Block {
+            self.finish(number, deadline)?;
+            return Ok(Status::Complete);
+        }
         if let Some(rank) = self.next_arrival(number, deadline)? {
             return Ok(Status::Arrived(rank));
         }

@@ -23,7 +23,8 @@ use std::sync::Arc;
 pub enum Status {
     /// The block of this source arrived and is visible; reset the source when done with it.
     Arrived(Rank),
-    /// Every own block completed and every source was reported: the round is over.
+    /// Every own block completed and every source was reported (or, for a call with
+    /// [`Timeout::Block`](gaspi::Timeout::Block), arrived): the round is over.
     Complete,
 }
 
@@ -546,6 +547,11 @@ impl Alltoallv<'_> {
             for (n, &rank) in sources.iter().enumerate() {
                 match ex.arrivals.get(&rank) {
                     Some((_, false)) if !sources[..n].contains(&rank) => {}
+                    // Reset after its last arrival, and a source of the round running that
+                    // has not arrived in it yet: its next block is what is missing.
+                    Some((_, true)) if !sources[..n].contains(&rank) && ex.awaits(rank) => {
+                        return Err(Error::NotArrived { rank })
+                    }
                     Some(_) => return Err(Error::AlreadyReset { rank }),
                     None if ex.sources.contains(&rank) => return Err(Error::NotArrived { rank }),
                     None => return Err(Error::UnknownSource { rank }),
@@ -622,6 +628,18 @@ impl Alltoallv<'_> {
             self.changed(listeners)?;
         }
         Ok(())
+    }
+}
+
+impl Exchange {
+    /// Whether `rank` is a source of the round running whose block was not handed out yet.
+    fn awaits(&self, rank: Rank) -> bool {
+        self.running.as_ref().is_some_and(|run| {
+            let sources = &run.plan.sources;
+            sources
+                .binary_search_by_key(&rank, |s| s.rank)
+                .is_ok_and(|i| !run.taken[i])
+        })
     }
 }
 
