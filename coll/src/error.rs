@@ -247,13 +247,6 @@ pub enum Error {
         group: GroupId,
     },
 
-    /// A rank given twice in one list.
-    #[error("rank {rank} is given twice")]
-    DuplicateRank {
-        /// The rank.
-        rank: Rank,
-    },
-
     /// A timeout while waiting for the posts of these targets (a start to a target that never
     /// posts to this rank ends here): call again to continue. Counts as a timeout
     /// ([`Error::is_timeout`]).

@@ -195,7 +195,7 @@ struct Held {
 ///   epoch of one kind, [`Error::NoEpoch`] for `complete` without `start` or `wait` without
 ///   `post`, [`Error::NotStarted`] for a write to (or `complete_one` of) a rank outside the
 ///   access epoch, [`Error::NotPosted`] for a write to a target whose post has not arrived,
-///   [`Error::NotMember`] and [`Error::DuplicateRank`] for bad rank lists.
+///   [`Error::NotMember`] for a rank outside the group.
 ///
 /// # Choices
 /// * The calls take `&mut self`: one window carries one exposure and one access epoch at a
@@ -217,6 +217,9 @@ struct Held {
 /// * A member's control and data targets are resolved on first use, within the timeout of
 ///   `post` or `start`, and cached.
 /// * `NOCHECK` cannot be used with `start_any`, which needs the post to find the target.
+/// * The rank lists of `post` and `start` are sets, as MPI's groups are: a rank given twice
+///   counts once, so that a periodic halo whose north and south neighbour are one rank (a
+///   grid two ranks wide) posts to and starts it once.
 ///
 /// # Example
 /// A ring: each rank writes 8 bytes into its right neighbour's segment 0, every epoch.
@@ -393,8 +396,8 @@ impl<'c> Window<'c> {
     /// of an origin's control table. After a timeout nothing was posted: call again.
     ///
     /// # Errors
-    /// [`Error::EpochOpen`] while an exposure epoch is open; [`Error::NotMember`];
-    /// [`Error::DuplicateRank`]; from the runtime: [`gaspi::Error::Timeout`],
+    /// [`Error::EpochOpen`] while an exposure epoch is open; [`Error::NotMember`]; from the
+    /// runtime: [`gaspi::Error::Timeout`],
     /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
     pub fn post(&mut self, origins: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
         if self.exposing {
@@ -405,7 +408,9 @@ impl<'c> Window<'c> {
         // No epoch is open: a list left by a refused call is only overwritten.
         self.origins.clear();
         for i in 0..origins.len() {
-            let member = self.listed(origins, i)?;
+            let Some(member) = self.listed(origins, i)? else {
+                continue;
+            };
             self.origins.push(Origin {
                 member,
                 tag: 0,
@@ -472,7 +477,7 @@ impl<'c> Window<'c> {
     ///
     /// # Errors
     /// [`Error::EpochOpen`] while another access epoch is open; [`Error::NotMember`];
-    /// [`Error::DuplicateRank`]; [`Error::PostsMissing`]; [`Error::OutOfStep`] when a target
+    /// [`Error::PostsMissing`]; [`Error::OutOfStep`] when a target
     /// posted another epoch; from the runtime: [`gaspi::Error::Timeout`] (resolving a target),
     /// [`gaspi::Error::RankFailed`] naming a dead target.
     pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
@@ -483,13 +488,14 @@ impl<'c> Window<'c> {
                     epoch: Epoch::Access,
                 });
             }
-            return self.await_posts(&mut due);
+            return self.await_posts(None, &mut due);
         }
         // No access epoch is open, so `access` is empty; it is emptied again when the targets
         // are refused or cannot be resolved, so that nothing was started.
         for (i, &rank) in targets.iter().enumerate() {
             match self.listed(targets, i) {
-                Ok(member) => self.access.push(Access::new(member, rank)),
+                Ok(Some(member)) => self.access.push(Access::new(member, rank)),
+                Ok(None) => {}
                 Err(e) => {
                     self.access.clear();
                     return Err(e);
@@ -506,7 +512,7 @@ impl<'c> Window<'c> {
             self.open(i, assert);
         }
         self.accessing = true;
-        self.await_posts(&mut due)
+        self.await_posts(None, &mut due)
     }
 
     /// Proposal G's `MPI_RMA_START(comm, rank)`: adds `target` to the access epoch (opening
@@ -533,7 +539,7 @@ impl<'c> Window<'c> {
                 self.accessing = true;
             }
         }
-        self.await_posts(&mut due)
+        self.await_posts(Some(target), &mut due)
     }
 
     /// The next member (not in the access epoch) whose post to this rank arrived, added to the
@@ -708,7 +714,7 @@ impl<'c> Window<'c> {
             });
         }
         let mut due = Due::new(timeout);
-        self.await_posts(&mut due)?;
+        self.await_posts(None, &mut due)?;
         self.finish(None, &mut due)
     }
 
@@ -724,7 +730,7 @@ impl<'c> Window<'c> {
             return Err(Error::NotStarted { rank: target });
         }
         let mut due = Due::new(timeout);
-        self.await_posts(&mut due)?;
+        self.await_posts(Some(target), &mut due)?;
         self.finish(Some(target), &mut due)
     }
 
@@ -768,21 +774,23 @@ impl<'c> Window<'c> {
         Ok(())
     }
 
-    /// Waits until no target of the access epoch is pending.
-    fn await_posts(&mut self, due: &mut Due) -> Result<()> {
-        while self.take_posts()? {
+    /// Waits until no target of the access epoch (or `only` that one) is pending: a target
+    /// started on its own is served as soon as it posted, whoever else has not.
+    fn await_posts(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
+        while self.take_posts(only)? {
             let missing = |ranks| Error::PostsMissing { ranks };
-            self.sleep_or(self.pending(), missing, due)?;
+            self.sleep_or(self.pending(only), missing, due)?;
         }
         Ok(())
     }
 
-    /// Takes the posts that arrived for pending targets: whether one is still pending.
-    fn take_posts(&mut self) -> Result<bool> {
+    /// Takes the posts that arrived for pending targets (or `only` that one): whether one is
+    /// still pending.
+    fn take_posts(&mut self, only: Option<Rank>) -> Result<bool> {
         let mut pending = false;
         for i in 0..self.access.len() {
             let a = self.access[i];
-            if a.stage != Stage::Pending {
+            if a.stage != Stage::Pending || only.is_some_and(|rank| rank != a.rank) {
                 continue;
             }
             if self.take(self.post_id(a.member), a.rank, a.tag)? {
@@ -865,10 +873,13 @@ impl<'c> Window<'c> {
     }
 
     /// The `post` notifications the access epoch waits for, with the targets that set them.
-    fn pending(&self) -> impl Iterator<Item = (NotificationId, Rank)> + Clone + '_ {
+    fn pending(
+        &self,
+        only: Option<Rank>,
+    ) -> impl Iterator<Item = (NotificationId, Rank)> + Clone + '_ {
         self.access
             .iter()
-            .filter(|a| a.stage == Stage::Pending)
+            .filter(move |a| a.stage == Stage::Pending && only.is_none_or(|rank| rank == a.rank))
             .map(|a| (self.post_id(a.member), a.rank))
     }
 
@@ -917,7 +928,9 @@ impl<'c> Window<'c> {
     /// Whether `targets` are exactly those of the access epoch, some still pending: a start
     /// that timed out, called again.
     fn resumes(&self, targets: &[Rank]) -> bool {
-        targets.len() == self.access.len()
+        targets
+            .iter()
+            .all(|&t| self.access.iter().any(|a| a.rank == t))
             && self.access.iter().all(|a| targets.contains(&a.rank))
             && self.access.iter().any(|a| a.stage == Stage::Pending)
     }
@@ -979,13 +992,14 @@ impl<'c> Window<'c> {
         Ok(())
     }
 
-    /// The member index of `ranks[i]`, checked: a member, and not named before it.
-    fn listed(&self, ranks: &[Rank], i: usize) -> Result<u32> {
+    /// The member index of `ranks[i]`, checked to be a member; `None` when the list named
+    /// it before (a list is a set, as MPI's groups are).
+    fn listed(&self, ranks: &[Rank], i: usize) -> Result<Option<u32>> {
         let rank = ranks[i];
         if ranks[..i].contains(&rank) {
-            return Err(Error::DuplicateRank { rank });
+            return Ok(None);
         }
-        self.member(rank)
+        self.member(rank).map(Some)
     }
 
     fn member(&self, rank: Rank) -> Result<u32> {

@@ -37,7 +37,12 @@
 //!   clears its area before each post and checks it after each wait (`steps`, `received`,
 //!   `mismatches`, `digest`).
 //! * `errors`: every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
-//!   waited for and are then continued, and `test` (false, then true once, then an error).
+//!   waited for and are then continued, and `test` (false, then true once, then an error);
+//!   a rank listed twice in a post and in a start counts once.
+//! * `one` (3 ranks): rank 0 starts ranks 1 and 2 one by one; rank 2 has posted, rank 1 posts
+//!   only once rank 0 served rank 2: `start_one(2)` and `complete_one(2)` must not wait for
+//!   rank 1 (`pending`, `started`, `completed`), and the resumed `start_one(1)` then serves it
+//!   (`resumed`).
 //! * `any`: ranks 1.. post to rank 0 one after the other, the highest first, each once the
 //!   one above it was served (a passive message tells it); rank 0 serves them with
 //!   `start_any` in the order their posts arrive (`order`).
@@ -92,9 +97,10 @@ fn main() -> ExitCode {
         ["errors"] => in_job(errors),
         ["xyzu"] => in_job(xyzu),
         ["any"] => in_job(any),
+        ["one"] => in_job(one),
         ["kill"] => kill(),
         _ => Err(
-            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | any | kill".into(),
+            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | any | one | kill".into(),
         ),
     };
     match result {
@@ -513,7 +519,6 @@ fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
         seen.push(("complete_one", shown(win.complete_one(1, TIMEOUT))));
         seen.push(("wait", shown(win.wait(TIMEOUT))));
         seen.push(("test", shown(win.test())));
-        seen.push(("duplicate", shown(win.post(&[1, 1], Assert::NONE, TIMEOUT))));
         seen.push(("stranger", shown(win.start(&[n], Assert::NONE, TIMEOUT))));
         seen.push(("unstarted", shown(win.write(SRC, 0, 1, 0, 8))));
         // Rank 1 posts only after the barrier below: the start times out naming it.
@@ -523,11 +528,13 @@ fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     }
     ctx.barrier(TIMEOUT)?;
     if me == 1 {
-        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        // A rank given twice counts once: origin 0's one complete ends the wait below.
+        win.post(&[0, 0], Assert::NONE, TIMEOUT)?;
         seen.push(("second_post", shown(win.post(&[0], Assert::NONE, TIMEOUT))));
     }
     if me == 0 {
-        seen.push(("resumed", shown(win.start(&[1], Assert::NONE, TIMEOUT))));
+        // The start that timed out, resumed with its one target given twice.
+        seen.push(("resumed", shown(win.start(&[1, 1], Assert::NONE, TIMEOUT))));
         put(ctx, &mut win, 1)?;
         seen.push(("outside", shown(win.complete_one(0, TIMEOUT))));
         seen.push((
@@ -623,6 +630,60 @@ fn any(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     println!(
         "data any rank {me}: order={order}; received={}; mismatches={}",
         received.blocks, received.mismatches
+    );
+    Ok(())
+}
+
+fn one(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    if ctx.size() != 3 {
+        return Err("one needs 3 ranks".into());
+    }
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let me = ctx.rank();
+    // Long enough for any post that is coming, short against the job's timeout.
+    let short = Timeout::Millis(5_000);
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    let mut received = Received::default();
+    clear(ctx)?;
+    if me == 2 {
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+    }
+    ctx.barrier(TIMEOUT)?;
+    match me {
+        0 => {
+            let pending = win.start_one(1, Assert::NONE, Timeout::Test);
+            seen.push(("pending", shown(pending)));
+            seen.push(("started", shown(win.start_one(2, Assert::NONE, short))));
+            put(ctx, &mut win, 2)?;
+            seen.push(("completed", shown(win.complete_one(2, short))));
+        }
+        2 => {
+            win.wait(TIMEOUT)?;
+            received.check(ctx, 1, &[0])?;
+        }
+        _ => {}
+    }
+    // Rank 1 posts only now.
+    ctx.barrier(TIMEOUT)?;
+    match me {
+        0 => {
+            seen.push(("resumed", shown(win.start_one(1, Assert::NONE, TIMEOUT))));
+            put(ctx, &mut win, 1)?;
+            win.complete_one(1, TIMEOUT)?;
+        }
+        1 => {
+            win.post(&[0], Assert::NONE, TIMEOUT)?;
+            win.wait(TIMEOUT)?;
+            received.check(ctx, 1, &[0])?;
+        }
+        _ => {}
+    }
+    let pairs: Vec<String> = seen.iter().map(|(k, v)| format!("{k}={v}; ")).collect();
+    println!(
+        "data one rank {me}: {}received={}; mismatches={}",
+        pairs.concat(),
+        received.blocks,
+        received.mismatches
     );
     Ok(())
 }
