@@ -634,15 +634,16 @@ impl Drop for Handle<'_, '_> {
     }
 }
 
-/// Syncs the unsynced `handles` until `enough` of them are over or `timeout` passed;
-/// returns the index and outcome of each that completed in this call.
-fn sync_set(
-    handles: &mut [Handle<'_, '_>],
-    enough: usize,
-    timeout: Timeout,
-) -> Result<Vec<(usize, Result<()>)>> {
+/// What a set sync found: the index and outcome of each handle that completed in it, and
+/// how its wait ended.
+type Synced = (Vec<(usize, Result<()>)>, Result<()>);
+
+/// Syncs the unsynced `handles` until `enough` of them are over or `timeout` passed. Each
+/// handle whose outcome was taken is synced and reported, whatever the wait ended in: its
+/// outcome is known only here.
+fn sync_set(handles: &mut [Handle<'_, '_>], enough: usize, timeout: Timeout) -> Result<Synced> {
     let Some(first) = handles.first() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Ok(())));
     };
     let engine = first.engine;
     if handles.iter().any(|h| !std::ptr::addr_eq(h.engine, engine)) {
@@ -663,28 +664,35 @@ fn sync_set(
     let mut done = Vec::new();
     for (k, outcome) in outcomes.into_iter().enumerate() {
         match outcome {
-            Some(outcome) if synced.is_ok() => {
+            Some(outcome) => {
                 if outcome.is_err() {
                     handles[open[k]].lend();
                 }
                 handles[open[k]].synced = true;
                 done.push((open[k], outcome));
             }
-            _ => handles[open[k]].lend(),
+            None => handles[open[k]].lend(),
         }
     }
-    synced?;
-    Ok(done)
+    Ok((done, synced))
+}
+
+/// The collectives of a set sync that completed, or, when none did, how its wait ended.
+fn some(synced: Synced) -> Result<Vec<(usize, Result<()>)>> {
+    match synced {
+        (done, Err(e)) if done.is_empty() => Err(e),
+        (done, _) => Ok(done),
+    }
 }
 
 /// Syncs every handle of `handles` that can be synced now, without blocking; returns the
-/// indices of those that completed in this call (each with its outcome). GASNet's
-/// `try_sync_some`.
+/// indices of those that completed in this call (each with its outcome), also while others
+/// have not. GASNet's `try_sync_some`.
 ///
 /// # Errors
 /// [`Error::ForeignHandle`] for handles of several teams.
 pub fn try_sync_some(handles: &mut [Handle<'_, '_>]) -> Result<Vec<(usize, Result<()>)>> {
-    match sync_set(handles, usize::MAX, Timeout::Test) {
+    match some(sync_set(handles, usize::MAX, Timeout::Test)?) {
         Err(e) if e.is_timeout() => Ok(Vec::new()),
         other => other,
     }
@@ -700,7 +708,7 @@ pub fn wait_sync_some(
     handles: &mut [Handle<'_, '_>],
     timeout: Timeout,
 ) -> Result<Vec<(usize, Result<()>)>> {
-    sync_set(handles, 1, timeout)
+    some(sync_set(handles, 1, timeout)?)
 }
 
 /// Whether every handle of `handles` is synced, syncing what can be now (never blocks).
@@ -723,9 +731,13 @@ pub fn try_sync_all(handles: &mut [Handle<'_, '_>]) -> Result<bool> {
 /// handles.
 pub fn wait_sync_all(handles: &mut [Handle<'_, '_>], timeout: Timeout) -> Result<()> {
     let left = handles.iter().filter(|h| !h.synced).count();
-    for (_, outcome) in sync_set(handles, left, timeout)? {
+    let (done, waited) = sync_set(handles, left, timeout)?;
+    // A failure is reported before a timeout: its handle is synced, and a later call would
+    // not see it again.
+    for (_, outcome) in done {
         outcome?;
     }
+    waited?;
     if handles.iter().all(|h| h.synced) {
         Ok(())
     } else {

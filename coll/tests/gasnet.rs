@@ -179,6 +179,29 @@ fn outstanding(ranks: u32, provider: &str) {
     }
 }
 
+/// `some` on `ranks` ranks: `try_sync_some` reports a collective that completed while
+/// another cannot, and `wait_sync_some` the other once it can; both deliver every block.
+fn some(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["some"]);
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in [4000u64, 4001] {
+        let all: Vec<u8> = (0..ranks).flat_map(|m| cases::block(i, m, 0, 64)).collect();
+        digest.add(&all);
+    }
+    for rank in 0..ranks {
+        let data = job.data("some", rank);
+        let (fast, slow) = if rank + 1 == ranks {
+            ("-", "-")
+        } else {
+            ("0", "1")
+        };
+        assert_eq!(data.get("fast"), fast, "rank {rank}\n{report}");
+        assert_eq!(data.get("slow"), slow, "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `threads`: two threads sync halves of 32 gather_alls at once; every one is complete.
 fn threads(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["threads"]);
@@ -373,6 +396,8 @@ jobs! {
     many_4_shm: many(4, "shm");
     outstanding_2_shm: outstanding(2, "shm");
     outstanding_3_tcp: outstanding(3, "tcp");
+    some_3_shm: some(3, "shm");
+    some_2_tcp: some(2, "tcp");
     threads_3_tcp: threads(3, "tcp");
     threads_4_shm: threads(4, "shm");
     split_1_shm: split(1, "shm");

@@ -26,6 +26,11 @@
 //! * `outstanding`: 65 535 non-blocking eager broadcasts of 8 bytes (2^16 − 1, what a team
 //!   must hold in flight), the root rotating, all initiated before any is synced, then
 //!   synced with `wait_sync_all`: `data outstanding rank R: synced; digest`.
+//! * `some`: two non-blocking gather_alls, the last member initiating the second only once
+//!   the others saw the first complete (a barrier of the runtime between): `try_sync_some`
+//!   must report the first while the second cannot complete (`fast`, the indices it
+//!   reported), and `wait_sync_some` the second after the barrier (`slow`):
+//!   `data some rank R: fast; slow; digest`.
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -77,10 +82,11 @@ fn main() -> ExitCode {
         ["many"] => in_job(many),
         ["outstanding"] => in_job(outstanding),
         ["threads"] => in_job(threads),
+        ["some"] => in_job(some),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
-        _ => Err("usage: gasnet_check ops|large|many|outstanding|threads|split|errors|kill".into()),
+        _ => Err("usage: gasnet_check ops|large|many|outstanding|threads|some|split|errors|kill".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -386,6 +392,63 @@ fn outstanding(ctx: &Context, team: &Team<'_>) -> Outcome {
         digest.hex()
     );
     Ok(())
+}
+
+fn some(ctx: &Context, team: &Team<'_>) -> Outcome {
+    let n = team.size() as usize;
+    let me = team.index();
+    let last = me as usize + 1 == n;
+    let srcs = [cases::block(4000, me, 0, 64), cases::block(4001, me, 0, 64)];
+    let mut dsts = [vec![0u8; 64 * n], vec![0u8; 64 * n]];
+    let [first_dst, second_dst] = &mut dsts;
+    let (mut fast, mut slow) = (String::from("-"), String::from("-"));
+    if last {
+        team.gather_all(&mut first_dst[..], &srcs[0], Flags::MY, TIMEOUT)?;
+        ctx.barrier(TIMEOUT)?;
+        team.gather_all(&mut second_dst[..], &srcs[1], Flags::MY, TIMEOUT)?;
+    } else {
+        let mut handles = vec![
+            team.gather_all_nb(&mut first_dst[..], &srcs[0], Flags::MY)?,
+            team.gather_all_nb(&mut second_dst[..], &srcs[1], Flags::MY)?,
+        ];
+        // The second cannot complete before the barrier: polled for up to 20 s, the first
+        // must be reported alone.
+        let polls = std::time::Instant::now();
+        let reported = loop {
+            let done = gaspi_coll::try_sync_some(&mut handles)?;
+            if !done.is_empty() || polls.elapsed() > std::time::Duration::from_secs(20) {
+                break done;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        fast = indices(reported)?;
+        ctx.barrier(TIMEOUT)?;
+        slow = indices(gaspi_coll::wait_sync_some(&mut handles, TIMEOUT)?)?;
+    }
+    let mut digest = Digest::default();
+    for dst in &dsts {
+        digest.add(dst);
+    }
+    println!(
+        "data some rank {}: fast={fast}; slow={slow}; digest={}",
+        ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
+}
+
+/// The indices a set sync reported, `/`-separated, or the first failure among them.
+fn indices(done: Vec<(usize, gaspi_coll::Result<()>)>) -> Outcome<String> {
+    let mut shown = Vec::new();
+    for (i, outcome) in done {
+        outcome?;
+        shown.push(i.to_string());
+    }
+    Ok(if shown.is_empty() {
+        "none".into()
+    } else {
+        shown.join("/")
+    })
 }
 
 fn threads(ctx: &Context, team: &Team<'_>) -> Outcome {
