@@ -83,7 +83,7 @@ pub use team::{
     try_sync_all, try_sync_some, wait_sync_all, wait_sync_some, Capacity, Flags, Handle, Team,
 };
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use gaspi::{Context, Deadline, GroupId, Library, Rank, SegmentId};
@@ -99,6 +99,8 @@ pub struct Collectives<'a> {
     library: Library<'a>,
     /// Groups with an alltoallv round running: one per group at a time.
     exchanging: Mutex<HashSet<GroupId>>,
+    /// Per group, the teams made of it so far (see [`Team::id`]).
+    teams: Mutex<HashMap<GroupId, u64>>,
 }
 
 impl<'a> Collectives<'a> {
@@ -114,6 +116,7 @@ impl<'a> Collectives<'a> {
             ctx,
             library: ctx.library(Self::LIBRARY)?,
             exchanging: Mutex::new(HashSet::new()),
+            teams: Mutex::new(HashMap::new()),
         })
     }
 
@@ -124,6 +127,18 @@ impl<'a> Collectives<'a> {
 
     pub(crate) fn library(&self) -> &Library<'a> {
         &self.library
+    }
+
+    /// How many teams of `group` were made before (the next one's number).
+    pub(crate) fn teams_of(&self, group: GroupId) -> u64 {
+        let teams = self.teams.lock().unwrap_or_else(PoisonError::into_inner);
+        teams.get(&group).copied().unwrap_or(0)
+    }
+
+    /// Counts a team made of `group`.
+    pub(crate) fn made_team_of(&self, group: GroupId) {
+        let mut teams = self.teams.lock().unwrap_or_else(PoisonError::into_inner);
+        *teams.entry(group).or_insert(0) += 1;
     }
 
     /// Marks an alltoallv round running on `group`; false when one already is.

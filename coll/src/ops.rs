@@ -183,7 +183,7 @@ fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, 
 }
 
 /// Mixes the words that members must agree on into a signature.
-fn signature(words: &[u64]) -> u64 {
+pub(crate) fn signature(words: &[u64]) -> u64 {
     words.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| {
         (h ^ w).wrapping_mul(0x0000_0100_0000_01b3)
     })

@@ -8,6 +8,7 @@
 //! borrow checker enforces the spec's rule that they are left untouched while in flight.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use gaspi::{Context, GroupId, Rank, Timeout};
@@ -16,7 +17,7 @@ use rustc_hash::FxHashMap;
 use crate::buffer::{Input, Output};
 use crate::engine::{Engine, Launch, Layout, Owner, Runner};
 use crate::error::{Error, Result};
-use crate::ops::Choices;
+use crate::ops::{signature, Choices};
 use crate::schedule::{sync::synchronise, Schedule};
 use crate::Collectives;
 
@@ -226,6 +227,10 @@ impl Default for Capacity {
 pub struct Team<'c> {
     coll: &'c Collectives<'c>,
     engine: Engine<'c>,
+    /// See [`Team::id`].
+    id: u64,
+    /// Splits of this team completed so far, for the ids of the teams they make.
+    splits: AtomicU64,
     /// Member index by rank, looked up on every rooted call: hashed as the integer it is
     /// (`FxHash`), not with `std`'s SipHash, which cost a rooted call ~120 instructions.
     index: FxHashMap<Rank, u32>,
@@ -235,6 +240,11 @@ pub struct Team<'c> {
     /// A split of this team that timed out, to be continued.
     splitting: Mutex<Option<Splitting<'c>>>,
 }
+
+/// Domains of the words [`Team::id`] mixes, so that a team of a group and a split cannot
+/// share an id by their numbers alone.
+const TEAM_OF_GROUP: u64 = 0x7ea3_0f67;
+const SPLIT: u64 = 0x5b11_7ea3;
 
 /// What a team's segment (and its splits) are scoped to in the runtime.
 enum Parent<'c> {
@@ -283,15 +293,21 @@ impl<'c> Team<'c> {
     /// After [`gaspi::Error::Timeout`], call again with the same arguments to continue.
     ///
     /// # Errors
-    /// The runtime's errors for the group and the segment creation; [`Error::TooLarge`]
-    /// for a capacity that cannot be addressed.
+    /// The runtime's errors for the group and the segment creation;
+    /// [`Error::Unaddressable`] for a capacity whose bytes or notifications cannot be
+    /// counted.
     pub fn with_capacity(
         coll: &'c Collectives<'c>,
         group: GroupId,
         capacity: Capacity,
         timeout: Timeout,
     ) -> Result<Team<'c>> {
-        Team::build(coll, Parent::Group(group), capacity, timeout).map_err(|(e, _)| e)
+        // Teams of a group are made in the same order on its members: the count is theirs.
+        let id = signature(&[TEAM_OF_GROUP, u64::from(group), coll.teams_of(group)]);
+        let team = Team::build(coll, Parent::Group(group), capacity, id, timeout);
+        let team = team.map_err(|(e, _)| e)?;
+        coll.made_team_of(group);
+        Ok(team)
     }
 
     /// Splits the team by `color` (collective over the team, like `MPI_Comm_split`): the
@@ -364,11 +380,22 @@ impl<'c> Team<'c> {
             }
         };
         let Some(team) = team else {
+            self.splits.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
         let parent = Parent::Library(team);
-        match Team::build(self.coll, parent, capacity, deadline.left()) {
-            Ok(team) => Ok(Some(team)),
+        let splits = self.splits.load(Ordering::Relaxed);
+        let id = signature(&[
+            SPLIT,
+            self.id,
+            splits,
+            color.map_or(0, |c| u64::from(c) + 1),
+        ]);
+        match Team::build(self.coll, parent, capacity, id, deadline.left()) {
+            Ok(team) => {
+                self.splits.fetch_add(1, Ordering::Relaxed);
+                Ok(Some(team))
+            }
             Err((e, parent)) => {
                 if e.is_timeout() {
                     if let Parent::Library(team) = parent {
@@ -386,6 +413,7 @@ impl<'c> Team<'c> {
         coll: &'c Collectives<'c>,
         parent: Parent<'c>,
         capacity: Capacity,
+        id: u64,
         timeout: Timeout,
     ) -> std::result::Result<Team<'c>, (Error, Parent<'c>)> {
         let ctx = coll.context();
@@ -398,11 +426,12 @@ impl<'c> Team<'c> {
             Ok(m) => m,
             Err(e) => return Err((e, parent)),
         };
-        let layout = Layout::new(
-            ranks.len() as u32,
-            capacity.lanes.max(1),
-            capacity.lane_bytes,
-        );
+        let lanes = capacity.lanes.max(1);
+        let Some(layout) = Layout::new(ranks.len() as u32, lanes, capacity.lane_bytes) else {
+            let max = u128::from(lanes) * u128::from(capacity.lane_bytes);
+            let max = u64::try_from(max).unwrap_or(u64::MAX);
+            return Err((Error::Unaddressable { max }, parent));
+        };
         let deadline = timeout.deadline();
         let seg = match coll.library().segment_create(
             parent.scope(),
@@ -422,12 +451,23 @@ impl<'c> Team<'c> {
         Ok(Team {
             coll,
             engine,
+            id,
+            splits: AtomicU64::new(0),
             index,
             choices: Choices::from_env(),
             capacity,
             parent,
             splitting: Mutex::new(None),
         })
+    }
+
+    /// The team's identifier: the same on every member, and another for every team of
+    /// the same [`Collectives`] — made from the group's id and the number of teams of the
+    /// group made before it, or, for a split, from the parent's identifier, the number of
+    /// its splits before and the colour. GASNet's team handle, as a value that members can
+    /// compare (or send each other).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Number of members.

@@ -222,7 +222,8 @@ fn threads(ranks: u32, provider: &str) {
 
 /// `split`: teams split by parity with keys descending hold the members MPI_Comm_split
 /// gives, a member without colour joins none, and collectives on the split (disjoint) teams
-/// interleaved with the whole team's, in orders that differ between members, all deliver.
+/// interleaved with the whole team's, in orders that differ between members, all deliver;
+/// every team has its own `Team::id`, the same on its members.
 fn split(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["split"]);
     let report = job.report();
@@ -255,6 +256,35 @@ fn split(ranks: u32, provider: &str) {
         }
         assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
     }
+    // Team ids: one per team, the same on every member, another for every team.
+    let ids: Vec<Vec<String>> = (0..ranks)
+        .map(|rank| {
+            let data = job.data("split", rank);
+            data.get("ids").split('/').map(str::to_string).collect()
+        })
+        .collect();
+    let mut teams = std::collections::HashMap::new();
+    for (rank, [whole, sub, rest]) in ids.iter().map(|v| [&v[0], &v[1], &v[2]]).enumerate() {
+        let rank = rank as u32;
+        for (team, id) in [("whole", whole), ("sub", sub), ("rest", rest)] {
+            let team = match team {
+                "sub" => format!("sub{}", rank % 2),
+                other => other.to_string(),
+            };
+            if id == "none" {
+                assert_eq!(team, "rest", "rank {rank}\n{report}");
+                continue;
+            }
+            let first = teams.entry(team.clone()).or_insert_with(|| id.clone());
+            assert_eq!(first, id, "rank {rank}: the id of {team}\n{report}");
+        }
+    }
+    let distinct: std::collections::HashSet<&String> = teams.values().collect();
+    assert_eq!(
+        distinct.len(),
+        teams.len(),
+        "team ids repeat: {teams:?}\n{report}"
+    );
 }
 
 /// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their

@@ -38,7 +38,8 @@
 //!   with the last member passing no colour (`rest`); then 8 rounds of a gather_all on `sub`
 //!   (disjoint teams, one per parity) and a broadcast on the whole team, initiated
 //!   non-blocking in an order that differs between even and odd members, and synced (each
-//!   team's in reverse): `data split rank R: sub=<size>:<index>:<ranks>; rest=...; digest`.
+//!   team's in reverse): `data split rank R: sub=<size>:<index>:<ranks>; rest=...; ids;
+//!   digest`, `ids` the `Team::id` of the whole team, `sub` and `rest` (`none` without).
 //! * `kill` (4 ranks, under `gaspirun --keep-going`): a gather_all everywhere, then the last
 //!   member prints its pid and is killed (SIGKILL) while the others have a gather_all and a
 //!   broadcast in flight, and initiate one more after the first failure; then the survivors
@@ -86,7 +87,9 @@ fn main() -> ExitCode {
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
-        _ => Err("usage: gasnet_check ops|large|many|outstanding|threads|some|split|errors|kill".into()),
+        _ => Err(
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|split|errors|kill".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -503,6 +506,13 @@ fn split(ctx: &Context, team: &Team<'_>) -> Outcome {
         .split(Some(me % 2), n - me, TIMEOUT)?
         .ok_or("a member with a colour got no team")?;
     let rest = team.split((me + 1 != n).then_some(7), me, TIMEOUT)?;
+    let ids = format!(
+        "{:x}/{:x}/{}",
+        team.id(),
+        sub.id(),
+        rest.as_ref()
+            .map_or("none".to_string(), |t| format!("{:x}", t.id()))
+    );
     let rest = rest.map_or("none".to_string(), |t| {
         format!("{}:{}", t.size(), t.index())
     });
@@ -539,7 +549,7 @@ fn split(ctx: &Context, team: &Team<'_>) -> Outcome {
         digest.add(dst);
     }
     println!(
-        "data split rank {}: sub={}:{}:{:?}; rest={rest}; digest={}",
+        "data split rank {}: sub={}:{}:{:?}; rest={rest}; ids={ids}; digest={}",
         ctx.rank(),
         k,
         mine,

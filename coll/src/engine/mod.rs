@@ -202,14 +202,25 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    pub(crate) fn new(n: u32, lanes: u32, lane_bytes: u64) -> Layout {
-        Layout {
+    /// The layout of `lanes` stages of `lane_bytes` for `n` members; `None` when its bytes
+    /// or its notification ids cannot be counted in their types, so that every figure
+    /// derived from it below fits.
+    pub(crate) fn new(n: u32, lanes: u32, lane_bytes: u64) -> Option<Layout> {
+        let bound = signal_bound(n);
+        u64::from(lanes).checked_mul(lane_bytes)?;
+        // `ids()`: 2·lanes blocks of `bound`, the wake-up, one publication per member.
+        lanes
+            .checked_mul(2)?
+            .checked_mul(bound)?
+            .checked_add(1)?
+            .checked_add(n)?;
+        Some(Layout {
             lanes,
             lane_bytes,
-            bound: signal_bound(n),
+            bound,
             members: n,
             shift: lanes.is_power_of_two().then(|| lanes.trailing_zeros()),
-        }
+        })
     }
 
     fn lane(&self, seq: u64) -> u32 {
@@ -1647,9 +1658,19 @@ mod tests {
     }
 
     #[test]
+    fn a_layout_too_large_to_count_is_refused() {
+        // Bytes beyond u64, notification ids beyond u32: refused, never wrapped.
+        assert!(Layout::new(4, u32::MAX, u64::MAX / 2).is_none());
+        assert!(Layout::new(4, 1 << 30, 1).is_none());
+        assert!(Layout::new(1 << 30, 1, 1).is_none());
+        let fits = Layout::new(4, 1 << 10, 1 << 20).expect("fits");
+        assert_eq!(fits.bytes(), 1 << 30);
+    }
+
+    #[test]
     fn publications_have_their_own_notifications() {
         for (n, lanes) in [(1, 1), (2, 4), (8, 4), (33, 2)] {
-            let layout = Layout::new(n, lanes, 1 << 10);
+            let layout = Layout::new(n, lanes, 1 << 10).expect("a small layout");
             let last_signal = layout.id(2 * u64::from(lanes) - 1, layout.bound - 1);
             assert!(last_signal < layout.wake());
             assert_eq!(layout.freed(0), layout.wake() + 1);
