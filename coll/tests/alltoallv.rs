@@ -325,8 +325,9 @@ fn errors(provider: &str) {
         let too_far = source_size - bytes + 1;
         let expected = [
             ("duplicate", format!("DuplicateDestination({t})")),
+            ("missing_receive", "Ok".into()),
             (
-                "missing_receive",
+                "missing_receive_round",
                 format!("UnknownSegment({rank}/{MISSING})"),
             ),
             (
@@ -370,6 +371,7 @@ fn errors(provider: &str) {
             ("blocking", "Complete".into()),
             ("blocking_reset", "Ok".into()),
             ("unknown_source_b", format!("UnknownSource({t})")),
+            ("late_receive", "48/Ok".into()),
             (
                 "unknown_destination_b",
                 format!("UnknownDestination({})", (rank + 2) % RANKS),

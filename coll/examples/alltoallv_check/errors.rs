@@ -4,8 +4,10 @@
 //! Every rank makes the same calls in the same order; `t` is this rank's next rank.
 //!
 //! Discovery on A, each with arguments every rank passes alike: `duplicate` (`t` given twice),
-//! `missing_receive` (receive segment [`MISSING`]), `too_small` (every rank sends 64 bytes to
-//! rank 0, whose receive area in [`SMALL`] has 64 bytes from its first offset).
+//! `missing_receive` (receive segment [`MISSING`]: the discovery goes through, as the receive
+//! segment may be made after it) and `missing_receive_round` (a round of that plan, refused
+//! since the segment is still missing), `too_small` (every rank sends 64 bytes to rank 0,
+//! whose receive area in [`SMALL`] has 64 bytes from its first offset).
 //!
 //! Before any round: `missing_source` and `missing_source_proposal` (source segment
 //! [`MISSING`] in `round` and `alltoallv`), `foreign` and `foreign_proposal` (a plan of A on B).
@@ -29,7 +31,9 @@
 //! the proposal's blocking form: `blocking` (what its one call returned; then every source's
 //! block is checked) and `blocking_reset` (every source reset at once). Then round 1 of B, where
 //! `unknown_source_b` (reset of `t`) and `unknown_destination_b` (a block for the rank after
-//! `t`) come before its blocks are exchanged. `digest`: every block of the five rounds.
+//! `t`) come before its blocks are exchanged. Last, `late_receive` on a third alltoallv: a
+//! discovery before its receive segment exists, the segment made of the size it tells, and a
+//! round (see [`late_receive`]). `digest`: every block of the five rounds.
 
 use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
@@ -68,6 +72,12 @@ pub fn run(ctx: &Context) -> Outcome {
     report.put("duplicate", outcome(&twice));
     let missing = a.get_remote_offsets(MISSING, first, &[(t, 8)], TIMEOUT);
     report.put("missing_receive", outcome(&missing));
+    if let Ok(plan) = &missing {
+        report.put(
+            "missing_receive_round",
+            outcome(&a.round(plan, dense.source)),
+        );
+    }
     let small = a.get_remote_offsets(SMALL, SMALL_FIRST, &[(0, 64)], TIMEOUT);
     report.put("too_small", outcome(&small));
     let dense_plan = dense.discover(&mut a, TIMEOUT)?;
@@ -183,12 +193,47 @@ pub fn run(ctx: &Context) -> Outcome {
     };
     received.finish(1, &b_plan, &mut digest)?;
 
+    // A receive segment made after the discovery, of the size it told.
+    let c = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    report.put("late_receive", late_receive(ctx, c)?);
+
     report.put("digest", digest.hex());
     report.print("errors", me);
     // An alltoallv is dropped only once its rounds are over on every member.
     ctx.barrier(TIMEOUT)?;
     Ok(())
 }
+
+/// A discovery on `a2a` before its receive segment [`LATE`] exists (each rank sends
+/// [`LATE_BYTES`] to the next), the segment then made of the size it tells, and a round of
+/// the plan: `<required size>/<outcome>`, the outcome `Ok` when the previous rank's block
+/// arrived intact.
+fn late_receive(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let plan = a2a.get_remote_offsets(LATE, 8, &[((me + 1) % n, LATE_BYTES)], TIMEOUT)?;
+    let required = plan.required_size();
+    ctx.segment_create(LATE, 8 + required, TIMEOUT)?;
+    ctx.segment_write(SMALL, 0, &[me as u8 + 1; LATE_BYTES as usize])?;
+    while let Status::Arrived(source) = a2a.alltoallv(&plan, SMALL, &[0], TIMEOUT)? {
+        let at = plan
+            .source(source)
+            .ok_or("an arrival from no source")?
+            .offset;
+        let mut got = [0u8; LATE_BYTES as usize];
+        ctx.segment_read(LATE, at, &mut got)?;
+        if got != [source as u8 + 1; LATE_BYTES as usize] {
+            return Ok(format!("{required}/rank {source}'s block differs: {got:?}"));
+        }
+        a2a.alltoallv_reset(&[source])?;
+    }
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
+    Ok(format!("{required}/Ok"))
+}
+
+/// The receive segment of [`late_receive`], made after its discovery.
+const LATE: SegmentId = 11;
+const LATE_BYTES: u64 = 48;
 
 /// Where the block for `target` is read from, and its size.
 fn block_for(plan: &Plan, setup: &Setup, target: Rank) -> Outcome<(u64, u64)> {

@@ -219,7 +219,12 @@ impl<'c> Alltoallv<'c> {
     /// [`Error::AlltoallvInProgress`](crate::Error::AlltoallvInProgress) when another round
     /// runs on this group (of another plan or source segment here, or of another alltoallv
     /// object over the group); [`Error::ForeignPlan`](crate::Error::ForeignPlan);
-    /// [`gaspi::Error::UnknownSegment`] when `source` does not exist.
+    /// [`gaspi::Error::UnknownSegment`] when `source` or the plan's receive segment does not
+    /// exist; [`Error::ReceiveAreaTooSmall`](crate::Error::ReceiveAreaTooSmall) when the
+    /// receive segment (made after the discovery) cannot hold the plan's receive area. A
+    /// block towards a receive segment made after the discovery is resolved when it is sent:
+    /// a destination that never made it is named by the call that sends it
+    /// ([`gaspi::Error::UnknownSegment`]).
     pub fn round<'a>(&'a self, plan: &Plan, source: SegmentId) -> Result<Round<'a>> {
         let number = self.begin(plan, source)?;
         Ok(Round::new(self, number))

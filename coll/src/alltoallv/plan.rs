@@ -3,7 +3,7 @@
 //! resolving the destinations), and the [`Plan`] it yields.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use gaspi::{
     AtomicRequest, Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout,
@@ -52,17 +52,19 @@ pub(super) struct PlanData {
     /// Its discovery's number on that alltoallv.
     pub(super) seq: u64,
     pub(super) destinations: Vec<Destination>,
-    /// Each destination's block as a target range of exactly its size.
-    pub(super) targets: Vec<Target>,
+    /// Each destination's block as a target range of exactly its size: resolved by the
+    /// discovery where the receive segment existed then, else by the first round that
+    /// sends there (see [`Alltoallv::get_remote_offsets`]).
+    pub(super) targets: Vec<OnceLock<Target>>,
     /// Each destination's member index and control segment.
     pub(super) destination_members: Vec<u32>,
     pub(super) tables: Vec<Target>,
     pub(super) sources: Vec<Source>,
     /// The sources' member indices.
     pub(super) source_members: Vec<u32>,
-    segment: SegmentId,
-    first_offset: u64,
-    required: u64,
+    pub(super) segment: SegmentId,
+    pub(super) first_offset: u64,
+    pub(super) required: u64,
 }
 
 impl Plan {
@@ -156,6 +158,9 @@ struct Reply {
     /// Bytes of the receive area (meaningful when too small).
     available: u64,
     fits: bool,
+    /// The receive segment did not exist yet: the block's target is resolved, and the
+    /// area's size checked, when the rounds begin.
+    absent: bool,
 }
 
 impl Reply {
@@ -164,7 +169,11 @@ impl Reply {
         slot[0..8].copy_from_slice(&self.offset.to_le_bytes());
         slot[8..16].copy_from_slice(&self.available.to_le_bytes());
         slot[16..20].copy_from_slice(&u32::from(self.segment).to_le_bytes());
-        slot[20..24].copy_from_slice(&u32::from(self.fits).to_le_bytes());
+        let fit = match (self.absent, self.fits) {
+            (true, _) => FIT_UNKNOWN,
+            (false, fits) => u32::from(fits),
+        };
+        slot[20..24].copy_from_slice(&fit.to_le_bytes());
         slot
     }
 
@@ -176,9 +185,13 @@ impl Reply {
             offset: u64::from_le_bytes(word8(slot, 0)),
             available: u64::from_le_bytes(word8(slot, 8)),
             fits: u32::from_le_bytes(word4(slot, 20)) != 0,
+            absent: u32::from_le_bytes(word4(slot, 20)) == FIT_UNKNOWN,
         })
     }
 }
+
+/// A reply's fit word for a receive segment that does not exist yet (0: too small, 1: fits).
+const FIT_UNKNOWN: u32 = 2;
 
 fn word4(slot: &[u8; SLOT as usize], at: usize) -> [u8; 4] {
     let mut w = [0u8; 4];
@@ -224,6 +237,8 @@ pub(super) struct Discovery<'c> {
     replied: usize,
     /// Whether this rank's receive area holds every source's block.
     fits: bool,
+    /// Whether this rank's receive segment did not exist when its registrations were read.
+    absent: bool,
     required: u64,
     available: u64,
     replies: Vec<Option<Reply>>,
@@ -250,6 +265,12 @@ impl<'c> Alltoallv<'c> {
     /// sources in ascending rank with the offsets their blocks land at, packed in rank order
     /// from `first_offset`, and the size needed.
     ///
+    /// The receive segment need not exist yet: as the proposal has it, a discovery may tell
+    /// the size to create it with ([`Plan::required_size`] from `first_offset` on). Create it
+    /// (collectively, as `segment_create` is) before the first round; each round checks it
+    /// ([`round`](Self::round)), and a block towards it is resolved when it is first sent.
+    /// A receive segment that exists is checked here already.
+    ///
     /// Every wait keeps to `timeout`; after [`gaspi::Error::Timeout`], call again with the
     /// same arguments to continue.
     ///
@@ -259,9 +280,9 @@ impl<'c> Alltoallv<'c> {
     /// cannot (naming that rank; the discovery is over either way, and the others are told
     /// too); [`Error::DuplicateDestination`]; [`Error::DiscoveryInProgress`] when a
     /// discovery with other arguments timed out; [`Error::OutOfStep`] when members' calls
-    /// do not match; from the runtime: [`gaspi::Error::UnknownSegment`] when `receive` does
-    /// not exist here (or a destination's when it was deleted since),
-    /// [`gaspi::Error::NotInGroup`] for a destination outside the group,
+    /// do not match; from the runtime: [`gaspi::Error::UnknownSegment`] when a destination's
+    /// receive segment was deleted since its reply, [`gaspi::Error::NotInGroup`] for a
+    /// destination outside the group,
     /// [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
     pub fn get_remote_offsets(
         &mut self,
@@ -299,7 +320,6 @@ impl<'c> Alltoallv<'c> {
         first_offset: u64,
         sends: &[(Rank, u64)],
     ) -> Result<Discovery<'c>> {
-        self.ctx.segment_size(receive)?;
         let mut seen = HashSet::with_capacity(sends.len());
         for &(rank, _) in sends {
             if self.ctx.group_index(self.group, rank)?.is_none() {
@@ -326,6 +346,7 @@ impl<'c> Alltoallv<'c> {
             incoming: Vec::new(),
             replied: 0,
             fits: false,
+            absent: false,
             required: 0,
             available: 0,
             replies: vec![None; sends.len()],
@@ -463,10 +484,17 @@ impl<'c> Alltoallv<'c> {
         for (record, _) in &d.incoming {
             required = required.saturating_add(record.bytes);
         }
-        let size = self.ctx.segment_size(d.receive)?;
         d.required = required;
-        d.available = size.saturating_sub(d.first_offset);
-        d.fits = d.first_offset <= size && required <= d.available;
+        // A receive segment made after the discovery, of the size it tells, is checked
+        // when the rounds begin.
+        match self.ctx.segment_size(d.receive) {
+            Ok(size) => {
+                d.available = size.saturating_sub(d.first_offset);
+                d.fits = d.first_offset <= size && required <= d.available;
+            }
+            Err(gaspi::Error::UnknownSegment { .. }) => (d.absent, d.fits) = (true, true),
+            Err(e) => return Err(e.into()),
+        }
         Ok(())
     }
 
@@ -486,6 +514,7 @@ impl<'c> Alltoallv<'c> {
                 offset: if d.fits { at } else { d.required },
                 available: d.available,
                 fits: d.fits,
+                absent: d.absent,
             };
             // The record is read: its slot stages the reply.
             let slot = self.layout.record(bank, k);
@@ -553,7 +582,7 @@ impl<'c> Alltoallv<'c> {
                     available: reply.available,
                 });
             }
-            if d.targets[i].is_none() {
+            if d.targets[i].is_none() && !reply.absent {
                 let whole = self.ctx.target(rank, reply.segment, deadline.left())?;
                 d.targets[i] = Some(whole.range(reply.offset, bytes)?);
             }
@@ -586,7 +615,9 @@ impl<'c> Alltoallv<'c> {
                 owner: self.id,
                 seq: d.seq,
                 destinations,
-                targets: d.targets.iter().flatten().copied().collect(),
+                targets: (d.targets.iter())
+                    .map(|t| t.map_or_else(OnceLock::new, OnceLock::from))
+                    .collect(),
                 destination_members,
                 tables,
                 sources,

@@ -9,7 +9,7 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Timeout};
+use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
 use super::layout::round_tag;
 use super::plan::{Plan, PlanData};
@@ -17,6 +17,12 @@ use super::Alltoallv;
 use crate::error::{Error, Result};
 
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a watcher sleeps at a time while a block waits for its target's lookup (a
+/// receive segment made after the discovery): a lookup is a round trip, and its answer is no
+/// notification of the control table.
+const LOOKUP_POLL: Duration = Duration::from_millis(1);
 
 /// What a call of the proposal's form reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +98,7 @@ enum Send {
 struct Post {
     index: usize,
     offset: u64,
+    target: Target,
 }
 
 /// One round of a plan, shared by any number of threads (the handle is `Sync`): see
@@ -243,6 +250,7 @@ impl Alltoallv<'_> {
             }
             return Err(Error::AlltoallvInProgress { group: self.group });
         }
+        self.check_receive_area(data)?;
         let size = self.ctx.segment_size(source)?;
         if let Some(offsets) = offsets {
             check_offsets(data, offsets)?;
@@ -265,6 +273,39 @@ impl Alltoallv<'_> {
             remaining: data.sources.len(),
         });
         Ok((number, true))
+    }
+
+    /// This rank's receive segment exists and holds the plan's area: checked by the
+    /// discovery where the segment existed then, and at every round (it may have been made
+    /// after the discovery, or made again).
+    fn check_receive_area(&self, plan: &PlanData) -> Result<()> {
+        let size = self.ctx.segment_size(plan.segment)?;
+        let available = size.saturating_sub(plan.first_offset);
+        if plan.first_offset > size || plan.required > available {
+            return Err(Error::ReceiveAreaTooSmall {
+                rank: self.ctx.rank(),
+                segment: plan.segment,
+                required: plan.required,
+                available,
+            });
+        }
+        Ok(())
+    }
+
+    /// Destination `index`'s block as a target, resolved now if the discovery could not
+    /// (its receive segment was made after it): `None` while the lookup is under way.
+    fn destination_target(&self, plan: &PlanData, index: usize) -> Result<Option<Target>> {
+        if let Some(&target) = plan.targets[index].get() {
+            return Ok(Some(target));
+        }
+        let d = &plan.destinations[index];
+        let whole = match self.ctx.target(d.rank, d.segment, Timeout::Test) {
+            Ok(whole) => whole,
+            Err(e) if e.is_timeout() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let target = whole.range(d.offset, d.bytes)?;
+        Ok(Some(*plan.targets[index].get_or_init(|| target)))
     }
 
     pub(super) fn send_all(&self, number: u64, source_offsets: &[u64]) -> Result<()> {
@@ -321,8 +362,14 @@ impl Alltoallv<'_> {
     /// then owed anew), to be posted outside the lock.
     fn cleared(&self, owed: &mut HashMap<Rank, u32>, run: &mut Running) -> Result<Cleared> {
         let mut posts = Vec::new();
+        let mut looking = false;
         for index in 0..run.sends.len() {
             let Send::Waiting(offset) = run.sends[index] else {
+                continue;
+            };
+            // Before the credit is taken: a block whose target is not known yet keeps it.
+            let Some(target) = self.destination_target(&run.plan, index)? else {
+                looking = true;
                 continue;
             };
             let rank = run.plan.destinations[index].rank;
@@ -342,10 +389,15 @@ impl Alltoallv<'_> {
             }
             owed.insert(rank, run.tag);
             run.sends[index] = Send::Posted;
-            posts.push(Post { index, offset });
+            posts.push(Post {
+                index,
+                offset,
+                target,
+            });
         }
         Ok(Cleared {
             posts,
+            looking,
             tag: run.tag,
             plan: Arc::clone(&run.plan),
             source: run.source,
@@ -364,8 +416,8 @@ impl Alltoallv<'_> {
         };
         for post in &cleared.posts {
             let d = &cleared.plan.destinations[post.index];
-            let data = &cleared.plan.targets[post.index];
             let table = &cleared.plan.tables[post.index];
+            let data = &post.target;
             self.batch
                 .write_notify_to(&src, post.offset, data, 0, d.bytes, table, notification)?;
         }
@@ -423,6 +475,7 @@ impl Alltoallv<'_> {
             let mut guard = self.exchange();
             let (cleared, next) = decide(self, &mut guard)?;
             let posted = cleared.as_ref().is_some_and(|c| !c.posts.is_empty());
+            let looking = cleared.as_ref().is_some_and(|c| c.looking);
             let ids = match next {
                 Next::Done(value) => {
                     let listeners = guard.listeners();
@@ -461,7 +514,16 @@ impl Alltoallv<'_> {
                 self.control.notify_reset(self.layout.wake())?;
             }
             drop(guard);
-            let outcome = self.watch(&ids, watching, deadline);
+            // Cut short while a lookup is under way, to look again: its end wakes nobody.
+            let slice = match deadline.remaining() {
+                Some(left) if left <= LOOKUP_POLL => None,
+                _ if looking => Some(Timeout::from(LOOKUP_POLL).deadline()),
+                _ => None,
+            };
+            let outcome = match self.watch(&ids, watching, slice.unwrap_or(deadline)) {
+                Err(e) if slice.is_some() && e.is_timeout() => Ok(()),
+                other => other,
+            };
             if watching {
                 let mut guard = self.exchange();
                 guard.watcher = false;
@@ -646,6 +708,9 @@ impl Exchange {
 /// Blocks cleared for posting, with what posting them needs.
 struct Cleared {
     posts: Vec<Post>,
+    /// A waiting block's target is being looked up, which no notification of the control
+    /// table announces: a watcher polls for it (see [`LOOKUP_POLL`]).
+    looking: bool,
     tag: u32,
     plan: Arc<PlanData>,
     source: SegmentId,
