@@ -651,7 +651,8 @@ fn one(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     ctx.barrier(TIMEOUT)?;
     match me {
         0 => {
-            let pending = win.start_one(1, Assert::NONE, Timeout::Test);
+            // Long enough to look rank 1's tables up through the fabric; it posts later.
+            let pending = win.start_one(1, Assert::NONE, Timeout::Millis(200));
             seen.push(("pending", shown(pending)));
             seen.push(("started", shown(win.start_one(2, Assert::NONE, short))));
             put(ctx, &mut win, 2)?;
