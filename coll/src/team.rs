@@ -9,13 +9,13 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use gaspi::{Context, GroupId, Rank, Timeout};
 use rustc_hash::FxHashMap;
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Engine, Launch, Layout, Owner, Runner};
+use crate::engine::{Engine, Engines, Launch, Layout, Owner, Runner};
 use crate::error::{Error, Result};
 use crate::ops::{signature, Choices};
 use crate::schedule::{sync::synchronise, Schedule};
@@ -216,7 +216,9 @@ impl Default for Capacity {
 /// handles may be synced in any order on each member. A blocking call waits at once with
 /// the source at hand, and copies it only if it returns before the collective completed
 /// (a timeout): its steps read the caller's buffer where it is. Writes into the
-/// destination wait for the sync.
+/// destination wait for the sync. A call about to sleep also moves on the collectives of
+/// the other teams of its family (the team made of a group, and the teams split off it and
+/// off those) that no thread waits in, so members may sync overlapping teams in any order.
 ///
 /// # Faults
 /// A dead member makes every pending collective of the team fail naming it
@@ -226,7 +228,11 @@ impl Default for Capacity {
 /// partners time out.
 pub struct Team<'c> {
     coll: &'c Collectives<'c>,
-    engine: Engine<'c>,
+    /// Shared with the family's list of engines (see "Other teams" in the engine).
+    engine: Arc<Engine<'c>>,
+    /// The engines of the team's family: this team's, and those of the teams split off it
+    /// and off them (or of the team it was split off).
+    engines: Arc<Engines<'c>>,
     /// See [`Team::id`].
     id: u64,
     /// Splits of this team completed so far, for the ids of the teams they make.
@@ -304,7 +310,8 @@ impl<'c> Team<'c> {
     ) -> Result<Team<'c>> {
         // Teams of a group are made in the same order on its members: the count is theirs.
         let id = signature(&[TEAM_OF_GROUP, u64::from(group), coll.teams_of(group)]);
-        let team = Team::build(coll, Parent::Group(group), capacity, id, timeout);
+        let engines = Arc::new(Engines::default());
+        let team = Team::build(coll, Parent::Group(group), capacity, id, engines, timeout);
         let team = team.map_err(|(e, _)| e)?;
         coll.made_team_of(group);
         Ok(team)
@@ -391,7 +398,8 @@ impl<'c> Team<'c> {
             splits,
             color.map_or(0, |c| u64::from(c) + 1),
         ]);
-        match Team::build(self.coll, parent, capacity, id, deadline.left()) {
+        let engines = Arc::clone(&self.engines);
+        match Team::build(self.coll, parent, capacity, id, engines, deadline.left()) {
             Ok(team) => {
                 self.splits.fetch_add(1, Ordering::Relaxed);
                 Ok(Some(team))
@@ -414,6 +422,7 @@ impl<'c> Team<'c> {
         parent: Parent<'c>,
         capacity: Capacity,
         id: u64,
+        engines: Arc<Engines<'c>>,
         timeout: Timeout,
     ) -> std::result::Result<Team<'c>, (Error, Parent<'c>)> {
         let ctx = coll.context();
@@ -447,10 +456,13 @@ impl<'c> Team<'c> {
             .enumerate()
             .map(|(i, &r)| (r, i as u32))
             .collect();
-        let engine = Engine::new(ctx, seg, ranks, me, layout);
+        let family = Arc::clone(&engines);
+        let engine = Arc::new(Engine::new(ctx, family, seg, ranks, me, layout));
+        engines.register(&engine);
         Ok(Team {
             coll,
             engine,
+            engines,
             id,
             splits: AtomicU64::new(0),
             index,
@@ -521,7 +533,7 @@ impl<'c> Team<'c> {
             dst.reborrow(),
         )?;
         Ok(Handle {
-            engine: &self.engine,
+            engine: &*self.engine,
             seqs,
             src,
             dst,

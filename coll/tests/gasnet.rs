@@ -202,6 +202,28 @@ fn some(ranks: u32, provider: &str) {
     }
 }
 
+/// `crossed_teams` on 4 ranks: members wait in a team for members that wait in its split,
+/// and the other way round; every collective completes and delivers.
+fn crossed_teams(provider: &str) {
+    let job = job(4, provider, &["crossed_teams"]);
+    let report = job.report();
+    let mut digest = Digest::default();
+    for i in 0..4u64 {
+        digest.add(&cases::block(5000 + i, (i % 4) as u32, 0, 128));
+    }
+    for i in 0..4u64 {
+        let all: Vec<u8> = (0..2)
+            .flat_map(|m| cases::block(6000 + i, m, 0, 64))
+            .collect();
+        digest.add(&all);
+    }
+    for rank in 0..4 {
+        let data = job.data("crossed_teams", rank);
+        assert_eq!(data.get("outcome"), "Ok", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `threads`: two threads sync halves of 32 gather_alls at once; every one is complete.
 fn threads(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["threads"]);
@@ -426,6 +448,8 @@ jobs! {
     many_4_shm: many(4, "shm");
     outstanding_2_shm: outstanding(2, "shm");
     outstanding_3_tcp: outstanding(3, "tcp");
+    crossed_teams_4_shm: crossed_teams("shm");
+    crossed_teams_4_tcp: crossed_teams("tcp");
     some_3_shm: some(3, "shm");
     some_2_tcp: some(2, "tcp");
     threads_3_tcp: threads(3, "tcp");

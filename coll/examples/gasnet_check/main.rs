@@ -31,6 +31,11 @@
 //!   must report the first while the second cannot complete (`fast`, the indices it
 //!   reported), and `wait_sync_some` the second after the barrier (`slow`):
 //!   `data some rank R: fast; slow; digest`.
+//! * `crossed_teams`: the team and its split by parity (overlapping teams), 4 rounds of a
+//!   broadcast on the team and a gather_all on the split, all with `Flags::ALL`, initiated
+//!   alike; members `0, 1` (mod 4) sync the team's first, members `2, 3` the split's, so each
+//!   waits in one team for a member that waits in the other: `data crossed_teams rank R:
+//!   outcome; digest`.
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -84,11 +89,12 @@ fn main() -> ExitCode {
         ["outstanding"] => in_job(outstanding),
         ["threads"] => in_job(threads),
         ["some"] => in_job(some),
+        ["crossed_teams"] => in_job(crossed_teams),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|split|errors|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|split|errors|kill".into(),
         ),
     };
     match result {
@@ -452,6 +458,55 @@ fn indices(done: Vec<(usize, gaspi_coll::Result<()>)>) -> Outcome<String> {
     } else {
         shown.join("/")
     })
+}
+
+fn crossed_teams(ctx: &Context, team: &Team<'_>) -> Outcome {
+    const ROUNDS: u64 = 4;
+    // Far more than the scenario needs: a member left waiting for another team's progress
+    // shows as a timeout instead of a hang.
+    let short = Timeout::Millis(10_000);
+    let (n, me) = (team.size(), team.index());
+    let half = team
+        .split(Some(me % 2), me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    let k = half.size() as usize;
+    let all_src: Vec<Vec<u8>> = (0..ROUNDS)
+        .map(|i| cases::block(5000 + i, me, 0, 128))
+        .collect();
+    let half_src: Vec<Vec<u8>> = (0..ROUNDS)
+        .map(|i| cases::block(6000 + i, half.index(), 0, 64))
+        .collect();
+    let mut all_dst = vec![vec![0u8; 128]; ROUNDS as usize];
+    let mut half_dst = vec![vec![0u8; 64 * k]; ROUNDS as usize];
+    let mut all_handles = Vec::new();
+    let mut half_handles = Vec::new();
+    for (i, (a, h)) in all_dst.iter_mut().zip(half_dst.iter_mut()).enumerate() {
+        let root = team.ranks()[i % n as usize];
+        all_handles.push(team.broadcast_nb(a, root, &all_src[i], Flags::ALL)?);
+        half_handles.push(half.gather_all_nb(h, &half_src[i], Flags::ALL)?);
+    }
+    let mut sets = [all_handles, half_handles];
+    if (me / 2) % 2 == 1 {
+        sets.reverse();
+    }
+    let mut outcome = "Ok".to_string();
+    for set in &mut sets {
+        if let Err(e) = gaspi_coll::wait_sync_all(set, short) {
+            outcome = format!("{e}");
+            break;
+        }
+    }
+    drop(sets);
+    let mut digest = Digest::default();
+    for dst in all_dst.iter().chain(&half_dst) {
+        digest.add(dst);
+    }
+    println!(
+        "data crossed_teams rank {}: outcome={outcome}; digest={}",
+        ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
 }
 
 fn threads(ctx: &Context, team: &Team<'_>) -> Outcome {

@@ -96,6 +96,15 @@
 //! As in the alltoallv: one thread at a time (the watcher) sleeps on the notifications the
 //! runs wait for, the others on a condition variable; whoever changes something wakes the
 //! sleepers, and the watcher through a notification of its own.
+//!
+//! # Other teams
+//! GASNet lets members sync the collectives of overlapping teams in any order, so a member
+//! waiting in one team may be what another team's members wait for. Before it sleeps, a
+//! call passes over the runs of every other team of its family (a team and the teams split
+//! off it, and off those: [`Engines`]) that no thread holds, as a dropped handle's runs are
+//! passed (their sends go on; deliveries wait for their own syncs), and while another team
+//! has a run under way that no thread watches it sleeps at most [`OTHERS_POLL`] at a time,
+//! since that team's notifications wake nobody.
 
 mod elide;
 mod piece;
@@ -103,8 +112,8 @@ mod run;
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 use gaspi::{
@@ -421,9 +430,55 @@ impl<R> Runs<R> {
     }
 }
 
+/// The engines of a family of teams (a team made of a group, and the teams split off it and
+/// off those), each of which moves the others on before it sleeps (see "Other teams").
+#[derive(Debug, Default)]
+pub(crate) struct Engines<'c> {
+    list: Mutex<Vec<Weak<Engine<'c>>>>,
+    /// The list's length, read without the lock: a team alone in its family (most) has no
+    /// other to move on before every sleep.
+    len: AtomicUsize,
+}
+
+impl<'c> Engines<'c> {
+    /// Adds `engine`, forgetting those of teams dropped since.
+    pub(crate) fn register(&self, engine: &Arc<Engine<'c>>) {
+        let mut list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
+        list.retain(|e| e.strong_count() > 0);
+        list.push(Arc::downgrade(engine));
+        self.len.store(list.len(), Ordering::Relaxed);
+    }
+
+    /// Passes over the runs of every engine but `me` that no thread holds: whether one of
+    /// them has a run under way.
+    fn move_others(&self, me: &Engine<'c>) -> bool {
+        if self.len.load(Ordering::Relaxed) <= 1 {
+            return false;
+        }
+        let others: Vec<Arc<Engine<'c>>> = {
+            let list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
+            list.iter()
+                .filter_map(Weak::upgrade)
+                .filter(|e| !std::ptr::eq(Arc::as_ptr(e), me))
+                .collect()
+        };
+        let mut busy = false;
+        for other in others {
+            busy |= other.move_on();
+        }
+        busy
+    }
+}
+
+/// Longest sleep of a call while another team of its family has a run under way that no
+/// thread watches (see "Other teams").
+const OTHERS_POLL: Duration = Duration::from_millis(1);
+
 /// The engine of one team: see the [module documentation](self).
 pub(crate) struct Engine<'c> {
     ctx: &'c Context,
+    /// The engines of the team's family, this one's too.
+    engines: Arc<Engines<'c>>,
     seg: Segment<'c>,
     ranks: Vec<Rank>,
     /// The other members' ranks, whose deaths a wait watches.
@@ -555,6 +610,7 @@ impl<'c> Engine<'c> {
     /// which this member is `me`.
     pub(crate) fn new(
         ctx: &'c Context,
+        engines: Arc<Engines<'c>>,
         seg: Segment<'c>,
         ranks: Vec<Rank>,
         me: u32,
@@ -573,6 +629,7 @@ impl<'c> Engine<'c> {
             .any(|(i, &direct)| i != me as usize && !direct);
         Engine {
             ctx,
+            engines,
             seg,
             ranks,
             others,
@@ -1172,6 +1229,30 @@ impl<'c> Engine<'c> {
         }
     }
 
+    /// Passes over the runs, unless a thread holds the state (it moves them on itself), as
+    /// for an orphan: whether a run is under way (not over, or not started).
+    fn move_on(&self) -> bool {
+        let mut state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        // Runs initiated but never waited for may wait for the members' segments, which
+        // only a call that may wait resolves: looked up here without waiting, and again at
+        // the next look while the lookups are under way.
+        if self.connect(Timeout::Test.deadline()).is_err() {
+            return state.next > 0;
+        }
+        self.pass(&mut state, &mut [], &OwnerIndex::none());
+        // A thread asleep in this team wakes on its notifications and moves it on itself.
+        let under_way = !state.watcher
+            && (state.holders().any(|r| !r.complete && r.failed.is_none())
+                || state.queued.iter().any(|q| !q.is_empty()));
+        // Nobody to report a failure to: the runs keep theirs.
+        let _ = self.tell(state);
+        under_way
+    }
+
     /// The next run waiting for `lane`, dropping from its queue the runs removed meanwhile.
     /// Inlined for its common case, an empty queue, which every pass meets on every idle
     /// lane.
@@ -1249,6 +1330,14 @@ impl<'c> Engine<'c> {
             let until = match state.trusting {
                 Some(trust) if left.is_none_or(|left| left > TRUST_SPAN) => trust,
                 _ => deadline,
+            };
+            // Back soon, too, while another team's runs are under way that nobody else moves
+            // on (see "Other teams").
+            let until = match self.engines.move_others(self) {
+                true if until.remaining().is_none_or(|left| left > OTHERS_POLL) => {
+                    Timeout::from(OTHERS_POLL).deadline()
+                }
+                _ => until,
             };
             // Local completions come first: no notification tells of them, and a run that
             // only waits for its puts to complete may hold the lane that the run a partner
