@@ -701,7 +701,8 @@ fn sync_set(handles: &mut [Handle<'_, '_>], enough: usize, timeout: Timeout) -> 
     if handles.iter().any(|h| !std::ptr::addr_eq(h.engine, engine)) {
         return Err(Error::ForeignHandle);
     }
-    if handles.len() == 1 && handles[0].synced {
+    // Whatever the set's size: nothing in it can complete any more.
+    if handles.iter().all(|h| h.synced) {
         return Err(Error::Synced);
     }
     let open: Vec<usize> = (0..handles.len()).filter(|&i| !handles[i].synced).collect();
@@ -742,7 +743,8 @@ fn some(synced: Synced) -> Result<Vec<(usize, Result<()>)>> {
 /// have not. GASNet's `try_sync_some`.
 ///
 /// # Errors
-/// [`Error::ForeignHandle`] for handles of several teams.
+/// [`Error::ForeignHandle`] for handles of several teams; [`Error::Synced`] when every
+/// handle is synced already.
 pub fn try_sync_some(handles: &mut [Handle<'_, '_>]) -> Result<Vec<(usize, Result<()>)>> {
     match some(sync_set(handles, usize::MAX, Timeout::Test)?) {
         Err(e) if e.is_timeout() => Ok(Vec::new()),
@@ -755,7 +757,8 @@ pub fn try_sync_some(handles: &mut [Handle<'_, '_>]) -> Result<Vec<(usize, Resul
 /// `wait_sync_some`.
 ///
 /// # Errors
-/// [`Error::ForeignHandle`]; [`gaspi::Error::Timeout`] when none completed in time.
+/// [`Error::ForeignHandle`]; [`gaspi::Error::Timeout`] when none completed in time;
+/// [`Error::Synced`] when every handle is synced already.
 pub fn wait_sync_some(
     handles: &mut [Handle<'_, '_>],
     timeout: Timeout,
@@ -763,27 +766,36 @@ pub fn wait_sync_some(
     some(sync_set(handles, 1, timeout)?)
 }
 
-/// Whether every handle of `handles` is synced, syncing what can be now (never blocks).
-/// GASNet's `try_sync_all`.
+/// Whether every handle of `handles` is synced, syncing what can be now (never blocks);
+/// `true` for handles all synced before. GASNet's `try_sync_all`.
 ///
 /// # Errors
 /// [`Error::ForeignHandle`]; the first failure among the handles that completed.
 pub fn try_sync_all(handles: &mut [Handle<'_, '_>]) -> Result<bool> {
-    for (_, outcome) in try_sync_some(handles)? {
-        outcome?;
+    match try_sync_some(handles) {
+        Err(Error::Synced) => return Ok(true),
+        done => {
+            for (_, outcome) in done? {
+                outcome?;
+            }
+        }
     }
     Ok(handles.iter().all(|h| h.synced))
 }
 
-/// Waits until every handle of `handles` is synced, at most `timeout`; after
-/// [`gaspi::Error::Timeout`] call again to continue. GASNet's `wait_sync_all`.
+/// Waits until every handle of `handles` is synced, at most `timeout` (at once for handles
+/// all synced before); after [`gaspi::Error::Timeout`] call again to continue. GASNet's
+/// `wait_sync_all`.
 ///
 /// # Errors
 /// [`Error::ForeignHandle`]; [`gaspi::Error::Timeout`]; the first failure among the
 /// handles.
 pub fn wait_sync_all(handles: &mut [Handle<'_, '_>], timeout: Timeout) -> Result<()> {
     let left = handles.iter().filter(|h| !h.synced).count();
-    let (done, waited) = sync_set(handles, left, timeout)?;
+    let (done, waited) = match sync_set(handles, left, timeout) {
+        Err(Error::Synced) => return Ok(()),
+        other => other?,
+    };
     // A failure is reported before a timeout: its handle is synced, and a later call would
     // not see it again.
     for (_, outcome) in done {

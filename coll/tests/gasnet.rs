@@ -180,7 +180,8 @@ fn outstanding(ranks: u32, provider: &str) {
 }
 
 /// `some` on `ranks` ranks: `try_sync_some` reports a collective that completed while
-/// another cannot, and `wait_sync_some` the other once it can; both deliver every block.
+/// another cannot, and `wait_sync_some` the other once it can; both deliver every block; a
+/// set of synced handles is `Synced` to `try_sync_some` and all synced to `try_sync_all`.
 fn some(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["some"]);
     let report = job.report();
@@ -191,13 +192,13 @@ fn some(ranks: u32, provider: &str) {
     }
     for rank in 0..ranks {
         let data = job.data("some", rank);
-        let (fast, slow) = if rank + 1 == ranks {
-            ("-", "-")
-        } else {
-            ("0", "1")
-        };
+        let last = rank + 1 == ranks;
+        let (fast, slow) = if last { ("-", "-") } else { ("0", "1") };
         assert_eq!(data.get("fast"), fast, "rank {rank}\n{report}");
         assert_eq!(data.get("slow"), slow, "rank {rank}\n{report}");
+        let (again_some, again_all) = if last { ("-", "-") } else { ("Synced", "true") };
+        assert_eq!(data.get("again_some"), again_some, "rank {rank}\n{report}");
+        assert_eq!(data.get("again_all"), again_all, "rank {rank}\n{report}");
         assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
     }
 }

@@ -29,8 +29,9 @@
 //! * `some`: two non-blocking gather_alls, the last member initiating the second only once
 //!   the others saw the first complete (a barrier of the runtime between): `try_sync_some`
 //!   must report the first while the second cannot complete (`fast`, the indices it
-//!   reported), and `wait_sync_some` the second after the barrier (`slow`):
-//!   `data some rank R: fast; slow; digest`.
+//!   reported), and `wait_sync_some` the second after the barrier (`slow`); then, both
+//!   synced, `try_sync_some` (`again_some`) and `try_sync_all` (`again_all`):
+//!   `data some rank R: fast; slow; again_some; again_all; digest`.
 //! * `crossed_teams`: the team and its split by parity (overlapping teams), 4 rounds of a
 //!   broadcast on the team and a gather_all on the split, all with `Flags::ALL`, initiated
 //!   alike; members `0, 1` (mod 4) sync the team's first, members `2, 3` the split's, so each
@@ -411,6 +412,7 @@ fn some(ctx: &Context, team: &Team<'_>) -> Outcome {
     let mut dsts = [vec![0u8; 64 * n], vec![0u8; 64 * n]];
     let [first_dst, second_dst] = &mut dsts;
     let (mut fast, mut slow) = (String::from("-"), String::from("-"));
+    let (mut again_some, mut again_all) = (String::from("-"), String::from("-"));
     if last {
         team.gather_all(&mut first_dst[..], &srcs[0], Flags::MY, TIMEOUT)?;
         ctx.barrier(TIMEOUT)?;
@@ -433,13 +435,21 @@ fn some(ctx: &Context, team: &Team<'_>) -> Outcome {
         fast = indices(reported)?;
         ctx.barrier(TIMEOUT)?;
         slow = indices(gaspi_coll::wait_sync_some(&mut handles, TIMEOUT)?)?;
+        // Both synced: nothing can complete, and all are.
+        again_some = match gaspi_coll::try_sync_some(&mut handles) {
+            Ok(done) => format!("Ok({})", indices(done)?),
+            Err(e) => format!("{e:?}"),
+        };
+        again_all = format!("{:?}", gaspi_coll::try_sync_all(&mut handles)?);
+        gaspi_coll::wait_sync_all(&mut handles, Timeout::Test)?;
     }
     let mut digest = Digest::default();
     for dst in &dsts {
         digest.add(dst);
     }
     println!(
-        "data some rank {}: fast={fast}; slow={slow}; digest={}",
+        "data some rank {}: fast={fast}; slow={slow}; again_some={again_some}; \
+         again_all={again_all}; digest={}",
         ctx.rank(),
         digest.hex()
     );
