@@ -117,7 +117,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockE
 use std::time::Duration;
 
 use gaspi::{
-    Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, Target, Timeout,
+    Batch, Context, Deadline, Notification, NotificationId, Rank, Segment, SegmentId, Target,
+    Timeout,
 };
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -173,6 +174,9 @@ pub(crate) enum Failure {
     OutOfStep { rank: Rank, got: u32, expected: u32 },
     /// A step's span lies outside the caller's buffer.
     Buffer { len: u64, need: u64 },
+    /// A member's segment is gone (a member that dropped its team while this member's
+    /// runs still sent to it), kept as the runtime said it.
+    Segment(Rank, SegmentId),
     /// The runtime failed otherwise.
     Runtime(String),
 }
@@ -181,6 +185,7 @@ impl From<gaspi::Error> for Failure {
     fn from(e: gaspi::Error) -> Failure {
         match e {
             gaspi::Error::RankFailed { rank, reason } => Failure::Rank(rank, reason),
+            gaspi::Error::UnknownSegment { rank, segment } => Failure::Segment(rank, segment),
             e => Failure::Runtime(e.to_string()),
         }
     }
@@ -192,6 +197,9 @@ impl From<Failure> for Error {
             Failure::Rank(rank, reason) => gaspi::Error::RankFailed { rank, reason }.into(),
             Failure::OutOfStep { rank, got, .. } => Error::Mismatch { rank, value: got },
             Failure::Buffer { len, need } => Error::BufferTooShort { len, need },
+            Failure::Segment(rank, segment) => {
+                gaspi::Error::UnknownSegment { rank, segment }.into()
+            }
             Failure::Runtime(what) => Error::Runtime(what),
         }
     }
@@ -1744,6 +1752,25 @@ mod tests {
         }
         // A count ahead of the run (never sent) is carried as the run itself: a lower bound.
         assert_eq!(carry(value(5, 1), 5, 9).1, Some(5));
+    }
+
+    #[test]
+    fn a_gone_segment_is_reported_as_the_runtime_said() {
+        let gone = gaspi::Error::UnknownSegment {
+            rank: 3,
+            segment: 7,
+        };
+        let failure = Failure::from(gone);
+        let kept = failure.clone();
+        for f in [failure, kept] {
+            assert!(matches!(
+                Error::from(f),
+                Error::Gaspi(gaspi::Error::UnknownSegment {
+                    rank: 3,
+                    segment: 7
+                })
+            ));
+        }
     }
 
     #[test]
