@@ -225,6 +225,18 @@ fn crossed_teams(provider: &str) {
     }
 }
 
+/// `allsync_source` on 3 ranks: an `IN_ALLSYNC` broadcast out of the root's segment, initiated
+/// non-blocking before another member writes into that range and enters, sends the bytes
+/// written.
+fn allsync_source(provider: &str) {
+    let job = job(3, provider, &["allsync_source"]);
+    let report = job.report();
+    for rank in 0..3 {
+        let data = job.data("allsync_source", rank);
+        assert_eq!(data.get("got"), "new", "rank {rank}\n{report}");
+    }
+}
+
 /// `threads`: two threads sync halves of 32 gather_alls at once; every one is complete.
 fn threads(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["threads"]);
@@ -449,6 +461,8 @@ jobs! {
     many_4_shm: many(4, "shm");
     outstanding_2_shm: outstanding(2, "shm");
     outstanding_3_tcp: outstanding(3, "tcp");
+    allsync_source_3_shm: allsync_source("shm");
+    allsync_source_3_tcp: allsync_source("tcp");
     crossed_teams_4_shm: crossed_teams("shm");
     crossed_teams_4_tcp: crossed_teams("tcp");
     some_3_shm: some(3, "shm");

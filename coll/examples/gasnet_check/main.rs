@@ -37,6 +37,10 @@
 //!   alike; members `0, 1` (mod 4) sync the team's first, members `2, 3` the split's, so each
 //!   waits in one team for a member that waits in the other: `data crossed_teams rank R:
 //!   outcome; digest`.
+//! * `allsync_source`: rank 0 broadcasts a range of its segment with `IN_ALLSYNC` and
+//!   `SRC_IN_SEGMENT`, non-blocking; after it initiated, rank 1 writes new bytes into that
+//!   range (notified) and only then enters: every member must receive the new bytes, which
+//!   `IN_ALLSYNC` reads only once everyone entered: `data allsync_source rank R: got`.
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -91,11 +95,12 @@ fn main() -> ExitCode {
         ["threads"] => in_job(threads),
         ["some"] => in_job(some),
         ["crossed_teams"] => in_job(crossed_teams),
+        ["allsync_source"] => in_job(allsync_source),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|split|errors|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|split|errors|kill".into(),
         ),
     };
     match result {
@@ -516,6 +521,55 @@ fn crossed_teams(ctx: &Context, team: &Team<'_>) -> Outcome {
         ctx.rank(),
         digest.hex()
     );
+    Ok(())
+}
+
+fn allsync_source(ctx: &Context, team: &Team<'_>) -> Outcome {
+    const BYTES: u64 = 64;
+    /// Where rank 1's write lands in rank 0's segment, and its notification there.
+    const AT: u64 = 4096;
+    const WRITTEN: gaspi::NotificationId = 5;
+    let me = ctx.rank();
+    let (old, new) = ([0xa5u8; BYTES as usize], [0x5au8; BYTES as usize]);
+    if me == 0 {
+        ctx.segment_write(SRC_SEG, AT, &old)?;
+    }
+    let mut dst = [0u8; BYTES as usize];
+    let flags = Flags::ALL | Flags::SRC_IN_SEGMENT;
+    match me {
+        0 => {
+            let range = SegmentRange::new(SRC_SEG, AT, BYTES);
+            let mut handle = team.broadcast_nb(&mut dst[..], 0, range, flags)?;
+            ctx.barrier(TIMEOUT)?;
+            // Rank 1's bytes are here (the notification comes after its data) before it
+            // enters the broadcast.
+            let id = ctx.notify_waitsome(SRC_SEG, WRITTEN, 1, TIMEOUT)?;
+            ctx.notify_reset(SRC_SEG, id)?;
+            handle.wait_sync(TIMEOUT)?;
+        }
+        1 => {
+            ctx.barrier(TIMEOUT)?;
+            ctx.segment_write(SRC_SEG, AT, &new)?;
+            let n = gaspi::Notification {
+                id: WRITTEN,
+                value: 1,
+            };
+            let (local, remote) = (gaspi::local(SRC_SEG, AT), gaspi::remote(0, SRC_SEG, AT));
+            ctx.write_notify(local, remote, BYTES, n, 0)?;
+            ctx.wait(0, TIMEOUT)?;
+            team.broadcast(&mut dst[..], 0, &[][..], flags, TIMEOUT)?;
+        }
+        _ => {
+            ctx.barrier(TIMEOUT)?;
+            team.broadcast(&mut dst[..], 0, &[][..], flags, TIMEOUT)?;
+        }
+    }
+    let got = match dst {
+        d if d == new => "new",
+        d if d == old => "old",
+        _ => "other",
+    };
+    println!("data allsync_source rank {me}: got={got}");
     Ok(())
 }
 

@@ -124,8 +124,8 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 pub(crate) use piece::{Blocks, Cut};
+use run::{Kept, Plan, Run, Stored, Transfer, Transport};
 pub(crate) use run::{Owner, Views};
-use run::{Plan, Run, Stored, Transfer, Transport};
 
 use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
@@ -836,6 +836,16 @@ impl<'c> Engine<'c> {
         if !seqs.clone().any(|seq| later(state, seq)) {
             return;
         }
+        // A segment's range is kept as it is, and read when the steps run: read now, it
+        // would miss what other members write into it before they enter (`IN_ALLSYNC`).
+        if let Input::Segment(range) = src {
+            for seq in seqs {
+                if let Some(run) = state.runs.get_mut(seq).filter(|run| run.reads_later()) {
+                    run.source = Some(Kept::Range(range));
+                }
+            }
+            return;
+        }
         for seq in seqs.clone() {
             if let Some(run) = state.runs.get_mut(seq).filter(|run| run.reads_later()) {
                 // A failure here is the run's, reported when its handle syncs.
@@ -853,7 +863,7 @@ impl<'c> Engine<'c> {
         let copy: Arc<[u8]> = src.copied(self.ctx).unwrap_or_default().into();
         for seq in seqs {
             if let Some(run) = state.runs.get_mut(seq).filter(|run| run.reads_later()) {
-                run.source = Some(Arc::clone(&copy));
+                run.source = Some(Kept::Copy(Arc::clone(&copy)));
             }
         }
     }

@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use super::elide::Elision;
 use super::piece::Blocks;
 use super::{read_value, Failure};
-use crate::buffer::{Input, Output};
+use crate::buffer::{Input, Output, SegmentRange};
 use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
 
 /// Bytes a fold combines at a time (rounded down to whole blocks, at least one).
@@ -218,10 +218,10 @@ pub(crate) struct Run<'c> {
     kept: Option<Vec<Vec<u8>>>,
     /// The handle was dropped: the output is dropped too.
     pub(crate) orphan: bool,
-    /// A copy of the source, taken when the call that initiated the run returned, or its
-    /// handle was dropped, before the run had read all it needs of it (see
+    /// The source as the run keeps it once the call that initiated it returned, or its
+    /// handle was dropped, before it had read all it needs of it (see
     /// [`Run::reads_later`]).
-    pub(crate) source: Option<Arc<[u8]>>,
+    pub(crate) source: Option<Kept>,
     /// Steps reading the source not done yet.
     reads_left: u32,
     /// Its puts out of the source (see the `elide` module) had their bytes staged when the
@@ -489,7 +489,7 @@ impl<'c> Run<'c> {
                             return Ok(false);
                         };
                         let mut data = Vec::with_capacity(from.len as usize);
-                        read_parts(net, &Input::Memory(source), src_view, from, |_, bytes| {
+                        read_parts(net, &source.input(), src_view, from, |_, bytes| {
                             data.extend_from_slice(bytes);
                             Ok(())
                         })?;
@@ -535,7 +535,7 @@ impl<'c> Run<'c> {
                 };
                 let src = match (&self.source, owner.filter(|o| o.seqs.contains(&seq))) {
                     _ if sourced == [None; 2] => None,
-                    (Some(copy), _) => Some(Input::Memory(copy)),
+                    (Some(kept), _) => Some(kept.input()),
                     (None, Some(owner)) => Some(owner.src),
                     (None, None) => return Ok(false),
                 };
@@ -602,7 +602,7 @@ impl<'c> Run<'c> {
     /// lends; `None` when neither is there.
     fn source_of<'a>(&'a self, owner: Option<&Owner<'a>>) -> Option<Input<'a>> {
         match (&self.source, owner) {
-            (Some(copy), _) => Some(Input::Memory(copy)),
+            (Some(kept), _) => Some(kept.input()),
             (None, Some(owner)) => Some(owner.src),
             (None, None) => None,
         }
@@ -809,6 +809,25 @@ impl<'c> Run<'c> {
             })?;
         }
         Ok(())
+    }
+}
+
+/// The caller's source as a run keeps it past the calls that lend it.
+#[derive(Debug, Clone)]
+pub(crate) enum Kept {
+    /// A copy of memory the caller may reuse once its call returned.
+    Copy(Arc<[u8]>),
+    /// A range of a user segment, read where the run reads the source: other members may
+    /// write into it until they enter the collective, which `IN_ALLSYNC` waits for.
+    Range(SegmentRange),
+}
+
+impl Kept {
+    pub(crate) fn input(&self) -> Input<'_> {
+        match self {
+            Kept::Copy(copy) => Input::Memory(copy),
+            Kept::Range(range) => Input::Segment(*range),
+        }
     }
 }
 
