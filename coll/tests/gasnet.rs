@@ -237,6 +237,22 @@ fn allsync_source(provider: &str) {
     }
 }
 
+/// `allsync_dest` on 3 ranks: after an `OUT_ALLSYNC` gather_all into segments synced on rank
+/// 0, the last member's range is written, though that member has not synced it yet.
+fn allsync_dest(provider: &str) {
+    let job = job(3, provider, &["allsync_dest"]);
+    let report = job.report();
+    assert_eq!(
+        job.data("allsync_dest", 0).get("remote"),
+        "written",
+        "{report}"
+    );
+    for rank in 0..3 {
+        let data = job.data("allsync_dest", rank);
+        assert_eq!(data.get("got"), "ok", "rank {rank}\n{report}");
+    }
+}
+
 /// `threads`: two threads sync halves of 32 gather_alls at once; every one is complete.
 fn threads(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["threads"]);
@@ -461,6 +477,8 @@ jobs! {
     many_4_shm: many(4, "shm");
     outstanding_2_shm: outstanding(2, "shm");
     outstanding_3_tcp: outstanding(3, "tcp");
+    allsync_dest_3_shm: allsync_dest("shm");
+    allsync_dest_3_tcp: allsync_dest("tcp");
     allsync_source_3_shm: allsync_source("shm");
     allsync_source_3_tcp: allsync_source("tcp");
     crossed_teams_4_shm: crossed_teams("shm");

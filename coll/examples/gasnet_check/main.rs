@@ -41,6 +41,11 @@
 //!   `SRC_IN_SEGMENT`, non-blocking; after it initiated, rank 1 writes new bytes into that
 //!   range (notified) and only then enters: every member must receive the new bytes, which
 //!   `IN_ALLSYNC` reads only once everyone entered: `data allsync_source rank R: got`.
+//! * `allsync_dest`: a gather_all with `OUT_ALLSYNC` into a range of each member's segment
+//!   (`DST_IN_SEGMENT`), then a broadcast from rank 0, both non-blocking on the last member,
+//!   which waits for the broadcast first; rank 0 syncs the gather_all and, before it starts
+//!   the broadcast, reads the last member's range: `OUT_ALLSYNC` says it is written, though
+//!   the last member has not synced that handle yet (`remote`, on rank 0; `got` everywhere).
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -96,11 +101,12 @@ fn main() -> ExitCode {
         ["some"] => in_job(some),
         ["crossed_teams"] => in_job(crossed_teams),
         ["allsync_source"] => in_job(allsync_source),
+        ["allsync_dest"] => in_job(allsync_dest),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
         ["kill"] => kill(),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|split|errors|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|kill".into(),
         ),
     };
     match result {
@@ -570,6 +576,62 @@ fn allsync_source(ctx: &Context, team: &Team<'_>) -> Outcome {
         _ => "other",
     };
     println!("data allsync_source rank {me}: got={got}");
+    Ok(())
+}
+
+fn allsync_dest(ctx: &Context, team: &Team<'_>) -> Outcome {
+    const BYTES: u64 = 32;
+    /// Where each member's gather_all lands in its destination segment; rank 0 reads the
+    /// last member's into its own segment at `AT + HERE`.
+    const AT: u64 = 8192;
+    const HERE: u64 = 65536;
+    let (n, me) = (team.size(), team.index());
+    let last = me + 1 == n;
+    let src = cases::block(7000, me, 0, BYTES);
+    let total = BYTES * u64::from(n);
+    let want: Vec<u8> = (0..n)
+        .flat_map(|m| cases::block(7000, m, 0, BYTES))
+        .collect();
+    let range = SegmentRange::new(DST_SEG, AT, total);
+    let flags = Flags::ALL | Flags::DST_IN_SEGMENT;
+    let note = cases::block(7001, 0, 0, 16);
+    let mut heard = [0u8; 16];
+    let mut remote = String::from("-");
+    if last {
+        let mut gather = team.gather_all_nb(range, &src, flags)?;
+        let mut told = team.broadcast_nb(&mut heard[..], 0, &[][..], Flags::MY)?;
+        // Moves the gather_all on too, without syncing it.
+        told.wait_sync(TIMEOUT)?;
+        drop(told);
+        gather.wait_sync(TIMEOUT)?;
+    } else {
+        team.gather_all(range, &src, flags, TIMEOUT)?;
+        if me == 0 {
+            let (local, from) = (
+                gaspi::local(DST_SEG, AT + HERE),
+                gaspi::remote(n - 1, DST_SEG, AT),
+            );
+            ctx.read(local, from, total, 0)?;
+            ctx.wait(0, TIMEOUT)?;
+            let mut got = vec![0u8; total as usize];
+            ctx.segment_read(DST_SEG, AT + HERE, &mut got)?;
+            remote = if got == want { "written" } else { "stale" }.to_string();
+            team.broadcast(&mut heard[..], 0, &note, Flags::MY, TIMEOUT)?;
+        } else {
+            team.broadcast(&mut heard[..], 0, &[][..], Flags::MY, TIMEOUT)?;
+        }
+    }
+    let mut got = vec![0u8; total as usize];
+    ctx.segment_read(DST_SEG, AT, &mut got)?;
+    let got = if got == want && heard[..] == note[..] {
+        "ok"
+    } else {
+        "wrong"
+    };
+    println!(
+        "data allsync_dest rank {}: remote={remote}; got={got}",
+        ctx.rank()
+    );
     Ok(())
 }
 

@@ -790,6 +790,9 @@ impl<'c> Engine<'c> {
                 None => Run::new(seq, Arc::clone(&plan), value, views, self.ctx.batch()),
             };
             run.reducer = reducer;
+            if let Output::Segment(range) = &dst {
+                run.dst_range = Some(*range);
+            }
             if eager {
                 run.needs = (seq + 1).saturating_sub(back);
             }

@@ -229,6 +229,9 @@ pub(crate) struct Run<'c> {
     staged: bool,
     /// For a piece of a longer collective, where its spans of the caller's buffers lie.
     views: Option<Views>,
+    /// The caller's destination when it is a range of a user segment: written at the step,
+    /// whichever call takes it, so that `OUT_ALLSYNC` covers it (memory waits for the sync).
+    pub(crate) dst_range: Option<SegmentRange>,
     /// The deferred copies were carried out.
     delivered: bool,
     /// The operator of the schedule's folds.
@@ -268,6 +271,7 @@ impl<'c> Run<'c> {
             reads_left: 0,
             staged: false,
             views: None,
+            dst_range: None,
             delivered: false,
             reducer: None,
             failed: None,
@@ -305,6 +309,7 @@ impl<'c> Run<'c> {
             reads_left,
             staged,
             views: run_views,
+            dst_range,
             delivered,
             reducer: _,
             failed: _,
@@ -318,6 +323,7 @@ impl<'c> Run<'c> {
         ready.extend_from_slice(&plan.sources);
         *left = plan.schedule.steps.len();
         *reads_left = plan.reads;
+        *dst_range = None;
         *staged = false;
         *run_plan = plan;
         *started = false;
@@ -483,16 +489,17 @@ impl<'c> Run<'c> {
                         })?;
                     }
                     // An orphan's output is dropped.
+                    (_, Buf::Dst, _) if self.orphan && self.dst_range.is_some() => {}
+                    (_, Buf::Dst, None) if self.dst_range.is_some() => {
+                        if !self.copy_to_range(net, from, into)? {
+                            return Ok(false);
+                        }
+                    }
                     (Buf::Src, Buf::Dst, _) if self.orphan => {}
                     (Buf::Src, Buf::Dst, _) => {
-                        let Some(source) = &self.source else {
+                        let Some(data) = self.kept_source(net, from)? else {
                             return Ok(false);
                         };
-                        let mut data = Vec::with_capacity(from.len as usize);
-                        read_parts(net, &source.input(), src_view, from, |_, bytes| {
-                            data.extend_from_slice(bytes);
-                            Ok(())
-                        })?;
                         self.captured.push((into, data));
                     }
                     (_, Buf::Dst, Some(owner)) => {
@@ -767,6 +774,47 @@ impl<'c> Run<'c> {
     /// Waits for the run's puts to complete locally.
     pub(crate) fn flush(&self, timeout: gaspi::Timeout) -> Result<(), Failure> {
         self.batch.wait(timeout).map_err(Failure::from)
+    }
+
+    /// Copy `from` (the source or the stage) into `into` of the destination range, when no
+    /// call holding the handle takes the step (see [`dst_range`](Self::dst_range)): false
+    /// while the source is not at hand.
+    fn copy_to_range(&self, net: &impl Transport, from: Span, into: Span) -> Result<bool, Failure> {
+        let Some(range) = self.dst_range else {
+            return Ok(false);
+        };
+        let seq = self.seq;
+        let mut dst = Output::Segment(range);
+        let dst_view = self.views.as_ref().map(|v| &v.dst);
+        if from.buf != Buf::Src {
+            write_parts(net, &mut dst, dst_view, into, |at, out| {
+                net.read(seq, from.at + at, out)
+            })?;
+            return Ok(true);
+        }
+        let Some(data) = self.kept_source(net, from)? else {
+            return Ok(false);
+        };
+        write_parts(net, &mut dst, dst_view, into, |at, out| {
+            let at = at as usize;
+            out.copy_from_slice(&data[at..at + out.len()]);
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    /// The bytes of `from` in the source the run keeps; `None` when it keeps none.
+    fn kept_source(&self, net: &impl Transport, from: Span) -> Result<Option<Vec<u8>>, Failure> {
+        let Some(source) = &self.source else {
+            return Ok(None);
+        };
+        let view = self.views.as_ref().map(|v| &v.src);
+        let mut data = Vec::with_capacity(from.len as usize);
+        read_parts(net, &source.input(), view, from, |_, bytes| {
+            data.extend_from_slice(bytes);
+            Ok(())
+        })?;
+        Ok(Some(data))
     }
 
     /// Reads the deferred copies' data out of the stage, so the lane can go to the next run.
