@@ -109,6 +109,13 @@ impl Plan {
     }
 }
 
+/// Whether a receive segment of `size` bytes holds `required` bytes from `first_offset` on,
+/// and how many it has there: the rule of the discovery and of every round.
+pub(super) fn receive_area(size: u64, first_offset: u64, required: u64) -> (bool, u64) {
+    let available = size.saturating_sub(first_offset);
+    (first_offset <= size && required <= available, available)
+}
+
 /// `Ok` when `rank`'s notification carried `got` = `expected`.
 fn check_tag(rank: Rank, expected: u32, got: u32) -> Result<()> {
     if got == expected {
@@ -488,10 +495,7 @@ impl<'c> Alltoallv<'c> {
         // A receive segment made after the discovery, of the size it tells, is checked
         // when the rounds begin.
         match self.ctx.segment_size(d.receive) {
-            Ok(size) => {
-                d.available = size.saturating_sub(d.first_offset);
-                d.fits = d.first_offset <= size && required <= d.available;
-            }
+            Ok(size) => (d.fits, d.available) = receive_area(size, d.first_offset, required),
             Err(gaspi::Error::UnknownSegment { .. }) => (d.absent, d.fits) = (true, true),
             Err(e) => return Err(e.into()),
         }

@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
 use super::layout::round_tag;
-use super::plan::{Plan, PlanData};
+use super::plan::{receive_area, Plan, PlanData};
 use super::Alltoallv;
 use crate::error::{Error, Result};
 
@@ -280,8 +280,8 @@ impl Alltoallv<'_> {
     /// after the discovery, or made again).
     fn check_receive_area(&self, plan: &PlanData) -> Result<()> {
         let size = self.ctx.segment_size(plan.segment)?;
-        let available = size.saturating_sub(plan.first_offset);
-        if plan.first_offset > size || plan.required > available {
+        let (fits, available) = receive_area(size, plan.first_offset, plan.required);
+        if !fits {
             return Err(Error::ReceiveAreaTooSmall {
                 rank: self.ctx.rank(),
                 segment: plan.segment,
