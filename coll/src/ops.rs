@@ -878,7 +878,12 @@ impl<'c> Team<'c> {
     /// Non-blocking exchangev: `send_counts[j]` bytes of `src` (packed in member order) to
     /// member `j`, `recv_counts[i]` bytes from member `i` into `dst` (packed in member
     /// order). Each member knows only its own counts, as in `MPI_Alltoallv`; a member's
-    /// `send_counts[j]` must equal member `j`'s `recv_counts[i]`, which is not checked.
+    /// `send_counts[j]` must equal member `j`'s `recv_counts[i]`. The two ends of a block
+    /// that disagree on its size are told at no extra message (every signal of the block
+    /// carries the size as its end counts it): the first of the two to take a signal of the
+    /// other fails with [`Error::Mismatch`] naming it before it copies any of the block's
+    /// bytes, the other then waits for its timeout. Where one end takes the block for empty
+    /// there is nothing to take: the other waits for its timeout.
     /// Blocks of any size stream through the team's lanes in chunks of
     /// `lane_bytes / (2 · size())` bytes (see [`Team`]'s "Staging and capacity"), every pair
     /// at once, one round trip per chunk within a pair. When a block takes several chunks,

@@ -427,6 +427,37 @@ fn errors(ranks: u32, provider: &str) {
     }
 }
 
+/// `counts`: an exchangev whose member 1 expects 16 bytes from member 0, which sends it 8.
+/// The two never both complete: whichever takes the other's signal first reports a mismatch
+/// naming it (member 0 the credit, when it waits for one; member 1 the data, which comes
+/// without one when eager), member 1 never completes and receives none of the bytes.
+fn counts(ranks: u32, provider: &str, mode: &str) {
+    let job = job(ranks, provider, &["counts", mode]);
+    let report = job.report();
+    let outcome = |rank: u32| job.data("counts", rank).get("outcome").to_string();
+    let (first, second) = (outcome(0), outcome(1));
+    assert!(
+        first == "Mismatch(1)" || second == "Mismatch(0)",
+        "{first} / {second}\n{report}"
+    );
+    if mode == "eager" {
+        assert_eq!(second, "Mismatch(0)", "{report}");
+    }
+    assert!(
+        ["Mismatch(0)", "Timeout"].contains(&second.as_str()),
+        "{report}"
+    );
+    assert_eq!(
+        job.data("counts", 1).get("bytes"),
+        vec!["0"; 16].join(","),
+        "{report}"
+    );
+    for rank in 0..ranks {
+        let got = outcome(rank);
+        assert!(!got.starts_with("Other"), "rank {rank}: {got}\n{report}");
+    }
+}
+
 /// `kill`: the last of 4 members is killed (SIGKILL) between two collectives. The survivors'
 /// collectives in flight that need it end in `RankFailed` naming it, and so does one
 /// initiated after, never in a timeout or a hang; a broadcast that does not need it may
@@ -494,4 +525,8 @@ jobs! {
     kill_4_shm: kill("shm");
     errors_3_tcp: errors(3, "tcp");
     errors_3_shm: errors(3, "shm");
+    counts_2_tcp: counts(2, "tcp", "my");
+    counts_3_shm: counts(3, "shm", "my");
+    counts_eager_2_shm: counts(2, "shm", "eager");
+    counts_eager_4_tcp: counts(4, "tcp", "eager");
 }

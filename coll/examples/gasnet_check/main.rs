@@ -68,6 +68,10 @@
 //!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
 //!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
+//! * `counts my|eager`: an exchangev (`Flags::MY` or `Flags::EAGER`) whose member 1
+//!   expects 16 bytes from member 0, which sends it 8, every other block 8 bytes at both
+//!   ends: `data counts rank R: outcome=<outcome>; bytes=<the block from member 0>`, the
+//!   outcome `Mismatch(rank)` naming whom the member disagreed with.
 
 #![forbid(unsafe_code)]
 
@@ -104,9 +108,10 @@ fn main() -> ExitCode {
         ["allsync_dest"] => in_job(allsync_dest),
         ["split"] => in_job(split),
         ["errors"] => in_job(errors),
+        ["counts", mode @ ("my" | "eager")] => in_job(|_, team| counts(team, mode)),
         ["kill"] => kill(),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|kill".into(),
         ),
     };
     match result {
@@ -811,6 +816,39 @@ fn kill() -> Outcome {
         Err(gaspi::Error::RankFailed { .. }) | Ok(()) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+fn counts(team: &Team<'_>, mode: &str) -> Outcome {
+    let (n, me) = (team.size() as usize, team.index() as usize);
+    let send = vec![8u64; n];
+    let mut recv = vec![8u64; n];
+    if me == 1 {
+        recv[0] = 16;
+    }
+    let total = |counts: &[u64]| counts.iter().sum::<u64>() as usize;
+    let src = vec![me as u8 + 1; total(&send)];
+    let mut dst = vec![0u8; total(&recv)];
+    let flags = if mode == "eager" {
+        Flags::EAGER
+    } else {
+        Flags::MY
+    };
+    let outcome = team.exchangev(&mut dst, &recv, &src, &send, flags, Timeout::Millis(3_000));
+    let kind = match outcome {
+        Err(gaspi_coll::Error::Mismatch { rank, .. }) => format!("Mismatch({rank})"),
+        Err(e) if e.is_timeout() => "Timeout".to_string(),
+        Err(e) => format!("Other({e})"),
+        Ok(()) => "Ok".to_string(),
+    };
+    let from_first: Vec<String> = dst[..recv[0] as usize].iter().map(u8::to_string).collect();
+    println!(
+        "data counts rank {}: outcome={kind}; bytes={}",
+        team.context().rank(),
+        from_first.join(",")
+    );
+    // Nobody drops the team (its segment) while a member that disagreed still waits.
+    team.context().barrier(TIMEOUT)?;
+    Ok(())
 }
 
 fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {

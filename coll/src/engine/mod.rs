@@ -90,7 +90,8 @@
 //! call's operation and arguments, in all but its [`LAG_BITS`] low bits, which carry the
 //! sender's count (see "Eager runs"). A receiver that sees another value than its own was sent
 //! by a member that called another collective, or with other arguments, and says so
-//! ([`Error::Mismatch`] naming it).
+//! ([`Error::Mismatch`] naming it). A signal whose two ends may disagree on what only they
+//! know (an exchangev block's size) mixes that into its value too (its `Check`).
 //!
 //! # Waiting
 //! As in the alltoallv: one thread at a time (the watcher) sleeps on the notifications the
@@ -129,7 +130,7 @@ pub(crate) use run::{Owner, Views};
 
 use crate::buffer::{Input, Output};
 use crate::error::{Error, Result};
-use crate::schedule::{signal_bound, Reducer, Schedule};
+use crate::schedule::{signal_bound, Check, Reducer, Schedule, NO_CHECK};
 
 /// Keyed plans an engine keeps at most: a program calls its collectives with a few lengths
 /// and counts. One whose v forms' counts change on every call empties the cache every 64
@@ -1651,6 +1652,15 @@ fn value(seq: u64, signature: u64) -> u32 {
     ((z % u64::from(u32::MAX >> LAG_BITS)) as u32 + 1) << LAG_BITS
 }
 
+/// `value`, a run's, for a signal that also carries `check` (see [`Check`]): another value
+/// for every check but [`NO_CHECK`], its lag bits clear and never 0, as the run's.
+fn checked(value: u32, check: Check) -> u32 {
+    if check == NO_CHECK {
+        return value;
+    }
+    self::value(u64::from(value >> LAG_BITS), check)
+}
+
 /// `value`, of run `seq`, carrying `freed`, the sender's, and the count it carries: the
 /// largest the receiver can be sure of (`freed` itself, unless it lags too far behind).
 fn carry(value: u32, seq: u64, freed: u64) -> (u32, Option<u64>) {
@@ -1765,6 +1775,27 @@ mod tests {
         }
         // A count ahead of the run (never sent) is carried as the run itself: a lower bound.
         assert_eq!(carry(value(5, 1), 5, 9).1, Some(5));
+    }
+
+    #[test]
+    fn a_checked_signal_tells_its_check_apart_and_still_carries_a_count() {
+        for seq in [0, 1, 16, 1000] {
+            let own = value(seq, 0xfeed);
+            assert_eq!(checked(own, NO_CHECK), own);
+            let sizes = [1, 2, 8, 16, 4096, 1 << 44];
+            for size in sizes {
+                let mine = checked(own, size);
+                assert_ne!(mine, 0);
+                assert_eq!(mine & LAG_UNKNOWN, 0, "seq {seq}, size {size}");
+                let (got, carried) = carry(mine, seq, seq);
+                assert_eq!(read_value(got, mine, seq), Some(carried));
+                // Neither the run's own value nor another size's takes it.
+                assert_eq!(read_value(got, own, seq), None);
+                for other in sizes.into_iter().filter(|&o| o != size) {
+                    assert_eq!(read_value(got, checked(own, other), seq), None);
+                }
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 use super::elide::Elision;
 use super::piece::Blocks;
-use super::{read_value, Failure};
+use super::{checked, read_value, Failure};
 use crate::buffer::{Input, Output, SegmentRange};
 use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
 
@@ -415,13 +415,14 @@ impl<'c> Run<'c> {
                 into,
                 len,
                 signal,
+                check,
             } => {
                 if self.needs > 0 && !net.freed(to, self.needs, true)? {
                     return Ok(false);
                 }
                 let n = Notification {
                     id: net.id(seq, signal),
-                    value,
+                    value: checked(value, check),
                 };
                 if !self.staged && !self.plan.elision.pieces(id).is_empty() {
                     let owner = owner.filter(|o| o.seqs.contains(&seq));
@@ -445,27 +446,34 @@ impl<'c> Run<'c> {
                     return Ok(false);
                 }
             }
-            Task::Signal { to, signal } => {
+            Task::Signal { to, signal, check } => {
                 let n = Notification {
                     id: net.id(seq, signal),
-                    value,
+                    value: checked(value, check),
                 };
                 if !net.signal(&self.batch, seq, to, n)? {
                     return Ok(false);
                 }
             }
-            Task::Wait { from, signal } => match net.take(net.id(seq, signal))? {
+            Task::Wait {
+                from,
+                signal,
+                check,
+            } => match net.take(net.id(seq, signal))? {
                 0 => return Ok(false),
-                got => match read_value(got, value, seq) {
-                    Some(freed) => net.heard(from, freed),
-                    None => {
-                        return Err(Failure::OutOfStep {
-                            rank: net.rank(from),
-                            got,
-                            expected: value,
-                        })
+                got => {
+                    let value = checked(value, check);
+                    match read_value(got, value, seq) {
+                        Some(freed) => net.heard(from, freed),
+                        None => {
+                            return Err(Failure::OutOfStep {
+                                rank: net.rank(from),
+                                got,
+                                expected: value,
+                            })
+                        }
                     }
-                },
+                }
             },
             // Its puts take the bytes from the source themselves.
             Task::Copy { .. } if self.plan.elision.skipped(id) => {}

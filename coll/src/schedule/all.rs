@@ -57,6 +57,12 @@
 //! receiver waited for the previous raise. Copies out of a slot that a later chunk reuses
 //! *capture* their bytes when taken ([`Schedule::capture`]).
 //!
+//! Every data and credit signal of a block carries the block's size as its sender and its
+//! receiver each count it ([`Check`](super::Check)): sizes that disagree end in a mismatch
+//! where the first signal between the two is taken, before any byte is copied out, at no
+//! extra message. A block one of them takes for empty raises nothing that the other could
+//! check: the other waits for its timeout.
+//!
 //! # Signals and credits
 //! In step or round `t` — below `n` in every algorithm: the ring's steps are `0..n − 1`, the
 //! pairwise steps `1..n`, and there are `⌈log2 n⌉ ≤ n − 1` rounds — the data a member receives
@@ -297,6 +303,7 @@ pub(crate) fn exchangev(
             // The credit for chunk k + 1 comes once chunk k landed and was copied out: then
             // both the sender's slot and the receiver's are free.
             let go = s.wait(to, credit(n, t), sent.as_slice());
+            s.check(go, len);
             if sent.is_none() {
                 s.credits.push(go);
             }
@@ -311,7 +318,9 @@ pub(crate) fn exchangev(
                 free,
             );
             let after: Vec<StepId> = staged.into_iter().chain([go]).collect();
-            sent = Some(s.put(to, sending_at, slot(t), piece, data(t), &after));
+            let put = s.put(to, sending_at, slot(t), piece, data(t), &after);
+            s.check(put, len);
+            sent = Some(put);
         }
         sending_at += len.min(chunk);
         let from = behind(n, me, t);
@@ -319,10 +328,12 @@ pub(crate) fn exchangev(
         let mut out: Option<StepId> = None;
         for (at, piece) in chunks(len, chunk) {
             let credited = s.signal(from, credit(n, t), out.as_slice());
+            s.check(credited, len);
             if out.is_none() {
                 s.credits.push(credited);
             }
             let got = s.wait(from, data(t), &[credited]);
+            s.check(got, len);
             let into = Span::dst(dst_at[from as usize] + at, piece);
             out = s.copy(Span::stage(slot(t), piece), into, &[got]);
         }

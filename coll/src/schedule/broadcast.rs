@@ -85,6 +85,7 @@ mod tests {
     use super::super::tree::tests::{
         before, each_case, levels, puts, roots, wrapped, BYTES, TREES,
     };
+    use super::super::NO_CHECK;
     use super::*;
 
     #[test]
@@ -199,7 +200,8 @@ mod tests {
                 from: 0,
                 into: 0,
                 len: 10,
-                signal: 2 * n
+                signal: 2 * n,
+                check: NO_CHECK,
             }
         );
         assert!(

@@ -84,7 +84,7 @@ mod tests {
     use super::super::tree::tests::{
         each_case, irregular, levels, puts, roots, wrapped, BYTES, TREES,
     };
-    use super::super::Task;
+    use super::super::{Task, NO_CHECK};
     use super::*;
 
     /// What the root ends with: every member's block, packed in member order.
@@ -166,7 +166,8 @@ mod tests {
                 from: 0,
                 into: 9,
                 len: 12,
-                signal: 4
+                signal: 4,
+                check: NO_CHECK,
             }]
         );
         for m in 0..8 {

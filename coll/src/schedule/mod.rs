@@ -135,6 +135,16 @@ impl Span {
 /// A signal number at its receiver.
 pub(crate) type Signal = u32;
 
+/// What a signal tells its receiver beyond the run it belongs to: a number its sender and
+/// receiver compute alike from their own arguments where they may disagree without the
+/// run's value showing it (an exchangev block's size, which only its two ends know), mixed
+/// into the notification's value, so that a disagreement is reported where the signal is
+/// taken; [`NO_CHECK`] for nothing more.
+pub(crate) type Check = u64;
+
+/// The [`Check`] of a signal that tells nothing beyond its run.
+pub(crate) const NO_CHECK: Check = 0;
+
 /// One thing a member does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Task {
@@ -146,11 +156,21 @@ pub(crate) enum Task {
         into: u64,
         len: u64,
         signal: Signal,
+        check: Check,
     },
     /// Raises `signal` at member `to`, without data.
-    Signal { to: u32, signal: Signal },
-    /// Waits until member `from` raised `signal` here (and, for a put, its data is here).
-    Wait { from: u32, signal: Signal },
+    Signal {
+        to: u32,
+        signal: Signal,
+        check: Check,
+    },
+    /// Waits until member `from` raised `signal` here (and, for a put, its data is here),
+    /// which it did with the same `check`.
+    Wait {
+        from: u32,
+        signal: Signal,
+        check: Check,
+    },
     /// Copies `from` into `into` (the same length) within this member.
     Copy { from: Span, into: Span },
     /// Folds the stage ranges `left` and `right` (the same length, whole blocks of the
@@ -299,6 +319,7 @@ impl Schedule {
                 into,
                 len,
                 signal,
+                check: NO_CHECK,
             },
             after,
         )
@@ -306,12 +327,36 @@ impl Schedule {
 
     /// Raises `signal` at member `to` after `after`.
     pub(crate) fn signal(&mut self, to: u32, signal: Signal, after: &[StepId]) -> StepId {
-        self.push(Task::Signal { to, signal }, after)
+        self.push(
+            Task::Signal {
+                to,
+                signal,
+                check: NO_CHECK,
+            },
+            after,
+        )
     }
 
     /// Waits for `signal` from member `from` after `after`.
     pub(crate) fn wait(&mut self, from: u32, signal: Signal, after: &[StepId]) -> StepId {
-        self.push(Task::Wait { from, signal }, after)
+        self.push(
+            Task::Wait {
+                from,
+                signal,
+                check: NO_CHECK,
+            },
+            after,
+        )
+    }
+
+    /// Makes the signal that step `id` raises or waits for carry `with` (see [`Check`]).
+    pub(crate) fn check(&mut self, id: StepId, with: Check) {
+        match &mut self.steps[id as usize].task {
+            Task::Put { check, .. } | Task::Signal { check, .. } | Task::Wait { check, .. } => {
+                *check = with;
+            }
+            task => unreachable!("step {id} ({task:?}) raises no signal to check"),
+        }
     }
 
     /// Copies `from` into `into` after `after`; an empty copy is not recorded, and `after`'s

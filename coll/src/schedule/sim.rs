@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 
-use super::{signal_bound, Aligned, Buf, Reducer, Schedule, Signal, Span, Task};
+use super::{signal_bound, Aligned, Buf, Check, Reducer, Schedule, Signal, Span, Task};
 
 /// One member's memory during a simulation.
 struct Member {
@@ -58,6 +58,7 @@ struct Sent {
 /// A signal raised and not yet waited for.
 struct Raised {
     by: u32,
+    check: Check,
     /// The put that raised it, by its index in the raiser's `sent`.
     put: Option<usize>,
     /// The waits the raising step follows from.
@@ -259,6 +260,7 @@ pub(crate) fn run_folding(
                 into,
                 len,
                 signal,
+                check,
             } => {
                 assert!(to < n && to != m, "{who}: puts to member {to}");
                 let data = members[m as usize].read(Span::stage(from, len), &who);
@@ -270,6 +272,7 @@ pub(crate) fn run_folding(
                 });
                 let raised = Raised {
                     by: m,
+                    check,
                     put: Some(sender.sent.len() - 1),
                     past: past.clone(),
                 };
@@ -283,16 +286,21 @@ pub(crate) fn run_folding(
                 receiver.write(Span::stage(into, len), &data, &past, &who);
                 raise(receiver, to, signal, raised, bound, &who);
             }
-            Task::Signal { to, signal } => {
+            Task::Signal { to, signal, check } => {
                 assert!(to < n && to != m, "{who}: signals member {to}");
                 let raised = Raised {
                     by: m,
+                    check,
                     put: None,
                     past: past.clone(),
                 };
                 raise(&mut members[to as usize], to, signal, raised, bound, &who);
             }
-            Task::Wait { from, signal } => {
+            Task::Wait {
+                from,
+                signal,
+                check,
+            } => {
                 // Runnable only once raised.
                 let raised = members[m as usize]
                     .raised
@@ -301,6 +309,10 @@ pub(crate) fn run_folding(
                 assert_eq!(
                     raised.by, from,
                     "{who}: waits for signal {signal} from {from}"
+                );
+                assert_eq!(
+                    raised.check, check,
+                    "{who}: signal {signal} from {from} carries another check"
                 );
                 past.merge(&raised.past);
                 let seen = taken.len();

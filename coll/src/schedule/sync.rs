@@ -5,7 +5,7 @@
 //! (`IN_MYSYNC`, which also serves for `IN_NOSYNC`), and a member's schedule ends only once
 //! its own buffers are done with (`OUT_MYSYNC`, which also serves for `OUT_NOSYNC`).
 
-use super::{algorithm_signals, Schedule, Signal, StepId, Task};
+use super::{algorithm_signals, Schedule, Signal, StepId};
 
 /// Signal numbers the barriers use, after the algorithm's: one per round, for a barrier
 /// before and one after.
@@ -74,20 +74,8 @@ fn barrier(
         // Both below n, which is a u32.
         let to = ((me64 + distance) % n64) as u32;
         let from = ((me64 + n64 - distance) % n64) as u32;
-        let signalled = schedule.push(
-            Task::Signal {
-                to,
-                signal: base + k,
-            },
-            &last,
-        );
-        let heard = schedule.push(
-            Task::Wait {
-                from,
-                signal: base + k,
-            },
-            &last,
-        );
+        let signalled = schedule.signal(to, base + k, &last);
+        let heard = schedule.wait(from, base + k, &last);
         last = vec![signalled, heard];
         k += 1;
     }

@@ -295,7 +295,7 @@ impl<'a> Layout<'a> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::super::sync::synchronise;
-    use super::super::{Schedule, StepId, Task};
+    use super::super::{Schedule, StepId, Task, NO_CHECK};
     use super::*;
 
     /// The trees the correctness tests try; scatter and gather take the first six, since
@@ -421,6 +421,7 @@ pub(super) mod tests {
                         == Task::Wait {
                             from: to,
                             signal: credit(n, to),
+                            check: NO_CHECK,
                         }
                 });
                 assert!(credited, "step {i}, a put to {to}, waits for no credit");
