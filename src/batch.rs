@@ -43,7 +43,7 @@ impl std::fmt::Debug for Batch<'_> {
 }
 
 impl Context {
-    /// A new, empty batch as deep as a queue ([`queue_max`](Self::queue_max)).
+    /// A new, empty batch as deep as a queue ([`queue_size_max`](Self::queue_size_max)).
     pub fn batch(&self) -> Batch<'_> {
         self.batch_with_depth(self.inner.config.queue_depth)
     }

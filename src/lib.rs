@@ -129,9 +129,16 @@ impl Context {
         Ok(self.inner.queues.get(queue)?.outstanding())
     }
 
-    /// Operations a queue holds before posting returns [`Error::QueueFull`].
-    pub fn queue_max(&self) -> u32 {
+    /// Operations a queue holds before posting returns [`Error::QueueFull`] (GASPI's
+    /// `gaspi_queue_size_max`).
+    pub fn queue_size_max(&self) -> u32 {
         self.inner.queues.depth()
+    }
+
+    /// Largest number of queues that may exist at once, [`MAX_QUEUES`] (GASPI's
+    /// `gaspi_queue_max`): [`queue_create`](Self::queue_create) refuses one more.
+    pub fn queue_max(&self) -> u32 {
+        u32::from(MAX_QUEUES)
     }
 }
 

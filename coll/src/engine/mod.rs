@@ -677,7 +677,7 @@ impl<'c> Engine<'c> {
             freed: AtomicU64::new(0),
             carried: (0..layout.members).map(|_| AtomicU64::new(0)).collect(),
             // A publication goes to every other member at once.
-            publications: ctx.batch_with_depth(ctx.queue_max().max(layout.members)),
+            publications: ctx.batch_with_depth(ctx.queue_size_max().max(layout.members)),
         }
     }
 

@@ -77,9 +77,9 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         count: ctx.config().notifications,
     };
     ensure!(
-        ctx.queue_max() == QUEUE_DEPTH,
+        ctx.queue_size_max() == QUEUE_DEPTH,
         "queue depth is {}, the scenario configured {QUEUE_DEPTH}",
-        ctx.queue_max()
+        ctx.queue_size_max()
     );
     for (id, len) in [
         (SEG, SEG_LEN),
@@ -685,6 +685,24 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     ctx.wait(q, TIMEOUT)
         .doing(|| "waiting for the large writes")?;
     ctx.queue_delete(q).doing(|| "deleting the drained queue")?;
+    // As GASPI counts them: queues are created up to `queue_max`, and no further.
+    let mut created = Vec::new();
+    while ctx.queue_num() < ctx.queue_max() {
+        created.push(
+            ctx.queue_create()
+                .doing(|| "queue_create up to queue_max")?,
+        );
+    }
+    expect_err!(
+        checks,
+        "queue_create beyond queue_max",
+        ctx.queue_create(),
+        Error::Limit(_)
+    );
+    for q in created {
+        ctx.queue_delete(q)
+            .doing(|| "deleting the queues made up to queue_max")?;
+    }
     ctx.segment_delete(BUSY)
         .doing(|| "deleting the idle segment")?;
     expect_err!(
