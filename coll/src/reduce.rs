@@ -218,7 +218,8 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`allreduce_nb`](Self::allreduce_nb); [`Error::PartialBlock`];
-    /// [`gaspi::Error::Unsupported`] for a block of zero elements.
+    /// [`gaspi::Error::Unsupported`] for a block of zero elements, [`gaspi::Error::Limit`]
+    /// for one of more bytes than an address can count.
     pub fn allreduce_with_nb<'t, 'b, T, F>(
         &'t self,
         src: &'b [T],

@@ -173,16 +173,13 @@ impl<F> UserOp<F> {
     ///
     /// # Errors
     /// [`Error::Buffers`] when the slices differ in length or are not a whole number of
-    /// blocks; [`Error::Unsupported`] for a block of zero elements.
+    /// blocks; [`Error::Unsupported`] for a block of zero elements; [`Error::Limit`] for a
+    /// block of more bytes than an address can count.
     pub fn apply<T>(&self, acc: &mut [T], other: &[T]) -> Result<()>
     where
         F: Fn(&mut [T], &[T]),
     {
-        if self.block == 0 {
-            return Err(Error::Unsupported(
-                "a user operator's block must hold at least one element".into(),
-            ));
-        }
+        self.check_block::<T>()?;
         if acc.len() != other.len() || acc.len() % self.block != 0 {
             return Err(Error::Buffers(format!(
                 "{} elements folded with {} in blocks of {}",
@@ -192,6 +189,23 @@ impl<F> UserOp<F> {
             )));
         }
         (self.function)(acc, other);
+        Ok(())
+    }
+
+    /// Whether a block of `T`s is one the runtime can fold: at least one element, and its
+    /// bytes countable.
+    fn check_block<T>(&self) -> Result<()> {
+        if self.block == 0 {
+            return Err(Error::Unsupported(
+                "a user operator's block must hold at least one element".into(),
+            ));
+        }
+        if self.block.checked_mul(std::mem::size_of::<T>()).is_none() {
+            return Err(Error::Limit(format!(
+                "a user operator's block of {} elements has more bytes than an address can count",
+                self.block
+            )));
+        }
         Ok(())
     }
 }
@@ -377,11 +391,7 @@ pub(crate) struct User<'a, T, F> {
 
 impl<'a, T: Element, F: Fn(&mut [T], &[T])> User<'a, T, F> {
     pub(crate) fn new(op: &'a UserOp<F>) -> Result<Self> {
-        if op.block == 0 {
-            return Err(Error::Unsupported(
-                "a user operator's block must hold at least one element".into(),
-            ));
-        }
+        op.check_block::<T>()?;
         Ok(User {
             op,
             _t: std::marker::PhantomData,
@@ -512,5 +522,8 @@ mod tests {
         user.fold(r.as_ref(), o.as_mut(), false);
         assert_eq!(elements::<u32>(o.as_ref()), [21]);
         assert!(User::<u32, _>::new(&UserOp::new(|_: &mut [u32], _: &[u32]| {}).block(0)).is_err());
+        // A block of more bytes than an address counts is refused, not overflowed.
+        let huge = UserOp::new(|_: &mut [u64], _: &[u64]| {}).block(usize::MAX / 4);
+        assert!(matches!(User::<u64, _>::new(&huge), Err(Error::Limit(_))));
     }
 }
