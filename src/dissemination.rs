@@ -47,6 +47,9 @@ pub(crate) struct CollState {
     /// The last allreduce that completed, renewed as the next one: its box, buffers and
     /// schedule serve again, so that a call in the steady state allocates nothing.
     pub(crate) spare: Option<Box<crate::allreduce::Run>>,
+    /// Whether a run was given up ([`abandon`](Self::abandon)): partners' notifications of
+    /// it may still come, or lie unread.
+    given_up: bool,
 }
 
 /// First system notification slot of the bank that run `epoch` of a group uses, given the
@@ -67,8 +70,16 @@ impl CollState {
     pub(crate) fn abandon(&mut self) {
         *self = CollState {
             epoch: self.epoch + 1,
+            given_up: true,
             ..CollState::default()
         };
+    }
+
+    /// Whether every notification partners sent this member for the group's runs was taken:
+    /// no run is in flight, and none was given up. A run completes only once it took every
+    /// notification addressed to this member.
+    pub(crate) fn settled(&self) -> bool {
+        self.idle() && !self.given_up
     }
 
     /// Starts a combining run with this member's value, unless one is already in flight (a

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
 
 use gaspi_notifications::{Deadline, Timeout};
 
@@ -130,6 +130,16 @@ impl Group {
     /// The collective state, for one collective call at a time.
     pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, CollState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this member took every notification partners sent it for the group (see
+    /// [`CollState::settled`]); not while a collective call of the group is under way.
+    fn settled(&self) -> bool {
+        match self.state.try_lock() {
+            Ok(state) => state.settled(),
+            Err(TryLockError::Poisoned(state)) => state.into_inner().settled(),
+            Err(TryLockError::WouldBlock) => false,
+        }
     }
 }
 
@@ -327,10 +337,13 @@ impl Context {
 
     /// Deletes group `group` (local). [`GROUP_ALL`] cannot be deleted.
     ///
-    /// Notifications that partners of an unfinished commit or barrier already sent are
-    /// discarded, so the id starts clean when it is reused; one still in flight when the group
-    /// is deleted can reach its successor, so delete a group only once its partners are done
-    /// with it (or have given up).
+    /// The id may be created again at once, by every member in its own time: partners that
+    /// deleted it earlier may already be committing its successor. Where this member left a
+    /// commit, barrier or allreduce of the group unfinished (it timed out, or failed), the
+    /// notifications partners already sent for it are discarded, so the id starts clean; one
+    /// still in flight can reach the successor, and so can a successor's that came before
+    /// the delete, so delete a group whose collectives did not finish only once its
+    /// partners are done with it (or have given up).
     ///
     /// # Errors
     /// [`Error::UnknownGroup`]; [`Error::GroupCommitted`] for [`GROUP_ALL`].
@@ -339,19 +352,28 @@ impl Context {
             return Err(Error::GroupCommitted { group });
         }
         let mut slots = self.inner.groups.write();
-        match slots.get_mut(usize::from(group)) {
+        let settled = match slots.get_mut(usize::from(group)) {
             Some(slot) if !matches!(slot, Slot::Free) => {
-                *slot = Slot::Free;
-                self.inner.publish(DescKey::Area(group), None)?;
-                let first = u32::from(group) * SLOTS_PER_GROUP;
-                for id in first..first + SLOTS_PER_GROUP {
-                    // In range: the table holds SLOTS_PER_GROUP slots for every group id.
-                    let _ = self.inner.system_notifications.reset(id);
+                match std::mem::replace(slot, Slot::Free) {
+                    Slot::Committed(g) => g.settled(),
+                    // Partners may have sent their part of the commit that did not finish.
+                    Slot::Committing(_) => false,
+                    // No collective of the group ran here: whatever is in its slots is a
+                    // successor's, from partners that deleted it earlier.
+                    Slot::Building(_) | Slot::Free => true,
                 }
-                Ok(())
             }
-            _ => Err(Error::UnknownGroup { group }),
+            _ => return Err(Error::UnknownGroup { group }),
+        };
+        self.inner.publish(DescKey::Area(group), None)?;
+        if !settled {
+            let first = u32::from(group) * SLOTS_PER_GROUP;
+            for id in first..first + SLOTS_PER_GROUP {
+                // In range: the table holds SLOTS_PER_GROUP slots for every group id.
+                let _ = self.inner.system_notifications.reset(id);
+            }
         }
+        Ok(())
     }
 
     /// Number of members of committed group `group`.

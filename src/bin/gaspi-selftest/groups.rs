@@ -5,7 +5,8 @@
 //! ranks build the same group and are refused its commit. With three or more ranks, ranks 0, 1
 //! and 2 then commit a group whose views differ (rank 0 leaves out rank 2): each must fail, with
 //! `GroupMismatch` where the disagreement reached it and at worst a timeout, never a hang or a
-//! success.
+//! success. Between the two, every rank runs rounds of a group of all ranks created,
+//! committed, used and deleted, the last rank late to delete it each time.
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ pub fn run(ctx: &Context) -> Outcome<String> {
     checked.push(evens(ctx)?);
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after the even group")?;
+    checked.push(regroup(ctx)?);
     if n >= 3 {
         if me <= 2 {
             checked.push(mismatch(ctx)?);
@@ -135,6 +137,31 @@ fn evens(ctx: &Context) -> Outcome<String> {
         "committed the {members}-member even group, index {} (timed out and continued: \
          {timed_out}), 22 barriers",
         me / 2
+    ))
+}
+
+/// Rounds of a group of every rank created, committed, used and deleted, the last rank late
+/// to delete it each time: the others meanwhile create and commit the next, whose messages
+/// must survive the late rank's delete.
+fn regroup(ctx: &Context) -> Outcome<String> {
+    const ROUNDS: u32 = 5;
+    let (me, n) = (ctx.rank(), ctx.size());
+    for round in 0..ROUNDS {
+        let g = ctx.group_create().doing(|| "group_create")?;
+        for r in 0..n {
+            ctx.group_add(g, r).doing(|| "group_add")?;
+        }
+        ctx.group_commit(g, TIMEOUT)
+            .doing(|| format!("commit of the group of round {round}"))?;
+        ctx.group_barrier(g, TIMEOUT)
+            .doing(|| format!("barrier of the group of round {round}"))?;
+        if me == n - 1 && n > 1 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        ctx.group_delete(g).doing(|| "group_delete")?;
+    }
+    Ok(format!(
+        "{ROUNDS} groups of every rank created, committed, used and deleted, one rank late"
     ))
 }
 
