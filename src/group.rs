@@ -214,6 +214,21 @@ impl Groups {
     }
 }
 
+impl Groups {
+    /// `f` of group `id`'s members: those added so far while it is being built.
+    fn with_members<T>(&self, id: GroupId, f: impl FnOnce(&Members) -> T) -> Result<T> {
+        if id == GROUP_ALL {
+            return Ok(f(&self.all.members));
+        }
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        match slots.get(usize::from(id)) {
+            Some(Slot::Committed(g) | Slot::Committing(g)) => Ok(f(&g.members)),
+            Some(Slot::Building(set)) => Ok(f(&Members::from_set(set))),
+            Some(Slot::Free) | None => Err(Error::UnknownGroup { group: id }),
+        }
+    }
+}
+
 /// A 32-bit fingerprint of a group's id and members (FNV-1a), never 0.
 pub(crate) fn fingerprint(id: GroupId, members: &Members) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -277,13 +292,17 @@ impl Context {
     /// Commits group `group` together with its other members (collective among them). Fails
     /// with [`Error::GroupMismatch`] when members disagree on the membership, and with
     /// [`Error::NotInGroup`] when this rank is not a member. After [`Error::Timeout`] call it
-    /// again to continue.
+    /// again to continue. A group already committed here ([`GROUP_ALL`] is from the start,
+    /// and GASPI has it committed like any other) is left as it is: `Ok` at once.
     ///
     /// # Errors
-    /// As above, and [`Error::UnknownGroup`], [`Error::GroupCommitted`],
-    /// [`Error::RankFailed`] naming a dead member, [`Error::Segment`] / [`Error::Fabric`] when
-    /// the group's allreduce area cannot be set up.
+    /// As above, and [`Error::UnknownGroup`], [`Error::RankFailed`] naming a dead member,
+    /// [`Error::Segment`] / [`Error::Fabric`] when the group's allreduce area cannot be set
+    /// up.
     pub fn group_commit(&self, group: GroupId, timeout: Timeout) -> Result<()> {
+        if group == GROUP_ALL {
+            return Ok(());
+        }
         let me = self.rank();
         let g = {
             let mut slots = self.inner.groups.write();
@@ -312,7 +331,7 @@ impl Context {
                     g
                 }
                 Slot::Committing(g) => Arc::clone(g),
-                Slot::Committed(_) => return Err(Error::GroupCommitted { group }),
+                Slot::Committed(_) => return Ok(()),
                 Slot::Free => return Err(Error::UnknownGroup { group }),
             }
         };
@@ -376,41 +395,45 @@ impl Context {
         Ok(())
     }
 
-    /// Number of members of committed group `group`.
+    /// Number of members of group `group`: those added so far while it is being built.
     ///
     /// # Errors
-    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`].
+    /// [`Error::UnknownGroup`].
     pub fn group_size(&self, group: GroupId) -> Result<u32> {
-        Ok(self.inner.groups.committed(group)?.members.len())
+        self.inner.groups.with_members(group, Members::len)
     }
 
-    /// The members of committed group `group`, ascending.
+    /// The members of group `group`, ascending (as GASPI keeps them while they are added).
     ///
     /// # Errors
-    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`].
+    /// [`Error::UnknownGroup`].
     pub fn group_ranks(&self, group: GroupId) -> Result<Vec<Rank>> {
-        Ok(self.inner.groups.committed(group)?.members.ranks())
+        self.inner.groups.with_members(group, Members::ranks)
     }
 
-    /// The member index of `rank` in committed group `group` (`None` if it is not a member).
+    /// The member index of `rank` in group `group` (`None` if it is not a member), in the
+    /// members added so far while it is being built.
     ///
     /// # Errors
-    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`].
+    /// [`Error::UnknownGroup`].
     pub fn group_index(&self, group: GroupId, rank: Rank) -> Result<Option<u32>> {
-        Ok(self.inner.groups.committed(group)?.members.index_of(rank))
+        self.inner
+            .groups
+            .with_members(group, |members| members.index_of(rank))
     }
 
-    /// The rank at member index `index` of committed group `group`.
+    /// The rank at member index `index` of group `group`, in the members added so far while
+    /// it is being built.
     ///
     /// # Errors
-    /// [`Error::UnknownGroup`]; [`Error::GroupNotCommitted`]; [`Error::InvalidRank`] for an
-    /// index beyond the members.
+    /// [`Error::UnknownGroup`]; [`Error::InvalidRank`] for an index beyond the members.
     pub fn group_rank(&self, group: GroupId, index: u32) -> Result<Rank> {
-        let g = self.inner.groups.committed(group)?;
-        g.members.rank_at(index).ok_or_else(|| Error::InvalidRank {
-            rank: index,
-            size: g.members.len(),
-        })
+        self.inner.groups.with_members(group, |members| {
+            members.rank_at(index).ok_or_else(|| Error::InvalidRank {
+                rank: index,
+                size: members.len(),
+            })
+        })?
     }
 
     /// Largest number of groups, [`GROUP_ALL`] included (`GASPI_MAX_GROUPS`).

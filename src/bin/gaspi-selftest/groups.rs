@@ -59,6 +59,9 @@ fn all_ranks(ctx: &Context) -> Outcome<String> {
         Err(Error::GroupCommitted { group: GROUP_ALL }) => {}
         other => return Err(fail(format!("deleting GROUP_ALL: {other:?}"))),
     }
+    // GASPI has GROUP_ALL committed like any group; it is from the start, so at once.
+    ctx.group_commit(GROUP_ALL, Timeout::Test)
+        .doing(|| "committing GROUP_ALL")?;
     Ok(format!(
         "GROUP_ALL holds ranks 0..{n} and cannot be deleted"
     ))
@@ -74,6 +77,17 @@ fn build_evens(ctx: &Context) -> Outcome<GroupId> {
     match ctx.group_add(g, 0) {
         Err(Error::DuplicateMember { group, rank: 0 }) if group == g => {}
         other => return Err(fail(format!("adding rank 0 twice: {other:?}"))),
+    }
+    // The members added so far, ascending, before the commit.
+    let evens: Vec<u32> = (0..ctx.size()).step_by(2).collect();
+    let (size, ranks) = (
+        ctx.group_size(g).doing(|| "group_size before commit")?,
+        ctx.group_ranks(g).doing(|| "group_ranks before commit")?,
+    );
+    if size as usize != evens.len() || ranks != evens {
+        return Err(fail(format!(
+            "the group being built has {size} members {ranks:?}, want {evens:?}"
+        )));
     }
     match ctx.group_barrier(g, Timeout::Test) {
         Err(Error::GroupNotCommitted { group }) if group == g => {}
@@ -96,6 +110,8 @@ fn evens(ctx: &Context) -> Outcome<String> {
     }
     ctx.group_commit(g, TIMEOUT)
         .doing(|| "committing the evens")?;
+    ctx.group_commit(g, Timeout::Test)
+        .doing(|| "committing the committed evens again")?;
     match ctx.group_add(g, 1) {
         Err(Error::GroupCommitted { group }) if group == g => {}
         other => return Err(fail(format!("adding after commit: {other:?}"))),
