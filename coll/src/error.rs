@@ -283,7 +283,8 @@ pub enum Error {
         value: u32,
     },
 
-    /// A buffer too short for what the collective moves through it.
+    /// A buffer of another length than what the collective moves through it: shorter, or
+    /// longer (a collective's sizes come from its buffers, so they must be exact).
     #[error("a buffer of {len} bytes where the collective needs {need}")]
     BufferTooShort {
         /// The buffer's length.
