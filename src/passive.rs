@@ -288,6 +288,15 @@ impl Passive {
         Ok(())
     }
 
+    /// Takes the message `sent` reports on out of the messages waiting to be posted: false
+    /// when it is not there (the provider took it already).
+    fn unsend(&self, sent: &Arc<Sent>) -> bool {
+        let mut waiting = lock(&self.waiting);
+        let before = waiting.len();
+        waiting.retain(|m| !m.sent.as_ref().is_some_and(|s| Arc::ptr_eq(s, sent)));
+        waiting.len() < before
+    }
+
     /// Posts `message` from a free send slot; `Ok(false)` when no slot is free or the
     /// provider is busy.
     fn try_post(&self, inner: &Inner, message: &Outgoing) -> Result<bool> {
@@ -427,8 +436,12 @@ impl Context {
     /// passive message and waits until it has left this rank.
     ///
     /// Any number of threads may send at once; messages to one rank leave in the order their
-    /// calls were made. On [`Error::Timeout`] the message has been accepted and will still be
-    /// sent: do not send it again.
+    /// calls were made. As GASPI has it, [`Error::Timeout`] means the message could not be
+    /// posted to the provider in time: it is withdrawn, and the call can be made again. A
+    /// message the provider took but had not completed when the timeout passed (its
+    /// completions come in order, and one before it is held up) is on its way: the call
+    /// returns `Ok`, as for a write posted on a queue, and a failure of the peer shows in
+    /// the health service ([`state_vec`](Self::state_vec), later calls).
     ///
     /// # Errors
     /// [`Error::InvalidRank`]; [`Error::PassiveTooLarge`]; [`Error::Timeout`];
@@ -450,11 +463,16 @@ impl Context {
         }
         let sent = Arc::new(Sent::default());
         passive.send(inner, rank, bytes, false, Some(Arc::clone(&sent)))?;
-        let outcome = inner.watched_until(
+        let outcome = match inner.watched_until(
             || std::iter::once(rank),
             timeout.deadline(),
             || lock(&sent.outcome).clone(),
-        )?;
+        ) {
+            Err(Error::Timeout) if passive.unsend(&sent) => return Err(Error::Timeout),
+            // The provider took it meanwhile: it completed, or is on its way.
+            Err(Error::Timeout) => lock(&sent.outcome).clone().unwrap_or(Ok(())),
+            other => other?,
+        };
         outcome.map_err(|reason| inner.failure_of(rank, &reason))
     }
 

@@ -367,7 +367,7 @@ fn one_sided<'a>(
     });
     let _ = data.timed("target", || ctx.target(victim, TARGET, SHORT));
     // The read above is still unanswered: over shm this send queues behind it.
-    let _ = data.timed("passive_send", || {
+    let (while_stopped, _) = data.timed("passive_send", || {
         ctx.passive_send(victim, WHILE_STOPPED.as_bytes(), SHORT)
     });
     let _ = data.timed("notify_wait_any", || {
@@ -422,6 +422,11 @@ fn one_sided<'a>(
     data.put("segment_size_of_value", size);
     let target = after(data, "target", ctx.target(victim, TARGET, LONG))?;
     data.put("target_len", target.len());
+    // A send that timed out was not posted (GASPI's meaning): it is sent again.
+    if matches!(while_stopped, Err(Error::Timeout)) {
+        let again = ctx.passive_send(victim, WHILE_STOPPED.as_bytes(), LONG);
+        after(data, "passive_send_again", again)?;
+    }
     let sent = ctx.passive_send(victim, AFTER_RESUME.as_bytes(), LONG);
     after(data, "passive_send", sent)?;
     let arrival = after(
