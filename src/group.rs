@@ -212,9 +212,7 @@ impl Groups {
             _ => Err(Error::UnknownGroup { group: id }),
         }
     }
-}
 
-impl Groups {
     /// `f` of group `id`'s members: those added so far while it is being built.
     fn with_members<T>(&self, id: GroupId, f: impl FnOnce(&Members) -> T) -> Result<T> {
         if id == GROUP_ALL {
