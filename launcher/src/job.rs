@@ -57,6 +57,9 @@ enum Event {
     Signal(Signal),
 }
 
+/// A rank's stdout or stderr, as its forwarding thread reads it.
+type Source = Box<dyn io::Read + Send>;
+
 /// The launcher's view of one started rank.
 #[derive(Debug)]
 struct Rank {
@@ -137,6 +140,10 @@ pub(crate) fn run(options: Options) -> u8 {
         output_abandoned: false,
     };
     for rank in 0..options.ranks {
+        // A rank that could not be taken charge of failed the job: start no more.
+        if job.ending {
+            break;
+        }
         match rank::spawn(&options, rank, &jobid) {
             Ok(started) => job.adopt(rank, started),
             Err(e) => {
@@ -159,7 +166,7 @@ pub(crate) fn run(options: Options) -> u8 {
 
 impl Job {
     /// Takes charge of a freshly started rank: threads for its PMI socket, its output and its
-    /// exit.
+    /// exit. A thread that cannot be started (the system is out of them) fails the job.
     fn adopt(&mut self, rank: u32, started: Started) {
         let Started { mut child, pmi } = started;
         let reader = pmi.try_clone();
@@ -168,15 +175,19 @@ impl Job {
             let _ = pmi.set_write_timeout(Some(REPLY_TIMEOUT));
             pmi
         });
-        if let Some(stdout) = child.stdout.take() {
-            self.forward(stdout, Target::Stdout, rank);
-        }
-        if let Some(stderr) = child.stderr.take() {
-            self.forward(stderr, Target::Stderr, rank);
-        }
+        let outputs = [
+            child
+                .stdout
+                .take()
+                .map(|s| (Box::new(s) as Source, Target::Stdout)),
+            child
+                .stderr
+                .take()
+                .map(|s| (Box::new(s) as Source, Target::Stderr)),
+        ];
         let pid = child.id();
         let events = self.events.clone();
-        thread::spawn(move || {
+        let watched = thread::Builder::new().spawn(move || {
             let exit = rank::wait_for_exit(pid);
             // The receiver only goes away when gaspirun is exiting anyway.
             let _ = events.send(Event::Exited(rank, exit));
@@ -188,28 +199,50 @@ impl Job {
             pmi: connected,
             exit: None,
         });
-        match reader {
-            Ok(reader) => {
-                let events = self.events.clone();
-                thread::spawn(move || read_pmi(rank, reader, events));
+        // Everything below fails the job after the push, so that the teardown reaches this
+        // rank too.
+        if let Err(e) = watched {
+            self.fail(
+                INTERNAL_ERROR,
+                format!("cannot start a thread to wait for rank {rank}: {e}"),
+            );
+            // Nothing else would see it exit: it is killed and waited for here.
+            let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = self
+                .events
+                .send(Event::Exited(rank, rank::wait_for_exit(pid)));
+        }
+        for (source, target) in outputs.into_iter().flatten() {
+            if let Err(e) = self.forward(source, target, rank) {
+                self.fail(
+                    INTERNAL_ERROR,
+                    format!("cannot start a thread for the output of rank {rank}: {e}"),
+                );
             }
-            // After the push, so that the teardown reaches this rank too.
-            Err(e) => self.fail(
+        }
+        let served = reader.and_then(|reader| {
+            let events = self.events.clone();
+            thread::Builder::new().spawn(move || read_pmi(rank, reader, events))
+        });
+        if let Err(e) = served {
+            self.fail(
                 INTERNAL_ERROR,
                 format!("cannot serve PMI to rank {rank}: {e}"),
-            ),
+            );
         }
     }
 
-    fn forward(&mut self, source: impl io::Read + Send + 'static, target: Target, rank: u32) {
+    /// Forwards `source`, a stream of `rank`'s, on a thread of its own.
+    fn forward(&mut self, source: Source, target: Target, rank: u32) -> io::Result<()> {
         let prefix = self.tag_output.then(|| format!("[{rank}] "));
         let events = self.events.clone();
-        self.open_outputs += 1;
-        thread::spawn(move || {
+        thread::Builder::new().spawn(move || {
             output::forward(source, target, prefix);
             // The receiver only goes away when gaspirun is exiting anyway.
             let _ = events.send(Event::OutputClosed);
-        });
+        })?;
+        self.open_outputs += 1;
+        Ok(())
     }
 
     /// The event loop; returns gaspirun's exit status once every rank has ended.

@@ -7,6 +7,10 @@ use std::time::Duration;
 /// Environment variable giving the job time limit when `--timeout` is absent.
 pub(crate) const TIMEOUT_ENV: &str = "GASPIRUN_TIMEOUT";
 
+/// The most ranks a job may have: the gaspi runtime's own limit (its wire format names a rank
+/// in 22 bits), far beyond the processes one host can run.
+const MAX_RANKS: u32 = 1 << 22;
+
 /// The text of `gaspirun --help`.
 pub(crate) const HELP: &str = "\
 gaspirun: run a GASPI job of N ranks on this host
@@ -17,13 +21,15 @@ Starts N processes of `program`, serves them the PMI-1 bootstrap protocol and
 forwards their output.
 
 Options:
-  -n, --np N                number of ranks to start (at least 1; required)
+  -n, --np N                number of ranks to start (1 to 4194304; required)
       --provider P          set GASPI_PROVIDER=P (libfabric provider) for every rank
       --timeout S           kill the job after S seconds (fractions allowed, 0 = no
-                            limit); default: $GASPIRUN_TIMEOUT, else no limit
+                            limit); default: $GASPIRUN_TIMEOUT (unset or empty: no
+                            limit)
       --tag-output          prefix every line a rank prints with \"[rank] \" (default)
       --no-prefix           forward output lines unchanged, e.g. for JSON lines; lines
-                            of different ranks still never mix
+                            of different ranks still never mix (a rank's last line
+                            without a newline gets one)
       --separate-output DIR write the output of rank R to DIR/rank.R.out and
                             DIR/rank.R.err instead of the terminal
       --keep-going          when a rank dies (killed, crashed, non-zero exit, or
@@ -38,7 +44,8 @@ MPI_LOCALRANKID; all other variables are inherited. Rank 0 reads gaspirun's
 stdin unless that is a terminal; the other ranks read /dev/null.
 
 When a rank exits with a non-zero status, is killed by a signal, calls PMI
-abort, or the time limit passes, gaspirun stops the whole job (SIGTERM, then
+abort, exits without PMI finalize while others still run, or the time limit
+passes, gaspirun stops the whole job (SIGTERM, then
 SIGKILL) and says on stderr which rank failed and why. With --keep-going only
 PMI abort, the time limit, a signal to gaspirun, and ranks left waiting in a
 PMI barrier that a dead rank can never enter stop the job; other failures are
@@ -47,7 +54,9 @@ reported and the job runs until every rank has ended.
 Exit status: 0 when every rank exits 0; otherwise (with --keep-going too)
 the status of the first failure: the rank's exit status, 128+N for a rank killed by signal N, the PMI
 abort code, 124 when the time limit passed, 126/127 when the program cannot be
-started, 2 for usage errors.
+started, 1 for a rank that exited 0 without PMI finalize and for errors of
+gaspirun itself (a PMI protocol error, no thread or process to be had), 2 for
+usage errors.
 ";
 
 /// Where the ranks' stdout and stderr go.
@@ -150,6 +159,8 @@ pub(crate) fn parse(
     let ranks = ranks.ok_or("the number of ranks (-n N) is required")?;
     let timeout = match (timeout, env_timeout) {
         (Some(flag), _) => flag,
+        // Empty is unset, as for the runtime's GASPI_* variables.
+        (None, Some(env)) if env.is_empty() => None,
         (None, Some(env)) => parse_timeout(TIMEOUT_ENV, &env)?,
         (None, None) => None,
     };
@@ -166,9 +177,9 @@ pub(crate) fn parse(
 
 fn parse_ranks(text: &OsString) -> Result<u32, String> {
     match text.to_str().and_then(|t| t.parse::<u32>().ok()) {
-        Some(n) if n > 0 => Ok(n),
+        Some(n) if (1..=MAX_RANKS).contains(&n) => Ok(n),
         _ => Err(format!(
-            "the number of ranks must be a whole number of at least 1, not {text:?}"
+            "the number of ranks must be a whole number from 1 to {MAX_RANKS}, not {text:?}"
         )),
     }
 }
@@ -248,6 +259,8 @@ mod tests {
             &["prog"][..],
             &["-n", "0", "prog"],
             &["-n", "x", "prog"],
+            &["-n", "4194305", "prog"],
+            &["-n", "4294967295", "prog"],
             &["-n", "2"],
             &["-n"],
             &["-n", "2", "--bogus", "prog"],
@@ -279,6 +292,10 @@ mod tests {
         };
         assert_eq!(o.timeout, None);
         assert!(parse(args(), Some("soon".into())).is_err());
+        let Ok(Parsed::Run(o)) = parse(args(), Some("".into())) else {
+            panic!("an empty GASPIRUN_TIMEOUT is unset")
+        };
+        assert_eq!(o.timeout, None);
     }
 
     #[test]

@@ -17,17 +17,20 @@ pub(crate) enum Target {
 }
 
 /// Copies `source` to `target` until end of file. With `prefix`, every line starts with it and
-/// ends with a newline; without, bytes pass unchanged. Write errors (gaspirun's stdout closed)
-/// are ignored and reading goes on, so the rank never blocks on a full pipe.
+/// ends with a newline; without, bytes pass unchanged but for a newline after a last line that
+/// has none, which would otherwise run into another rank's. Write errors (gaspirun's stdout
+/// closed) are ignored and reading goes on, so the rank never blocks on a full pipe.
 pub(crate) fn forward(source: impl Read, target: Target, prefix: Option<String>) {
     split_lines(source, prefix.as_deref(), |line| write_to(target, line));
 }
 
-/// Calls `sink` with every line of `source` (prefixed and newline-terminated when `prefix` is
-/// given), and with pieces of [`MAX_PENDING`] bytes of longer lines.
+/// Calls `sink` with every line of `source` (prefixed when `prefix` is given), and with pieces
+/// of [`MAX_PENDING`] bytes of longer lines; a line that ends the source ends with a newline.
 fn split_lines(source: impl Read, prefix: Option<&str>, mut sink: impl FnMut(&[u8])) {
     let mut reader = BufReader::with_capacity(MAX_PENDING, source);
     let mut line = Vec::new();
+    // Whether the last bytes handed on end in the middle of a line (a long one cut in pieces).
+    let mut open = false;
     loop {
         let chunk = match reader.fill_buf() {
             Ok([]) => break,
@@ -43,11 +46,17 @@ fn split_lines(source: impl Read, prefix: Option<&str>, mut sink: impl FnMut(&[u
         reader.consume(taken);
         if complete || line.len() >= MAX_PENDING {
             sink(&framed(&line, prefix));
+            open = !complete && prefix.is_none();
             line.clear();
         }
     }
     if !line.is_empty() {
+        if !line.ends_with(b"\n") {
+            line.push(b'\n');
+        }
         sink(&framed(&line, prefix));
+    } else if open {
+        sink(b"\n");
     }
 }
 
@@ -95,10 +104,11 @@ mod tests {
     }
 
     #[test]
-    fn without_prefix_bytes_pass_unchanged() {
+    fn without_prefix_bytes_pass_unchanged_but_the_last_line_ends() {
         let out = lines(b"{\"x\":1}\npartial", None);
-        let expected: Vec<&[u8]> = vec![b"{\"x\":1}\n", b"partial"];
+        let expected: Vec<&[u8]> = vec![b"{\"x\":1}\n", b"partial\n"];
         assert_eq!(out, expected);
+        assert_eq!(lines(b"whole\n", None), vec![b"whole\n".to_vec()]);
     }
 
     #[test]
@@ -106,7 +116,10 @@ mod tests {
         let input = vec![b'x'; 3 * MAX_PENDING];
         let out = lines(&input, None);
         assert!(out.len() >= 3);
-        assert!(out.iter().all(|piece| piece.len() <= MAX_PENDING));
-        assert_eq!(out.concat(), input);
+        assert!(out.iter().all(|piece| piece.len() <= MAX_PENDING + 1));
+        let all = out.concat();
+        // Every byte, in order, and a newline that ends the line.
+        assert_eq!(all.len(), input.len() + 1);
+        assert!(all[..input.len()] == input[..] && all.ends_with(b"\n"));
     }
 }

@@ -209,9 +209,29 @@ fn nothing_the_ranks_started_survives_the_job() {
 }
 
 #[test]
+fn a_last_line_without_newline_never_runs_into_another_ranks() {
+    let run = gaspirun(&[
+        "-n",
+        "3",
+        "--no-prefix",
+        "sh",
+        "-c",
+        r#"printf '{"rank":%s}' "$PMI_RANK""#,
+    ]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.sorted_stdout(),
+        [r#"{"rank":0}"#, r#"{"rank":1}"#, r#"{"rank":2}"#],
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
 fn usage_errors_exit_with_2() {
     for args in [
         &["-n", "0", "true"][..],
+        &["-n", "4294967295", "true"],
         &["-n", "2"],
         &["true"],
         &["-n", "2", "--no-such-flag", "true"],
