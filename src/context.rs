@@ -210,6 +210,12 @@ impl Context {
                 "a job of {size} ranks exceeds the {MAX_RANKS} gaspi supports"
             )));
         }
+        if let Some(pmi) = pmi.as_mut() {
+            // Before any shared-memory file exists: a launcher that started this process
+            // through a wrapper (a shell, a script) knows the wrapper's pid, not this one, and
+            // learns here whose files to remove should this rank die.
+            pmi.put(&gaspi_pmi::pid_key(rank), &std::process::id().to_string())?;
+        }
         let cq_size = (config.queue_depth as usize * config.queues as usize).max(1024);
         let ep = Endpoint::open(
             &config.provider,

@@ -489,12 +489,7 @@ fn early_exit(ranks: u32, provider: &str, leave: &str) {
         &common::selftest_path(),
         &["early-exit", "--leave", leave],
     );
-    let pids: Vec<u32> = job
-        .stdout
-        .lines()
-        .filter(|l| l.contains("data early-exit rank "))
-        .filter_map(|l| l.split_once("pid=")?.1.split(';').next()?.parse().ok())
-        .collect();
+    let pids = early_exit_pids(&job);
     let survivors = reap_survivors(&pids);
     assert_eq!(
         pids.len(),
@@ -526,6 +521,15 @@ fn early_exit(ranks: u32, provider: &str, leave: &str) {
     );
 }
 
+/// The pids the ranks of an `early-exit` job reported.
+fn early_exit_pids(job: &common::Finished) -> Vec<u32> {
+    job.stdout
+        .lines()
+        .filter(|l| l.contains("data early-exit rank "))
+        .filter_map(|l| l.split_once("pid=")?.1.split(';').next()?.parse().ok())
+        .collect()
+}
+
 /// Pids of `pids` still running after a short grace period; those are killed, so a failing
 /// test leaves nothing behind.
 fn reap_survivors(pids: &[u32]) -> Vec<u32> {
@@ -551,6 +555,58 @@ fn running(pid: u32) -> bool {
         stat.rsplit_once(") ")
             .is_some_and(|(_, rest)| !rest.starts_with('Z'))
     })
+}
+
+/// Ranks started through a wrapper that does not `exec` (a shell running the program, then a
+/// command of its own): the last rank leaves without finalize, the others are killed in the
+/// teardown. gaspirun knows only the shells' pids; each gaspi process published its own, and
+/// none of its shared-memory files may outlive the job.
+fn early_exit_wrapped(ranks: u32, provider: &str) {
+    let script = r#""$0" early-exit --leave exit; status=$?; echo "wrapper saw $status""#;
+    let program = common::selftest_path();
+    let program = program
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let job = gaspirun(
+        ranks,
+        provider,
+        EARLY_EXIT_LIMIT_S,
+        std::path::Path::new("sh"),
+        &["-c", script, program],
+    );
+    let pids = early_exit_pids(&job);
+    assert_eq!(pids.len(), ranks as usize, "{}", job.report());
+    assert!(!job.status.success(), "{}", job.report());
+    let survivors = reap_survivors(&pids);
+    assert!(survivors.is_empty(), "{survivors:?}\n{}", job.report());
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| {
+                    name.starts_with("gaspi-")
+                        && pids
+                            .iter()
+                            .any(|pid| name.rsplit('-').nth(1) == Some(&pid.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "files of the job's ranks left in /dev/shm: {left:?}\n{}",
+        job.report()
+    );
+}
+
+#[test]
+fn early_exit_wrapped_3_tcp() {
+    early_exit_wrapped(3, "tcp");
+}
+
+#[test]
+fn early_exit_wrapped_3_shm() {
+    early_exit_wrapped(3, "shm");
 }
 
 #[test]

@@ -23,6 +23,10 @@ use super::{leftovers, report, signals};
 use gaspi_pmi::server::{Action, KvsServer};
 use gaspi_pmi::wire::{LineReader, Message, ReadError, MAX_LINE};
 
+/// How long gaspirun waits at its end for the gaspi processes that wrappers started, killed
+/// with their process groups, to be gone so that their files can be removed.
+const WRAPPED_GRACE: Duration = Duration::from_millis(500);
+
 /// Time between SIGTERM and SIGKILL when the job is torn down.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long output may keep flowing after the last rank exited (from processes it left behind)
@@ -282,7 +286,29 @@ impl Job {
             // The exit is known already; this only reaps the zombie.
             let _ = rank.child.wait();
         }
+        // What wrappers left running was killed with their groups just now: its files go once
+        // it is gone, which takes a moment (its parent, or init, reaps it).
+        let mut wrapped: Vec<u32> = (0..self.ranks.len() as u32)
+            .filter_map(|rank| self.wrapped(rank))
+            .collect();
+        let until = Instant::now() + WRAPPED_GRACE;
+        while !wrapped.is_empty() && Instant::now() < until {
+            wrapped.retain(|&pid| !leftovers::remove_if_gone(pid));
+            if !wrapped.is_empty() {
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
         self.failure.unwrap_or(0)
+    }
+
+    /// The pid of `rank`'s gaspi process when it is not the process gaspirun started (a
+    /// wrapper started it), as it published it.
+    fn wrapped(&self, rank: u32) -> Option<u32> {
+        let started = self.ranks.get(rank as usize)?.child.id();
+        self.kvs
+            .value(&gaspi_pmi::pid_key(rank))
+            .and_then(|pid| pid.parse().ok())
+            .filter(|&pid| pid != started)
     }
 
     fn handle(&mut self, event: Event) {
@@ -306,6 +332,9 @@ impl Job {
             }
             Event::Exited(rank, exit) => {
                 leftovers::remove(self.ranks[rank as usize].child.id());
+                if let Some(inner) = self.wrapped(rank) {
+                    leftovers::remove_if_gone(inner);
+                }
                 if exit.status != 0 {
                     self.rank_died(exit.status, format!("rank {rank} {}", exit.description));
                 } else if self.kvs.is_initialized(rank)

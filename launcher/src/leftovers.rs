@@ -6,8 +6,16 @@
 //! reused (pid numbers wrap at a few tens of thousands): the shm provider of a new process with
 //! that pid finds a region that is not its own. The launcher removes them as soon as it has
 //! seen the rank exit, before the pid can be handed out again.
+//!
+//! A rank started through a wrapper (a shell, a script that does not `exec`) is another
+//! process than the one that made the files; that one published its pid
+//! ([`gaspi_pmi::pid_key`]), and its files go once it is gone too.
 
 use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
 
 /// Where both kinds of files live.
 const SHM_DIR: &str = "/dev/shm";
@@ -42,6 +50,30 @@ fn remove_from(dir: &Path, pid: u32) {
 /// Removes the shared-memory files of rank process `pid`, which has exited.
 pub(crate) fn remove(pid: u32) {
     remove_from(Path::new(SHM_DIR), pid);
+}
+
+/// Removes the shared-memory files of process `pid` if it is gone, and says whether it was:
+/// a rank's gaspi process inside a wrapper, whose files are its own while it runs (a wrapper
+/// may leave it behind). A zombie is gone: it will never touch its files again, and once its
+/// wrapper died it waits for whoever adopted it to reap it.
+pub(crate) fn remove_if_gone(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let gone = kill(Pid::from_raw(raw), None) == Err(Errno::ESRCH) || zombie(pid);
+    if gone {
+        remove(pid);
+    }
+    gone
+}
+
+/// Whether process `pid` has ended and waits to be reaped.
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name in parentheses, which may contain anything.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+    })
 }
 
 #[cfg(test)]

@@ -16,3 +16,10 @@ pub mod wire;
 
 pub use client::PmiClient;
 pub use error::{Error, Result};
+
+/// The key under which rank `rank` publishes its process id, first thing after it connected:
+/// a launcher that started the rank through a wrapper (a shell, a script) knows the
+/// wrapper's pid only, and reads here whose shared-memory files to remove when the rank dies.
+pub fn pid_key(rank: u32) -> String {
+    format!("gaspi-pid-{rank}")
+}

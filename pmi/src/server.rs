@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use crate::split::{self, Stored};
 use crate::wire::{Message, MAX_LINE};
 
 /// Longest key-value-space name clients must accept (advertised in `maxes`).
@@ -66,6 +67,18 @@ impl KvsServer {
     /// True once `rank` has sent `finalize`.
     pub fn is_finalized(&self, rank: u32) -> bool {
         self.phases[rank as usize] == Phase::Finalized
+    }
+
+    /// The value a rank's [`PmiClient`](crate::PmiClient) put under `key`, if it is there
+    /// whole: what the process manager may read of the job's key-value space (a rank's process
+    /// id, for one).
+    pub fn value(&self, key: &str) -> Option<String> {
+        match split::parse_header(self.kvs.get(key)?).ok()? {
+            Stored::Inline(value) => Some(value),
+            Stored::Split(chunks) => (0..chunks)
+                .map(|i| self.kvs.get(&split::chunk_key(key, i)).cloned())
+                .collect(),
+        }
     }
 
     /// The ranks currently blocked in `barrier_in`, in rank order.
@@ -219,6 +232,26 @@ mod tests {
         let missing = only_reply(s.handle(1, &msg("cmd=get kvsname=kvs_1_0 key=b")).unwrap());
         assert_eq!(missing.get("rc"), Some("-1"));
         assert_eq!(missing.get("msg"), Some("key_b_not_found"));
+    }
+
+    #[test]
+    fn the_process_manager_reads_values_as_the_client_stored_them() {
+        let mut s = KvsServer::new(1, "kvs_1_0".into());
+        for line in [
+            "cmd=put kvsname=kvs_1_0 key=pid value=.4242",
+            "cmd=put kvsname=kvs_1_0 key=long#0 value=abc",
+            "cmd=put kvsname=kvs_1_0 key=long#1 value=de",
+            "cmd=put kvsname=kvs_1_0 key=long value=#2",
+            "cmd=put kvsname=kvs_1_0 key=torn value=#2",
+            "cmd=put kvsname=kvs_1_0 key=torn#0 value=abc",
+        ] {
+            s.handle(0, &msg(line)).unwrap();
+        }
+        assert_eq!(s.value("pid").as_deref(), Some("4242"));
+        assert_eq!(s.value("long").as_deref(), Some("abcde"));
+        // A piece missing, or no such key: nothing.
+        assert_eq!(s.value("torn"), None);
+        assert_eq!(s.value("absent"), None);
     }
 
     #[test]
