@@ -5,9 +5,9 @@
 //! # Algorithms
 //! Chosen per call from the size and the team size by this table, the same on every member;
 //! the environment variable `GASPI_COLL_<OP>` (e.g. `GASPI_COLL_BROADCAST=pipelined`, read
-//! when the team is built) overrides it and must then be the same on every member — a
-//! difference is reported as [`Error::Mismatch`], since the algorithm is part of what the
-//! members check they agree on.
+//! when the team is built; unset or empty, the table decides) overrides it and must then be
+//! the same on every member — a difference is reported as [`Error::Mismatch`], since the
+//! algorithm is part of what the members check they agree on.
 //!
 //! | operation | rule | names |
 //! |---|---|---|
@@ -18,6 +18,8 @@
 //! | `exchange` | blocks up to 256 B: Bruck; else pairwise | `bruck`, `pairwise` |
 //! | `exchangev` | pairwise (Bruck would need every member's counts) | `pairwise` |
 //!
+//! `knomialK` is the k-nomial tree of `K >= 2` children per level (`knomial2` is `binomial`,
+//! and so named); [`Handle::algorithm`] names it `knomialK` up to `K = 16`, `knomial` beyond.
 //! The choice is made for the whole operation, also when it runs as pieces (see
 //! [`Team`]'s staging and capacity).
 
@@ -64,7 +66,11 @@ pub(crate) struct Choices {
 
 impl Choices {
     pub(crate) fn from_env() -> Choices {
-        let var = |op: &str| std::env::var(format!("GASPI_COLL_{}", op.to_uppercase())).ok();
+        // Empty is unset, as for the runtime's variables.
+        let var = |op: &str| {
+            let name = format!("GASPI_COLL_{}", op.to_uppercase());
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        };
         Choices {
             broadcast: var("broadcast"),
             scatter: var("scatter"),
@@ -154,6 +160,24 @@ fn cut_all(counts: &[u64], cut: Cut) -> Vec<u64> {
     counts.iter().map(|&c| cut.of(c)).collect()
 }
 
+/// The names of the k-nomial trees of `k = 3..=16` (wider ones are all `knomial`).
+const KNOMIAL: [&str; 14] = [
+    "knomial3",
+    "knomial4",
+    "knomial5",
+    "knomial6",
+    "knomial7",
+    "knomial8",
+    "knomial9",
+    "knomial10",
+    "knomial11",
+    "knomial12",
+    "knomial13",
+    "knomial14",
+    "knomial15",
+    "knomial16",
+];
+
 /// A rooted operation's tree: `forced` if given, else `default`.
 fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, &'static str)> {
     let tree = match forced {
@@ -174,9 +198,7 @@ fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, 
     let name = match tree {
         Tree::Flat => "flat",
         Tree::Binomial | Tree::Knomial(2) => "binomial",
-        Tree::Knomial(4) => "knomial4",
-        Tree::Knomial(8) => "knomial8",
-        Tree::Knomial(_) => "knomial",
+        Tree::Knomial(k) => KNOMIAL.get(k as usize - 3).copied().unwrap_or("knomial"),
         Tree::Pipelined { .. } => "pipelined",
     };
     Ok((tree, name))

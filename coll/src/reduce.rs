@@ -139,7 +139,11 @@ impl<T: Element, F: Fn(&mut [T], &[T]) + Clone + Send + 'static> Reducer for Use
 /// The algorithm forced by `GASPI_COLL_ALLREDUCE`, read once.
 fn forced() -> Result<Option<AllreduceAlgo>> {
     static FORCED: OnceLock<Option<String>> = OnceLock::new();
-    let name = FORCED.get_or_init(|| std::env::var("GASPI_COLL_ALLREDUCE").ok());
+    let name = FORCED.get_or_init(|| {
+        std::env::var("GASPI_COLL_ALLREDUCE")
+            .ok()
+            .filter(|v| !v.is_empty())
+    });
     match name.as_deref() {
         None => Ok(None),
         Some("doubling") => Ok(Some(AllreduceAlgo::Doubling)),

@@ -18,7 +18,10 @@ mod cases;
 
 use std::path::Path;
 
-use common::{example, gaspirun, gaspirun_casualty, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{
+    example, gaspirun, gaspirun_casualty, gaspirun_with_env, jobs, Finished, JOB_TIMEOUT_S,
+    PROVIDERS,
+};
 use data::Digest;
 
 fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
@@ -62,6 +65,11 @@ fn ops(ranks: u32, provider: &str) {
 
 fn ops_on(hosts: Hosts, ranks: u32, provider: &str) {
     let job = job_on(hosts, ranks, provider, &["ops"]);
+    check_ops(&job, ranks);
+}
+
+/// Every rank's destinations of `ops` in `job` of `ranks` equal the serial reference.
+fn check_ops(job: &Finished, ranks: u32) {
     let report = job.report();
     for rank in 0..ranks {
         let data = job.data("ops", rank);
@@ -82,6 +90,61 @@ fn ops_on(hosts: Hosts, ranks: u32, provider: &str) {
                 "rank {rank}: {op}\n{report}"
             );
         }
+    }
+}
+
+/// `ops` with every operation's algorithm forced by `GASPI_COLL_<OP>` (`forced`: operation,
+/// value), on one host: the destinations equal the serial reference, and every handle
+/// names the forced algorithm (`named`: operation, the names its handles reported).
+fn forced(ranks: u32, provider: &str, forced: &[(&str, &str)], named: &[(&str, &str)]) {
+    let env: Vec<String> = forced
+        .iter()
+        .map(|(op, algo)| format!("GASPI_COLL_{}={algo}", op.to_uppercase()))
+        .collect();
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    let job = gaspirun_with_env(&env, ranks, provider, &example("gasnet_check"), &["ops"]);
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    check_ops(&job, ranks);
+    for rank in 0..ranks {
+        let data = job.data("ops", rank);
+        for (op, names) in named {
+            let key = format!("{op}_algorithms");
+            assert_eq!(data.get(&key), *names, "rank {rank}\n{}", job.report());
+        }
+    }
+}
+
+/// A `GASPI_COLL_<OP>` that names no algorithm of its operation fails the call with
+/// `UnknownAlgorithm`; an empty one is unset, and the table decides.
+fn unforced(provider: &str) {
+    let program = example("gasnet_check");
+    let job = gaspirun_with_env(
+        &["GASPI_COLL_BROADCAST=knomial1"],
+        2,
+        provider,
+        &program,
+        &["ops"],
+    );
+    assert!(!job.status.success(), "the job succeeded\n{}", job.report());
+    assert!(
+        job.stderr
+            .contains(r#"broadcast has no algorithm "knomial1""#),
+        "{}",
+        job.report()
+    );
+    let empty = ["GASPI_COLL_BROADCAST=", "GASPI_COLL_EXCHANGE="];
+    let job = gaspirun_with_env(&empty, 2, provider, &program, &["ops"]);
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    check_ops(&job, 2);
+    for rank in 0..2 {
+        let data = job.data("ops", rank);
+        assert_eq!(data.get("broadcast_algorithms"), "flat", "{}", job.report());
+        assert_eq!(
+            data.get("exchange_algorithms"),
+            "bruck+pairwise",
+            "{}",
+            job.report()
+        );
     }
 }
 
@@ -503,6 +566,28 @@ jobs! {
     large_3_tcp: large(3, "tcp");
     large_4_shm: large(4, "shm");
     two_hosts_ops_4_tcp: ops_on(Hosts::Two, 4, "tcp");
+    forced_5_shm: forced(5, "shm", &[
+        ("broadcast", "knomial3"), ("scatter", "knomial4"), ("gather", "binomial"),
+        ("gather_all", "ring"), ("exchange", "bruck"),
+    ], &[
+        ("broadcast", "knomial3"), ("scatter", "knomial4"), ("scatterv", "knomial4"),
+        ("gather", "binomial"), ("gatherv", "binomial"), ("gather_all", "ring"),
+        ("gather_allv", "ring"), ("exchange", "bruck"), ("exchangev", "pairwise"),
+    ]);
+    forced_7_tcp: forced(7, "tcp", &[
+        ("broadcast", "pipelined"), ("scatter", "binomial"), ("gather", "knomial8"),
+        ("gather_all", "dissemination"), ("exchange", "pairwise"),
+    ], &[
+        ("broadcast", "pipelined"), ("scatter", "binomial"), ("scatterv", "binomial"),
+        ("gather", "knomial8"), ("gatherv", "knomial8"), ("gather_all", "dissemination"),
+        ("gather_allv", "dissemination"), ("exchange", "pairwise"),
+    ]);
+    forced_6_shm: forced(6, "shm", &[
+        ("broadcast", "flat"), ("scatter", "flat"), ("gather", "flat"),
+    ], &[
+        ("broadcast", "flat"), ("scatterv", "flat"), ("gatherv", "flat"),
+    ]);
+    unforced_2_tcp: unforced("tcp");
     two_hosts_large_4_tcp: large_on(Hosts::Two, 4, "tcp");
     many_4_tcp: many(4, "tcp");
     many_4_shm: many(4, "shm");

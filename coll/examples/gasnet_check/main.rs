@@ -9,8 +9,11 @@
 //!   combinations of sync modes and addressing of `cases::flags()`, with a root drawn per
 //!   case; blocking and non-blocking forms alternate (a handle synced at once or polled,
 //!   every fourth case the blocking form), and so do sources and destinations in
-//!   memory and in user segments (`cases::placement`, with the `IN_SEGMENT` flags). Line `data ops rank R: <op>=<count>/<digest>`
-//!   per operation, the digest over the destinations of its cases in order.
+//!   memory and in user segments (`cases::placement`, with the `IN_SEGMENT` flags). Line
+//!   `data ops rank R: <op>=<count>/<digest>; <op>_algorithms=<names>; ...` per operation,
+//!   the digest over the destinations of its cases in order, the names those of the
+//!   algorithms its handles reported (`Handle::algorithm`), sorted, joined by `+`. Run it
+//!   with `GASPI_COLL_<OP>` set to force algorithms.
 //! * `large`: every operation at `cases::LARGE_SIZES` (up to 4 MiB per block) on a split of
 //!   the team with lanes of `cases::LARGE_LANE`, so each runs as many pieces (exchangev as one
 //!   run streaming its blocks in chunks); flags in turn from `cases::large_flags()`; then one
@@ -81,6 +84,7 @@ mod data;
 #[path = "../support/handles.rs"]
 mod handles;
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use gaspi::{Config, Context, Intranode, SegmentId, Timeout, GROUP_ALL};
@@ -150,9 +154,9 @@ const DST_SEG: SegmentId = 1;
 /// whose buffers may be in segments (`cases::placement`).
 const SEG_BYTES_PER_RANK: u64 = 400_000;
 
-/// Runs `op` of case `case` and returns this member's destination; its source and
-/// destination are in memory or in segments as `cases::placement` says for the case (in
-/// memory only unless `in_segments`).
+/// Runs `op` of case `case` and returns this member's destination, and the algorithm its
+/// handle named (none for a blocking call); its source and destination are in memory or in
+/// segments as `cases::placement` says for the case (in memory only unless `in_segments`).
 fn run(
     team: &Team<'_>,
     op: &str,
@@ -160,7 +164,7 @@ fn run(
     size: u64,
     flags: Flags,
     in_segments: bool,
-) -> Outcome<Vec<u8>> {
+) -> Outcome<(Vec<u8>, Option<&'static str>)> {
     let (n, me) = (team.size(), team.index());
     let ctx = team.context();
     let root = team.ranks()[cases::root(case, n) as usize];
@@ -192,6 +196,7 @@ fn run(
     let recvs: Vec<u64> = (0..n).map(|i| cases::xcount(size, i, me)).collect();
     // Every fourth case by the blocking form, the others by a handle synced at once or
     // polled.
+    let mut algorithm = None;
     if case % 4 == 1 {
         let t = TIMEOUT;
         match op {
@@ -219,6 +224,7 @@ fn run(
             "exchangev" => team.exchangev_nb(output, &recvs, input, &sends, flags)?,
             _ => return Err(format!("no operation {op}").into()),
         };
+        algorithm = Some(handle.algorithm());
         if case.is_multiple_of(2) {
             handle.wait_sync(TIMEOUT)?;
         } else {
@@ -230,7 +236,7 @@ fn run(
     if dst_in {
         ctx.segment_read(DST_SEG, 0, &mut dst)?;
     }
-    Ok(dst)
+    Ok((dst, algorithm))
 }
 
 fn ops(ctx: &Context, team: &Team<'_>) -> Outcome {
@@ -239,16 +245,20 @@ fn ops(ctx: &Context, team: &Team<'_>) -> Outcome {
     for op in cases::OPS {
         let mut digest = Digest::default();
         let mut count = 0;
+        let mut algorithms = BTreeSet::new();
         for size in cases::SIZES {
             for flags in cases::flags() {
                 case += 1;
-                let dst = run(team, op, case, size, flags, true)
+                let (dst, algorithm) = run(team, op, case, size, flags, true)
                     .map_err(|e| format!("{op} case {case} ({size} B, {flags:?}): {e}"))?;
                 digest.add(&dst);
+                algorithms.extend(algorithm);
                 count += 1;
             }
         }
         line.push(format!("{op}={count}/{}", digest.hex()));
+        let algorithms: Vec<&str> = algorithms.into_iter().collect();
+        line.push(format!("{op}_algorithms={}", algorithms.join("+")));
     }
     println!("data ops rank {}: {}", ctx.rank(), line.join("; "));
     Ok(())
@@ -270,7 +280,7 @@ fn large(ctx: &Context, team: &Team<'_>) -> Outcome {
         for size in cases::LARGE_SIZES {
             let flags = cases::large_flags()[(case % 3) as usize];
             let in_segments = size * u64::from(team.size()) <= SEG_BYTES_PER_RANK;
-            let dst = run(&small, op, case, size, flags, in_segments)
+            let (dst, _) = run(&small, op, case, size, flags, in_segments)
                 .map_err(|e| format!("{op} case {case} ({size} B, {flags:?}): {e}"))?;
             digest.add(&dst);
             count += 1;
