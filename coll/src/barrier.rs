@@ -55,7 +55,8 @@ impl Barrier {
     /// segment.
     ///
     /// # Errors
-    /// [`gaspi::Error::Timeout`]; [`gaspi::Error::RankFailed`] naming a dead partner;
+    /// [`gaspi::Error::Timeout`]; [`gaspi::Error::RankFailed`] naming a dead member (any
+    /// member, as a live partner may be stuck on a dead one);
     /// [`Error::OutOfStep`] when a partner is in another barrier.
     pub(crate) fn run(
         &mut self,
@@ -76,8 +77,10 @@ impl Barrier {
                 self.sent = true;
             }
             let from = on.ranks[((u64::from(on.me) + n - step) % n) as usize];
+            // Every member is watched, not only this round's partner: a live partner may
+            // itself wait for a dead member, and never send.
             on.ctx
-                .notify_wait_any(&[on.segment.range(id, 1)], &[from], deadline)?;
+                .notify_wait_any(&[on.segment.range(id, 1)], on.ranks, deadline)?;
             let got = on.segment.notify_reset(id)?;
             if got != tag {
                 return Err(Error::OutOfStep {

@@ -394,6 +394,28 @@ fn errors(provider: &str) {
     }
 }
 
+/// `kill_discovery` on 4 ranks: the last rank dies before `get_remote_offsets`, and every
+/// survivor's call ends in `RankFailed` naming it well within its timeout of 20 s, also
+/// rank 1, which neither sends to it nor receives from it.
+fn kill_discovery(provider: &str) {
+    const RANKS: u32 = 4;
+    let victim = RANKS - 1;
+    let program = example("alltoallv_check");
+    let job = gaspirun_casualty(RANKS, provider, &program, &["kill_discovery"], 137);
+    let report = job.report();
+    let _: u32 = job.data("kill_discovery", victim).parse("pid");
+    for rank in 0..victim {
+        let data = job.data("kill_discovery", rank);
+        assert_eq!(
+            data.get("outcome"),
+            format!("RankFailed({victim})"),
+            "rank {rank}\n{report}"
+        );
+        let ms: u64 = data.parse("ms");
+        assert!(ms < 10_000, "rank {rank} took {ms} ms\n{report}");
+    }
+}
+
 /// `kill` on 4 ranks: the last rank is killed (SIGKILL) in the middle of round 2. Each survivor's
 /// round ends in `RankFailed` naming it, not in a timeout or a hang, and so does its `finish`;
 /// the blocks it took before were the right ones; and the survivors go on, in a group of their
@@ -479,5 +501,7 @@ jobs! {
     errors_3_tcp: errors("tcp");
     errors_3_shm: errors("shm");
     kill_4_tcp: kill("tcp");
+    kill_discovery_4_tcp: kill_discovery("tcp");
+    kill_discovery_4_shm: kill_discovery("shm");
     kill_4_shm: kill("shm");
 }

@@ -9,12 +9,18 @@
 //! barrier (`survivors`), and run a round of a new alltoallv over it, with the same segments
 //! and the data of round 3 (`survivors_sources`, its plan's sources). `digest`: the blocks of
 //! round 1, those taken in round 2, and those of the survivors' round (ascending source).
+//!
+//! `kill_discovery` (3 ranks or more, likewise): every rank sends to its right neighbour; V
+//! prints its pid and is killed right after the alltoallv is made, and the survivors run
+//! `get_remote_offsets` with a timeout of [`DISCOVERY_TIMEOUT`]: `outcome` (which must name V
+//! on every survivor, also on those that V neither sends to nor receives from, who wait only
+//! for live members stuck on V) and `ms`, how long the call took.
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
-use gaspi::{Config, Context, Intranode, Rank, GROUP_ALL};
+use gaspi::{Config, Context, Intranode, Rank, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Error, Plan};
 
 use crate::check::{check_number, list, outcome, sources_layout, whole_round, Report, Setup};
@@ -71,6 +77,43 @@ pub fn run(ctx: &Context) -> Outcome {
     report.put("digest", digest.hex());
     report.print("kill", me);
     // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.group_barrier(group, TIMEOUT)?;
+    Ok(())
+}
+
+/// The timeout of the survivors' discovery in `kill_discovery`: far beyond the second in
+/// which a death on the host is seen.
+pub const DISCOVERY_TIMEOUT: Timeout = Timeout::Millis(20_000);
+
+pub fn discovery(ctx: &Context) -> Outcome {
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n < 3 {
+        return Err("kill_discovery needs at least 3 ranks".into());
+    }
+    let victim = n - 1;
+    const RECV: gaspi::SegmentId = 9;
+    ctx.segment_create(RECV, 4096, TIMEOUT)?;
+    let coll = Collectives::new(ctx)?;
+    let mut a2a = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    let mut report = Report::default();
+    if me == victim {
+        report.put("pid", std::process::id());
+        report.print("kill_discovery", victim);
+        // `sh` is a child of this process: $PPID is this rank.
+        Command::new("sh").args(["-c", "kill -9 $PPID"]).status()?;
+        return Err("still alive after kill -9".into());
+    }
+    let start = Instant::now();
+    let got = a2a.get_remote_offsets(RECV, 0, &[((me + 1) % n, 64)], DISCOVERY_TIMEOUT);
+    report.put("outcome", outcome(&got));
+    report.put("ms", start.elapsed().as_millis());
+    report.print("kill_discovery", me);
+    // No survivor leaves before the others are told: one that left could be named instead.
+    let group = ctx.group_create()?;
+    for rank in 0..victim {
+        ctx.group_add(group, rank)?;
+    }
+    ctx.group_commit(group, TIMEOUT)?;
     ctx.group_barrier(group, TIMEOUT)?;
     Ok(())
 }

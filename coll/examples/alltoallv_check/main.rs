@@ -53,7 +53,11 @@ fn main() -> ExitCode {
         ["kill"] => {
             kill::config().and_then(|config| in_job(Context::init_with(config), true, kill::run))
         }
-        _ => Err("usage: alltoallv_check exchange LONG | late | errors | kill".into()),
+        ["kill_discovery"] => kill::config()
+            .and_then(|config| in_job(Context::init_with(config), true, kill::discovery)),
+        _ => Err(
+            "usage: alltoallv_check exchange LONG | late | errors | kill | kill_discovery".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -467,9 +467,9 @@ impl<'c> Alltoallv<'c> {
             .into());
         }
         // `count` fits in u32: it is at most the group's size.
-        let ids: Vec<(NotificationId, Option<Rank>)> = (0..count as u32)
+        let ids: Vec<NotificationId> = (0..count as u32)
             .filter(|&k| d.incoming.iter().all(|&(_, taken)| taken != k))
-            .map(|k| (self.layout.reg(bank, k), None))
+            .map(|k| self.layout.reg(bank, k))
             .collect();
         let tag = d.tag();
         // The senders are unknown until their records are read; their writes completed
@@ -541,12 +541,9 @@ impl<'c> Alltoallv<'c> {
 
     /// Waits for every destination's reply, and for this rank's replies to complete.
     fn collect(&self, d: &mut Discovery<'c>, deadline: Deadline) -> Result<()> {
-        let ids: Vec<(NotificationId, Option<Rank>)> = d
-            .sends
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| d.replies[*i].is_none())
-            .map(|(i, &(rank, _))| (self.layout.reply(i as u32), Some(rank)))
+        let ids: Vec<NotificationId> = (0..d.sends.len())
+            .filter(|&i| d.replies[i].is_none())
+            .map(|i| self.layout.reply(i as u32))
             .collect();
         let tag = d.tag();
         self.wait_each(&ids, deadline, |id, value| {
@@ -633,24 +630,22 @@ impl<'c> Alltoallv<'c> {
         })
     }
 
-    /// Waits until each of the control table's notifications `ids` (each with the rank
-    /// expected to set it, if known) is set, taking each and calling `take` with its id and
-    /// value, in any order.
+    /// Waits until each of the control table's notifications `ids` is set, taking each and
+    /// calling `take` with its id and value, in any order. Every member's health is
+    /// watched, not only the senders': the discovery is collective, and a live sender may
+    /// itself wait for a dead member (a destination replies only once it heard from all its
+    /// sources), or be a source not known yet, whose registration never comes.
     fn wait_each(
         &self,
-        ids: &[(NotificationId, Option<Rank>)],
+        ids: &[NotificationId],
         deadline: Deadline,
         mut take: impl FnMut(NotificationId, u32) -> Result<()>,
     ) -> Result<()> {
-        let mut left: Vec<(NotificationId, Option<Rank>)> = ids.to_vec();
+        let mut left: Vec<NotificationId> = ids.to_vec();
         while !left.is_empty() {
-            let ranges: Vec<_> = left
-                .iter()
-                .map(|&(id, _)| self.control.range(id, 1))
-                .collect();
-            let senders: Vec<Rank> = left.iter().filter_map(|&(_, rank)| rank).collect();
-            let got = self.ctx.notify_wait_any(&ranges, &senders, deadline)?;
-            let (id, _) = left.swap_remove(got.range);
+            let ranges: Vec<_> = left.iter().map(|&id| self.control.range(id, 1)).collect();
+            let got = self.ctx.notify_wait_any(&ranges, &self.ranks, deadline)?;
+            let id = left.swap_remove(got.range);
             let value = self.control.notify_reset(id)?;
             take(id, value)?;
         }
