@@ -403,6 +403,21 @@ fn split(ranks: u32, provider: &str) {
 
 /// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their
 /// variants; members that disagree on the root are told (`Mismatch`) rather than corrupted.
+/// `drop_early` on 4 ranks: members that drop their team once their part of a gather is
+/// over, before the last member entered it, break nobody's gather: the late member's and the
+/// root's complete, with every member's block at the root.
+fn drop_early(provider: &str, mode: &str) {
+    const RANKS: u32 = 4;
+    let job = job(RANKS, provider, &["drop_early", mode]);
+    let report = job.report();
+    for rank in 0..RANKS {
+        let data = job.data("drop_early", rank);
+        assert_eq!(data.get("outcome"), "Ok", "rank {rank}\n{report}");
+        let want = if rank == 0 { "1,2,3,4" } else { "" };
+        assert_eq!(data.get("got"), want, "rank {rank}\n{report}");
+    }
+}
+
 fn errors(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["errors"]);
     let report = job.report();
@@ -610,6 +625,10 @@ jobs! {
     kill_4_shm: kill("shm");
     errors_3_tcp: errors(3, "tcp");
     errors_3_shm: errors(3, "shm");
+    drop_early_4_tcp: drop_early("tcp", "my");
+    drop_early_4_shm: drop_early("shm", "my");
+    drop_early_eager_4_tcp: drop_early("tcp", "eager");
+    drop_early_eager_4_shm: drop_early("shm", "eager");
     counts_2_tcp: counts(2, "tcp", "my");
     counts_3_shm: counts(3, "shm", "my");
     counts_eager_2_shm: counts(2, "shm", "eager");

@@ -71,6 +71,11 @@
 //!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
 //!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
+//! * `drop_early my|eager` (3 ranks or more): a gather of 8 B blocks to rank 0 (`Flags::MY`
+//!   or `Flags::EAGER`), which the last member enters a second late; the members in between
+//!   drop their team as soon as their call returns, before the last one entered: `data
+//!   drop_early rank R: outcome; got`, `got` the first byte of each block the root gathered
+//!   (member `i`'s is `i + 1`).
 //! * `counts my|eager`: an exchangev (`Flags::MY` or `Flags::EAGER`) whose member 1
 //!   expects 16 bytes from member 0, which sends it 8, every other block 8 bytes at both
 //!   ends: `data counts rank R: outcome=<outcome>; bytes=<the block from member 0>`, the
@@ -114,8 +119,9 @@ fn main() -> ExitCode {
         ["errors"] => in_job(errors),
         ["counts", mode @ ("my" | "eager")] => in_job(|_, team| counts(team, mode)),
         ["kill"] => kill(),
+        ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill".into(),
         ),
     };
     match result {
@@ -858,6 +864,38 @@ fn counts(team: &Team<'_>, mode: &str) -> Outcome {
     );
     // Nobody drops the team (its segment) while a member that disagreed still waits.
     team.context().barrier(TIMEOUT)?;
+    Ok(())
+}
+
+fn drop_early(mode: &str) -> Outcome {
+    let flags = if mode == "my" {
+        Flags::MY
+    } else {
+        Flags::EAGER
+    };
+    let ctx = Context::init()?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    let mut gathered = vec![0u8; if me == 0 { 8 * n as usize } else { 0 }];
+    let outcome = {
+        let coll = Collectives::new(&ctx)?;
+        let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+        if me + 1 == n {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        let mine = [me as u8 + 1; 8];
+        match team.gather(0, &mut gathered[..], &mine[..], flags, TIMEOUT) {
+            Ok(()) => "Ok".to_string(),
+            Err(e) => format!("{e:?}"),
+        }
+        // The team goes here, on the members in between before the last one entered.
+    };
+    let got: Vec<String> = gathered.chunks(8).map(|b| b[0].to_string()).collect();
+    println!(
+        "data drop_early rank {me}: outcome={outcome}; got={}",
+        got.join(",")
+    );
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
     Ok(())
 }
 

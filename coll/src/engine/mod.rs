@@ -501,7 +501,9 @@ pub(crate) struct Engine<'c> {
     /// Every member's segment, by member index (this member's too, for the wake-up), once
     /// resolved: by the first call that may wait, so that building a team never has to
     /// (see [`connect`](Self::connect)).
-    targets: OnceLock<Vec<Target>>,
+    /// Every member's segment, or the id it had where the member dropped its team before
+    /// this member resolved it (see [`connect`](Self::connect)).
+    targets: OnceLock<Vec<std::result::Result<Target, SegmentId>>>,
     layout: Layout,
     state: Mutex<State<'c>>,
     changes: Condvar,
@@ -697,23 +699,40 @@ impl<'c> Engine<'c> {
     /// creation only makes sure every member created its segment; resolving them may wait,
     /// so it is left to the calls that may: a call that times out here leaves the team
     /// whole (the runtime continues the lookups), and the next call goes on.
+    ///
+    /// A member may drop its team once its own collectives are over while others still
+    /// have theirs to run (a rank late to a gather that its root waits for): its segment is
+    /// then gone, which fails only a put or a signal to it, not the runs that never send to
+    /// it.
     fn connect(&self, deadline: Deadline) -> Result<()> {
         if self.targets.get().is_some() {
             return Ok(());
         }
+        let me = self.ranks[self.me as usize];
         let targets = self
             .ranks
             .iter()
-            .map(|&rank| self.seg.target(rank, deadline.left()))
+            .map(|&rank| match self.seg.target(rank, deadline.left()) {
+                Ok(target) => Ok(Ok(target)),
+                Err(gaspi::Error::UnknownSegment { segment, .. }) if rank != me => Ok(Err(segment)),
+                Err(e) => Err(e),
+            })
             .collect::<gaspi::Result<Vec<_>>>()?;
         // Another thread may have resolved them meanwhile: the same targets either way.
         let _ = self.targets.set(targets);
         Ok(())
     }
 
-    /// Member `index`'s segment, once resolved.
-    fn target(&self, index: u32) -> Option<&Target> {
-        self.targets.get().and_then(|t| t.get(index as usize))
+    /// Member `index`'s segment, once resolved; [`Failure::Segment`] for a member that
+    /// dropped its team.
+    fn target(&self, index: u32) -> std::result::Result<Option<&Target>, Failure> {
+        let Some(target) = self.targets.get().and_then(|t| t.get(index as usize)) else {
+            return Ok(None);
+        };
+        target
+            .as_ref()
+            .map(Some)
+            .map_err(|&segment| Failure::Segment(self.ranks[index as usize], segment))
     }
 
     /// `signal` of run `seq` carrying this member's `freed` (see "Eager runs"), and the
@@ -1155,8 +1174,15 @@ impl<'c> Engine<'c> {
             };
             for (index, target) in targets.iter().enumerate() {
                 if due(state, index) {
-                    self.publications.notify(target, signal)?;
-                    state.told[index] = state.freed;
+                    // A member that dropped its team (its segment gone, here or by now) is
+                    // over with its collectives: it needs no count any more, ever.
+                    state.told[index] = match target {
+                        Ok(target) => match self.publications.notify(target, signal) {
+                            Err(gaspi::Error::UnknownSegment { .. }) => u64::MAX,
+                            other => other.map(|()| state.freed)?,
+                        },
+                        Err(_) => u64::MAX,
+                    };
                 }
             }
         }
@@ -1458,7 +1484,7 @@ impl<'c> Engine<'c> {
                 self.wakes.test()?;
             }
             // A watcher only watches once the segments are resolved.
-            let Some(me) = self.target(self.me) else {
+            let Some(me) = self.target(self.me)? else {
                 return Ok(());
             };
             self.wakes.notify(
@@ -1481,7 +1507,7 @@ impl Transport for Engine<'_> {
         put: Transfer,
         signal: Notification,
     ) -> std::result::Result<bool, Failure> {
-        let Some(target) = self.target(put.to) else {
+        let Some(target) = self.target(put.to)? else {
             return Ok(false);
         };
         let base = self.layout.offset(seq);
@@ -1507,11 +1533,19 @@ impl Transport for Engine<'_> {
         to: u32,
         signal: Notification,
     ) -> std::result::Result<bool, Failure> {
-        let Some(target) = self.target(to) else {
-            return Ok(false);
+        let target = match self.target(to) {
+            Ok(Some(target)) => target,
+            Ok(None) => return Ok(false),
+            // A member that dropped its team is over with its collectives and waits for no
+            // signal (a credit its sender skipped, in an eager run): as good as taken.
+            Err(Failure::Segment(..)) => return Ok(true),
+            Err(f) => return Err(f),
         };
         let (signal, carried) = self.carrying(seq, signal);
-        batch.notify(target, signal).map_err(Failure::from)?;
+        match batch.notify(target, signal) {
+            Err(gaspi::Error::UnknownSegment { .. }) => return Ok(true),
+            other => other.map_err(Failure::from)?,
+        }
         self.carried_to(to, carried);
         Ok(true)
     }
@@ -1540,7 +1574,7 @@ impl Transport for Engine<'_> {
         at: u64,
         data: &[u8],
     ) -> std::result::Result<Stored, Failure> {
-        let Some(target) = self.target(to) else {
+        let Some(target) = self.target(to)? else {
             return Ok(Stored::NotYet);
         };
         match batch.write_from(data, target, self.layout.offset(seq) + at) {
