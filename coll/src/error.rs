@@ -205,6 +205,13 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// An [`Assert`](crate::Assert) with bits that name no assertion (MPI: `MPI_ERR_ASSERT`).
+    #[error("assertion bits {bits:#x} name no assertion")]
+    UnknownAssert {
+        /// The assertion's bits.
+        bits: u8,
+    },
+
     /// A second epoch of one kind on a [`Window`](crate::Window): a `post` while the exposure
     /// epoch is open, a `start` while the access epoch is (or a `start_one` of a target already
     /// in it).

@@ -274,11 +274,11 @@ impl<'c> Team<'c> {
         // here, not cut into pieces.
         flags.check_buffers(self.context(), &src, &dst)?;
         let (n, me) = (self.size(), self.index());
-        let mode = flags & !(Flags::SINGLE | Flags::LOCAL);
-        // The key of the plan: the call's words, mode, algorithm and flags.
+        // The key of the plan: the call's words, flags (which GASNet asks to be the same on
+        // every member, `SINGLE` and `LOCAL` too) and algorithm.
         let mut all: SmallVec<[u64; 32]> = SmallVec::new();
         all.extend_from_slice(words);
-        all.push(u64::from(mode.bits()));
+        all.push(u64::from(flags.bits()));
         // The name's length and its bytes eight to a word: as exact as a word per byte, and
         // a shorter key to hash and compare on every call.
         all.push(algorithm.len() as u64);
@@ -295,8 +295,6 @@ impl<'c> Team<'c> {
         let bound = shape.bound.unwrap_or_else(|| stage_bound(n, shape.largest));
         if bound <= lane || heaviest(whole) <= lane {
             let signature = signature(&all);
-            // The whole flags: a plan cached for valid flags must not serve invalid ones.
-            all.push(u64::from(flags.bits()));
             // Only in the key: members' counts may differ (exchangev), their signatures not.
             for words in exact {
                 all.extend_from_slice(words);

@@ -44,6 +44,14 @@ bitflags::bitflags! {
 impl Assert {
     /// No assertion (MPI's `0`).
     pub const NONE: Assert = Assert::empty();
+
+    /// `self` if every bit names an assertion, else [`Error::UnknownAssert`].
+    fn known(self) -> Result<Assert> {
+        match Assert::all().contains(self) {
+            true => Ok(self),
+            false => Err(Error::UnknownAssert { bits: self.bits() }),
+        }
+    }
 }
 
 /// The two kinds of epoch of a [`Window`], as errors name them.
@@ -396,10 +404,11 @@ impl<'c> Window<'c> {
     /// of an origin's control table. After a timeout nothing was posted: call again.
     ///
     /// # Errors
-    /// [`Error::EpochOpen`] while an exposure epoch is open; [`Error::NotMember`]; from the
-    /// runtime: [`gaspi::Error::Timeout`],
+    /// [`Error::UnknownAssert`]; [`Error::EpochOpen`] while an exposure epoch is open;
+    /// [`Error::NotMember`]; from the runtime: [`gaspi::Error::Timeout`],
     /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
     pub fn post(&mut self, origins: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
+        assert.known()?;
         if self.exposing {
             return Err(Error::EpochOpen {
                 epoch: Epoch::Exposure,
@@ -476,11 +485,12 @@ impl<'c> Window<'c> {
     /// meanwhile), or [`complete`](Self::complete) it.
     ///
     /// # Errors
-    /// [`Error::EpochOpen`] while another access epoch is open; [`Error::NotMember`];
-    /// [`Error::PostsMissing`]; [`Error::OutOfStep`] when a target
+    /// [`Error::UnknownAssert`]; [`Error::EpochOpen`] while another access epoch is open;
+    /// [`Error::NotMember`]; [`Error::PostsMissing`]; [`Error::OutOfStep`] when a target
     /// posted another epoch; from the runtime: [`gaspi::Error::Timeout`] (resolving a target),
     /// [`gaspi::Error::RankFailed`] naming a dead target.
     pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
+        assert.known()?;
         let mut due = Due::new(timeout);
         if self.accessing {
             if !self.resumes(targets) {
@@ -523,6 +533,7 @@ impl<'c> Window<'c> {
     /// [`Error::EpochOpen`] when `target` is already in the access epoch (and not waiting
     /// for its post); otherwise as for [`start`](Self::start).
     pub fn start_one(&mut self, target: Rank, assert: Assert, timeout: Timeout) -> Result<()> {
+        assert.known()?;
         let mut due = Due::new(timeout);
         let member = self.member(target)?;
         match self.access.iter().find(|a| a.rank == target) {

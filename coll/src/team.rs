@@ -83,6 +83,12 @@ impl Flags {
     /// Checks that exactly one mode of each kind and one addressing style are given;
     /// returns whether barriers are needed before and after.
     fn barriers(self) -> Result<(bool, bool)> {
+        if !Flags::all().contains(self) {
+            return Err(Error::Flags {
+                flags: self.bits(),
+                why: "bits that name no flag are set",
+            });
+        }
         let one = |set: Flags, why| {
             if (self & set).bits().count_ones() == 1 {
                 Ok(())

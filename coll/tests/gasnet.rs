@@ -465,6 +465,10 @@ fn errors(ranks: u32, provider: &str) {
                 "Flags { flags: 150, why: \"exactly one IN_ sync mode is needed\" }",
             ),
             ("stranger", stranger.as_str()),
+            (
+                "unknown_bit",
+                "Flags { flags: 1048722, why: \"bits that name no flag are set\" }",
+            ),
             ("second_sync", "Synced"),
             (
                 "src_flag_memory",

@@ -198,6 +198,8 @@ fn errors(provider: &str) {
         ("wait", "NoEpoch { epoch: Exposure }"),
         ("test", "NoEpoch { epoch: Exposure }"),
         ("stranger", "NotMember { rank: 2, group: 0 }"),
+        ("unknown_assert", "UnknownAssert { bits: 128 }"),
+        ("unknown_post", "UnknownAssert { bits: 128 }"),
         ("unstarted", "NotStarted { rank: 1 }"),
         ("unposted", "PostsMissing { ranks: [1] }"),
         ("early_write", "NotPosted { rank: 1 }"),

@@ -913,6 +913,11 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
         "no_out={}",
         said(team.broadcast(&mut dst, 0, &src, no_out, TIMEOUT))
     ));
+    let unknown = Flags::MY | Flags::from_bits_retain(1 << 20);
+    line.push(format!(
+        "unknown_bit={}",
+        said(team.broadcast(&mut dst, 0, &src, unknown, TIMEOUT))
+    ));
     let two_in = Flags::MY | Flags::IN_ALLSYNC;
     line.push(format!(
         "two_in={}",

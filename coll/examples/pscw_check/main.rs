@@ -520,6 +520,9 @@ fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
         seen.push(("wait", shown(win.wait(TIMEOUT))));
         seen.push(("test", shown(win.test())));
         seen.push(("stranger", shown(win.start(&[n], Assert::NONE, TIMEOUT))));
+        let unknown = Assert::from_bits_retain(0x80);
+        seen.push(("unknown_assert", shown(win.start(&[1], unknown, TIMEOUT))));
+        seen.push(("unknown_post", shown(win.post(&[1], unknown, TIMEOUT))));
         seen.push(("unstarted", shown(win.write(SRC, 0, 1, 0, 8))));
         // Rank 1 posts only after the barrier below: the start times out naming it.
         seen.push(("unposted", shown(win.start(&[1], Assert::NONE, short))));
