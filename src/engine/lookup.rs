@@ -197,8 +197,13 @@ impl Handler for Lookup {
         let State::Posted(slot) = *state else {
             return;
         };
+        // A broken connection marked the rank dead before this handler ran: the read
+        // failed because the rank is gone, as every operation towards it now does.
         let read = outcome
-            .map_err(|f| LookupFailure::Failed(f.message.clone()))
+            .map_err(|f| match inner.health.known(self.rank) {
+                Some(Error::RankFailed { reason, .. }) => LookupFailure::Dead(reason),
+                _ => LookupFailure::Failed(f.message.clone()),
+            })
             .and_then(|()| {
                 inner
                     .system
