@@ -198,7 +198,11 @@ fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, 
     let name = match tree {
         Tree::Flat => "flat",
         Tree::Binomial | Tree::Knomial(2) => "binomial",
-        Tree::Knomial(k) => KNOMIAL.get(k as usize - 3).copied().unwrap_or("knomial"),
+        Tree::Knomial(k) => (k as usize)
+            .checked_sub(3)
+            .and_then(|i| KNOMIAL.get(i))
+            .copied()
+            .unwrap_or("knomial"),
         Tree::Pipelined { .. } => "pipelined",
     };
     Ok((tree, name))

@@ -401,8 +401,6 @@ fn split(ranks: u32, provider: &str) {
     );
 }
 
-/// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their
-/// variants; members that disagree on the root are told (`Mismatch`) rather than corrupted.
 /// `drop_early` on 4 ranks: members that drop their team once their part of a gather is
 /// over, before the last member entered it, break nobody's gather: the late member's and the
 /// root's complete, with every member's block at the root.
@@ -418,6 +416,8 @@ fn drop_early(provider: &str, mode: &str) {
     }
 }
 
+/// `errors`: bad flags, a root outside the team, a short buffer and a second sync by their
+/// variants; members that disagree on the root are told (`Mismatch`) rather than corrupted.
 fn errors(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["errors"]);
     let report = job.report();

@@ -500,9 +500,8 @@ pub(crate) struct Engine<'c> {
     me: u32,
     /// Every member's segment, by member index (this member's too, for the wake-up), once
     /// resolved: by the first call that may wait, so that building a team never has to
-    /// (see [`connect`](Self::connect)).
-    /// Every member's segment, or the id it had where the member dropped its team before
-    /// this member resolved it (see [`connect`](Self::connect)).
+    /// (see [`connect`](Self::connect)); for a member that dropped its team before, the id
+    /// its segment had.
     targets: OnceLock<Vec<std::result::Result<Target, SegmentId>>>,
     layout: Layout,
     state: Mutex<State<'c>>,
@@ -702,8 +701,8 @@ impl<'c> Engine<'c> {
     ///
     /// A member may drop its team once its own collectives are over while others still
     /// have theirs to run (a rank late to a gather that its root waits for): its segment is
-    /// then gone, which fails only a put or a signal to it, not the runs that never send to
-    /// it.
+    /// then gone, which fails only a put to it (a signal to it is moot, see
+    /// [`signal`](Transport::signal)), not the runs that never send to it.
     fn connect(&self, deadline: Deadline) -> Result<()> {
         if self.targets.get().is_some() {
             return Ok(());
