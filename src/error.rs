@@ -340,6 +340,46 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// Members of a library segment creation passed different agreement words
+    /// ([`Library::segment_create_agreed`](crate::Library::segment_create_agreed)): they would
+    /// lay the segment out differently. No member keeps the segment.
+    #[error("library {library:?}: rank {rank} created the segment with other agreed parameters")]
+    LibraryDisagreement {
+        /// The library.
+        library: String,
+        /// The member whose agreement word differs from this rank's.
+        rank: Rank,
+    },
+
+    /// A library segment or notification table cannot be created as asked (refused before it
+    /// has an id to name).
+    #[error("library {library:?}: cannot create a segment of {size} bytes with {notifications} notifications: {reason}")]
+    LibrarySegment {
+        /// The library.
+        library: String,
+        /// The bytes asked for.
+        size: u64,
+        /// The notifications asked for.
+        notifications: u32,
+        /// Why not.
+        reason: String,
+    },
+
+    /// A rank is not among the members of a library scope: this rank creating a team it is
+    /// not listed in, or an operation on a library segment towards a rank outside its scope.
+    #[error("rank {rank} is not a member of the library scope")]
+    NotInScope {
+        /// The rank.
+        rank: Rank,
+    },
+
+    /// A rank is listed twice among the members of a library team.
+    #[error("rank {rank} is listed twice among the team's members")]
+    DuplicateTeamMember {
+        /// The rank listed twice.
+        rank: Rank,
+    },
+
     /// A library of this name is already registered with the context.
     #[error("a library named {name:?} is already registered")]
     LibraryExists {

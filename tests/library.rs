@@ -194,11 +194,20 @@ fn library(ranks: u32, provider: &str) {
                 ERR_SIZE - 8
             ),
         );
+        expect("zero_notifications", format!("LibrarySegment({SIZE},0)"));
+        expect("zero_table", "LibrarySegment(0,0)".into());
+        expect("huge_segment", format!("LibrarySegment({},4)", u64::MAX));
+        expect("team_empty", format!("NotInScope({rank})"));
+        expect("team_twice", format!("DuplicateTeamMember({rank})"));
+        // Rank 0 passed another agreement word: it names member 1, the others name it.
+        let disagreeing = if rank == 0 { 1 } else { 0 };
         expect(
-            "zero_notifications",
-            format!("InvalidNotification({rank},0,0)"),
+            "agreement_split",
+            format!("LibraryDisagreement(lib-a,{disagreeing})"),
         );
-        expect("zero_table", format!("InvalidNotification({rank},0,0)"));
+        expect("agreement_same", "Ok".into());
+        // The group's id went to a group of rank 0 alone; the team kept every rank.
+        expect("snapshot", format!("{ranks}:{rank}:{}:true", left + 1));
     }
 }
 

@@ -12,8 +12,11 @@
 //!   never takes part in (or waits for) the user's barriers and collectives, and libraries may
 //!   create concurrently with each other and with the user. A library segment is deleted when
 //!   its last [`Segment`] handle is dropped.
-//! * **Teams** ([`Library::team`], or [`Library::split`] of a scope by colour) are the library's
-//!   groups: they take no user group id.
+//!   Members that must lay a segment out alike say so with
+//!   [`Library::segment_create_agreed`], which checks an agreement word in the same exchange.
+//! * **Teams** ([`Library::team`], [`Library::split`] of a scope by colour, or
+//!   [`Library::team_of_group`], a snapshot of a group that outlives the group's id) are the
+//!   library's groups: they take no user group id.
 //!
 //! Everything else a library needs is on [`Context`] for libraries and users alike:
 //! [`Batch`](crate::Batch)es for completion tracking per set of operations,
@@ -47,6 +50,9 @@ use crate::sync::{lock, Mutex};
 use crate::wire::Table;
 pub(crate) use rendezvous::room as internal_room;
 use rendezvous::{Allgather, WIDTH};
+
+/// Where a creation's value carries its agreement word.
+const AGREED: std::ops::Range<usize> = 8..16;
 
 /// The names of the libraries registered with a context.
 #[derive(Default)]
@@ -192,7 +198,28 @@ impl<'a> Library<'a> {
         notifications: u32,
         timeout: Timeout,
     ) -> Result<Segment<'a>> {
-        self.create(scope.into(), Kind::Segment, size, notifications, timeout)
+        self.segment_create_agreed(scope, size, notifications, 0, timeout)
+    }
+
+    /// [`segment_create`](Self::segment_create), where every member must also pass the same
+    /// `agreement`: a word standing for the parameters the members lay the segment out by
+    /// (a library's capacity, say, hashed), checked in the creation's own exchange at no
+    /// extra cost. [`segment_create`](Self::segment_create) passes 0.
+    ///
+    /// # Errors
+    /// As for [`segment_create`](Self::segment_create), and
+    /// [`Error::LibraryDisagreement`] naming a member that passed another `agreement` (no
+    /// member keeps the segment; the next creation over the scope starts afresh).
+    pub fn segment_create_agreed<'s>(
+        &self,
+        scope: impl Into<Scope<'s>>,
+        size: u64,
+        notifications: u32,
+        agreement: u64,
+        timeout: Timeout,
+    ) -> Result<Segment<'a>> {
+        let kind = Kind::Segment;
+        self.create(scope.into(), kind, size, notifications, agreement, timeout)
     }
 
     /// Creates a notification table of `count` notifications without memory on every member
@@ -207,7 +234,7 @@ impl<'a> Library<'a> {
         count: u32,
         timeout: Timeout,
     ) -> Result<Segment<'a>> {
-        self.create(scope.into(), Kind::Notifications, 0, count, timeout)
+        self.create(scope.into(), Kind::Notifications, 0, count, 0, timeout)
     }
 
     /// Creates a team of `members` (collective among them: each passes the same ranks, in any
@@ -215,25 +242,22 @@ impl<'a> Library<'a> {
     /// segments. A member whose partners never create the same team waits until its timeout.
     ///
     /// # Errors
-    /// [`Error::InvalidRank`]; [`Error::NotInGroup`] when this rank is not among `members`;
-    /// [`Error::DuplicateMember`]; [`Error::Timeout`] (call again to continue);
-    /// [`Error::RankFailed`].
+    /// [`Error::InvalidRank`]; [`Error::NotInScope`] when this rank is not among `members`
+    /// (none at all, say); [`Error::DuplicateTeamMember`]; [`Error::Timeout`] (call again to
+    /// continue); [`Error::RankFailed`].
     pub fn team(&self, members: &[Rank], timeout: Timeout) -> Result<Team<'a>> {
         let ctx = self.ctx;
         let mut set = BTreeSet::new();
         for &rank in members {
             ctx.check_rank(rank)?;
             if !set.insert(rank) {
-                return Err(Error::DuplicateMember { group: 0, rank });
+                return Err(Error::DuplicateTeamMember { rank });
             }
         }
         let members = Members::from_set(&set);
         let me = members
             .index_of(ctx.rank())
-            .ok_or_else(|| Error::NotInGroup {
-                group: 0,
-                rank: ctx.rank(),
-            })?;
+            .ok_or(Error::NotInScope { rank: ctx.rank() })?;
         let resolved = Resolved {
             key: fnv1a_words(std::iter::once(0x7ea3).chain(set.iter().map(|&r| u64::from(r)))),
             members,
@@ -247,6 +271,25 @@ impl<'a> Library<'a> {
             members: Arc::new(resolved.members),
             key,
             me,
+        })
+    }
+
+    /// The team of committed group `group`'s members, in the group's member order: a
+    /// snapshot, made locally (the group's commit made its members agree). Segments scoped to
+    /// it are scoped as to the group — their creations count in one sequence, so members may
+    /// pass either — but it keeps these members after the group is deleted or its id reused
+    /// for others, where [`Scope::Group`] looks the group up at every call.
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`] for a bad group;
+    /// [`Error::NotInGroup`] when this rank is not a member.
+    pub fn team_of_group(&self, group: GroupId) -> Result<Team<'a>> {
+        let resolved = self.resolve(Scope::Group(group))?;
+        Ok(Team {
+            ctx: PhantomData,
+            members: Arc::new(resolved.members),
+            key: resolved.key,
+            me: resolved.me,
         })
     }
 
@@ -339,32 +382,30 @@ impl<'a> Library<'a> {
         kind: Kind,
         size: u64,
         notifications: u32,
+        agreement: u64,
         timeout: Timeout,
     ) -> Result<Segment<'a>> {
         let ctx = self.ctx;
         let inner = &ctx.inner;
+        let refused = |reason: String| Error::LibrarySegment {
+            library: self.state.name.clone(),
+            size,
+            notifications,
+            reason,
+        };
         if notifications == 0 || notifications > MAX_NOTIFICATIONS {
-            return Err(Error::InvalidNotification {
-                rank: ctx.rank(),
-                segment: 0,
-                id: u64::from(notifications),
-                count: MAX_NOTIFICATIONS,
-            });
+            let reason = format!("a table holds 1..={MAX_NOTIFICATIONS} notifications");
+            return Err(refused(reason));
         }
         let resolved = self.resolve(scope)?;
         let make = || -> Result<Option<Arc<LocalSegment>>> {
             let memory = match kind {
                 Kind::Segment => {
-                    let len = usize::try_from(size).map_err(|_| Error::OutOfBounds {
-                        rank: ctx.rank(),
-                        segment: 0,
-                        offset: 0,
-                        size,
-                        segment_size: usize::MAX as u64,
-                    })?;
+                    let len = usize::try_from(size)
+                        .map_err(|_| refused("more bytes than this platform addresses".into()))?;
                     Some(
                         gaspi_segments::SegmentMemory::allocate(len, &self.state.name)
-                            .map_err(Error::segment(ctx.rank(), 0))?,
+                            .map_err(|e| refused(e.to_string()))?,
                     )
                 }
                 Kind::Notifications | Kind::Team | Kind::Split => None,
@@ -377,12 +418,19 @@ impl<'a> Library<'a> {
             inner.publish_segment(key, &seg)?;
             Ok(Some(seg))
         };
-        let created = self
-            .rendezvous(&resolved, kind, [0; WIDTH], timeout, make)?
-            .created;
-        let (local, ids) = created.ok_or_else(|| {
+        let mut value = [0; WIDTH];
+        value[AGREED].copy_from_slice(&agreement.to_le_bytes());
+        let done = self.rendezvous(&resolved, kind, value, timeout, make)?;
+        let (local, ids) = done.created.ok_or_else(|| {
             Error::Protocol("a library segment creation ended without a segment".into())
         })?;
+        if let Some(index) = done.values.iter().position(|v| v[AGREED] != value[AGREED]) {
+            inner.drop_library_segment(local.table);
+            return Err(Error::LibraryDisagreement {
+                library: self.state.name.clone(),
+                rank: resolved.members.rank_at(index as u32).unwrap_or(ctx.rank()),
+            });
+        }
         Ok(Segment {
             ctx,
             shared: Arc::new(Shared {
@@ -573,10 +621,7 @@ impl Shared {
         match &self.library {
             None => Ok(self.local.table),
             Some(p) => {
-                let index = p
-                    .members
-                    .index_of(rank)
-                    .ok_or_else(|| Error::NotInGroup { group: 0, rank })?;
+                let index = p.members.index_of(rank).ok_or(Error::NotInScope { rank })?;
                 p.ids
                     .get(index as usize)
                     .map(|&id| Table::Library(id))

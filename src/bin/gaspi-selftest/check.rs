@@ -222,6 +222,16 @@ pub fn describe(e: &gaspi::Error) -> String {
         E::LibraryExists { name } => format!("LibraryExists({name})"),
         E::LibraryBusy { library, .. } => format!("LibraryBusy({library})"),
         E::LibraryMismatch { library, rank } => format!("LibraryMismatch({library},{rank})"),
+        E::LibraryDisagreement { library, rank } => {
+            format!("LibraryDisagreement({library},{rank})")
+        }
+        E::LibrarySegment {
+            size,
+            notifications,
+            ..
+        } => format!("LibrarySegment({size},{notifications})"),
+        E::NotInScope { rank } => format!("NotInScope({rank})"),
+        E::DuplicateTeamMember { rank } => format!("DuplicateTeamMember({rank})"),
         E::Misaligned {
             rank,
             segment,

@@ -176,6 +176,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     reduction(ctx, &b, &mut data)?;
     atomics(ctx, &a, &mut data)?;
     errors(ctx, &a, &mut data)?;
+    group_snapshot(ctx, &a, &mut data)?;
     // No rank drops its library segments (at the end of this function) while another may
     // still write into them.
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
@@ -1100,16 +1101,128 @@ fn errors(ctx: &Context, a: &LibA<'_>, data: &mut Data) -> Outcome {
     let zero = a.lib.segment_create(GROUP_ALL, SIZE, 0, TIMEOUT);
     data.outcome("zero_notifications", &zero);
     ensure!(
-        matches!(zero, Err(Error::InvalidNotification { .. })),
+        matches!(&zero, Err(Error::LibrarySegment { library, notifications: 0, .. })
+            if library == "lib-a"),
         "a library segment without notifications: {}",
         outcome(&zero)
     );
     let zero = a.lib.notifications_create(GROUP_ALL, 0, TIMEOUT);
     data.outcome("zero_table", &zero);
     ensure!(
-        matches!(zero, Err(Error::InvalidNotification { .. })),
+        matches!(
+            zero,
+            Err(Error::LibrarySegment {
+                notifications: 0,
+                ..
+            })
+        ),
         "a library table without notifications: {}",
         outcome(&zero)
     );
+    let huge = a.lib.segment_create(GROUP_ALL, u64::MAX, 4, TIMEOUT);
+    data.outcome("huge_segment", &huge);
+    ensure!(
+        matches!(huge, Err(Error::LibrarySegment { size: u64::MAX, .. })),
+        "a library segment of 2^64 - 1 bytes: {}",
+        outcome(&huge)
+    );
+    let nobody = a.lib.team(&[], TIMEOUT);
+    data.outcome("team_empty", &nobody);
+    ensure!(
+        matches!(nobody, Err(Error::NotInScope { rank }) if rank == me),
+        "a team of no ranks: {}",
+        outcome(&nobody)
+    );
+    let twice = a.lib.team(&[me, right, me], TIMEOUT);
+    data.outcome("team_twice", &twice);
+    ensure!(
+        matches!(twice, Err(Error::DuplicateTeamMember { rank }) if rank == me),
+        "a team listing this rank twice: {}",
+        outcome(&twice)
+    );
+    agreement(ctx, a, data)
+}
+
+/// Segment creations whose agreement words differ on rank 0 fail on every member naming a
+/// member that disagrees; the next creation over the scope works again.
+fn agreement(ctx: &Context, a: &LibA<'_>, data: &mut Data) -> Outcome {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let word = if me == 0 { 7 } else { 8 };
+    let split = a
+        .lib
+        .segment_create_agreed(GROUP_ALL, SIZE, 4, word, TIMEOUT);
+    data.outcome("agreement_split", &split);
+    // Rank 0 meets member 1 first; the others meet rank 0.
+    let expected = if me == 0 { 1 } else { 0 };
+    ensure!(
+        n == 1 && split.is_ok()
+            || matches!(&split, Err(Error::LibraryDisagreement { library, rank })
+                if library == "lib-a" && *rank == expected),
+        "agreement words 7 on rank 0 and 8 elsewhere: {}",
+        outcome(&split)
+    );
+    let agreed = a.lib.segment_create_agreed(GROUP_ALL, SIZE, 4, 9, TIMEOUT);
+    data.outcome("agreement_same", &agreed);
+    ensure!(
+        agreed.is_ok(),
+        "agreement word 9 everywhere: {}",
+        outcome(&agreed)
+    );
+    Ok(())
+}
+
+/// A team of a group keeps the group's members after the group is deleted and its id reused
+/// by a group of rank 0 alone, and scopes segments over them.
+fn group_snapshot(ctx: &Context, a: &LibA<'_>, data: &mut Data) -> Outcome {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let group = ctx.group_create().doing(|| "creating a group to delete")?;
+    for r in 0..n {
+        ctx.group_add(group, r)
+            .doing(|| "filling the group to delete")?;
+    }
+    ctx.group_commit(group, TIMEOUT)
+        .doing(|| "committing the group to delete")?;
+    let team = a
+        .lib
+        .team_of_group(group)
+        .doing(|| "the team of the group")?;
+    ctx.group_delete(group).doing(|| "deleting the group")?;
+    let reused = ctx
+        .group_create()
+        .doing(|| "creating the group of rank 0")?;
+    ctx.group_add(reused, 0).doing(|| "adding rank 0")?;
+    if me == 0 {
+        ctx.group_commit(reused, TIMEOUT)
+            .doing(|| "committing the group of rank 0")?;
+    }
+    let seg = a
+        .lib
+        .segment_create(&team, SIZE, 4, TIMEOUT)
+        .doing(|| "a segment over the team of the deleted group")?;
+    let right = (me + 1) % n;
+    let target = seg
+        .target(right, TIMEOUT)
+        .doing(|| "the neighbour's part of the team's segment")?;
+    let batch = ctx.batch();
+    let value = me + 1;
+    batch
+        .write_notify(&seg, 0, &target, 0, 8, Notification { id: 1, value })
+        .doing(|| "write_notify over the team of the deleted group")?;
+    batch.wait(TIMEOUT).doing(|| "its completion")?;
+    let from_left = take(&seg, 1, "the left neighbour's notification")?;
+    data.put(
+        "snapshot",
+        format!(
+            "{}:{}:{from_left}:{}",
+            team.size(),
+            team.index(),
+            reused == group
+        ),
+    );
+    // Nobody drops the segment while its left neighbour's write may still be in flight.
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the snapshot")?;
+    ctx.group_delete(reused)
+        .doing(|| "deleting the group of rank 0")?;
     Ok(())
 }
