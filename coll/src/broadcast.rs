@@ -144,7 +144,8 @@ impl<'c> Broadcast<'c> {
     /// Builds a broadcast for messages of up to `max_bytes` over the members of committed
     /// group `group` (collective over them; [`gaspi::GROUP_ALL`] for every rank): creates
     /// each member's staging segment in `coll`'s namespace. Members may pass different
-    /// maxima; a message larger than a member's fails at its parent.
+    /// maxima; a message larger than a member's fails at its parent. The broadcast keeps the
+    /// group's members as they are now, whatever becomes of the group's id later.
     ///
     /// After [`gaspi::Error::Timeout`], call again with the same arguments to continue.
     ///
@@ -152,8 +153,8 @@ impl<'c> Broadcast<'c> {
     /// [`Error::Unaddressable`] when `max_bytes` plus the header does not fit in memory
     /// addresses; from the runtime: [`gaspi::Error::UnknownGroup`],
     /// [`gaspi::Error::GroupNotCommitted`], [`gaspi::Error::NotInGroup`] when this rank is not a
-    /// member, [`gaspi::Error::InvalidNotification`] for a group too large for a notification
-    /// table, [`gaspi::Error::Segment`] when the memory cannot be allocated,
+    /// member, [`gaspi::Error::LibrarySegment`] for a group too large for a notification
+    /// table or when the memory cannot be allocated,
     /// [`gaspi::Error::LibraryBusy`] when another creation of `coll` over this group timed out
     /// and was not continued, [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
     pub fn new(
@@ -167,11 +168,11 @@ impl<'c> Broadcast<'c> {
             .checked_add(HEADER)
             .filter(|&size| usize::try_from(size).is_ok())
             .ok_or(Error::Unaddressable { max: max_bytes })?;
-        let (members, n) = crate::group_members(ctx, group)?;
+        let scope = coll.library().team_of_group(group)?;
+        let (members, n, me) = (scope.ranks(), scope.size(), scope.index());
         let staging =
             coll.library()
-                .segment_create(group, size, n.saturating_add(CREDITS), timeout)?;
-        let me = crate::own_index(ctx, group)?;
+                .segment_create(&scope, size, n.saturating_add(CREDITS), timeout)?;
         Ok(Broadcast {
             ctx,
             group,
@@ -282,13 +283,10 @@ impl<'c> Broadcast<'c> {
 
     /// Checks the arguments of a new broadcast and sets it up.
     fn begin(&mut self, root: Rank, len: usize) -> Result<Run> {
-        let root_index = self
-            .ctx
-            .group_index(self.group, root)?
-            .ok_or(Error::RootNotMember {
-                group: self.group,
-                root,
-            })?;
+        let root_index = crate::index_in(&self.members, root).ok_or(Error::RootNotMember {
+            group: self.group,
+            root,
+        })?;
         let is_root = root_index == self.me;
         if is_root && len as u64 > self.max {
             return Err(Error::TooLarge {

@@ -24,6 +24,27 @@ pub enum Error {
         max: u64,
     },
 
+    /// A team's capacity too small for its collectives: a team of `size` members needs at
+    /// least 1 lane of `2 · size` bytes (an `exchangev` streams at least a byte from and to
+    /// every partner through a lane).
+    #[error("{lanes} lanes of {lane_bytes} bytes are too small for a team of {size}: it needs at least 1 lane of {} bytes", 2 * u64::from(*size))]
+    CapacityTooSmall {
+        /// The lanes asked for.
+        lanes: u32,
+        /// The bytes per lane asked for.
+        lane_bytes: u64,
+        /// The team's members.
+        size: u32,
+    },
+
+    /// A member created the team with another [`Capacity`](crate::Capacity): its collectives
+    /// would stage at other places. No member gets the team.
+    #[error("rank {rank} created the team with another capacity")]
+    CapacityMismatch {
+        /// A member whose capacity differs from this rank's.
+        rank: Rank,
+    },
+
     /// The maximum size asked for at construction cannot be allocated on this platform.
     #[error("a staging area for {max} bytes cannot be addressed on this platform")]
     Unaddressable {

@@ -161,23 +161,12 @@ impl<'a> Collectives<'a> {
     }
 }
 
-/// The ranks of committed group `group`, by member index, and their number.
-pub(crate) fn group_members(ctx: &Context, group: GroupId) -> Result<(Vec<Rank>, u32)> {
-    let ranks = ctx.group_ranks(group)?;
-    let n = u32::try_from(ranks.len()).unwrap_or(u32::MAX);
-    Ok((ranks, n))
-}
-
-/// This rank's member index in `group`. Collective objects ask after creating their library
-/// resources over the group, which refuses a rank that is not a member with the runtime's
-/// own error first.
-pub(crate) fn own_index(ctx: &Context, group: GroupId) -> Result<u32> {
-    Ok(ctx
-        .group_index(group, ctx.rank())?
-        .ok_or(gaspi::Error::NotInGroup {
-            group,
-            rank: ctx.rank(),
-        })?)
+/// The member index of `rank` among a group's `ranks` (ascending, as a group orders its
+/// members). Collective objects look members up in the ranks they were built with, never
+/// through the group id, which the user may delete and reuse for other members.
+pub(crate) fn index_in(ranks: &[Rank], rank: Rank) -> Option<u32> {
+    // Below the member count, which is a u32.
+    ranks.binary_search(&rank).ok().map(|i| i as u32)
 }
 
 /// Sleeps on `changes` with `guard` until another thread notifies it or `deadline` passes,

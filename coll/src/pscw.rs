@@ -350,11 +350,12 @@ impl<'c> Window<'c> {
     /// `group` (collective over its members; `MPI_Win_create`): creates each member's control
     /// table in `coll`'s namespace. The segment must exist on every member that is written to
     /// when it is first started. After [`gaspi::Error::Timeout`], call again with the same
-    /// arguments to continue.
+    /// arguments to continue. The window keeps the group's members as they are now, whatever
+    /// becomes of the group's id later.
     ///
     /// # Errors
     /// From the runtime: [`gaspi::Error::UnknownGroup`], [`gaspi::Error::GroupNotCommitted`],
-    /// [`gaspi::Error::NotInGroup`], [`gaspi::Error::InvalidNotification`] for a group too
+    /// [`gaspi::Error::NotInGroup`], [`gaspi::Error::LibrarySegment`] for a group too
     /// large for a notification table, [`gaspi::Error::LibraryBusy`],
     /// [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
     pub fn new(
@@ -364,11 +365,11 @@ impl<'c> Window<'c> {
         timeout: Timeout,
     ) -> Result<Window<'c>> {
         let ctx = coll.context();
-        let (ranks, n) = crate::group_members(ctx, group)?;
+        let scope = coll.library().team_of_group(group)?;
+        let (ranks, n, me) = (scope.ranks(), scope.size(), scope.index());
         let control = coll
             .library()
-            .notifications_create(group, n.saturating_mul(2), timeout)?;
-        let me = crate::own_index(ctx, group)?;
+            .notifications_create(&scope, n.saturating_mul(2), timeout)?;
         Ok(Window {
             ctx,
             group,
@@ -1014,10 +1015,9 @@ impl<'c> Window<'c> {
     }
 
     fn member(&self, rank: Rank) -> Result<u32> {
-        match self.ranks.binary_search(&rank) {
-            // Below the member count, which is a u32.
-            Ok(member) => Ok(member as u32),
-            Err(_) => Err(Error::NotMember {
+        match crate::index_in(&self.ranks, rank) {
+            Some(member) => Ok(member),
+            None => Err(Error::NotMember {
                 rank,
                 group: self.group,
             }),

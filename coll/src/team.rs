@@ -153,7 +153,10 @@ impl Flags {
 }
 
 /// The staging a team reserves: `lanes` collectives may hold staging at once, each up to
-/// `lane_bytes` bytes of it on every member.
+/// `lane_bytes` bytes of it on every member. Every member of a team passes the same
+/// capacity ([`Error::CapacityMismatch`] otherwise); a team of `n` members needs at least
+/// 1 lane of `2 · n` bytes ([`Error::CapacityTooSmall`]), the least an `exchangev` streams
+/// through (a byte from and to every partner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capacity {
     /// Collectives staged at once; later ones wait in the engine (initiation never waits).
@@ -207,7 +210,8 @@ impl Default for Capacity {
 /// piece `k` moves bytes `[k·c, (k+1)·c)` of every block, with `c` the largest cut whose
 /// staging fits a lane, and the pieces stream through the lanes like consecutive
 /// collectives (each with the sync modes' barriers, so `ALLSYNC` holds for every byte).
-/// Any size works, down to blocks cut into single bytes. `exchangev` is never cut into
+/// Any size works as long as a cut of one byte per block fits a lane ([`Error::TooLarge`]
+/// otherwise: `n` bytes for a gather_all, say). `exchangev` is never cut into
 /// pieces (no member knows the others' counts, so members could not cut alike): it runs as
 /// one collective that streams every block in chunks of `lane_bytes / (2 · size())` bytes,
 /// which the block's sender and receiver (both knowing its size) cut alike, through a slot
@@ -248,7 +252,9 @@ pub struct Team<'c> {
     index: FxHashMap<Rank, u32>,
     choices: Choices,
     capacity: Capacity,
-    parent: Parent<'c>,
+    /// The runtime's team of the members: the scope of the team's segment and its splits,
+    /// so that neither depends on a group id the user may delete and reuse.
+    scope: gaspi::Team<'c>,
     /// A split of this team that timed out, to be continued.
     splitting: Mutex<Option<Splitting<'c>>>,
 }
@@ -257,22 +263,8 @@ pub struct Team<'c> {
 /// share an id by their numbers alone.
 const TEAM_OF_GROUP: u64 = 0x7ea3_0f67;
 const SPLIT: u64 = 0x5b11_7ea3;
-
-/// What a team's segment (and its splits) are scoped to in the runtime.
-enum Parent<'c> {
-    Group(GroupId),
-    /// The runtime's library team of a split.
-    Library(gaspi::Team<'c>),
-}
-
-impl Parent<'_> {
-    fn scope(&self) -> gaspi::Scope<'_> {
-        match self {
-            Parent::Group(group) => gaspi::Scope::Group(*group),
-            Parent::Library(team) => gaspi::Scope::Team(team),
-        }
-    }
-}
+/// Domain of the agreement word of a team's segment: its capacity.
+const CAPACITY: u64 = 0xca9a_c174;
 
 /// A split that timed out: what it got so far.
 struct Splitting<'c> {
@@ -302,12 +294,15 @@ impl<'c> Team<'c> {
 
     /// The team of committed group `group`'s members, staging `capacity` (collective over
     /// the group, which must all pass the same capacity); member indices are the group's.
-    /// After [`gaspi::Error::Timeout`], call again with the same arguments to continue.
+    /// The team keeps these members whatever becomes of the group later (deleted, or its id
+    /// reused). After [`gaspi::Error::Timeout`], call again with the same arguments to
+    /// continue.
     ///
     /// # Errors
     /// The runtime's errors for the group and the segment creation;
-    /// [`Error::Unaddressable`] for a capacity whose bytes or notifications cannot be
-    /// counted.
+    /// [`Error::CapacityTooSmall`]; [`Error::Unaddressable`] for a capacity whose bytes or
+    /// notifications cannot be counted; [`Error::CapacityMismatch`] naming a member that
+    /// passed another capacity (on every member: none gets a team).
     pub fn with_capacity(
         coll: &'c Collectives<'c>,
         group: GroupId,
@@ -317,7 +312,8 @@ impl<'c> Team<'c> {
         // Teams of a group are made in the same order on its members: the count is theirs.
         let id = signature(&[TEAM_OF_GROUP, u64::from(group), coll.teams_of(group)]);
         let engines = Arc::new(Engines::default());
-        let team = Team::build(coll, Parent::Group(group), capacity, id, engines, timeout);
+        let scope = coll.library().team_of_group(group)?;
+        let team = Team::build(coll, scope, capacity, id, engines, timeout);
         let team = team.map_err(|(e, _)| e)?;
         coll.made_team_of(group);
         Ok(team)
@@ -334,7 +330,8 @@ impl<'c> Team<'c> {
     /// # Errors
     /// [`Error::SplitInProgress`] when a split with other arguments timed out and was not
     /// continued; the runtime's errors of [`gaspi::Library::split`] and of the segment
-    /// creation (a dead member as [`gaspi::Error::RankFailed`]).
+    /// creation (a dead member as [`gaspi::Error::RankFailed`]); the capacity's errors of
+    /// [`with_capacity`](Self::with_capacity), among the new team's members.
     pub fn split(
         &self,
         color: Option<u32>,
@@ -381,7 +378,7 @@ impl<'c> Team<'c> {
             Some(team) => team,
             None => {
                 let library = self.coll.library();
-                match library.split(self.parent.scope(), color, key, deadline.left()) {
+                match library.split(&self.scope, color, key, deadline.left()) {
                     Ok(team) => team,
                     Err(e) => {
                         if e.is_timeout() {
@@ -396,7 +393,6 @@ impl<'c> Team<'c> {
             self.splits.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
-        let parent = Parent::Library(team);
         let splits = self.splits.load(Ordering::Relaxed);
         let id = signature(&[
             SPLIT,
@@ -405,57 +401,81 @@ impl<'c> Team<'c> {
             color.map_or(0, |c| u64::from(c) + 1),
         ]);
         let engines = Arc::clone(&self.engines);
-        match Team::build(self.coll, parent, capacity, id, engines, deadline.left()) {
+        match Team::build(self.coll, team, capacity, id, engines, deadline.left()) {
             Ok(team) => {
                 self.splits.fetch_add(1, Ordering::Relaxed);
                 Ok(Some(team))
             }
-            Err((e, parent)) => {
+            Err((e, team)) => {
                 if e.is_timeout() {
-                    if let Parent::Library(team) = parent {
-                        split.team = Some(Some(team));
-                    }
+                    split.team = Some(Some(team));
                     *splitting = Some(split);
+                } else {
+                    // Every member of the new team failed alike (a capacity they disagree
+                    // on, say): the split is over, and the next one is another.
+                    self.splits.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e)
             }
         }
     }
 
-    /// The team of `parent`'s members (on failure, `parent` comes back with the error).
+    /// The team of `scope`'s members (on failure, `scope` comes back with the error).
     fn build(
         coll: &'c Collectives<'c>,
-        parent: Parent<'c>,
+        scope: gaspi::Team<'c>,
         capacity: Capacity,
         id: u64,
         engines: Arc<Engines<'c>>,
         timeout: Timeout,
-    ) -> std::result::Result<Team<'c>, (Error, Parent<'c>)> {
+    ) -> std::result::Result<Team<'c>, (Error, gaspi::Team<'c>)> {
         let ctx = coll.context();
-        let members = match &parent {
-            Parent::Group(group) => crate::group_members(ctx, *group)
-                .and_then(|(ranks, _)| Ok((ranks, crate::own_index(ctx, *group)?))),
-            Parent::Library(team) => Ok((team.ranks(), team.index())),
+        let (ranks, me) = (scope.ranks(), scope.index());
+        let n = scope.size();
+        let Capacity { lanes, lane_bytes } = capacity;
+        let least = 2 * u64::from(n);
+        let layout = if lanes == 0 || lane_bytes < least {
+            Err(Error::CapacityTooSmall {
+                lanes,
+                lane_bytes,
+                size: n,
+            })
+        } else {
+            Layout::new(n, lanes, lane_bytes).ok_or_else(|| {
+                let max = u128::from(lanes) * u128::from(lane_bytes);
+                let max = u64::try_from(max).unwrap_or(u64::MAX);
+                Error::Unaddressable { max }
+            })
         };
-        let (ranks, me) = match members {
-            Ok(m) => m,
-            Err(e) => return Err((e, parent)),
+        // A member refusing its capacity still takes part in the creation, with the least
+        // layout and its own capacity's agreement word, so that partners that passed another
+        // learn it at once (as a mismatch naming it) instead of timing out.
+        let made = match &layout {
+            Ok(layout) => Some(*layout),
+            Err(_) => Layout::new(n, 1, least),
         };
-        let lanes = capacity.lanes.max(1);
-        let Some(layout) = Layout::new(ranks.len() as u32, lanes, capacity.lane_bytes) else {
-            let max = u128::from(lanes) * u128::from(capacity.lane_bytes);
-            let max = u64::try_from(max).unwrap_or(u64::MAX);
-            return Err((Error::Unaddressable { max }, parent));
+        let Some(made) = made else {
+            return Err((
+                layout.err().unwrap_or(Error::Unaddressable { max: least }),
+                scope,
+            ));
         };
         let deadline = timeout.deadline();
-        let seg = match coll.library().segment_create(
-            parent.scope(),
-            layout.bytes(),
-            layout.ids(),
+        let created = coll.library().segment_create_agreed(
+            &scope,
+            made.bytes(),
+            made.ids(),
+            signature(&[CAPACITY, u64::from(lanes), lane_bytes]),
             deadline.left(),
-        ) {
-            Ok(seg) => seg,
-            Err(e) => return Err((e.into(), parent)),
+        );
+        let (seg, layout) = match (created, layout) {
+            (Err(e), _) if e.is_timeout() => return Err((e.into(), scope)),
+            (_, Err(refused)) => return Err((refused, scope)),
+            (Ok(seg), Ok(layout)) => (seg, layout),
+            (Err(gaspi::Error::LibraryDisagreement { rank, .. }), Ok(_)) => {
+                return Err((Error::CapacityMismatch { rank }, scope))
+            }
+            (Err(e), Ok(_)) => return Err((e.into(), scope)),
         };
         let index = ranks
             .iter()
@@ -474,7 +494,7 @@ impl<'c> Team<'c> {
             index,
             choices: Choices::from_env(),
             capacity,
-            parent,
+            scope,
             splitting: Mutex::new(None),
         })
     }

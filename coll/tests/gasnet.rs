@@ -509,6 +509,59 @@ fn errors(ranks: u32, provider: &str) {
     }
 }
 
+/// `teams`: a capacity that differs on rank 0 fails on every member, naming rank 0 on the
+/// others and the member it met first (1) on rank 0, or saying on rank 0 what is too small;
+/// teams made alike afterwards work; a team and an alltoallv of a group keep its members
+/// after its id went to another group; members that disagree on the addressing are not all
+/// told Ok.
+fn teams(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["teams"]);
+    let report = job.report();
+    let firsts = (1..=ranks)
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    for rank in 0..ranks {
+        let data = job.data("teams", rank);
+        let other = if rank == 0 { 1 } else { 0 };
+        let mismatch = format!("CapacityMismatch {{ rank: {other} }}");
+        let small = if rank == 0 {
+            format!("CapacityTooSmall {{ lanes: 4, lane_bytes: 1, size: {ranks} }}")
+        } else {
+            mismatch.clone()
+        };
+        let no_lanes =
+            format!("CapacityTooSmall {{ lanes: 0, lane_bytes: 1048576, size: {ranks} }}");
+        let left = (rank + ranks - 1) % ranks;
+        let regroup = format!("{ranks}:{firsts}");
+        let from_left = (left + 1).to_string();
+        for (key, want) in [
+            ("bytes", mismatch.as_str()),
+            ("lanes", mismatch.as_str()),
+            ("small", small.as_str()),
+            ("no_lanes", no_lanes.as_str()),
+            ("agreed", firsts.as_str()),
+            ("split_bytes", mismatch.as_str()),
+            ("split_again", firsts.as_str()),
+            ("regroup", regroup.as_str()),
+            ("regroup_a2a", from_left.as_str()),
+        ] {
+            assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");
+        }
+    }
+    let kinds: Vec<String> = (0..ranks)
+        .map(|r| job.data("teams", r).get("addressing").to_string())
+        .collect();
+    assert!(
+        kinds.iter().any(|k| k == "Mismatch"),
+        "addressing: {kinds:?}\n{report}"
+    );
+    assert!(
+        kinds.iter().all(|k| k == "Mismatch" || k == "Timeout"),
+        "addressing: {kinds:?}\n{report}"
+    );
+}
+
 /// `counts`: an exchangev whose member 1 expects 16 bytes from member 0, which sends it 8.
 /// The two never both complete: whichever takes the other's signal first reports a mismatch
 /// naming it (member 0 the credit, when it waits for one; member 1 the data, which comes
@@ -627,6 +680,8 @@ jobs! {
     split_5_shm: split(5, "shm");
     kill_4_tcp: kill("tcp");
     kill_4_shm: kill("shm");
+    teams_2_shm: teams(2, "shm");
+    teams_3_tcp: teams(3, "tcp");
     errors_3_tcp: errors(3, "tcp");
     errors_3_shm: errors(3, "shm");
     drop_early_4_tcp: drop_early("tcp", "my");

@@ -185,9 +185,9 @@ impl<'a> Library<'a> {
     ///
     /// # Errors
     /// [`Error::NotInGroup`] when this rank is not a member; [`Error::UnknownGroup`] /
-    /// [`Error::GroupNotCommitted`] for a bad group; [`Error::InvalidNotification`] for a
-    /// table size outside 1..=[`MAX_NOTIFICATIONS`]; [`Error::Limit`] when this rank has 255
-    /// library segments; [`Error::Segment`] when the memory cannot be allocated;
+    /// [`Error::GroupNotCommitted`] for a bad group; [`Error::LibrarySegment`] for a table
+    /// size outside 1..=[`MAX_NOTIFICATIONS`] or memory that cannot be allocated;
+    /// [`Error::Limit`] when this rank has 255 library segments;
     /// [`Error::LibraryBusy`] when another creation of this library over this scope timed out
     /// and was not continued; [`Error::LibraryMismatch`] when members created different
     /// things; [`Error::Timeout`]; [`Error::RankFailed`].

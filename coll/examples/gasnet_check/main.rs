@@ -71,6 +71,17 @@
 //!   disagree on the root (rank 0 names root 0, the others root 1) or the size (rank 0
 //!   gathers 8 bytes, the others 16):
 //!   `data errors rank R: <check>=<outcome>`.
+//! * `teams` (2 ranks or more): teams made with capacities that differ on rank 0 (lane
+//!   bytes: `bytes`; lanes: `lanes`; too small there: `small`), with no lanes anywhere
+//!   (`no_lanes`), and a split whose capacity differs on rank 0 (`split_bytes`), each an
+//!   outcome (`Variant { fields }`); a team and a split made alike afterwards gather the
+//!   members' bytes (`agreed`, `split_again`: the gathered first bytes). Then a team and an
+//!   alltoallv of a group of every rank, the group deleted and its id reused by a group of
+//!   rank 0 alone: the team's split by one colour (`regroup`: its size and the gathered
+//!   first bytes) and the alltoallv (`regroup_a2a`: the byte from the left neighbour) still
+//!   run over every rank; a broadcast for which rank 0 passes `SINGLE` addressing and the
+//!   others `LOCAL` (`addressing`: `Mismatch`, `Timeout` or the error): `data teams rank R:
+//!   <check>=<outcome>`.
 //! * `drop_early my|eager` (3 ranks or more): a gather of 8 B blocks to rank 0 (`Flags::MY`
 //!   or `Flags::EAGER`), which the last member enters a second late; the members in between
 //!   drop their team as soon as their call returns, before the last one entered: `data
@@ -93,7 +104,9 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use gaspi::{Config, Context, Intranode, SegmentId, Timeout, GROUP_ALL};
-use gaspi_coll::{Capacity, Collectives, Flags, Handle, Input, Output, SegmentRange, Team};
+use gaspi_coll::{
+    Alltoallv, Capacity, Collectives, Flags, Handle, Input, Output, SegmentRange, Team,
+};
 
 use data::Digest;
 use handles::sync_shuffled;
@@ -119,6 +132,7 @@ fn main() -> ExitCode {
         ["errors"] => in_job(errors),
         ["counts", mode @ ("my" | "eager")] => in_job(|_, team| counts(team, mode)),
         ["kill"] => kill(),
+        ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
             "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill".into(),
@@ -832,6 +846,121 @@ fn kill() -> Outcome {
         Err(gaspi::Error::RankFailed { .. }) | Ok(()) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// An outcome of a collective its members disagree on, as the tests read it.
+fn kind(outcome: gaspi_coll::Result<()>) -> String {
+    match outcome {
+        Err(gaspi_coll::Error::Mismatch { .. }) => "Mismatch".to_string(),
+        Err(e) if e.is_timeout() => "Timeout".to_string(),
+        Err(e) => format!("{e:?}"),
+        Ok(()) => "Ok".to_string(),
+    }
+}
+
+/// The first bytes of every member's block gathered into one 8-byte block each, as a list.
+fn gathered(team: &Team<'_>) -> Outcome<String> {
+    let n = team.size() as usize;
+    let mut all = vec![0u8; 8 * n];
+    let mine = [team.context().rank() as u8 + 1; 8];
+    team.gather_all(&mut all, &mine, Flags::MY, TIMEOUT)?;
+    let firsts: Vec<String> = all.chunks(8).map(|b| b[0].to_string()).collect();
+    Ok(firsts.join(","))
+}
+
+fn teams() -> Outcome {
+    let ctx = Context::init()?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n < 2 {
+        return Err("teams needs 2 ranks or more".into());
+    }
+    let coll = Collectives::new(&ctx)?;
+    let cap = |lanes, lane_bytes| Capacity { lanes, lane_bytes };
+    let usual = Capacity::default();
+    let shown = |made: gaspi_coll::Result<Option<Team<'_>>>| match made {
+        Ok(Some(_)) => "Ok".to_string(),
+        Ok(None) => "None".to_string(),
+        Err(e) => format!("{e:?}"),
+    };
+    let made = |capacity| Team::with_capacity(&coll, GROUP_ALL, capacity, TIMEOUT).map(Some);
+    let mut line = Vec::new();
+    let on_zero = |other: Capacity| if me == 0 { other } else { usual };
+    line.push(format!("bytes={}", shown(made(on_zero(cap(4, 64 << 10))))));
+    line.push(format!("lanes={}", shown(made(on_zero(cap(2, 1 << 20))))));
+    line.push(format!("small={}", shown(made(on_zero(cap(4, 1))))));
+    line.push(format!("no_lanes={}", shown(made(cap(0, 1 << 20)))));
+    let team = Team::with_capacity(&coll, GROUP_ALL, cap(2, 4096), TIMEOUT)?;
+    line.push(format!("agreed={}", gathered(&team)?));
+    let other = if me == 0 { cap(2, 8192) } else { cap(2, 4096) };
+    let split = team.split_with_capacity(Some(0), me, other, TIMEOUT);
+    line.push(format!("split_bytes={}", shown(split)));
+    let again = team
+        .split(Some(0), me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    line.push(format!("split_again={}", gathered(&again)?));
+    // On a team of its own, since a collective its members disagree on leaves the team's
+    // later ones to time out: rank 0 passes SINGLE addressing, the others LOCAL.
+    let disagreeing = team
+        .split(Some(0), me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    let addressing = if me == 0 {
+        (Flags::MY - Flags::LOCAL) | Flags::SINGLE
+    } else {
+        Flags::MY
+    };
+    let (mut dst, src) = ([0u8; 8], [me as u8; 8]);
+    let outcome = disagreeing.broadcast(&mut dst, 0, &src, addressing, Timeout::Millis(3_000));
+    line.push(format!("addressing={}", kind(outcome)));
+    // Nobody drops the team while a member that disagreed still waits.
+    ctx.barrier(TIMEOUT)?;
+    drop(disagreeing);
+
+    // A group of every rank, then its id reused by a group of rank 0 alone.
+    const RECEIVE: SegmentId = 0;
+    const SOURCE: SegmentId = 1;
+    ctx.segment_create(RECEIVE, 64, TIMEOUT)?;
+    ctx.segment_create(SOURCE, 64, TIMEOUT)?;
+    ctx.segment_write(SOURCE, 0, &[me as u8 + 1; 8])?;
+    let group = ctx.group_create()?;
+    for rank in 0..n {
+        ctx.group_add(group, rank)?;
+    }
+    ctx.group_commit(group, TIMEOUT)?;
+    let of_group = Team::new(&coll, group, TIMEOUT)?;
+    let mut a2a = Alltoallv::new(&coll, group, TIMEOUT)?;
+    ctx.group_delete(group)?;
+    let reused = ctx.group_create()?;
+    ctx.group_add(reused, 0)?;
+    if me == 0 {
+        ctx.group_commit(reused, TIMEOUT)?;
+    }
+    if reused != group {
+        return Err(format!("group {group} deleted, the next one is {reused}").into());
+    }
+    let split = of_group
+        .split(Some(0), me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    line.push(format!("regroup={}:{}", split.size(), gathered(&split)?));
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    let plan = a2a.get_remote_offsets(RECEIVE, 0, &[(right, 8)], TIMEOUT)?;
+    a2a.alltoallv(&plan, SOURCE, &[0], Timeout::Block)?;
+    let at = plan
+        .source(left)
+        .ok_or("the left neighbour is no source")?
+        .offset;
+    let mut got = [0u8; 8];
+    ctx.segment_read(RECEIVE, at, &mut got)?;
+    a2a.alltoallv_reset(&[left])?;
+    line.push(format!("regroup_a2a={}", got[0]));
+    println!("data teams rank {me}: {}", line.join("; "));
+    // No member drops its segments while a partner may still write into them.
+    ctx.barrier(TIMEOUT)?;
+    drop((split, again, team, of_group, a2a));
+    ctx.group_delete(reused)?;
+    drop(coll);
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
 }
 
 fn counts(team: &Team<'_>, mode: &str) -> Outcome {

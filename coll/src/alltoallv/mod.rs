@@ -160,13 +160,14 @@ impl<'c> Alltoallv<'c> {
     /// Builds the alltoallv of committed group `group` (collective over its members; for
     /// [`gaspi::GROUP_ALL`], every rank): creates each member's control segment in `coll`'s
     /// namespace. After [`gaspi::Error::Timeout`], call again with the same arguments to
-    /// continue.
+    /// continue. The alltoallv keeps the group's members as they are now, whatever becomes of
+    /// the group's id later.
     ///
     /// # Errors
     /// From the runtime: [`gaspi::Error::UnknownGroup`], [`gaspi::Error::GroupNotCommitted`],
     /// [`gaspi::Error::NotInGroup`] when this rank is not a member,
-    /// [`gaspi::Error::InvalidNotification`] for a group too large for a notification table,
-    /// [`gaspi::Error::Segment`] when the memory cannot be allocated,
+    /// [`gaspi::Error::LibrarySegment`] for a group too large for a notification table or
+    /// when the memory cannot be allocated,
     /// [`gaspi::Error::LibraryBusy`] when another creation of `coll` over this group timed
     /// out and was not continued, [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
     pub fn new(
@@ -175,15 +176,15 @@ impl<'c> Alltoallv<'c> {
         timeout: Timeout,
     ) -> Result<Alltoallv<'c>> {
         let ctx = coll.context();
-        let (ranks, n) = crate::group_members(ctx, group)?;
+        let scope = coll.library().team_of_group(group)?;
+        let (ranks, n, me) = (scope.ranks(), scope.size(), scope.index());
         let layout = Layout::new(n);
         let control = coll.library().segment_create(
-            group,
+            &scope,
             layout.bytes(),
             layout.notifications(),
             timeout,
         )?;
-        let me = crate::own_index(ctx, group)?;
         // Room for every registration, reply and block of a round in flight at once.
         let depth = n.saturating_mul(2).saturating_add(64);
         Ok(Alltoallv {

@@ -329,7 +329,7 @@ impl<'c> Alltoallv<'c> {
     ) -> Result<Discovery<'c>> {
         let mut seen = HashSet::with_capacity(sends.len());
         for &(rank, _) in sends {
-            if self.ctx.group_index(self.group, rank)?.is_none() {
+            if crate::index_in(&self.ranks, rank).is_none() {
                 return Err(gaspi::Error::NotInGroup {
                     group: self.group,
                     rank,
@@ -605,7 +605,9 @@ impl<'c> Alltoallv<'c> {
                 offset,
                 bytes: record.bytes,
             });
-            offset += record.bytes;
+            // As in the replies: with the receive segment not made yet, the counts are
+            // unchecked, and the rounds refuse an area they overflow.
+            offset = offset.saturating_add(record.bytes);
             source_members.push(self.member(record.rank)?);
         }
         self.exchange()
@@ -654,7 +656,7 @@ impl<'c> Alltoallv<'c> {
 
     /// The member index of `rank`.
     pub(super) fn member(&self, rank: Rank) -> Result<u32> {
-        self.ctx.group_index(self.group, rank)?.ok_or_else(|| {
+        crate::index_in(&self.ranks, rank).ok_or_else(|| {
             gaspi::Error::NotInGroup {
                 group: self.group,
                 rank,
