@@ -351,6 +351,16 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// A member of a library segment creation could not make its part (see the error there:
+    /// [`Error::LibrarySegment`] or [`Error::Limit`], say). No member keeps the segment.
+    #[error("library {library:?}: rank {rank} could not create its part of the segment")]
+    LibraryRefused {
+        /// The library.
+        library: String,
+        /// The member that could not.
+        rank: Rank,
+    },
+
     /// A library segment or notification table cannot be created as asked (refused before it
     /// has an id to name).
     #[error("library {library:?}: cannot create a segment of {size} bytes with {notifications} notifications: {reason}")]

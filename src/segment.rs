@@ -684,7 +684,7 @@ impl<'a> Segment<'a> {
     /// within `timeout`, as a target for [`Batch`](crate::Batch) operations and atomics.
     ///
     /// # Errors
-    /// [`Error::InvalidRank`]; [`Error::NotInGroup`] for a library segment when `rank` is not
+    /// [`Error::InvalidRank`]; [`Error::NotInScope`] for a library segment when `rank` is not
     /// a member; [`Error::UnknownSegment`] when `rank` has no such segment; [`Error::Timeout`];
     /// [`Error::RankFailed`].
     pub fn target(&self, rank: Rank, timeout: Timeout) -> Result<crate::Target> {

@@ -199,6 +199,18 @@ fn library(ranks: u32, provider: &str) {
         expect("huge_segment", format!("LibrarySegment({},4)", u64::MAX));
         expect("team_empty", format!("NotInScope({rank})"));
         expect("team_twice", format!("DuplicateTeamMember({rank})"));
+        // Rank 0 asked for no notifications: it says so, the others name it.
+        let refused = if rank == 0 {
+            format!("LibrarySegment({SIZE},0)")
+        } else {
+            "LibraryRefused(lib-a,0)".to_string()
+        };
+        expect("refused", refused);
+        if rank == 0 {
+            expect("retry_first", "Timeout".into());
+            expect("retry_other", "LibraryBusy(lib-a)".into());
+        }
+        expect("retried", "Ok".into());
         // Rank 0 passed another agreement word: it names member 1, the others name it.
         let disagreeing = if rank == 0 { 1 } else { 0 };
         expect(

@@ -97,10 +97,10 @@ use gaspi::{Context, Deadline, GroupId, Library, Rank, SegmentId};
 pub struct Collectives<'a> {
     ctx: &'a Context,
     library: Library<'a>,
-    /// Groups with an alltoallv round running: one per group at a time.
-    exchanging: Mutex<HashSet<GroupId>>,
-    /// Per group, the teams made of it so far (see [`Team::id`]).
-    teams: Mutex<HashMap<GroupId, u64>>,
+    /// Groups (by [`group_key`]) with an alltoallv round running: one per group at a time.
+    exchanging: Mutex<HashSet<u64>>,
+    /// Per group (by [`group_key`]), the teams made of it so far (see [`Team::id`]).
+    teams: Mutex<HashMap<u64, u64>>,
 }
 
 impl<'a> Collectives<'a> {
@@ -129,36 +129,48 @@ impl<'a> Collectives<'a> {
         &self.library
     }
 
-    /// How many teams of `group` were made before (the next one's number).
-    pub(crate) fn teams_of(&self, group: GroupId) -> u64 {
+    /// How many teams of group `key` ([`group_key`]) were made before (the next one's
+    /// number).
+    pub(crate) fn teams_of(&self, key: u64) -> u64 {
         let teams = self.teams.lock().unwrap_or_else(PoisonError::into_inner);
-        teams.get(&group).copied().unwrap_or(0)
+        teams.get(&key).copied().unwrap_or(0)
     }
 
-    /// Counts a team made of `group`.
-    pub(crate) fn made_team_of(&self, group: GroupId) {
+    /// Counts a team made of group `key`.
+    pub(crate) fn made_team_of(&self, key: u64) {
         let mut teams = self.teams.lock().unwrap_or_else(PoisonError::into_inner);
-        *teams.entry(group).or_insert(0) += 1;
+        *teams.entry(key).or_insert(0) += 1;
     }
 
-    /// Marks an alltoallv round running on `group`; false when one already is.
-    pub(crate) fn begin_exchange(&self, group: GroupId) -> bool {
+    /// Marks an alltoallv round running on group `key` ([`group_key`]); false when one
+    /// already is.
+    pub(crate) fn begin_exchange(&self, key: u64) -> bool {
         // The set is consistent after every statement: a panic elsewhere cannot break it.
         let mut set = self
             .exchanging
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        set.insert(group)
+        set.insert(key)
     }
 
-    /// Marks the alltoallv round on `group` ended.
-    pub(crate) fn end_exchange(&self, group: GroupId) {
+    /// Marks the alltoallv round on group `key` ended.
+    pub(crate) fn end_exchange(&self, key: u64) {
         let mut set = self
             .exchanging
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        set.remove(&group);
+        set.remove(&key);
     }
+}
+
+/// A group as its members know it: its id and its members (`ranks`, by member index), so
+/// that a group deleted and its id reused for other members is another group, alike on
+/// every member of either.
+pub(crate) fn group_key(group: GroupId, ranks: &[Rank]) -> u64 {
+    let words: Vec<u64> = std::iter::once(u64::from(group))
+        .chain(ranks.iter().map(|&r| u64::from(r)))
+        .collect();
+    ops::signature(&words)
 }
 
 /// The member index of `rank` among a group's `ranks` (ascending, as a group orders its

@@ -15,7 +15,7 @@
 //! | `scatter(v)` | `n <= 3` or a block of 64 KiB or more: flat; else binomial | `flat`, `binomial`, `knomialK` |
 //! | `gather(v)` | `n <= 4` or a block of 64 KiB or more: flat; else binomial | `flat`, `binomial`, `knomialK` |
 //! | `gather_all(v)` | up to 64 KiB in all: dissemination (Bruck); else ring | `dissemination`, `ring` |
-//! | `exchange` | blocks up to 256 B: Bruck; else pairwise | `bruck`, `pairwise` |
+//! | `exchange` | blocks up to 256 B whose Bruck staging fits a lane: Bruck; else pairwise | `bruck`, `pairwise` |
 //! | `exchangev` | pairwise (Bruck would need every member's counts) | `pairwise` |
 //!
 //! `knomialK` is the k-nomial tree of `K >= 2` children per level (`knomial2` is `binomial`,
@@ -891,7 +891,12 @@ impl<'c> Team<'c> {
                     name: name.to_string(),
                 })
             }
-            None if bytes <= 256 => (ExchangeAlgo::Bruck, "bruck"),
+            // Bruck stages every block it forwards twice (packed, received): with lanes too
+            // small for that even at a byte per block, pairwise, which fits any lane a team
+            // accepts.
+            None if bytes <= 256 && all::bruck_stage(n, bytes) <= self.lane_bytes() => {
+                (ExchangeAlgo::Bruck, "bruck")
+            }
             None => (ExchangeAlgo::Pairwise, "pairwise"),
         };
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes));

@@ -156,7 +156,9 @@ impl Flags {
 /// `lane_bytes` bytes of it on every member. Every member of a team passes the same
 /// capacity ([`Error::CapacityMismatch`] otherwise); a team of `n` members needs at least
 /// 1 lane of `2 · n` bytes ([`Error::CapacityTooSmall`]), the least an `exchangev` streams
-/// through (a byte from and to every partner).
+/// through (a byte from and to every partner). With lanes that small, a collective whose
+/// smallest cut (a byte per block, an element per block for an allreduce) still stages more
+/// than a lane fails with [`Error::TooLarge`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capacity {
     /// Collectives staged at once; later ones wait in the engine (initiation never waits).
@@ -299,23 +301,27 @@ impl<'c> Team<'c> {
     /// continue.
     ///
     /// # Errors
-    /// The runtime's errors for the group and the segment creation;
+    /// The runtime's errors for the group and the segment creation (among them
+    /// [`gaspi::Error::LibrarySegment`] for staging the runtime cannot make — more bytes than
+    /// memory, more notifications than a table holds — and, on the other members,
+    /// [`gaspi::Error::LibraryRefused`] naming the member that could not);
     /// [`Error::CapacityTooSmall`]; [`Error::Unaddressable`] for a capacity whose bytes or
     /// notifications cannot be counted; [`Error::CapacityMismatch`] naming a member that
-    /// passed another capacity (on every member: none gets a team).
+    /// passed another capacity. Each fails every member alike: none gets a team.
     pub fn with_capacity(
         coll: &'c Collectives<'c>,
         group: GroupId,
         capacity: Capacity,
         timeout: Timeout,
     ) -> Result<Team<'c>> {
-        // Teams of a group are made in the same order on its members: the count is theirs.
-        let id = signature(&[TEAM_OF_GROUP, u64::from(group), coll.teams_of(group)]);
-        let engines = Arc::new(Engines::default());
         let scope = coll.library().team_of_group(group)?;
+        // Teams of a group are made in the same order on its members: the count is theirs.
+        let key = crate::group_key(group, &scope.ranks());
+        let id = signature(&[TEAM_OF_GROUP, key, coll.teams_of(key)]);
+        let engines = Arc::new(Engines::default());
         let team = Team::build(coll, scope, capacity, id, engines, timeout);
         let team = team.map_err(|(e, _)| e)?;
-        coll.made_team_of(group);
+        coll.made_team_of(key);
         Ok(team)
     }
 
@@ -500,8 +506,8 @@ impl<'c> Team<'c> {
     }
 
     /// The team's identifier: the same on every member, and another for every team of
-    /// the same [`Collectives`] — made from the group's id and the number of teams of the
-    /// group made before it, or, for a split, from the parent's identifier, the number of
+    /// the same [`Collectives`] — made from the group's id and members and the number of
+    /// teams of that group made before it, or, for a split, from the parent's identifier, the number of
     /// its splits before and the colour. GASNet's team handle, as a value that members can
     /// compare (or send each other).
     pub fn id(&self) -> u64 {

@@ -511,9 +511,10 @@ fn errors(ranks: u32, provider: &str) {
 
 /// `teams`: a capacity that differs on rank 0 fails on every member, naming rank 0 on the
 /// others and the member it met first (1) on rank 0, or saying on rank 0 what is too small;
-/// teams made alike afterwards work; a team and an alltoallv of a group keep its members
-/// after its id went to another group; members that disagree on the addressing are not all
-/// told Ok.
+/// teams made alike afterwards work, also after a capacity the runtime refuses on rank 0;
+/// a team and an alltoallv of a group keep its members after its id went to another group,
+/// and a team of the id's next group has one id on its members; members that disagree on
+/// the addressing are not all told Ok.
 fn teams(ranks: u32, provider: &str) {
     let job = job(ranks, provider, &["teams"]);
     let report = job.report();
@@ -534,6 +535,13 @@ fn teams(ranks: u32, provider: &str) {
             format!("CapacityTooSmall {{ lanes: 0, lane_bytes: 1048576, size: {ranks} }}");
         let left = (rank + ranks - 1) % ranks;
         let regroup = format!("{ranks}:{firsts}");
+        let pair_ids = if rank < 2 { "same" } else { "none" };
+        // Rank 0's staging is 1 lane of 2^50 bytes, which no memory holds.
+        let cap_refused = if rank == 0 {
+            format!("LibrarySegment({})", 1u64 << 50)
+        } else {
+            mismatch.clone()
+        };
         let from_left = (left + 1).to_string();
         for (key, want) in [
             ("bytes", mismatch.as_str()),
@@ -545,6 +553,9 @@ fn teams(ranks: u32, provider: &str) {
             ("split_again", firsts.as_str()),
             ("regroup", regroup.as_str()),
             ("regroup_a2a", from_left.as_str()),
+            ("pair_ids", pair_ids),
+            ("cap_refused", cap_refused.as_str()),
+            ("after_refused", firsts.as_str()),
         ] {
             assert_eq!(data.get(key), want, "rank {rank}: {key}\n{report}");
         }

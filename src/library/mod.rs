@@ -90,12 +90,40 @@ enum Kind {
     Split = 4,
 }
 
+/// What a member asks a rendezvous for; a call continuing one that timed out must ask the
+/// same.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Call {
+    kind: Kind,
+    /// Bytes 2.. of the member's value (the first two say what is created).
+    value: [u8; WIDTH],
+    size: u64,
+    notifications: u32,
+}
+
+impl Call {
+    /// A call that creates no segment (a team, a split).
+    fn teaming(kind: Kind, value: [u8; WIDTH]) -> Call {
+        Call {
+            kind,
+            value,
+            size: 0,
+            notifications: 0,
+        }
+    }
+}
+
+/// Flag of a value's kind byte: the member could not make its part (its error stays there).
+const REFUSED: u8 = 0x80;
+
 /// A creation that timed out, to be continued.
 struct Creation {
-    kind: Kind,
+    call: Call,
     gather: Allgather,
     /// The segment installed for it (segments and tables).
     segment: Option<Arc<LocalSegment>>,
+    /// Why this member could not make its part.
+    refused: Option<Error>,
 }
 
 /// A library's state.
@@ -187,10 +215,12 @@ impl<'a> Library<'a> {
     /// [`Error::NotInGroup`] when this rank is not a member; [`Error::UnknownGroup`] /
     /// [`Error::GroupNotCommitted`] for a bad group; [`Error::LibrarySegment`] for a table
     /// size outside 1..=[`MAX_NOTIFICATIONS`] or memory that cannot be allocated;
-    /// [`Error::Limit`] when this rank has 255 library segments;
-    /// [`Error::LibraryBusy`] when another creation of this library over this scope timed out
-    /// and was not continued; [`Error::LibraryMismatch`] when members created different
-    /// things; [`Error::Timeout`]; [`Error::RankFailed`].
+    /// [`Error::Limit`] when this rank has 255 library segments; on the other members, such
+    /// a refusal as [`Error::LibraryRefused`] naming the member (the refusing member still
+    /// takes part in the creation, so that every member fails and stays in step);
+    /// [`Error::LibraryBusy`] when another creation of this library over this scope (or this
+    /// one with other arguments) timed out and was not continued; [`Error::LibraryMismatch`]
+    /// when members created different things; [`Error::Timeout`]; [`Error::RankFailed`].
     pub fn segment_create<'s>(
         &self,
         scope: impl Into<Scope<'s>>,
@@ -264,7 +294,12 @@ impl<'a> Library<'a> {
             me,
         };
         let key = self
-            .rendezvous(&resolved, Kind::Team, [0; WIDTH], timeout, || Ok(None))?
+            .rendezvous(
+                &resolved,
+                Call::teaming(Kind::Team, [0; WIDTH]),
+                timeout,
+                || Ok(None),
+            )?
             .key;
         Ok(Team {
             ctx: PhantomData,
@@ -318,7 +353,8 @@ impl<'a> Library<'a> {
         // Colours are u32, so u64::MAX can stand for "no colour".
         let colour = |c: Option<u32>| c.map_or(u64::MAX, u64::from);
         value[8..16].copy_from_slice(&colour(color).to_le_bytes());
-        let done = self.rendezvous(&resolved, Kind::Split, value, timeout, || Ok(None))?;
+        let call = Call::teaming(Kind::Split, value);
+        let done = self.rendezvous(&resolved, call, timeout, || Ok(None))?;
         let Some(color) = color else {
             return Ok(None);
         };
@@ -393,12 +429,15 @@ impl<'a> Library<'a> {
             notifications,
             reason,
         };
-        if notifications == 0 || notifications > MAX_NOTIFICATIONS {
-            let reason = format!("a table holds 1..={MAX_NOTIFICATIONS} notifications");
-            return Err(refused(reason));
-        }
         let resolved = self.resolve(scope)?;
+        // Refusals come inside the rendezvous, which tells every member of them: a member
+        // refusing before it would leave its partners waiting, and pair their next creation
+        // with its next.
         let make = || -> Result<Option<Arc<LocalSegment>>> {
+            if notifications == 0 || notifications > MAX_NOTIFICATIONS {
+                let reason = format!("a table holds 1..={MAX_NOTIFICATIONS} notifications");
+                return Err(refused(reason));
+            }
             let memory = match kind {
                 Kind::Segment => {
                     let len = usize::try_from(size)
@@ -420,17 +459,39 @@ impl<'a> Library<'a> {
         };
         let mut value = [0; WIDTH];
         value[AGREED].copy_from_slice(&agreement.to_le_bytes());
-        let done = self.rendezvous(&resolved, kind, value, timeout, make)?;
+        let call = Call {
+            kind,
+            value,
+            size,
+            notifications,
+        };
+        let done = self.rendezvous(&resolved, call, timeout, make)?;
+        let rank_at = |index: usize| resolved.members.rank_at(index as u32).unwrap_or(ctx.rank());
+        let disagreeing = done.values.iter().position(|v| v[AGREED] != value[AGREED]);
+        let refusing = done.values.iter().position(|v| v[1] & REFUSED != 0);
+        // Every member fails alike when one disagreed or refused; a member that refused
+        // says why.
+        let failed = match (done.refused, disagreeing, refusing) {
+            (Some(e), _, _) => Some(e),
+            (None, Some(index), _) => Some(Error::LibraryDisagreement {
+                library: self.state.name.clone(),
+                rank: rank_at(index),
+            }),
+            (None, None, Some(index)) => Some(Error::LibraryRefused {
+                library: self.state.name.clone(),
+                rank: rank_at(index),
+            }),
+            (None, None, None) => None,
+        };
+        if let Some(e) = failed {
+            if let Some((local, _)) = done.created {
+                inner.drop_library_segment(local.table);
+            }
+            return Err(e);
+        }
         let (local, ids) = done.created.ok_or_else(|| {
             Error::Protocol("a library segment creation ended without a segment".into())
         })?;
-        if let Some(index) = done.values.iter().position(|v| v[AGREED] != value[AGREED]) {
-            inner.drop_library_segment(local.table);
-            return Err(Error::LibraryDisagreement {
-                library: self.state.name.clone(),
-                rank: resolved.members.rank_at(index as u32).unwrap_or(ctx.rank()),
-            });
-        }
         Ok(Segment {
             ctx,
             shared: Arc::new(Shared {
@@ -444,28 +505,29 @@ impl<'a> Library<'a> {
         })
     }
 
-    /// Runs (or continues) the rendezvous of this library's next creation of `kind` over
-    /// `resolved`, installing what `make` builds first; each member contributes `value`
-    /// (bytes 2.. are the caller's: the first two say what is created). Returns the
-    /// rendezvous key, every member's value by member index, and for segments the segment
-    /// with every member's local id.
+    /// Runs (or continues) the rendezvous of this library's next creation `call` over
+    /// `resolved`, installing what `make` builds first (a member whose `make` fails takes
+    /// part all the same, flagged [`REFUSED`], and gets its error back in the result); each
+    /// member contributes its call's value (bytes 2.. are the caller's: the first two say
+    /// what is created). Returns the rendezvous key, every member's value by member index,
+    /// and for segments the segment with every member's local id.
     fn rendezvous(
         &self,
         resolved: &Resolved,
-        kind: Kind,
-        value: [u8; WIDTH],
+        call: Call,
         timeout: Timeout,
         make: impl FnOnce() -> Result<Option<Arc<LocalSegment>>>,
     ) -> Result<Rendezvous> {
+        let kind = call.kind;
         let inner = &self.ctx.inner;
         if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(Error::Finalized);
         }
         let mut pending = lock(&self.state.pending);
         let mut creation = match pending.remove(&resolved.key) {
-            Some(c) if c.kind == kind => c,
+            Some(c) if c.call == call => c,
             Some(c) => {
-                let kind = c.kind;
+                let kind = c.call.kind;
                 pending.insert(resolved.key, c);
                 return Err(Error::LibraryBusy {
                     library: self.state.name.clone(),
@@ -478,9 +540,11 @@ impl<'a> Library<'a> {
                 });
             }
             None => {
-                // Built before the creation is counted: a rank whose allocation or install
-                // fails here must not fall out of step with the other members' sequence.
-                let segment = make()?;
+                // Counted whether or not this member makes its part, as on every other member.
+                let (segment, refused) = match make() {
+                    Ok(segment) => (segment, None),
+                    Err(e) => (None, Some(e)),
+                };
                 let seq = {
                     let mut counts = lock(&self.state.counts);
                     let count = counts.entry(resolved.key).or_insert(0);
@@ -488,13 +552,14 @@ impl<'a> Library<'a> {
                     *count
                 };
                 let key = fnv1a_words([self.state.key, resolved.key, seq]);
-                let mut value = value;
+                let mut value = call.value;
                 value[0] = segment.as_ref().map_or(0, |s| s.id());
-                value[1] = kind as u8;
+                value[1] = kind as u8 | if refused.is_some() { REFUSED } else { 0 };
                 Creation {
-                    kind,
+                    call,
                     gather: Allgather::new(key, value),
                     segment,
+                    refused,
                 }
             }
         };
@@ -517,7 +582,7 @@ impl<'a> Library<'a> {
                     return Err(e);
                 }
             };
-        if let Some(index) = values.iter().position(|v| v[1] != kind as u8) {
+        if let Some(index) = values.iter().position(|v| v[1] & !REFUSED != kind as u8) {
             if let Some(seg) = creation.segment {
                 inner.drop_library_segment(seg.table);
             }
@@ -531,6 +596,7 @@ impl<'a> Library<'a> {
             key,
             created: creation.segment.map(|seg| (seg, ids)),
             values,
+            refused: creation.refused,
         })
     }
 }
@@ -542,6 +608,8 @@ struct Rendezvous {
     created: Option<(Arc<LocalSegment>, Vec<u8>)>,
     /// Every member's value, by member index.
     values: Vec<[u8; WIDTH]>,
+    /// Why this member could not make its part.
+    refused: Option<Error>,
 }
 
 /// A library's group of ranks, from [`Library::team`] or [`Library::split`]: a [`Scope`] for the library's

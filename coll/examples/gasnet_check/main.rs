@@ -79,7 +79,10 @@
 //!   alltoallv of a group of every rank, the group deleted and its id reused by a group of
 //!   rank 0 alone: the team's split by one colour (`regroup`: its size and the gathered
 //!   first bytes) and the alltoallv (`regroup_a2a`: the byte from the left neighbour) still
-//!   run over every rank; a broadcast for which rank 0 passes `SINGLE` addressing and the
+//!   run over every rank; a team of that id's third group (ranks 0 and 1), after rank 0
+//!   alone made one of its second (`pair_ids`: `same` where both members' `Team::id` agree);
+//!   a capacity the runtime refuses on rank 0 (1 lane of 2^50 bytes: `cap_refused`) and a
+//!   team made after it (`after_refused`, the gathered first bytes); a broadcast for which rank 0 passes `SINGLE` addressing and the
 //!   others `LOCAL` (`addressing`: `Mismatch`, `Timeout` or the error): `data teams rank R:
 //!   <check>=<outcome>`.
 //! * `drop_early my|eager` (3 ranks or more): a gather of 8 B blocks to rank 0 (`Flags::MY`
@@ -953,11 +956,52 @@ fn teams() -> Outcome {
     ctx.segment_read(RECEIVE, at, &mut got)?;
     a2a.alltoallv_reset(&[left])?;
     line.push(format!("regroup_a2a={}", got[0]));
+    // Rank 0 alone makes a team of the id's second group; then the id's third group, ranks 0
+    // and 1, makes a team, whose id must be the same on both.
+    let solo = if me == 0 {
+        Some(Team::new(&coll, reused, TIMEOUT)?)
+    } else {
+        None
+    };
+    ctx.barrier(TIMEOUT)?;
+    ctx.group_delete(reused)?;
+    let pair = ctx.group_create()?;
+    ctx.group_add(pair, 0)?;
+    ctx.group_add(pair, 1)?;
+    if pair != group {
+        return Err(format!("group {group} deleted again, the next one is {pair}").into());
+    }
+    let ids = if me < 2 {
+        ctx.group_commit(pair, TIMEOUT)?;
+        let two = Team::new(&coll, pair, TIMEOUT)?;
+        let mut both = [0u8; 16];
+        two.gather_all(&mut both, &two.id().to_le_bytes(), Flags::MY, TIMEOUT)?;
+        if both[..8] == both[8..] {
+            "same"
+        } else {
+            "differ"
+        }
+    } else {
+        "none"
+    };
+    line.push(format!("pair_ids={ids}"));
+    // The runtime's reason (the file system's error) is no business of the tests.
+    let refused = match made(on_zero(cap(1, 1 << 50))) {
+        Err(gaspi_coll::Error::Gaspi(gaspi::Error::LibrarySegment { size, .. })) => {
+            format!("LibrarySegment({size})")
+        }
+        other => shown(other),
+    };
+    line.push(format!("cap_refused={refused}"));
+    line.push(format!(
+        "after_refused={}",
+        gathered(&Team::new(&coll, GROUP_ALL, TIMEOUT)?)?
+    ));
     println!("data teams rank {me}: {}", line.join("; "));
     // No member drops its segments while a partner may still write into them.
     ctx.barrier(TIMEOUT)?;
-    drop((split, again, team, of_group, a2a));
-    ctx.group_delete(reused)?;
+    drop((split, again, team, of_group, a2a, solo));
+    ctx.group_delete(pair)?;
     drop(coll);
     ctx.finalize(TIMEOUT)?;
     Ok(())

@@ -125,6 +125,9 @@ pub struct Alltoallv<'c> {
     ctx: &'c Context,
     coll: &'c Collectives<'c>,
     group: GroupId,
+    /// The group as its members know it ([`group_key`](crate::group_key)): one round at a
+    /// time per group, not per id the group may have left.
+    group_key: u64,
     /// The members' ranks, by member index.
     ranks: Vec<Rank>,
     /// This rank's member index.
@@ -191,6 +194,7 @@ impl<'c> Alltoallv<'c> {
             ctx,
             coll,
             group,
+            group_key: crate::group_key(group, &ranks),
             ranks,
             me,
             layout,
@@ -307,7 +311,7 @@ impl<'c> Alltoallv<'c> {
 impl Drop for Alltoallv<'_> {
     fn drop(&mut self) {
         if self.exchange().running.is_some() {
-            self.coll.end_exchange(self.group);
+            self.coll.end_exchange(self.group_key);
         }
     }
 }

@@ -258,7 +258,7 @@ impl Alltoallv<'_> {
                 crate::check_range(self.ctx.rank(), source, size, offset, d.bytes)?;
             }
         }
-        if !self.coll.begin_exchange(self.group) {
+        if !self.coll.begin_exchange(self.group_key) {
             return Err(Error::AlltoallvInProgress { group: self.group });
         }
         ex.rounds += 1;
@@ -684,7 +684,7 @@ impl Alltoallv<'_> {
         let mut ex = self.exchange();
         if ex.running.as_ref().is_some_and(|run| run.number == number) {
             ex.running = None;
-            self.coll.end_exchange(self.group);
+            self.coll.end_exchange(self.group_key);
             let listeners = ex.listeners();
             drop(ex);
             self.changed(listeners)?;

@@ -394,6 +394,14 @@ fn own_block(me: u32, bytes: u64) -> Schedule {
     s
 }
 
+/// The staging of Bruck's exchange of blocks of `bytes` among `n`, on every member: each
+/// block it forwards packed and received once per round that moves it (the block of offset
+/// `j` in every round whose bit `j` has set).
+pub(crate) fn bruck_stage(n: u32, bytes: u64) -> u64 {
+    let forwarded: u64 = (1..n).map(|j| u64::from(j.count_ones())).sum();
+    2 * forwarded * bytes
+}
+
 /// Bruck's exchange. Same layout on every member: per round, the area it packs into, then the
 /// area it receives into.
 fn bruck(n: u32, me: u32, bytes: u64) -> Schedule {
@@ -675,6 +683,23 @@ mod tests {
     #[test]
     fn the_bruck_exchange_delivers_every_block_to_its_member() {
         check_exchange_by(ExchangeAlgo::Bruck);
+    }
+
+    #[test]
+    fn bruck_stages_what_its_bound_says_and_pairwise_fits_the_least_lane() {
+        for n in 1..=33 {
+            for bytes in [1, 8, 256] {
+                for me in 0..n {
+                    let bruck = exchange(n, me, bytes, ExchangeAlgo::Bruck).stage;
+                    assert_eq!(bruck, bruck_stage(n, bytes), "n = {n}, me = {me}");
+                }
+            }
+            // A team's least lane (2 bytes per member) takes a pairwise byte per block.
+            let pairwise = (0..n)
+                .map(|me| exchange(n, me, 1, ExchangeAlgo::Pairwise).stage)
+                .max();
+            assert!(pairwise <= Some(2 * u64::from(n)), "n = {n}: {pairwise:?}");
+        }
     }
 
     #[test]

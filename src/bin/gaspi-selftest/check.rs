@@ -230,6 +230,7 @@ pub fn describe(e: &gaspi::Error) -> String {
             notifications,
             ..
         } => format!("LibrarySegment({size},{notifications})"),
+        E::LibraryRefused { library, rank } => format!("LibraryRefused({library},{rank})"),
         E::NotInScope { rank } => format!("NotInScope({rank})"),
         E::DuplicateTeamMember { rank } => format!("DuplicateTeamMember({rank})"),
         E::Misaligned {

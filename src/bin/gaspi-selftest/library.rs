@@ -1143,10 +1143,48 @@ fn errors(ctx: &Context, a: &LibA<'_>, data: &mut Data) -> Outcome {
     agreement(ctx, a, data)
 }
 
-/// Segment creations whose agreement words differ on rank 0 fail on every member naming a
-/// member that disagrees; the next creation over the scope works again.
+/// Segment creations whose agreement words differ on rank 0, or that rank 0 refuses, fail on
+/// every member naming a member that disagrees or refused; one continued after a timeout with
+/// other arguments is refused until continued with its own; the next creation over the scope
+/// works again.
 fn agreement(ctx: &Context, a: &LibA<'_>, data: &mut Data) -> Outcome {
     let (me, n) = (ctx.rank(), ctx.size());
+    let notifications = if me == 0 { 0 } else { 4 };
+    let refused = a
+        .lib
+        .segment_create(GROUP_ALL, SIZE, notifications, TIMEOUT);
+    data.outcome("refused", &refused);
+    ensure!(
+        match &refused {
+            Err(Error::LibrarySegment { .. }) => me == 0,
+            Err(Error::LibraryRefused { rank: 0, .. }) => me != 0,
+            _ => false,
+        },
+        "a creation rank 0 refuses: {}",
+        outcome(&refused)
+    );
+    if me == 0 {
+        // The others wait in the barrier below: nothing of theirs can have come yet.
+        let first = a.lib.segment_create(GROUP_ALL, SIZE, 4, Timeout::Test);
+        data.outcome("retry_first", &first);
+        let other = a.lib.segment_create(GROUP_ALL, 2 * SIZE, 4, TIMEOUT);
+        data.outcome("retry_other", &other);
+        ensure!(
+            matches!(first, Err(Error::Timeout)) && matches!(other, Err(Error::LibraryBusy { .. })),
+            "a creation continued with another size: {} then {}",
+            outcome(&first),
+            outcome(&other)
+        );
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before the continued creation")?;
+    let retried = a.lib.segment_create(GROUP_ALL, SIZE, 4, TIMEOUT);
+    data.outcome("retried", &retried);
+    ensure!(
+        retried.is_ok(),
+        "the continued creation: {}",
+        outcome(&retried)
+    );
     let word = if me == 0 { 7 } else { 8 };
     let split = a
         .lib
