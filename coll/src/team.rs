@@ -507,9 +507,9 @@ impl<'c> Team<'c> {
 
     /// The team's identifier: the same on every member, and another for every team of
     /// the same [`Collectives`] — made from the group's id and members and the number of
-    /// teams of that group made before it, or, for a split, from the parent's identifier, the number of
-    /// its splits before and the colour. GASNet's team handle, as a value that members can
-    /// compare (or send each other).
+    /// teams of that group made before it, or, for a split, from the parent's identifier,
+    /// the number of its splits before and the colour. GASNet's team handle, as a value that
+    /// members can compare (or send each other).
     pub fn id(&self) -> u64 {
         self.id
     }

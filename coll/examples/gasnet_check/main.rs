@@ -82,9 +82,9 @@
 //!   run over every rank; a team of that id's third group (ranks 0 and 1), after rank 0
 //!   alone made one of its second (`pair_ids`: `same` where both members' `Team::id` agree);
 //!   a capacity the runtime refuses on rank 0 (1 lane of 2^50 bytes: `cap_refused`) and a
-//!   team made after it (`after_refused`, the gathered first bytes); a broadcast for which rank 0 passes `SINGLE` addressing and the
-//!   others `LOCAL` (`addressing`: `Mismatch`, `Timeout` or the error): `data teams rank R:
-//!   <check>=<outcome>`.
+//!   team made after it (`after_refused`, the gathered first bytes); a broadcast for which
+//!   rank 0 passes `SINGLE` addressing and the others `LOCAL` (`addressing`: `Mismatch`,
+//!   `Timeout` or the error): `data teams rank R: <check>=<outcome>`.
 //! * `drop_early my|eager` (3 ranks or more): a gather of 8 B blocks to rank 0 (`Flags::MY`
 //!   or `Flags::EAGER`), which the last member enters a second late; the members in between
 //!   drop their team as soon as their call returns, before the last one entered: `data
