@@ -224,11 +224,11 @@ impl<'c> Bench<'c> {
     /// Builds the team over all ranks (collective) and buffers for the largest case.
     ///
     /// The team stages what it moves; a call whose staging exceeds a lane runs as pieces,
-    /// and `exchangev`, which is never cut, is refused (`Error::TooLarge`). Every lane here
-    /// holds the most any call stages, under `2n + 1` of the widest blocks (`exchangev`:
-    /// each block it sends another member, each it receives, and the widest received once
-    /// more), so every call is one piece: the figures are the algorithms', not the cutting's.
-    /// The default capacity, lanes of 1 MiB, would refuse `exchangev` at 1 MiB blocks.
+    /// and `exchangev`, which is never cut, streams its blocks in chunks of a lane's `1/2n`.
+    /// Every lane here holds the most any call stages, under `2n + 1` of the widest blocks,
+    /// so every call is one piece and every `exchangev` block one chunk: the figures are the
+    /// algorithms', not the cutting's. The default capacity, lanes of 1 MiB, would stream
+    /// `exchangev`'s 1 MiB blocks in `2n` chunks each.
     pub(crate) fn new(ctx: &'c Context, coll: &'c Collectives<'c>) -> Result<Bench<'c>> {
         let n = ctx.size() as usize;
         let largest = SIZES[SIZES.len() - 1];
