@@ -206,7 +206,7 @@ impl Inner {
 
     /// Marks `rank` dead when `failure` of an operation towards it says the connection broke.
     fn connection_failed(&self, rank: Rank, failure: &gaspi_fabric::Failure) {
-        if is_connection_loss(failure.code, failure.prov_errno) {
+        if is_connection_loss(failure.code) {
             self.mark_failed(
                 rank,
                 format!("the connection to it broke: {}", failure.message),
