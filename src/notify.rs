@@ -54,6 +54,9 @@ impl Context {
     /// [`state_vec`](Self::state_vec) or [`proc_ping`](Self::proc_ping) after an
     /// [`Error::Timeout`].
     ///
+    /// GASPI's `gaspi_notify_waitsome` succeeds at once for `num == 0`; this call returns the
+    /// id that was set, and an empty range has none to return, so it refuses it instead.
+    ///
     /// # Errors
     /// [`Error::UnknownSegment`]; [`Error::InvalidNotification`] for an empty range or one
     /// beyond the table; [`Error::Timeout`].
