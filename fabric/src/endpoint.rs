@@ -1044,7 +1044,13 @@ impl<T> Endpoint<T> {
         Ok((
             entry.op_context,
             Failure {
-                message: format!("{} ({provider_msg})", crate::strerror(entry.err)),
+                // Labelled as the provider's: tcp's is its thread's last `errno`, often
+                // unrelated to the failure ("Operation canceled (No such file or directory)").
+                message: if provider_msg.is_empty() {
+                    crate::strerror(entry.err)
+                } else {
+                    format!("{}; provider: {provider_msg}", crate::strerror(entry.err))
+                },
                 code: entry.err,
                 prov_errno: entry.prov_errno,
             },
