@@ -475,14 +475,16 @@ impl Context {
 
     /// Deletes this rank's segment `id` (local).
     ///
-    /// Every other rank is told, so that its next operation on the segment returns
-    /// [`Error::UnknownSegment`] instead of reaching a closed registration (which some providers
-    /// handle badly: libfabric 1.17's tcp crashes the writer). An operation a peer posts before
-    /// the news arrives is still the application's error: synchronise deletes with the peers
-    /// that write into the segment. The same holds between threads of this rank: an operation
-    /// that another thread starts while the segment is being deleted either fails with
-    /// [`Error::UnknownSegment`] or runs to its end on the old memory, which stays valid until
-    /// then; which of the two is a race between the calls.
+    /// Every other rank is told, so that its next operation on the segment fails with
+    /// [`Error::UnknownSegment`] (on the direct path at the call, through the fabric at its
+    /// queue's `wait`: the news makes the peer look the segment up again) instead of reaching
+    /// a closed registration (which some providers handle badly: libfabric 1.17's tcp crashes
+    /// the writer). An operation a peer posts before the news arrives is still the
+    /// application's error: synchronise deletes with the peers that write into the segment.
+    /// The same holds between threads of this rank: an operation that another thread starts
+    /// while the segment is being deleted either fails with [`Error::UnknownSegment`] or runs
+    /// to its end on the old memory, which stays valid until then; which of the two is a race
+    /// between the calls.
     ///
     /// # Errors
     /// [`Error::UnknownSegment`] when it does not exist; [`Error::SegmentBusy`] while

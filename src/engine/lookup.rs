@@ -14,10 +14,11 @@
 //! that a deadline abandoned stays in flight, and the next caller for the same descriptor
 //! joins it, so a peer that was stopped is found again once it resumes.
 //!
-//! An absent descriptor is cached too (as is the news of a deletion that a peer sends), so a
-//! repeated access to a segment a peer does not have fails at once. A segment id this rank
-//! creates forgets every cached answer for that id: creation is collective, so the peers
-//! create it too.
+//! An absent descriptor is cached too, so a repeated access to a segment a peer does not have
+//! fails at once. The news of a deletion that a peer sends makes this rank forget the
+//! descriptor (see [`Descriptors::forget_deleted`]), and a segment id this rank creates
+//! forgets every cached answer for that id: creation is collective, so the peers create it
+//! too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
