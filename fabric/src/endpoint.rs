@@ -141,10 +141,9 @@ pub struct RemoteTarget {
 pub struct Failure {
     /// What the provider reported.
     pub message: String,
-    /// The libfabric error number (positive).
+    /// The libfabric error number (positive). The provider's own number is only in
+    /// `message`: tcp's is its thread's last `errno`, nothing to decide on.
     pub code: i32,
-    /// The provider's own error number (tcp: the socket's errno).
-    pub prov_errno: i32,
 }
 
 /// What the completion queue reported.
@@ -1052,7 +1051,6 @@ impl<T> Endpoint<T> {
                     format!("{}; provider: {provider_msg}", crate::strerror(entry.err))
                 },
                 code: entry.err,
-                prov_errno: entry.prov_errno,
             },
         ))
     }
