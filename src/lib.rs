@@ -89,7 +89,7 @@ pub use config::{
 pub use context::Context;
 pub use error::{Error, NotificationId, QueueId, Rank, Result, SegmentId};
 pub use gaspi_notifications::{Deadline, Timeout};
-pub use gaspi_segments::{Error as SegmentError, SegmentMemory};
+pub use gaspi_segments::{copy_bytes, Error as SegmentError, SegmentMemory};
 pub use group::{GroupId, GROUP_ALL};
 pub use health::State;
 pub use library::{Library, Scope, Team};

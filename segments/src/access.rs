@@ -10,6 +10,7 @@ use std::ptr;
 use std::slice;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::copy;
 use crate::error::Result;
 use crate::memory::SegmentMemory;
 use crate::range::{check_aligned, to_u64};
@@ -45,7 +46,7 @@ impl SegmentMemory {
         // `buf` is an exclusive reference, and a reference into the segment can only come from
         // `slice`/`slice_mut`, whose contracts forbid any other access to that range while the
         // reference lives.
-        unsafe { ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        unsafe { copy::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -61,7 +62,7 @@ impl SegmentMemory {
         // `range_ptr`), `data` is valid for reads of as many, and both are byte-aligned. They
         // cannot overlap: a reference into the segment can only come from `slice`/`slice_mut`,
         // whose contracts forbid writing that range while the reference lives.
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        unsafe { copy::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         Ok(())
     }
 
@@ -100,7 +101,7 @@ impl SegmentMemory {
         // SAFETY: both pointers are valid for `count` bytes (ranges checked by `range_ptr`) and
         // byte-aligned; `ptr::copy` allows the ranges to overlap. No reference into either range
         // may be alive (see the contracts of `slice` and `slice_mut`).
-        unsafe { ptr::copy(src, to, count) };
+        unsafe { copy::copy(src, to, count) };
         Ok(())
     }
 

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod access;
+mod copy;
 mod error;
 mod memory;
 mod range;
@@ -25,6 +26,7 @@ mod shm;
 mod slots;
 mod words;
 
+pub use copy::copy_bytes;
 pub use error::{Error, Result};
 pub use memory::SegmentMemory;
 pub use slots::{Loan, Slots};
