@@ -100,7 +100,7 @@ impl Input<'_> {
             Input::Memory(m) => {
                 // The engine checked the range against `len()`.
                 let at = at as usize;
-                into.copy_from_slice(&m[at..at + into.len()]);
+                gaspi::copy_bytes(into, &m[at..at + into.len()]);
                 Ok(())
             }
             Input::Segment(r) => ctx.segment_read(r.segment, r.offset + at, into),
@@ -149,7 +149,7 @@ impl Output<'_> {
         match self {
             Output::Memory(m) => {
                 let at = at as usize;
-                m[at..at + data.len()].copy_from_slice(data);
+                gaspi::copy_bytes(&mut m[at..at + data.len()], data);
                 Ok(())
             }
             Output::Segment(r) => ctx.segment_write(r.segment, r.offset + at, data),

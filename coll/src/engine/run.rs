@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use gaspi::{Batch, Context, Notification, NotificationId, Rank};
+use gaspi::{copy_bytes, Batch, Context, Notification, NotificationId, Rank};
 use smallvec::SmallVec;
 
 use super::elide::Elision;
@@ -485,14 +485,30 @@ impl<'c> Run<'c> {
                 };
                 match (from.buf, into.buf, owner) {
                     (Buf::Src, Buf::Dst, Some(owner)) => {
+                        // Source memory in one part goes straight into the destination:
+                        // through a copy, each byte went through the cache twice (and a block
+                        // past the allocator's mmap threshold cost a mapping and its page
+                        // faults per call).
+                        let memory = match (&owner.src, whole(src_view, from)) {
+                            (Input::Memory(memory), Some(real)) => {
+                                Some(&memory[range(memory.len(), real)?])
+                            }
+                            _ => None,
+                        };
                         let mut data: SmallVec<[u8; 64]> = SmallVec::new();
-                        read_parts(net, &owner.src, src_view, from, |_, bytes| {
-                            data.extend_from_slice(bytes);
-                            Ok(())
-                        })?;
+                        let bytes = match memory {
+                            Some(bytes) => bytes,
+                            None => {
+                                read_parts(net, &owner.src, src_view, from, |_, bytes| {
+                                    data.extend_from_slice(bytes);
+                                    Ok(())
+                                })?;
+                                &data[..]
+                            }
+                        };
                         write_parts(net, &mut owner.dst, dst_view, into, |at, out| {
                             let at = at as usize;
-                            out.copy_from_slice(&data[at..at + out.len()]);
+                            copy_bytes(out, &bytes[at..at + out.len()]);
                             Ok(())
                         })?;
                     }
@@ -562,7 +578,7 @@ impl<'c> Run<'c> {
                     };
                     let piece = Span::src(span.at + at, out.len() as u64);
                     read_parts(net, src, view, piece, |off, bytes| {
-                        out[off as usize..][..bytes.len()].copy_from_slice(bytes);
+                        copy_bytes(&mut out[off as usize..], bytes);
                         Ok(())
                     })
                 };
@@ -805,7 +821,7 @@ impl<'c> Run<'c> {
         };
         write_parts(net, &mut dst, dst_view, into, |at, out| {
             let at = at as usize;
-            out.copy_from_slice(&data[at..at + out.len()]);
+            copy_bytes(out, &data[at..at + out.len()]);
             Ok(())
         })?;
         Ok(true)
@@ -817,9 +833,9 @@ impl<'c> Run<'c> {
             return Ok(None);
         };
         let view = self.views.as_ref().map(|v| &v.src);
-        let mut data = Vec::with_capacity(from.len as usize);
-        read_parts(net, &source.input(), view, from, |_, bytes| {
-            data.extend_from_slice(bytes);
+        let mut data = vec![0; from.len as usize];
+        read_parts(net, &source.input(), view, from, |at, bytes| {
+            copy_bytes(&mut data[at as usize..], bytes);
             Ok(())
         })?;
         Ok(Some(data))
@@ -851,7 +867,7 @@ impl<'c> Run<'c> {
             write_parts(net, dst, view, into, |at, out| match &self.kept {
                 Some(kept) => {
                     let at = at as usize;
-                    out.copy_from_slice(&kept[i][at..at + out.len()]);
+                    copy_bytes(out, &kept[i][at..at + out.len()]);
                     Ok(())
                 }
                 None => net.read(self.seq, from.at + at, out),
@@ -860,7 +876,7 @@ impl<'c> Run<'c> {
         for (into, data) in &self.captured {
             write_parts(net, dst, view, *into, |at, out| {
                 let at = at as usize;
-                out.copy_from_slice(&data[at..at + out.len()]);
+                copy_bytes(out, &data[at..at + out.len()]);
                 Ok(())
             })?;
         }
