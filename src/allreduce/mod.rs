@@ -240,7 +240,10 @@ impl Context {
                 if let Some(mut run) = state.reduce.take() {
                     let len = run.acc.len();
                     run.pending.fill(0..len, input, run.acc.as_mut());
-                    output.copy_from_slice(bytemuck::cast_slice(run.acc.as_ref()));
+                    gaspi_segments::copy_bytes(
+                        bytemuck::cast_slice_mut(output),
+                        bytemuck::cast_slice(run.acc.as_ref()),
+                    );
                     // A vector longer than a chunk is not kept for the group's lifetime: its
                     // own run dwarfs an allocation.
                     let keep = SPARE_BYTES.max(self.inner.config.reduce_chunk);

@@ -37,7 +37,7 @@ impl Pending {
         for p in &self.0 {
             let (start, end) = (p.start.max(r.start), p.end.min(r.end));
             if start < end {
-                acc[start..end].copy_from_slice(&input[start..end]);
+                gaspi_segments::copy_bytes(&mut acc[start..end], &input[start..end]);
             }
         }
         self.take(r);
