@@ -105,7 +105,11 @@ impl<F: FnMut() -> bool> Progress for F {
 /// did anything, such as reading completions), then `poll` once. When neither succeeds the caller spins with
 /// a short hot spin and then exponential backoff for about 200 µs in all, then sleeps on `event` in slices of 1 to 8 ms,
 /// calling `progress` again after each slice. A round in which `progress` did something
-/// restarts the spinning, since more events are likely to follow.
+/// restarts the spinning, since more events are likely to follow; so does a sleep that a
+/// notification of `event` ended within the spin time without making `poll` succeed (others'
+/// events arriving densely: a waiter that slept again would cost each of their notifiers a
+/// wake-up system call). A waiter that is notified rarely, or never, goes back to sleep after
+/// one more poll.
 ///
 /// Whatever makes `poll` succeed must be followed by [`event.notify_all()`](EventCount::notify_all),
 /// otherwise a sleeping waiter only notices it at the end of its slice. `progress` may itself
@@ -159,17 +163,34 @@ pub fn wait_until<T>(
                     return Ok(value);
                 }
                 progress.sleeping(true);
+                let asleep = Instant::now();
                 let woken = event.wait(key, deadline.capped(slice), &mut poll);
                 progress.sleeping(false);
-                slice = match woken {
+                let notified = match woken {
                     Wake::Ready(value) => return Ok(value),
-                    Wake::Notified => MIN_SLICE,
-                    Wake::TimedOut => slice.saturating_mul(2).min(MAX_SLICE),
+                    Wake::Notified => true,
+                    Wake::TimedOut => false,
                 };
-                // Look at the clock on the next round: the deadline may have passed while
-                // asleep, and the spin time certainly has, so an idle waiter goes back to
-                // sleep after one more poll instead of spinning again.
-                spin.look_next();
+                if notified && asleep.elapsed() < spin.time() {
+                    // Woken within a spin time by a notification that was not ours: others'
+                    // notifications are arriving densely (a peer streaming into another
+                    // range, say). Sleeping again would make each of them pay a wake-up
+                    // system call (~0.7 µs, against a few tens of ns for a direct
+                    // write_notify to a polling waiter), so poll again for a spin time, as
+                    // after progress: the notifiers then find no sleeper.
+                    slice = MIN_SLICE;
+                    spin.restart();
+                } else {
+                    slice = if notified {
+                        MIN_SLICE
+                    } else {
+                        slice.saturating_mul(2).min(MAX_SLICE)
+                    };
+                    // Look at the clock on the next round: the deadline may have passed while
+                    // asleep, and the spin time certainly has, so an idle waiter (or one woken
+                    // rarely) goes back to sleep after one more poll instead of spinning again.
+                    spin.look_next();
+                }
             }
         }
     }
@@ -228,6 +249,15 @@ impl Spin {
         self.hot = true;
     }
 
+    /// How long this spin polls before it sleeps.
+    fn time(&self) -> Duration {
+        if self.yielding {
+            YIELD_SPIN_TIME
+        } else {
+            SPIN_TIME
+        }
+    }
+
     /// Makes the next [`snooze`](Self::snooze) look at the clock.
     fn look_next(&mut self) {
         self.polls = CLOCK_EVERY.max(HOT_CLOCK_EVERY) - 1;
@@ -251,12 +281,7 @@ impl Spin {
                 return Step::Expired;
             }
             let spun = now.saturating_duration_since(*self.started.get_or_insert(now));
-            let spin_time = if self.yielding {
-                YIELD_SPIN_TIME
-            } else {
-                SPIN_TIME
-            };
-            if spun >= spin_time {
+            if spun >= self.time() {
                 return Step::Sleep;
             }
             self.hot = spun < HOT_SPIN;
@@ -356,6 +381,56 @@ mod tests {
         );
         setter.join().expect("the setter does not panic");
         assert_eq!(result, Ok("set"));
+    }
+
+    #[test]
+    fn dense_foreign_notifications_keep_the_waiter_polling() {
+        struct Sleeps<'a>(&'a Cell<u32>);
+        impl Progress for Sleeps<'_> {
+            fn progress(&mut self) -> bool {
+                false
+            }
+            fn sleeping(&mut self, asleep: bool) {
+                if asleep {
+                    self.0.set(self.0.get() + 1);
+                }
+            }
+        }
+        let event = Arc::new(EventCount::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        // Notifies as fast as it can, for a condition the waiter does not look at.
+        let notifier = {
+            let (event, stop) = (Arc::clone(&event), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    event.notify_all();
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let sleeps = Cell::new(0);
+        let wait = Duration::from_millis(100);
+        let start = Instant::now();
+        let result: Result<()> = wait_until(
+            &event,
+            Timeout::Millis(100).deadline(),
+            || None,
+            Sleeps(&sleeps),
+        );
+        let elapsed = start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        notifier.join().expect("the notifier does not panic");
+        assert_eq!(result, Err(Error::Timeout));
+        assert!(elapsed >= wait);
+        // Every sleep but the first follows a spin time of polling, or a sleep of at least a
+        // spin time; a waiter that slept again after each notification would sleep thousands
+        // of times.
+        let bound = elapsed.as_micros() / SPIN_TIME.as_micros() + 1;
+        assert!(
+            u128::from(sleeps.get()) <= bound,
+            "{} sleeps in {elapsed:?}, at most {bound} expected",
+            sleeps.get()
+        );
     }
 
     #[test]
