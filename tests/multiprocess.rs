@@ -530,6 +530,78 @@ fn early_exit_pids(job: &common::Finished) -> Vec<u32> {
         .collect()
 }
 
+/// The shared-memory files in `/dev/shm` of processes `pids`: segment files
+/// (`gaspi-<name>-<pid>-<n>`) and libfabric shm's regions (`<pid>:<ep>:<domain>`).
+fn files_of(pids: &[u32]) -> Vec<String> {
+    let of = |name: &str, pid: &u32| {
+        let pid = pid.to_string();
+        name.strip_prefix(&pid)
+            .is_some_and(|rest| rest.starts_with(':'))
+            || (name.starts_with("gaspi-") && name.rsplit('-').nth(1) == Some(&pid))
+    };
+    std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| pids.iter().any(|pid| of(name, pid)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// gaspirun killed by SIGKILL, which it cannot catch, while its ranks run: they die of their
+/// parent-death signal, and the guard gaspirun started removes every file they made.
+fn killed_launcher(provider: &str) {
+    let ranks = 2;
+    let mut pids: Vec<u32> = Vec::new();
+    let read = common::gaspirun_killed(
+        ranks,
+        provider,
+        &common::selftest_path(),
+        &["linger"],
+        |line| {
+            if line.contains("data linger rank ") {
+                pids.extend(
+                    line.split_once("pid=")
+                        .and_then(|(_, p)| p.trim().parse::<u32>().ok()),
+                );
+            }
+            pids.len() == ranks as usize
+        },
+    );
+    assert!(
+        !files_of(&pids).is_empty(),
+        "the ranks {pids:?} made no file to remove: {read:?}"
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (alive, left) = (still_running(&pids), files_of(&pids));
+        if alive.is_empty() && left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "10 s after gaspirun was killed: ranks still running {alive:?}, files left {left:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The processes of `pids` still running.
+fn still_running(pids: &[u32]) -> Vec<u32> {
+    pids.iter().copied().filter(|&pid| running(pid)).collect()
+}
+
+#[test]
+fn killed_launcher_tcp() {
+    killed_launcher("tcp");
+}
+
+#[test]
+fn killed_launcher_shm() {
+    killed_launcher("shm");
+}
+
 /// Pids of `pids` still running after a short grace period; those are killed, so a failing
 /// test leaves nothing behind.
 fn reap_survivors(pids: &[u32]) -> Vec<u32> {
@@ -579,19 +651,7 @@ fn early_exit_wrapped(ranks: u32, provider: &str) {
     assert!(!job.status.success(), "{}", job.report());
     let survivors = reap_survivors(&pids);
     assert!(survivors.is_empty(), "{survivors:?}\n{}", job.report());
-    let left: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|dir| {
-            dir.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|name| {
-                    name.starts_with("gaspi-")
-                        && pids
-                            .iter()
-                            .any(|pid| name.rsplit('-').nth(1) == Some(&pid.to_string()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let left = files_of(&pids);
     assert!(
         left.is_empty(),
         "files of the job's ranks left in /dev/shm: {left:?}\n{}",

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
+use super::guard::Guard;
 use super::options::{Options, Output};
 use super::output::{self, Target};
 use super::rank::{self, Exit, Started};
@@ -79,6 +80,8 @@ struct Rank {
     pmi_closed_at: Option<Instant>,
     /// How the process ended, once it did.
     exit: Option<Exit>,
+    /// The guard knows the pid of its gaspi process inside a wrapper.
+    inner_guarded: bool,
 }
 
 /// All state of a running job.
@@ -104,6 +107,9 @@ struct Job {
     drain_until: Option<Instant>,
     leftovers_killed: bool,
     output_abandoned: bool,
+    /// Removes the ranks' files should gaspirun be killed (see the `guard` module); `None`
+    /// when it could not be started, which only loses that cleanup.
+    guard: Option<Guard>,
 }
 
 /// Runs the job `options` describes and returns gaspirun's exit status.
@@ -142,6 +148,8 @@ pub(crate) fn run(options: Options) -> u8 {
         drain_until: None,
         leftovers_killed: false,
         output_abandoned: false,
+        // Before the first rank: a rank started unguarded could leave its files behind.
+        guard: Guard::start().ok(),
     };
     for rank in 0..options.ranks {
         // A rank that could not be taken charge of failed the job: start no more.
@@ -190,6 +198,9 @@ impl Job {
                 .map(|s| (Box::new(s) as Source, Target::Stderr)),
         ];
         let pid = child.id();
+        if let Some(guard) = &mut self.guard {
+            guard.watch(pid);
+        }
         let events = self.events.clone();
         let watched = thread::Builder::new().spawn(move || {
             let exit = rank::wait_for_exit(pid);
@@ -202,6 +213,7 @@ impl Job {
             pmi_closed_at: None,
             pmi: connected,
             exit: None,
+            inner_guarded: false,
         });
         // Everything below fails the job after the push, so that the teardown reaches this
         // rank too.
@@ -298,6 +310,9 @@ impl Job {
                 thread::sleep(Duration::from_millis(5));
             }
         }
+        if let Some(guard) = self.guard.take() {
+            guard.dismiss();
+        }
         self.failure.unwrap_or(0)
     }
 
@@ -311,9 +326,26 @@ impl Job {
             .filter(|&pid| pid != started)
     }
 
+    /// Tells the guard the pid of `rank`'s gaspi process inside a wrapper, once it is known.
+    fn guard_inner(&mut self, rank: u32) {
+        if self.ranks[rank as usize].inner_guarded {
+            return;
+        }
+        if self.kvs.value(&gaspi_pmi::pid_key(rank)).is_none() {
+            return;
+        }
+        self.ranks[rank as usize].inner_guarded = true;
+        if let (Some(inner), Some(guard)) = (self.wrapped(rank), &mut self.guard) {
+            guard.watch(inner);
+        }
+    }
+
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Pmi(rank, msg) => self.serve(rank, &msg),
+            Event::Pmi(rank, msg) => {
+                self.serve(rank, &msg);
+                self.guard_inner(rank);
+            }
             Event::PmiClosed(rank) => {
                 let r = &mut self.ranks[rank as usize];
                 r.pmi_closed = true;

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+mod guard;
 mod job;
 mod leftovers;
 mod options;
@@ -22,6 +23,10 @@ const USAGE_ERROR: u8 = 2;
 
 /// Runs `gaspirun` with this process's command line and returns its exit status.
 pub fn main() -> u8 {
+    if std::env::var_os(guard::GUARD_ENV).is_some() {
+        guard::serve(io::stdin().lock());
+        return 0;
+    }
     let args = std::env::args_os().skip(1);
     match options::parse(args, std::env::var_os(options::TIMEOUT_ENV)) {
         Ok(Parsed::Help) => {

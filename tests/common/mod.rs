@@ -7,7 +7,7 @@
 //! `#[path]`: it finds every program through the test binary's own location.
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::str::FromStr;
@@ -207,6 +207,65 @@ pub fn run(mut command: Command, limit: Duration) -> Finished {
         stderr: collect(&stderr),
         elapsed,
     }
+}
+
+/// Starts `program args` as `ranks` ranks under `gaspirun` over `provider`, reads what the
+/// job prints until `ready` returns true for a line, then kills gaspirun with SIGKILL (which
+/// it cannot catch) and returns the lines read. Panics when `ready` never holds within
+/// [`JOB_TIMEOUT_S`].
+pub fn gaspirun_killed(
+    ranks: u32,
+    provider: &str,
+    program: &Path,
+    args: &[&str],
+    mut ready: impl FnMut(&str) -> bool,
+) -> Vec<String> {
+    let _one = ONE_JOB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut command = Command::new(gaspirun_path());
+    command
+        .args(["-n", &ranks.to_string(), "--provider", provider])
+        .args(["--timeout", &JOB_TIMEOUT_S.to_string()])
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let described = format!("{command:?}");
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+    let stdout = child.stdout.take().expect("stdout was piped");
+    let (tx, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(JOB_TIMEOUT_S);
+    let mut read = Vec::new();
+    let outcome = loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                let done = ready(&line);
+                read.push(line);
+                if done {
+                    break Ok(());
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    // Child::kill sends SIGKILL.
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(e) = outcome {
+        panic!("{described}: the job never got ready ({e}); it printed {read:?}");
+    }
+    read
 }
 
 /// Reads a pipe to its end on a thread; the text arrives on the returned channel.

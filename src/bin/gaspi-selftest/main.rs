@@ -12,7 +12,8 @@
 //! (see `check::Data`); on any mismatch it prints
 //! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
 //! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
-//! check that the launcher and the survivors notice a rank that vanished. `fault` and
+//! check that the launcher and the survivors notice a rank that vanished; so is `linger`,
+//! whose job the test suite kills. `fault` and
 //! `killed-target` kill their last rank and need `gaspirun --keep-going`; only the survivors
 //! print `ok`.
 //!
@@ -31,6 +32,7 @@ mod groups;
 mod integrity;
 mod killed_target;
 mod library;
+mod linger;
 mod options;
 mod passive;
 mod stopped;
@@ -93,6 +95,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::KilledTarget => killed_target::run(&ctx),
         Scenario::Unmapped => unmapped::run(&ctx),
         Scenario::Exit => exit::run(&ctx),
+        Scenario::Linger => Err(linger::run(&ctx)),
     };
     let outcome = outcome.and_then(|mut report| {
         // Scenarios whose finalize is itself a check say what it showed; the others must

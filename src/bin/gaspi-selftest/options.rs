@@ -113,6 +113,9 @@ Scenarios:
   exit         a few barriers, then finalize: ranks that finish it leave the
                job while others may still wait in it, which must not be taken
                for a death (run many times on a loaded machine)
+  linger       every rank prints its pid once all have joined, then sleeps
+               60 s without finalize, for a test to kill gaspirun itself: the
+               JOB IS EXPECTED TO BE KILLED, and nothing of it may be left
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -137,10 +140,11 @@ pub enum Scenario {
     KilledTarget,
     Unmapped,
     Exit,
+    Linger,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 17] = [
+    const ALL: [Scenario; 18] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -158,6 +162,7 @@ impl Scenario {
         Scenario::KilledTarget,
         Scenario::Unmapped,
         Scenario::Exit,
+        Scenario::Linger,
     ];
 
     /// The subcommand naming this scenario.
@@ -180,6 +185,7 @@ impl Scenario {
             Scenario::KilledTarget => "killed-target",
             Scenario::Unmapped => "unmapped",
             Scenario::Exit => "exit",
+            Scenario::Linger => "linger",
         }
     }
 
