@@ -38,6 +38,11 @@ const GONE_WAIT: Duration = Duration::from_secs(10);
 /// How often it looks meanwhile.
 const GONE_POLL: Duration = Duration::from_millis(20);
 
+/// How long gaspirun waits at its end for its dismissed guard to leave, and how often it
+/// looks meanwhile (a guard leaves within a millisecond of reading `done`).
+const DISMISS_WAIT: Duration = Duration::from_millis(500);
+const DISMISS_POLL: Duration = Duration::from_millis(1);
+
 /// gaspirun's end of its guard.
 #[derive(Debug)]
 pub(crate) struct Guard {
@@ -70,12 +75,17 @@ impl Guard {
         }
     }
 
-    /// Tells the guard that gaspirun tore the job down itself, and reaps it.
+    /// Tells the guard that gaspirun tore the job down itself, and reaps it if it leaves
+    /// within [`DISMISS_WAIT`]: gaspirun never waits on a guard that cannot run (stopped, say),
+    /// which leaves as soon as it runs again, since `done` waits in its pipe.
     pub(crate) fn dismiss(mut self) {
         if let Some(mut pipe) = self.pipe.take() {
             let _ = writeln!(pipe, "{DONE}");
         }
-        let _ = self.child.wait();
+        let until = Instant::now() + DISMISS_WAIT;
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+            thread::sleep(DISMISS_POLL);
+        }
     }
 }
 
