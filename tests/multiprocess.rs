@@ -12,6 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{gaspirun, gaspirun_with, selftest, PROVIDERS};
+use rustix::process::{kill_process, Pid, Signal};
 
 /// One test per scenario, rank count and provider.
 macro_rules! scenario_tests {
@@ -611,11 +612,12 @@ fn reap_survivors(pids: &[u32]) -> Vec<u32> {
         alive.retain(|&pid| running(pid));
         thread::sleep(Duration::from_millis(50));
     }
-    for &pid in &alive {
-        // SAFETY: plain kill(2) of a rank process this test started through gaspirun.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
-        }
+    // Only positive pids: zero or less would signal process groups.
+    let processes = alive
+        .iter()
+        .filter_map(|&pid| i32::try_from(pid).ok().and_then(Pid::from_raw));
+    for pid in processes {
+        let _ = kill_process(pid, Signal::KILL);
     }
     alive
 }

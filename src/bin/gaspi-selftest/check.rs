@@ -160,15 +160,7 @@ pub fn states(ctx: &gaspi::Context) -> String {
 /// host reads alike: one rank's reading compares with another's (unlike an `Instant`, which
 /// cannot leave its process).
 pub fn monotonic_us() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime(2) writes one timespec, which `now` is; CLOCK_MONOTONIC always
-    // exists on Linux, so the call cannot fail and leave it unset.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
-    }
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     // Non-negative on the monotonic clock (time since boot).
     now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
 }

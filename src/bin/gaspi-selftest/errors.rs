@@ -525,12 +525,10 @@ fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     let memory = segment
         .memory()
         .ok_or_else(|| Failure("segment 0 has no memory".into()))?;
-    // SAFETY: the range runs past the segment, so it is refused before any memory is
-    // touched and no reference into the segment is created.
-    let past_end = unsafe { memory.slice(4000, 200) };
+    let past_end = memory.read(4000, &mut [0; 200]);
     expect_err!(
         checks,
-        "a slice running past the segment end",
+        "a read running past the segment end",
         past_end,
         gaspi::SegmentError::OutOfBounds {
             offset: 4000,
@@ -538,11 +536,10 @@ fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
             len: SEG_LEN
         }
     );
-    // SAFETY: as above, the range's end overflows.
-    let overflowing = unsafe { memory.slice(u64::MAX, 1) };
+    let overflowing = memory.read(u64::MAX, &mut [0; 1]);
     expect_err!(
         checks,
-        "a slice at offset u64::MAX",
+        "a read at offset u64::MAX",
         overflowing,
         gaspi::SegmentError::OutOfBounds {
             offset: u64::MAX,
@@ -550,11 +547,10 @@ fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
             ..
         }
     );
-    // SAFETY: as above, the range starts at the segment's end.
-    let at_end = unsafe { memory.slice_mut(SEG_LEN, 1) };
+    let at_end = memory.write(SEG_LEN, &[0; 1]);
     expect_err!(
         checks,
-        "a mutable slice at the segment end",
+        "a write at the segment end",
         at_end,
         gaspi::SegmentError::OutOfBounds {
             offset: SEG_LEN,

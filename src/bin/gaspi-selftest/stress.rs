@@ -330,6 +330,7 @@ fn check_arrivals(ctx: &Context, receiving: &Receiving, thread: u32) -> Outcome<
         .memory()
         .ok_or_else(|| Failure("segment 0 has no memory".into()))?;
     let mut want = vec![0u8; SLOT_LEN as usize];
+    let mut landed = vec![0u8; SLOT_LEN as usize];
     let mut checked = Checked::default();
     while receiving.consumed.load(Ordering::Acquire) < shape.messages() {
         let stop = receiving.crew.should_stop(|| {
@@ -372,11 +373,12 @@ fn check_arrivals(ctx: &Context, receiving: &Receiving, thread: u32) -> Outcome<
         let lane = shape.lane(slot);
         let len = shape.len(seq);
         lane.fill(seq, &mut want[..len]);
-        // SAFETY: the writer does not touch this slot again before our acknowledgement, which
-        // is sent only after the borrow ends; no local code writes the segment (the other
-        // receiving threads only read it, each its own slots).
-        let data = unsafe { memory.slice(offset(slot), len as u64) }
-            .map_err(|e| Failure(format!("borrowing slot {slot}: {e}")))?;
+        // The writer does not touch this slot again before our acknowledgement, which is sent
+        // only after this copy: what it holds is what the notification made visible.
+        let data = &mut landed[..len];
+        memory
+            .read(offset(slot), data)
+            .map_err(|e| Failure(format!("reading slot {slot}: {e}")))?;
         if let Err(Failure(differs)) = compare(
             format_args!(
                 "message {seq} ({len} B) of lane {} in slot {slot}, checked as its \

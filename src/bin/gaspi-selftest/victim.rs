@@ -10,6 +10,7 @@ use gaspi::{
     local, remote, Context, Error, GroupId, Notification, NotificationId, QueueId, Rank, ReduceOp,
     SegmentId, Timeout,
 };
+use rustix::process::{self, Signal};
 
 use crate::check::{ensure, stat_fields, Data, Doing, Failure, Outcome};
 
@@ -69,9 +70,10 @@ impl Handshake {
         let sent = u64::from_le_bytes(bytes);
         // Zero or less would make kill(2) signal a process group (or every process we may
         // signal), never the victim alone.
-        libc::pid_t::try_from(sent)
+        i32::try_from(sent)
             .ok()
             .filter(|&pid| pid > 0)
+            .and_then(process::Pid::from_raw)
             .map(Pid)
             .ok_or_else(|| Failure(format!("the victim sent pid {sent}")))
     }
@@ -109,44 +111,30 @@ impl Handshake {
 
 /// The victim's process: its pid is positive, so a signal to it never reaches a group.
 #[derive(Debug, Clone, Copy)]
-pub struct Pid(libc::pid_t);
+pub struct Pid(process::Pid);
 
 impl Pid {
     /// Sends `signal` (named `name` in the error) to the victim.
-    fn signal(self, signal: libc::c_int, name: &str) -> Outcome {
-        // SAFETY: kill(2) takes plain integers and touches no memory of ours; the pid is
-        // positive (see `read_pid`), so only the victim's process is signalled.
-        if unsafe { libc::kill(self.0, signal) } != 0 {
-            return Err(Failure(format!(
-                "{name} to the victim's process {}: {}",
-                self.0,
-                std::io::Error::last_os_error()
-            )));
-        }
-        Ok(())
+    fn signal(self, signal: Signal, name: &str) -> Outcome {
+        process::kill_process(self.0, signal).map_err(|e| {
+            Failure(format!(
+                "{name} to the victim's process {}: {e}",
+                self.0.as_raw_nonzero()
+            ))
+        })
     }
 }
 
 /// Stops this process (all its threads) until someone sends SIGCONT.
 pub fn stop_myself() -> Outcome {
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; SIGSTOP on our own
-    // pid stops every thread until SIGCONT.
-    if unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) } != 0 {
-        return Err(Failure(format!(
-            "stopping myself: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
+    // SIGSTOP on our own pid stops every thread until SIGCONT.
+    process::kill_process(process::getpid(), Signal::STOP)
+        .map_err(|e| Failure(format!("stopping myself: {e}")))
 }
 
 /// Ends this process with SIGKILL, a real `kill -9`: no exit handler, no finalize.
 pub fn kill_myself() -> ! {
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; SIGKILL on our own
-    // pid ends the process here.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    let _ = process::kill_process(process::getpid(), Signal::KILL);
     unreachable!("SIGKILL cannot be caught");
 }
 
@@ -218,7 +206,7 @@ impl Stopped {
     /// Continues the victim.
     pub fn resume(mut self) -> Outcome {
         self.done = true;
-        self.pid.signal(libc::SIGCONT, "SIGCONT")
+        self.pid.signal(Signal::CONT, "SIGCONT")
     }
 
     /// Kills the victim and waits until its process is dead (gone, or a zombie the launcher
@@ -226,7 +214,7 @@ impl Stopped {
     /// is still exiting finds it alive.
     pub fn kill(mut self) -> Outcome {
         self.done = true;
-        self.pid.signal(libc::SIGKILL, "SIGKILL")?;
+        self.pid.signal(Signal::KILL, "SIGKILL")?;
         watch_threads(self.pid, "die", |states| match states {
             Some(states) => states
                 .chars()
@@ -243,14 +231,14 @@ impl Stopped {
 fn watch_threads(pid: Pid, what: &str, over: impl Fn(Option<&str>) -> Option<Outcome>) -> Outcome {
     let start = Instant::now();
     loop {
-        let states = thread_states(pid.0);
+        let states = thread_states(pid.0.as_raw_nonzero().get());
         if let Some(end) = over(states.as_deref()) {
             return end;
         }
         if start.elapsed() > STOP_LIMIT {
             return Err(Failure(format!(
                 "the victim's process {} did not {what} within {STOP_LIMIT:?} (its threads: {})",
-                pid.0,
+                pid.0.as_raw_nonzero(),
                 states.unwrap_or_default()
             )));
         }
@@ -262,7 +250,7 @@ impl Drop for Stopped {
     fn drop(&mut self) {
         if !self.done {
             // Nothing better to do with a failure here: the launcher's time limit remains.
-            let _ = self.pid.signal(libc::SIGCONT, "SIGCONT");
+            let _ = self.pid.signal(Signal::CONT, "SIGCONT");
         }
     }
 }
@@ -270,7 +258,7 @@ impl Drop for Stopped {
 /// The state letters of the threads of `pid` (`T` when stopped), `None` when the process is
 /// gone. Every thread counts: the process shows stopped as soon as its main thread is, while
 /// its progress thread may still be on its way to the stop.
-fn thread_states(pid: libc::pid_t) -> Option<String> {
+fn thread_states(pid: i32) -> Option<String> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let states: String = tasks
         .filter_map(|task| {
