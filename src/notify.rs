@@ -67,6 +67,21 @@ impl Context {
         num: u32,
         timeout: Timeout,
     ) -> Result<NotificationId> {
+        // What is already set is answered under a loan of the segment: a reference of its own
+        // (needed only to wait) would move the segment's count between the cores of every
+        // thread that waits on it.
+        let set = self
+            .inner
+            .segments
+            .with_table(Table::User(segment), |table| table.first_set(begin, num))
+            .ok_or_else(|| Error::UnknownSegment {
+                rank: self.rank(),
+                segment,
+            })?
+            .map_err(|e| self.notification_error(segment, e))?;
+        if let Some(id) = set {
+            return Ok(id);
+        }
         let seg = self.inner.segments.user(self.rank(), segment)?;
         seg.notifications
             .wait_some(begin, num, timeout, self.inner.waiter())
