@@ -96,16 +96,8 @@ pub(crate) fn serve(input: impl BufRead) {
     // Its own name, so that `killall gaspirun` or `pkill -x gaspirun` aimed at the launcher
     // leaves its guard to clean up; a guard that keeps the name only loses that.
     let _ = prctl::set_name(c"gaspirun-guard");
-    let Some(mut pids) = orphaned(input) else {
-        return;
-    };
-    let until = Instant::now() + GONE_WAIT;
-    loop {
-        pids.retain(|&pid| !leftovers::remove_if_gone(pid));
-        if pids.is_empty() || Instant::now() >= until {
-            return;
-        }
-        thread::sleep(GONE_POLL);
+    if let Some(pids) = orphaned(input) {
+        leftovers::remove_when_gone(pids, GONE_WAIT, GONE_POLL);
     }
 }
 

@@ -300,16 +300,10 @@ impl Job {
         }
         // What wrappers left running was killed with their groups just now: its files go once
         // it is gone, which takes a moment (its parent, or init, reaps it).
-        let mut wrapped: Vec<u32> = (0..self.ranks.len() as u32)
+        let wrapped: Vec<u32> = (0..self.ranks.len() as u32)
             .filter_map(|rank| self.wrapped(rank))
             .collect();
-        let until = Instant::now() + WRAPPED_GRACE;
-        while !wrapped.is_empty() && Instant::now() < until {
-            wrapped.retain(|&pid| !leftovers::remove_if_gone(pid));
-            if !wrapped.is_empty() {
-                thread::sleep(Duration::from_millis(5));
-            }
-        }
+        leftovers::remove_when_gone(wrapped, WRAPPED_GRACE, Duration::from_millis(5));
         if let Some(guard) = self.guard.take() {
             guard.dismiss();
         }

@@ -12,6 +12,8 @@
 //! ([`gaspi_pmi::pid_key`]), and its files go once it is gone too.
 
 use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -65,6 +67,19 @@ pub(crate) fn remove_if_gone(pid: u32) -> bool {
         remove(pid);
     }
     gone
+}
+
+/// Removes the files of each process of `pids` once it is gone, looking every `poll` for at
+/// most `within`; the files of those still running then stay (they are theirs).
+pub(crate) fn remove_when_gone(mut pids: Vec<u32>, within: Duration, poll: Duration) {
+    let until = Instant::now() + within;
+    loop {
+        pids.retain(|&pid| !remove_if_gone(pid));
+        if pids.is_empty() || Instant::now() >= until {
+            return;
+        }
+        thread::sleep(poll);
+    }
 }
 
 /// Whether process `pid` has ended and waits to be reaped.

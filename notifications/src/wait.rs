@@ -171,6 +171,11 @@ pub fn wait_until<T>(
                     Wake::Notified => true,
                     Wake::TimedOut => false,
                 };
+                slice = if notified {
+                    MIN_SLICE
+                } else {
+                    slice.saturating_mul(2).min(MAX_SLICE)
+                };
                 if notified && asleep.elapsed() < spin.time() {
                     // Woken within a spin time by a notification that was not ours: others'
                     // notifications are arriving densely (a peer streaming into another
@@ -178,14 +183,8 @@ pub fn wait_until<T>(
                     // system call (~0.7 µs, against a few tens of ns for a direct
                     // write_notify to a polling waiter), so poll again for a spin time, as
                     // after progress: the notifiers then find no sleeper.
-                    slice = MIN_SLICE;
                     spin.restart();
                 } else {
-                    slice = if notified {
-                        MIN_SLICE
-                    } else {
-                        slice.saturating_mul(2).min(MAX_SLICE)
-                    };
                     // Look at the clock on the next round: the deadline may have passed while
                     // asleep, and the spin time certainly has, so an idle waiter (or one woken
                     // rarely) goes back to sleep after one more poll instead of spinning again.

@@ -223,12 +223,8 @@ pub fn gaspirun_killed(
     let _one = ONE_JOB_AT_A_TIME
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let mut command = Command::new(gaspirun_path());
+    let mut command = gaspirun_command(&[], ranks, provider, JOB_TIMEOUT_S, program, args);
     command
-        .args(["-n", &ranks.to_string(), "--provider", provider])
-        .args(["--timeout", &JOB_TIMEOUT_S.to_string()])
-        .arg(program)
-        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -328,6 +324,19 @@ pub fn gaspirun_with(
     program: &Path,
     args: &[&str],
 ) -> Finished {
+    let command = gaspirun_command(options, ranks, provider, timeout_s, program, args);
+    run(command, Duration::from_secs(timeout_s) + WATCHDOG_MARGIN)
+}
+
+/// `gaspirun -n ranks --provider provider --timeout timeout_s options program args`.
+fn gaspirun_command(
+    options: &[&str],
+    ranks: u32,
+    provider: &str,
+    timeout_s: u64,
+    program: &Path,
+    args: &[&str],
+) -> Command {
     let mut command = Command::new(gaspirun_path());
     command
         .args(["-n", &ranks.to_string(), "--provider", provider])
@@ -335,7 +344,7 @@ pub fn gaspirun_with(
         .args(options)
         .arg(program)
         .args(args);
-    run(command, Duration::from_secs(timeout_s) + WATCHDOG_MARGIN)
+    command
 }
 
 /// Runs `program args` under `gaspirun --keep-going` for a job in which one rank ends early
