@@ -11,10 +11,11 @@
 //! round 1, those taken in round 2, and those of the survivors' round (ascending source).
 //!
 //! `kill_discovery` (3 ranks or more, likewise): every rank sends to its right neighbour; V
-//! prints its pid and is killed right after the alltoallv is made, and the survivors run
-//! `get_remote_offsets` with a timeout of [`DISCOVERY_TIMEOUT`]: `outcome` (which must name V
-//! on every survivor, also on those that V neither sends to nor receives from, who wait only
-//! for live members stuck on V) and `ms`, how long the call took.
+//! prints its pid and is killed once every survivor has made the alltoallv and told V so (see
+//! `casualty`, segment 10), and the survivors run `get_remote_offsets` with a timeout of
+//! [`DISCOVERY_TIMEOUT`]: `outcome` (which must name V on every survivor, also on those that V
+//! neither sends to nor receives from, who wait only for live members stuck on V) and `ms`,
+//! how long the call took.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -23,6 +24,7 @@ use std::time::Instant;
 use gaspi::{Config, Context, Intranode, Rank, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Error, Plan};
 
+use crate::casualty::Casualty;
 use crate::check::{check_number, list, outcome, sources_layout, whole_round, Report, Setup};
 use crate::plan::{self, Pattern};
 use crate::{Outcome, TIMEOUT};
@@ -93,16 +95,19 @@ pub fn discovery(ctx: &Context) -> Outcome {
     let victim = n - 1;
     const RECV: gaspi::SegmentId = 9;
     ctx.segment_create(RECV, 4096, TIMEOUT)?;
+    let casualty = Casualty::new(ctx, victim, 10, TIMEOUT)?;
     let coll = Collectives::new(ctx)?;
     let mut a2a = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
     let mut report = Report::default();
     if me == victim {
+        casualty.survivors_past(ctx, TIMEOUT)?;
         report.put("pid", std::process::id());
         report.print("kill_discovery", victim);
         // `sh` is a child of this process: $PPID is this rank.
         Command::new("sh").args(["-c", "kill -9 $PPID"]).status()?;
         return Err("still alive after kill -9".into());
     }
+    casualty.past(ctx, TIMEOUT)?;
     let start = Instant::now();
     let got = a2a.get_remote_offsets(RECV, 0, &[((me + 1) % n, 64)], DISCOVERY_TIMEOUT);
     report.put("outcome", outcome(&got));

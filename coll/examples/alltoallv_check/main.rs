@@ -20,6 +20,8 @@
 
 #![forbid(unsafe_code)]
 
+#[path = "../support/casualty.rs"]
+mod casualty;
 mod check;
 #[path = "../support/data.rs"]
 mod data;

@@ -14,14 +14,17 @@
 //! * `sub_broadcasts` and `sub_digest`: a shorter plan on a second broadcast object over the
 //!   group of every rank but 0 (`none` on rank 0 and in a job of one).
 //!
-//! `broadcast fault DEAD ROOT` (under `gaspirun --keep-going`): after one broadcast, rank
-//! DEAD exits without finalizing; the survivors then broadcast from ROOT and report
+//! `broadcast fault DEAD ROOT` (under `gaspirun --keep-going`): after one broadcast and a
+//! barrier, rank DEAD exits without finalizing once the others are past it (`casualty`,
+//! segment 0); the survivors then broadcast from ROOT and report
 //! `data fault rank R: outcome=...` (`ok`, `failed:<rank>` for a `RankFailed`,
 //! `aborted:<cause>:<parent>`, or `error:<message>`) and `digest` (of their buffer
 //! afterwards; the root sends `plan::fill(ROOT, 1)`), then meet in a group of survivors.
 
 #![forbid(unsafe_code)]
 
+#[path = "../support/casualty.rs"]
+mod casualty;
 #[path = "../support/data.rs"]
 mod data;
 mod plan;
@@ -29,6 +32,7 @@ mod plan;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use casualty::Casualty;
 use gaspi::{Context, Rank, Timeout, GROUP_ALL};
 use gaspi_coll::{Broadcast, Collectives, Error};
 use plan::{Digest, Form, Step};
@@ -180,6 +184,7 @@ fn fault(dead: Rank, root: Rank) -> Outcome<()> {
     if dead >= n || root >= n {
         return Err(format!("fault {dead} {root}: a job of {n} ranks").into());
     }
+    let casualty = Casualty::new(&ctx, dead, 0, TIMEOUT)?;
     let coll = Collectives::new(&ctx)?;
     let mut bcast = Broadcast::new(&coll, GROUP_ALL, plan::FAULT_LEN as u64, TIMEOUT)?;
     let mut data = plan::initial(me, plan::FAULT_LEN);
@@ -190,9 +195,11 @@ fn fault(dead: Rank, root: Rank) -> Outcome<()> {
     bcast.broadcast(root, &mut data, TIMEOUT)?;
     ctx.barrier(TIMEOUT)?;
     if me == dead {
+        casualty.survivors_past(&ctx, TIMEOUT)?;
         // Without finalizing, as a crash would.
         std::process::exit(3);
     }
+    casualty.past(&ctx, TIMEOUT)?;
     data = plan::initial(me, plan::FAULT_LEN);
     if me == root {
         plan::fill(root, 1, &mut data);

@@ -59,8 +59,9 @@
 //!   team's in reverse): `data split rank R: sub=<size>:<index>:<ranks>; rest=...; ids;
 //!   digest`, `ids` the `Team::id` of the whole team, `sub` and `rest` (`none` without).
 //! * `kill` (4 ranks, under `gaspirun --keep-going`): a gather_all everywhere, then the last
-//!   member prints its pid and is killed (SIGKILL) while the others have a gather_all and a
-//!   broadcast in flight, and initiate one more after the first failure; then the survivors
+//!   member prints its pid and is killed (SIGKILL) once the others have a gather_all and a
+//!   broadcast in flight and told it so (see `casualty`, segment 0); they initiate one more
+//!   after the first failure; then the survivors
 //!   build a team of their own and gather_all on it:
 //!   `data kill rank R: first; second; third; later; survivors`, each an outcome, the last
 //!   with the digest of what the survivors' gather_all delivered.
@@ -98,6 +99,8 @@
 #![forbid(unsafe_code)]
 
 mod cases;
+#[path = "../support/casualty.rs"]
+mod casualty;
 #[path = "../support/data.rs"]
 mod data;
 #[path = "../support/handles.rs"]
@@ -111,6 +114,7 @@ use gaspi_coll::{
     Alltoallv, Capacity, Collectives, Flags, Handle, Input, Output, SegmentRange, Team,
 };
 
+use casualty::Casualty;
 use data::Digest;
 use handles::sync_shuffled;
 
@@ -802,12 +806,14 @@ fn kill() -> Outcome {
         return Err("kill needs 4 ranks".into());
     }
     let victim = n - 1;
+    let casualty = Casualty::new(&ctx, victim, 0, TIMEOUT)?;
     let coll = Collectives::new(&ctx)?;
     let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
     let block = |seq: u64, member: u32| cases::block(seq, member, 0, 4096);
     let mut all = vec![0u8; 4096 * n as usize];
     let first = shown(team.gather_all(&mut all, &block(5000, me), Flags::MY, TIMEOUT));
     if me == victim {
+        casualty.survivors_past(&ctx, TIMEOUT)?;
         println!("data kill rank {me}: pid={}", std::process::id());
         // `sh` is a child of this process: $PPID is this rank.
         std::process::Command::new("sh")
@@ -821,6 +827,7 @@ fn kill() -> Outcome {
     let src = block(5001, me);
     let mut second = team.gather_all_nb(&mut gathered, &src, Flags::MY)?;
     let mut third = team.broadcast_nb(&mut spread, 0, &source, Flags::MY)?;
+    casualty.past(&ctx, TIMEOUT)?;
     let second_outcome = shown(second.wait_sync(TIMEOUT));
     let third_outcome = shown(third.wait_sync(TIMEOUT));
     drop((second, third));

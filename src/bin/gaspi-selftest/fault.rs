@@ -6,8 +6,8 @@
 //! on the others, a ping of it does not fail, and nothing is marked (a stopped process is not
 //! a dead one); once it is resumed the barrier completes and a ping of it succeeds (which also
 //! settles the ping that timed out: see `run`). Then it kills itself (`kill(getpid(),
-//! SIGKILL)`, a real `kill -9`) right after a barrier. The survivors check,
-//! each on its own:
+//! SIGKILL)`, a real `kill -9`) after a barrier, once every survivor has told it that it is
+//! past that barrier (`LastWords`). The survivors check, each on its own:
 //!
 //! * the rank left of the dead one streams writes to it until one fails: the write or the wait
 //!   for its queue reports `RankFailed` naming it. Over tcp the writes are 64 KiB, so some are
@@ -42,7 +42,7 @@ use gaspi::{
 use crate::check::{
     compare, ensure, fill_pattern, seed, states, Data, Doing, Failure, Outcome, Report,
 };
-use crate::victim::{expect_failed, kill_myself, stop_myself, survivors_group};
+use crate::victim::{expect_failed, kill_myself, stop_myself, survivors_group, LastWords};
 
 const SEGMENT: u8 = 0;
 const BLOCK: u64 = 64 << 10;
@@ -57,6 +57,12 @@ const TIMEOUT: Timeout = Timeout::Millis(30_000);
 const BARRIER_TIMEOUT_MS: u64 = 2_000;
 /// A notification of [`SEGMENT`] that nobody sends, waited for by the survivors at rest.
 const IDLE_SILENT: u32 = 1_000;
+/// The survivors' words to the dead rank before it dies.
+const LAST_WORDS: LastWords = LastWords {
+    segment: SEGMENT,
+    first: 100,
+    queue: 0,
+};
 const FAIL_WITHIN: Duration = Duration::from_millis(2 * BARRIER_TIMEOUT_MS + 500);
 
 /// Runs the scenario up to (not including) finalize; the dead rank never returns.
@@ -91,10 +97,12 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.barrier(TIMEOUT)
         .doing(|| "the barrier before the kill")?;
     if me == dead {
+        LAST_WORDS.wait_for_all(ctx, TIMEOUT)?;
         data.put("pid", std::process::id());
         data.print_now("fault", me);
         kill_myself();
     }
+    LAST_WORDS.tell(ctx, dead, TIMEOUT)?;
     if me + 1 == dead && me != 0 {
         stream_until_failure(ctx, dead, &mut data)?;
     }

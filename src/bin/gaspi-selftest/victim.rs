@@ -138,6 +138,44 @@ pub fn kill_myself() -> ! {
     unreachable!("SIGKILL cannot be caught");
 }
 
+/// Where the survivors tell a victim that they are past the point after which it dies: a
+/// victim that died as soon as its own part of a barrier was over could fail a survivor still
+/// in that barrier (a dead member ends it), before the checks the scenario is about.
+pub struct LastWords {
+    /// The segment of the notifications.
+    pub segment: SegmentId,
+    /// Rank `r` tells the victim on notification `first + r`.
+    pub first: NotificationId,
+    /// The queue of the notifications.
+    pub queue: QueueId,
+}
+
+impl LastWords {
+    /// Every rank but `victim`: tells it that this rank is past the point, and waits for the
+    /// notification, whose completion may report the victim's death.
+    pub fn tell(&self, ctx: &Context, victim: Rank, timeout: Timeout) -> Outcome {
+        let word = Notification {
+            id: self.first + ctx.rank(),
+            value: 1,
+        };
+        ctx.notify(victim, self.segment, word, self.queue)
+            .doing(|| format!("telling rank {victim} to go"))?;
+        match ctx.wait(self.queue, timeout) {
+            Err(Error::RankFailed { rank, .. }) if rank == victim => Ok(()),
+            done => done.doing(|| format!("waiting for the word to rank {victim}")),
+        }
+    }
+
+    /// The victim: waits until every other rank told it that it is past the point.
+    pub fn wait_for_all(&self, ctx: &Context, timeout: Timeout) -> Outcome {
+        for r in (0..ctx.size()).filter(|&r| r != ctx.rank()) {
+            ctx.notify_waitsome(self.segment, self.first + r, 1, timeout)
+                .doing(|| format!("waiting for rank {r}'s word"))?;
+        }
+        Ok(())
+    }
+}
+
 /// `Ok` when `got` is `RankFailed` naming `dead`; a failure saying what `what` returned instead.
 pub fn expect_failed<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>, dead: Rank) -> Outcome {
     match got {
