@@ -93,18 +93,7 @@ impl Handshake {
     /// then stops until continued. Each tells it once past a barrier, so none of them can
     /// still need a message of the victim's.
     pub fn stop_when_told(&self, ctx: &Context, round: u32, timeout: Timeout) -> Outcome {
-        for r in 0..ctx.rank() {
-            ctx.notify_waitsome(self.segment, self.go + r, 1, timeout)
-                .doing(|| format!("waiting for rank {r} to say stop (round {round})"))?;
-            let value = ctx
-                .notify_reset(self.segment, self.go + r)
-                .doing(|| "resetting a go notification")?;
-            if value != round {
-                return Err(Failure(format!(
-                    "go from rank {r}: value {value}, expected round {round}"
-                )));
-            }
-        }
+        take_words(ctx, self.segment, self.go, round, timeout)?;
         stop_myself()
     }
 }
@@ -168,12 +157,32 @@ impl LastWords {
 
     /// The victim: waits until every other rank told it that it is past the point.
     pub fn wait_for_all(&self, ctx: &Context, timeout: Timeout) -> Outcome {
-        for r in (0..ctx.size()).filter(|&r| r != ctx.rank()) {
-            ctx.notify_waitsome(self.segment, self.first + r, 1, timeout)
-                .doing(|| format!("waiting for rank {r}'s word"))?;
-        }
-        Ok(())
+        take_words(ctx, self.segment, self.first, 1, timeout)
     }
+}
+
+/// The victim: takes every other rank `r`'s word, notification `first + r` of `segment`,
+/// which must carry `value` (a scenario's round).
+fn take_words(
+    ctx: &Context,
+    segment: SegmentId,
+    first: NotificationId,
+    value: u32,
+    timeout: Timeout,
+) -> Outcome {
+    for r in (0..ctx.size()).filter(|&r| r != ctx.rank()) {
+        ctx.notify_waitsome(segment, first + r, 1, timeout)
+            .doing(|| format!("waiting for rank {r}'s word (value {value})"))?;
+        let got = ctx
+            .notify_reset(segment, first + r)
+            .doing(|| "resetting a word")?;
+        if got != value {
+            return Err(Failure(format!(
+                "the word of rank {r}: value {got}, expected {value}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `Ok` when `got` is `RankFailed` naming `dead`; a failure saying what `what` returned instead.
