@@ -761,7 +761,9 @@ impl<'c> Engine<'c> {
     /// With `keep`, the runs get what they still need of the source as the call returns
     /// (see [`lend`](Self::lend)); without, the caller syncs them at once, lending the
     /// source again, and lends it to them before it returns without their completion or
-    /// drops them.
+    /// drops them. Without `keep`, runs that complete in this call's pass (a member that
+    /// only sends, or a team of one) are also collected here, under the same lock, and
+    /// their outcome returned: the caller's sync then has nothing left to do.
     pub(crate) fn initiate(
         &self,
         launches: &mut [Launch<'_>],
@@ -769,7 +771,7 @@ impl<'c> Engine<'c> {
         keep: bool,
         src: Input<'_>,
         dst: Output<'_>,
-    ) -> Result<Range<u64>> {
+    ) -> Result<(Range<u64>, Option<Result<()>>)> {
         match self.connect(Timeout::Test.deadline()) {
             Err(e) if e.is_timeout() => {}
             other => other?,
@@ -831,11 +833,22 @@ impl<'c> Engine<'c> {
         let owners = std::slice::from_mut(&mut owner);
         let index = OwnerIndex::new(owners);
         self.pass(&mut state, owners, &index);
-        if keep {
-            self.keep_source(&mut state, seqs.clone(), src);
-        }
+        let outcome = match keep {
+            true => {
+                self.keep_source(&mut state, seqs.clone(), src);
+                None
+            }
+            false => {
+                let outcome = self.collect(&mut state, &mut owner);
+                if outcome.is_some() {
+                    // As a sync that returns does (see `drive`).
+                    state.trusting = None;
+                }
+                outcome
+            }
+        };
         self.tell(state)?;
-        Ok(seqs)
+        Ok((seqs, outcome))
     }
 
     /// Gives the runs of `seqs`, initiated without `keep`, what they still need of the
