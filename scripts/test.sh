@@ -11,10 +11,15 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-cargo test --workspace --release
+# Every test runs even after one failed (each stage with --no-fail-fast, and the stages after
+# a failing one too), so that one run reports every failure; the script fails at the end.
+failed=0
+cargo test --workspace --release --no-fail-fast || failed=1
 # The multi-process tests again with every rank on the fabric (the default above takes the
 # direct intra-node path between ranks of this host).
-GASPI_INTRANODE=fabric cargo test --release -p gaspi -p gaspi-coll --tests
+GASPI_INTRANODE=fabric cargo test --release --no-fail-fast -p gaspi -p gaspi-coll --tests ||
+    failed=1
 # Own target directory: the changed RUSTFLAGS would otherwise rebuild the main one each run.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test -p gaspi-notifications -p gaspi --release --lib loom
+    cargo test -p gaspi-notifications -p gaspi --release --no-fail-fast --lib loom || failed=1
+exit "$failed"
