@@ -628,9 +628,9 @@ pub(crate) enum Lend {
     /// source lent again. A large allreduce's folds then read the source where it is
     /// instead of a copy staged as the initiating call returns (a pass over half the
     /// vector), and a large collective's pieces waiting for a lane read it without a copy
-    /// of the whole source. A collective complete within the initiating call (a member that
-    /// only sends, a team of one) is collected there, and its sync only reports the outcome:
-    /// one lock, one pass and one wake-up check fewer per call.
+    /// of the whole source. A collective complete within the initiating call (see
+    /// [`Engine::initiate`]) is collected there, and its sync only reports the outcome: one
+    /// lock, one pass and one wake-up check fewer per call.
     Late,
 }
 

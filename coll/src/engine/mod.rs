@@ -761,9 +761,10 @@ impl<'c> Engine<'c> {
     /// With `keep`, the runs get what they still need of the source as the call returns
     /// (see [`lend`](Self::lend)); without, the caller syncs them at once, lending the
     /// source again, and lends it to them before it returns without their completion or
-    /// drops them. Without `keep`, runs that complete in this call's pass (a member that
-    /// only sends, or a team of one) are also collected here, under the same lock, and
-    /// their outcome returned: the caller's sync then has nothing left to do.
+    /// drops them. Without `keep`, runs that complete in this call's pass (a team of one,
+    /// or a member whose part is puts that may go at once: an eager run's, a gathering run's
+    /// that skips its credits) are also collected here, under the same lock, and their
+    /// outcome returned: the caller's sync then has nothing left to do.
     pub(crate) fn initiate(
         &self,
         launches: &mut [Launch<'_>],
