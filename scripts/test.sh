@@ -13,8 +13,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # Every test runs even after one failed (each stage with --no-fail-fast, and the stages after
 # a failing one too), so that one run reports every failure; the script fails at the end.
-# The `ci` profile is release without LTO (see Cargo.toml): the same optimised code paths,
-# built in a third of the time.
+# The `ci` profile is release without LTO (see Cargo.toml): the same optimised code, built in
+# less than half the time.
 failed=0
 cargo test --workspace --profile ci --no-fail-fast || failed=1
 # The multi-process tests again with every rank on the fabric (the default above takes the
