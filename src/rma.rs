@@ -582,18 +582,18 @@ impl Inner {
             deadline,
             || (q.outstanding() == 0).then_some(()),
         );
-        if result.is_err() {
+        let failure = if result.is_err() {
             // A dead rank's operations never complete: drop them so the queue is usable.
             for rank in q.tracker.targets() {
                 if self.health.known(rank).is_some() {
                     q.drop_rank(rank);
                 }
             }
-        }
-        if let Some(e) = q.tracker.take_failure() {
-            return Err(e);
-        }
-        result
+            q.tracker.settle_failure()
+        } else {
+            q.tracker.take_failure()
+        };
+        failure.map_or(result, Err)
     }
 
     /// Posts a notification-only write: 8 bytes into the target's system scratch area,

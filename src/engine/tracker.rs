@@ -94,11 +94,27 @@ impl Tracker {
     /// dead rank was reported by the wait that dropped it, and its late failure must not fail
     /// the next wait of a queue that has moved on. The failure is recorded before the total
     /// falls, so a wait that sees nothing outstanding sees the failure too.
+    ///
+    /// A failed operation is counted down and its failure recorded under the failure's lock,
+    /// so a wait that drops `rank` and then takes the failure with
+    /// [`settle_failure`](Self::settle_failure) finds it, or finds the operation dropped: a
+    /// failure that lands between the two would fail the next wait with a death already
+    /// reported.
     pub(crate) fn finish(&self, rank: Rank, failure: Option<impl FnOnce() -> Error>) -> u32 {
-        let taken = self.uncount(rank, 1);
-        if let Some(failure) = failure.filter(|_| taken > 0) {
-            self.fail(failure());
-        }
+        let taken = match failure {
+            None => self.uncount(rank, 1),
+            Some(failure) => {
+                // Made before the lock: it may look at the rank's health.
+                let error = failure();
+                let mut slot = lock(&self.failure);
+                let taken = self.uncount(rank, 1);
+                if taken > 0 && slot.is_none() {
+                    *slot = Some(error);
+                    self.failed.store(true, Ordering::Release);
+                }
+                taken
+            }
+        };
         self.outstanding.fetch_sub(taken, Ordering::AcqRel);
         taken
     }
@@ -170,6 +186,14 @@ impl Tracker {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
+        self.settle_failure()
+    }
+
+    /// Takes the failure recorded since the last call, if any, under its lock: after
+    /// [`drop_rank`](Self::drop_rank), this also waits out a failed operation towards that
+    /// rank that was counted down before the drop and is still recording its failure (see
+    /// [`finish`](Self::finish)).
+    pub(crate) fn settle_failure(&self) -> Option<Error> {
         let mut failure = lock(&self.failure);
         self.failed.store(false, Ordering::Release);
         failure.take()
@@ -237,7 +261,7 @@ mod tests {
 
 /// Loom models: a failed completion racing the drop of its rank, on both kinds of counts, never
 /// counts an operation down twice, keeps its failure only when it counted the operation down,
-/// and the tracker always ends empty.
+/// is reported by the wait that dropped the rank or never, and the tracker always ends empty.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
@@ -273,6 +297,38 @@ mod loom_tests {
     #[test]
     fn sparse_completion_races_drop() {
         completion_races_drop(Tracker::sparse);
+    }
+
+    /// A wait that drops the dead rank while one of its operations fails: the failure is
+    /// reported by that wait or not at all, never by the next one.
+    fn failure_races_a_waits_drop(make: fn() -> Tracker) {
+        loom::model(move || {
+            let tracker = Arc::new(make());
+            assert!(tracker.reserve(1, 1, 8));
+            let completer = {
+                let tracker = Arc::clone(&tracker);
+                loom::thread::spawn(move || tracker.finish(1, Some(|| Error::Timeout)))
+            };
+            tracker.drop_rank(1);
+            let reported = tracker.settle_failure();
+            let completed = completer.join().expect("the completer does not panic");
+            assert_eq!(reported.is_some(), completed == 1);
+            assert!(
+                tracker.take_failure().is_none(),
+                "the next wait finds no failure of a dropped rank"
+            );
+            assert_eq!(tracker.outstanding(), 0);
+        });
+    }
+
+    #[test]
+    fn dense_failure_races_a_waits_drop() {
+        failure_races_a_waits_drop(|| Tracker::dense(2));
+    }
+
+    #[test]
+    fn sparse_failure_races_a_waits_drop() {
+        failure_races_a_waits_drop(Tracker::sparse);
     }
 
     #[test]
