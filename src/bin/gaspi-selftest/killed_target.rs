@@ -11,9 +11,11 @@
 //! after the victim's last reading the death was seen: on the direct path a pidfd per peer
 //! makes that milliseconds). Then each survivor checks that a write, a `write_notify` and a
 //! ping towards the victim fail at once naming it, that only the victim is `Corrupt`, that its
-//! queue is usable again, and that a group of the survivors commits and runs its barrier and an
-//! allreduce; `finalize` is recorded as [`crate::dead_read::finalize_names_the_dead_rank`] does
-//! (it must name the victim, not a survivor that finalized and exited after the victim died).
+//! queue is usable again (after one more wait when the failing call was a post, which left the
+//! round's earlier operations towards the victim for the queue to report), and that a group
+//! of the survivors commits and runs its barrier and an allreduce; `finalize` is recorded as
+//! [`crate::dead_read::finalize_names_the_dead_rank`] does (it must name the victim, not a
+//! survivor that finalized and exited after the victim died).
 //!
 //! On the direct path the writers copy into their mapping of the victim's segment, which
 //! outlives it; over the fabric the writes are 256 KiB over tcp (some are in flight at the
@@ -172,7 +174,19 @@ fn stream_until_failure(ctx: &Context, victim: Rank, data: &mut Data) -> Outcome
         &format!("{call} into the dying rank {victim}"),
         failure,
         victim,
-    )
+    )?;
+    // A post that failed because the victim was already known dead left the round's earlier
+    // operations towards it in the queue (the large write, when `write_notify` failed): the
+    // queue's next wait reports the death once more and drops them, as the README's fault
+    // table says. Only after that wait must the queue be empty and usable.
+    if call != "wait" {
+        let settled = ctx.wait(QUEUE, WAIT);
+        data.outcome("settled", &settled);
+        if settled.is_err() {
+            expect_failed("the queue's wait after a failed post", settled, victim)?;
+        }
+    }
+    Ok(())
 }
 
 /// After the death was seen: every call towards the victim fails at once naming it, only it is
