@@ -108,9 +108,8 @@ impl Tracker {
                 let error = failure();
                 let mut slot = lock(&self.failure);
                 let taken = self.uncount(rank, 1);
-                if taken > 0 && slot.is_none() {
-                    *slot = Some(error);
-                    self.failed.store(true, Ordering::Release);
+                if taken > 0 {
+                    self.record(&mut slot, error);
                 }
                 taken
             }
@@ -174,9 +173,13 @@ impl Tracker {
 
     /// Records that an operation failed; the first failure is kept until taken.
     pub(crate) fn fail(&self, error: Error) {
-        let mut failure = lock(&self.failure);
-        if failure.is_none() {
-            *failure = Some(error);
+        self.record(&mut lock(&self.failure), error);
+    }
+
+    /// Keeps `error` in `slot` (the failure, locked) unless an earlier one is kept.
+    fn record(&self, slot: &mut Option<Error>, error: Error) {
+        if slot.is_none() {
+            *slot = Some(error);
             self.failed.store(true, Ordering::Release);
         }
     }
