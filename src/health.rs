@@ -276,10 +276,20 @@ impl Health {
     }
 
     /// `RankFailed` for `rank` if it is marked dead.
+    ///
+    /// Inlined: every operation asks, and while no rank has failed the answer is one load
+    /// (the error, with its reason, is built out of line).
+    #[inline]
     pub(crate) fn known(&self, rank: Rank) -> Option<Error> {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
+        self.known_marked(rank)
+    }
+
+    /// [`known`](Self::known) once some rank has been marked.
+    #[cold]
+    fn known_marked(&self, rank: Rank) -> Option<Error> {
         if !self.corrupt.get(rank as usize)?.load(Ordering::Acquire) {
             return None;
         }

@@ -367,9 +367,13 @@ impl Direct {
 
     /// Whether `rank` is reached directly.
     pub(crate) fn reaches(&self, rank: Rank) -> bool {
-        self.peers
-            .get(rank as usize)
-            .is_some_and(|p| p.as_ref().is_some_and(|p| p.directory().is_some()))
+        self.peer(rank).is_some()
+    }
+
+    /// `rank`, when it is reached directly (its directory is mapped).
+    fn peer(&self, rank: Rank) -> Option<&Peer> {
+        let peer = self.peers.get(rank as usize)?.as_ref()?;
+        peer.directory().map(|_| peer)
     }
 
     /// Publishes `entry` (or its absence) at `slot` of this rank's directory.

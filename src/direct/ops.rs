@@ -26,13 +26,16 @@ impl Inner {
         rank: Rank,
         table: Table,
     ) -> Result<Option<Loan<'_, PeerSegment>>> {
-        if !self.direct.reaches(rank) || q.is_some_and(|q| q.fabric_to(rank)) {
+        let Some(peer) = self.direct.peer(rank) else {
+            return Ok(None);
+        };
+        if q.is_some_and(|q| q.fabric_to(rank)) {
             return Ok(None);
         }
         if let Some(dead) = self.health.known(rank) {
             return Err(dead);
         }
-        match self.direct.segment(rank, Slot::of_table(table)) {
+        match peer.segment(Slot::of_table(table)) {
             None => Ok(None),
             Some(None) => Err(Error::UnknownSegment {
                 rank,
