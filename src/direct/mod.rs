@@ -265,16 +265,15 @@ impl Peer {
             .as_ref()
     }
 
-    /// The segment at `slot`: `None` when the directory cannot be mapped, `Some(None)` when
-    /// the segment is absent; mapped anew when its entry changed.
-    fn segment(&self, slot: Slot) -> Option<Option<Loan<'_, PeerSegment>>> {
-        let directory = self.directory()?;
+    /// The segment at `slot` as `directory` (this peer's, mapped) describes it: `None` when
+    /// it is absent; mapped anew when its entry changed.
+    fn segment(&self, directory: &PeerDirectory, slot: Slot) -> Option<Loan<'_, PeerSegment>> {
         let state = directory.words.words()[slot.at() + STATE].load(Ordering::Acquire);
         let cached = self.segments.get(slot.index());
-        Some(match cached.filter(|s| s.state == state) {
+        match cached.filter(|s| s.state == state) {
             Some(segment) => Some(segment),
             None => self.remap(directory, slot),
-        })
+        }
     }
 
     /// Maps the segment at `slot` as the directory describes it now, replacing the mapping
@@ -308,6 +307,19 @@ impl Peer {
     fn keep(&self, slot: Slot, segment: Option<Arc<PeerSegment>>) {
         // Every slot's index is below ENTRIES, the table's length: replace cannot fail.
         let _ = self.segments.replace(slot.index(), segment);
+    }
+}
+
+/// A peer reached directly, with its directory: looked up once per operation.
+pub(crate) struct Reached<'a> {
+    peer: &'a Peer,
+    directory: &'a PeerDirectory,
+}
+
+impl<'a> Reached<'a> {
+    /// The peer's segment at `slot`: `None` when it has no such segment.
+    pub(crate) fn segment(&self, slot: Slot) -> Option<Loan<'a, PeerSegment>> {
+        self.peer.segment(self.directory, slot)
     }
 }
 
@@ -371,9 +383,10 @@ impl Direct {
     }
 
     /// `rank`, when it is reached directly (its directory is mapped).
-    fn peer(&self, rank: Rank) -> Option<&Peer> {
+    fn peer(&self, rank: Rank) -> Option<Reached<'_>> {
         let peer = self.peers.get(rank as usize)?.as_ref()?;
-        peer.directory().map(|_| peer)
+        let directory = peer.directory()?;
+        Some(Reached { peer, directory })
     }
 
     /// Publishes `entry` (or its absence) at `slot` of this rank's directory.
@@ -401,7 +414,7 @@ impl Direct {
     /// The segment at `slot` of `rank`: `None` when `rank` is not reached directly,
     /// `Some(None)` when it has no such segment.
     pub(crate) fn segment(&self, rank: Rank, slot: Slot) -> Option<Option<Loan<'_, PeerSegment>>> {
-        self.peers.get(rank as usize)?.as_ref()?.segment(slot)
+        self.peer(rank).map(|reached| reached.segment(slot))
     }
 
     /// The system table of `rank`, mapped: `None` when `rank` is not reached directly or has
@@ -412,7 +425,7 @@ impl Direct {
             return Some(system);
         }
         // Mapped (or found mapped) as any slot, then kept: a racing thread keeps the same.
-        peer.segment(Slot::System)??;
+        self.peer(rank)?.segment(Slot::System)?;
         let mapped = peer.segments.get_arc(Slot::System.index())?;
         Some(peer.system.get_or_init(|| mapped))
     }

@@ -26,7 +26,7 @@ impl Inner {
         rank: Rank,
         table: Table,
     ) -> Result<Option<Loan<'_, PeerSegment>>> {
-        let Some(peer) = self.direct.peer(rank) else {
+        let Some(reached) = self.direct.peer(rank) else {
             return Ok(None);
         };
         if q.is_some_and(|q| q.fabric_to(rank)) {
@@ -35,13 +35,12 @@ impl Inner {
         if let Some(dead) = self.health.known(rank) {
             return Err(dead);
         }
-        match peer.segment(Slot::of_table(table)) {
-            None => Ok(None),
-            Some(None) => Err(Error::UnknownSegment {
+        match reached.segment(Slot::of_table(table)) {
+            None => Err(Error::UnknownSegment {
                 rank,
                 segment: table.id(),
             }),
-            Some(Some(segment)) => Ok(Some(segment)),
+            Some(segment) => Ok(Some(segment)),
         }
     }
 
