@@ -134,7 +134,9 @@ fn rotating(
 
 /// Round `number` of `plan` shared by [`CONSUMER_THREADS`] threads: thread `t` sends the blocks
 /// `t`, `t + CONSUMER_THREADS`, ... and every thread takes arrivals until none is left, checks
-/// each and resets it. Every source must be handed out to exactly one thread.
+/// each and resets it, then ends the round, which the first to find every block sent does
+/// while others may still be posting theirs. Every source must be handed out to exactly one
+/// thread, and the next round's source must not reach a destination of this one.
 fn consumers(
     ctx: &Context,
     a2a: &Alltoallv<'_>,
@@ -166,6 +168,14 @@ fn consumers(
                         got.push((source, setup.take(ctx, plan, number, source)?));
                         round.reset(source)?;
                     }
+                    // A block not sent yet is another thread's, still on its way to `send`.
+                    loop {
+                        match round.finish(TIMEOUT) {
+                            Ok(()) => break,
+                            Err(gaspi_coll::Error::Unsent { .. }) => std::thread::yield_now(),
+                            Err(e) => return Err(format!("thread {t}: finish: {e}").into()),
+                        }
+                    }
                     Ok(got)
                 })
             })
@@ -177,7 +187,7 @@ fn consumers(
     })?;
     round
         .finish(TIMEOUT)
-        .map_err(|e| format!("finish after every thread saw the last arrival: {e}"))?;
+        .map_err(|e| format!("finish after every thread ended the round: {e}"))?;
     let mut this_round = Vec::new();
     let mut received = Received::default();
     for (thread, got) in results.into_iter().enumerate() {

@@ -23,6 +23,9 @@ pub enum Pattern {
     SelfOnly,
     /// Every rank to every rank, 0 B to 64 KiB, and 16 MiB from rank 0 to the last rank.
     Skewed,
+    /// Every rank to every other rank, 20 to 40 KiB: blocks a provider reads out of the source
+    /// after their post returned, which a finished round must no longer do.
+    Large,
     /// Every rank to itself and its next `k` ranks, small blocks (the long run of rounds).
     Ring(u32),
 }
@@ -32,8 +35,8 @@ pub enum Pattern {
 pub enum Forms {
     /// One thread; the forms of [`form`] take turns, round by round.
     Rotating,
-    /// [`CONSUMER_THREADS`] threads share every round: each sends a share of the blocks, and
-    /// all of them take arrivals until none is left.
+    /// [`CONSUMER_THREADS`] threads share every round: each sends a share of the blocks, all
+    /// of them take arrivals until none is left, and each ends the round.
     Consumers,
 }
 
@@ -50,7 +53,7 @@ pub struct Case {
 /// The cases, in the order the scenario runs them on one alltoallv object: every plan is made
 /// first, then the rounds of each case follow those of the one before, with no other
 /// synchronisation between them.
-pub const CASES: [Case; 7] = [
+pub const CASES: [Case; 8] = [
     Case {
         name: "dense",
         pattern: Pattern::Dense,
@@ -85,6 +88,12 @@ pub const CASES: [Case; 7] = [
         name: "consumers",
         pattern: Pattern::Dense,
         rounds: Some(40),
+        forms: Forms::Consumers,
+    },
+    Case {
+        name: "consumers-large",
+        pattern: Pattern::Large,
+        rounds: Some(100),
         forms: Forms::Consumers,
     },
     Case {
@@ -148,6 +157,10 @@ pub fn sends(pattern: Pattern, n: u32, me: Rank) -> Vec<(Rank, u64)> {
                 };
                 (t, bytes)
             })
+            .collect(),
+        Pattern::Large => (0..n)
+            .filter(|&t| t != me)
+            .map(|t| (t, (20 << 10) + u64::from((me * 5 + t * 3) % 11) * 2039))
             .collect(),
         Pattern::Ring(k) => std::iter::once(me)
             .chain(next(k))

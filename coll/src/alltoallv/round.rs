@@ -53,6 +53,11 @@ pub(super) struct Exchange {
     watcher: bool,
     /// Threads sleeping on the condition variable.
     sleepers: u32,
+    /// Sets of blocks marked posted whose writes a thread is still putting into the batch,
+    /// outside the lock: until they are in it, waiting for the batch does not wait for them.
+    posting: u32,
+    /// A `finish` waits for `posting` to drop to 0, and must be told when it does.
+    finishing: bool,
 }
 
 impl Exchange {
@@ -350,17 +355,26 @@ impl Alltoallv<'_> {
             for &(index, offset) in &blocks {
                 run.sends[index] = Send::Waiting(offset);
             }
-            (self.cleared(&mut ex.owed, run)?, ex.listeners())
+            (
+                self.cleared(&mut ex.owed, &mut ex.posting, run)?,
+                ex.listeners(),
+            )
         };
-        self.post(&cleared)?;
+        self.post(cleared)?;
         // A block left waiting for its credit adds to what the round waits for: the thread
         // asleep on the round's notifications must watch that credit too.
         self.changed(listeners)
     }
 
     /// The waiting blocks of `run` whose credits are here, marked posted (their credits are
-    /// then owed anew), to be posted outside the lock.
-    fn cleared(&self, owed: &mut HashMap<Rank, u32>, run: &mut Running) -> Result<Cleared> {
+    /// then owed anew), to be posted outside the lock by [`post`](Self::post), which every
+    /// `Cleared` goes to: until then they count in `posting`.
+    fn cleared(
+        &self,
+        owed: &mut HashMap<Rank, u32>,
+        posting: &mut u32,
+        run: &mut Running,
+    ) -> Result<Cleared> {
         let mut posts = Vec::new();
         let mut looking = false;
         for index in 0..run.sends.len() {
@@ -395,6 +409,9 @@ impl Alltoallv<'_> {
                 target,
             });
         }
+        if !posts.is_empty() {
+            *posting += 1;
+        }
         Ok(Cleared {
             posts,
             looking,
@@ -404,11 +421,26 @@ impl Alltoallv<'_> {
         })
     }
 
-    /// Posts the blocks `cleared`.
-    fn post(&self, cleared: &Cleared) -> Result<()> {
+    /// Posts the blocks `cleared`, then counts them out of `posting`, also when posting
+    /// failed, telling a `finish` that waits for them.
+    fn post(&self, cleared: Cleared) -> Result<()> {
         if cleared.posts.is_empty() {
             return Ok(());
         }
+        let posted = self.write_blocks(&cleared);
+        let listeners = {
+            let mut ex = self.exchange();
+            ex.posting -= 1;
+            (ex.posting == 0 && std::mem::take(&mut ex.finishing)).then(|| ex.listeners())
+        };
+        if let Some(listeners) = listeners {
+            self.changed(listeners)?;
+        }
+        posted
+    }
+
+    /// Writes the blocks `cleared` into their destinations, each with its notification.
+    fn write_blocks(&self, cleared: &Cleared) -> Result<()> {
         let src = self.ctx.segment(cleared.source)?;
         let notification = Notification {
             id: self.layout.data(self.me),
@@ -429,20 +461,22 @@ impl Alltoallv<'_> {
             let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
                 return Ok((None, Next::Done(None)));
             };
-            let cleared = a2a.cleared(&mut ex.owed, run)?;
-            if let Some(rank) = take_early(&mut ex.early, &mut ex.arrivals, run)? {
+            // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
+            let early = take_early(&mut ex.early, &mut ex.arrivals, run)?;
+            let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run)?;
+            if let Some(rank) = early {
                 return Ok((Some(cleared), Next::Done(Some(rank))));
             }
             if run.remaining == 0 {
                 return Ok((Some(cleared), Next::Done(None)));
             }
-            Ok((Some(cleared), Next::Wait(a2a.awaited(run)?)))
+            Ok((Some(cleared), Next::Wait(a2a.awaited(run))))
         })
     }
 
     /// What `run` waits for: the blocks of its sources not handed out, and the credits of its
     /// waiting blocks, with the ranks expected to send them.
-    fn awaited(&self, run: &Running) -> Result<Vec<(NotificationId, Rank)>> {
+    fn awaited(&self, run: &Running) -> Vec<(NotificationId, Rank)> {
         let plan = &run.plan;
         let mut ids = Vec::new();
         for (i, s) in plan.sources.iter().enumerate() {
@@ -456,7 +490,7 @@ impl Alltoallv<'_> {
                 ids.push((self.layout.credit(plan.destination_members[index]), rank));
             }
         }
-        Ok(ids)
+        ids
     }
 
     /// Runs `decide` under the lock until it is done, posting what it clears, and between
@@ -480,10 +514,11 @@ impl Alltoallv<'_> {
                 Next::Done(value) => {
                     let listeners = guard.listeners();
                     drop(guard);
-                    self.changed(listeners)?;
+                    let told = self.changed(listeners);
                     if let Some(cleared) = cleared {
-                        self.post(&cleared)?;
+                        self.post(cleared)?;
                     }
+                    told?;
                     return Ok(value);
                 }
                 Next::Wait(ids) => ids,
@@ -492,7 +527,7 @@ impl Alltoallv<'_> {
                 let listeners = guard.listeners();
                 drop(guard);
                 if let Some(cleared) = cleared {
-                    self.post(&cleared)?;
+                    self.post(cleared)?;
                 }
                 self.changed(listeners)?;
                 continue;
@@ -507,8 +542,12 @@ impl Alltoallv<'_> {
                 guard.sleepers -= 1;
                 continue;
             }
-            // A test never sleeps, so it may scan beside the watcher.
+            // A test never sleeps, so it may scan beside the watcher; with nothing to scan (a
+            // `finish` waiting for other threads' posts) it is over.
             let watching = !deadline.is_test();
+            if !watching && ids.is_empty() {
+                return Err(gaspi::Error::Timeout.into());
+            }
             if watching {
                 guard.watcher = true;
                 self.control.notify_reset(self.layout.wake())?;
@@ -667,13 +706,17 @@ impl Alltoallv<'_> {
             let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
                 return Ok((None, Next::Done(false)));
             };
-            let cleared = a2a.cleared(&mut ex.owed, run)?;
             while take_early(&mut ex.early, &mut ex.arrivals, run)?.is_some() {}
-            let ids = a2a.awaited(run)?;
-            let next = if ids.is_empty() {
-                Next::Done(true)
-            } else {
-                Next::Wait(ids)
+            let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run)?;
+            let ids = a2a.awaited(run);
+            // Blocks other threads cleared may not be in the batch yet (this call's own are
+            // posted before `drive` returns): the wait for the batch must come after theirs.
+            let own = u32::from(!cleared.posts.is_empty());
+            let others = ex.posting > own;
+            ex.finishing |= others;
+            let next = match ids.is_empty() && !others {
+                true => Next::Done(true),
+                false => Next::Wait(ids),
             };
             Ok((Some(cleared), next))
         })?;
