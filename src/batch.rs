@@ -11,7 +11,7 @@ use gaspi_notifications::Timeout;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::queue::{Dest, Kind, Label, Queue, Request};
+use crate::queue::{Kind, Label, Queue, Request};
 use crate::rma::Notification;
 use crate::segment::Segment;
 use crate::target::Target;
@@ -141,7 +141,7 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let local = src.local();
         local.check(inner.rank, src_offset, size)?;
-        let target = dst.remote(inner, dst_offset, size)?;
+        let dest = dst.dest(inner, dst_offset, size)?;
         if let Some(peer) = inner.mapped(Some(&self.queue), dst.rank, dst.table)? {
             let offset = dst.start + dst_offset;
             inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
@@ -154,7 +154,7 @@ impl Batch<'_> {
                 kind: Kind::Write {
                     src: Arc::clone(local),
                     src_offset,
-                    dst: Dest::Ready(target),
+                    dst: dest,
                     size,
                     data,
                 },
@@ -251,18 +251,12 @@ impl Batch<'_> {
     /// [`Error::BatchFull`]; [`Error::RankFailed`].
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
-        if self
-            .ctx
-            .inner
-            .notify_directly(Some(&self.queue), table.rank, wire)?
-        {
+        let inner = &self.ctx.inner;
+        let check = table.dest(inner, 0, 0)?;
+        if inner.notify_directly(Some(&self.queue), table.rank, wire)? {
             return Ok(());
         }
-        // Only the fabric needs the target's address.
-        let check = Dest::Ready(table.remote(&self.ctx.inner, 0, 0)?);
-        self.ctx
-            .inner
-            .notify_on(&self.queue, table.rank, check, wire)
+        inner.notify_on(&self.queue, table.rank, check, wire)
     }
 
     /// Reads `size` bytes of `src` at `src_offset` into `dst` at `dst_offset`.
@@ -280,7 +274,7 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let local = dst.local();
         local.check(inner.rank, dst_offset, size)?;
-        let target = src.remote(inner, src_offset, size)?;
+        let source = src.dest(inner, src_offset, size)?;
         if let Some(peer) = inner.mapped(Some(&self.queue), src.rank, src.table)? {
             let offset = src.start + src_offset;
             return inner.direct_read(
@@ -294,7 +288,7 @@ impl Batch<'_> {
                 kind: Kind::Read {
                     dst: Arc::clone(local),
                     dst_offset,
-                    src: Dest::Ready(target),
+                    src: source,
                     size,
                     then: None,
                 },

@@ -315,7 +315,7 @@ impl Context {
             split_sizes,
             engine: Engine::default(),
             segments: Segments::new(),
-            descriptors: Descriptors::default(),
+            descriptors: Descriptors::new(size),
             queues: Queues::new(config.queues, config.queue_depth, size),
             events: EventCount::new(),
             system_notifications: system_table.table,

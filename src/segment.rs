@@ -372,7 +372,7 @@ impl Inner {
     /// not lost when the provider is busy).
     pub(crate) fn announce_gone(&self, table: Table, key: DescKey) -> Result<()> {
         self.publish(key, None)?;
-        self.descriptors.forget(self.rank, key);
+        self.descriptors.forget_deleted(self.rank, key);
         let gone = WireNotification::segment_gone(self.rank, table);
         for rank in (0..self.size).filter(|&r| r != self.rank) {
             self.outbox.notify(self, rank, gone);
@@ -475,9 +475,10 @@ impl Context {
 
     /// Deletes this rank's segment `id` (local).
     ///
-    /// Every other rank is told, so that its next operation on the segment fails with
-    /// [`Error::UnknownSegment`] (on the direct path at the call, through the fabric at its
-    /// queue's `wait`: the news makes the peer look the segment up again) instead of reaching
+    /// Every other rank is told, so that its next operation on the segment, by id or through
+    /// a [`Target`](crate::Target), fails with [`Error::UnknownSegment`] (on the direct path
+    /// at the call, through the fabric at its queue's `wait`: the news makes the peer look the
+    /// segment up again) instead of reaching
     /// a closed registration (which some providers handle badly: libfabric 1.17's tcp crashes
     /// the writer). An operation a peer posts before the news arrives is still the
     /// application's error: synchronise deletes with the peers that write into the segment.

@@ -1,22 +1,28 @@
 //! Prepared targets: a range of a segment on some rank, resolved and checked once, for cheap
 //! repeated posting ([`Batch`](crate::Batch)) and atomics.
 
-use gaspi_fabric::RemoteTarget;
 use gaspi_notifications::Timeout;
 
 use crate::atomic::{AtomicOp, AtomicRequest};
 use crate::context::{Context, Inner};
-use crate::engine::lookup::{Descriptor, Known};
+use crate::engine::lookup::{DescKey, Descriptor, Known};
 use crate::error::{Error, Rank, Result, SegmentId};
-use crate::queue::place;
+use crate::queue::{place, Dest};
 use crate::rma::{check_notification, Notification};
 use crate::wire::{Table, WireNotification};
 
 /// A range of a segment on some rank, resolved (its descriptor read) and checked once.
 ///
-/// Offsets passed with a target are relative to the start of its range. A target stays valid
-/// while the segment exists; an operation through a target whose segment was deleted since
-/// fails at the provider (see [`Context::segment_delete`]).
+/// Offsets passed with a target are relative to the start of its range. Operations through a
+/// target skip the lookup of the segment that operations by id make, until the segment's
+/// rank announces that it deleted one of its segments (see [`Context::segment_delete`]):
+/// from then on they look the segment up as operations by id do, so a target goes on naming
+/// segment `id` of its rank. Towards a segment made anew they reach the new segment (an
+/// [`Error::OutOfBounds`] when the range no longer fits it); towards a segment that is gone
+/// they fail with [`Error::UnknownSegment`], at the call or, through the fabric when the
+/// answer takes a lookup, at the wait of the operation's batch. An operation posted before
+/// the news of a deletion arrived may still reach the deleted segment: as for every
+/// operation, deletions must be synchronised with the ranks that write into the segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
     pub(crate) rank: Rank,
@@ -25,6 +31,9 @@ pub struct Target {
     /// The range, within the segment.
     pub(crate) start: u64,
     pub(crate) len: u64,
+    /// The deletions of `rank`'s segments this rank had heard of before resolving: while
+    /// the count is the same, the descriptor is current without a look at the cache.
+    pub(crate) deletions: u32,
 }
 
 impl Target {
@@ -80,23 +89,29 @@ impl Target {
     }
 
     /// Where `offset..offset + len` of the range is, checked against the range and, as for
-    /// every transfer, the provider's largest message.
-    pub(crate) fn remote(&self, inner: &Inner, offset: u64, len: u64) -> Result<RemoteTarget> {
+    /// every transfer, the provider's largest message: with the descriptor resolved, or,
+    /// once the rank announced a deletion since, as an operation by id finds it (see
+    /// [`Target`]).
+    pub(crate) fn dest(&self, inner: &Inner, offset: u64, len: u64) -> Result<Dest> {
         self.check(offset, len)?;
-        place(
-            inner,
-            self.rank,
-            self.segment(),
-            &self.descriptor,
-            self.start + offset,
-            len,
-        )
+        let at = self.start + offset;
+        if inner.descriptors.deletions(self.rank) == self.deletions {
+            return place(inner, self.rank, self.segment(), &self.descriptor, at, len)
+                .map(Dest::Ready);
+        }
+        inner.dest(self.rank, self.key()?, at, len)
     }
 
     /// `n` for this target's table, checked.
     pub(crate) fn wire(&self, n: Notification) -> Result<WireNotification> {
         check_notification(self.rank, self.segment(), self.descriptor.notifications, n)?;
         Ok(WireNotification::new(self.table, n.id, n.value))
+    }
+
+    fn key(&self) -> Result<DescKey> {
+        self.table
+            .descriptor()
+            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))
     }
 }
 
@@ -122,6 +137,9 @@ impl Context {
             .descriptor()
             .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
         let segment = table.id();
+        // Counted before the descriptor is found: a deletion heard of in between makes the
+        // target look again, rather than trust a descriptor the cache forgot.
+        let deletions = self.inner.descriptors.deletions(rank);
         match self.inner.resolve(rank, key, timeout.deadline())? {
             Known::Present(descriptor) => Ok(Target {
                 rank,
@@ -129,6 +147,7 @@ impl Context {
                 descriptor,
                 start: 0,
                 len: descriptor.size,
+                deletions,
             }),
             Known::Absent => Err(Error::UnknownSegment { rank, segment }),
         }

@@ -34,7 +34,7 @@ use crate::direct::{Published, Slot};
 use crate::error::{Error, Rank, Result, SegmentId};
 use crate::group::GroupId;
 use crate::segment::LocalSegment;
-use crate::sync::{lock, AtomicBool, Mutex};
+use crate::sync::{lock, AtomicBool, AtomicU32, Mutex, Ordering};
 use crate::system::{layout, DESCRIPTOR_LEN};
 
 /// Which descriptor of a rank's system region.
@@ -242,15 +242,36 @@ impl Retry for Lookup {
 }
 
 /// The descriptor cache and the lookups in flight.
-#[derive(Default)]
 pub(crate) struct Descriptors {
     /// Looked up on every operation that is not injected through a prepared target: Fx
     /// hashing costs a few instructions where the standard SipHash cost ~150 per lookup.
     cache: RwLock<FxHashMap<(Rank, DescKey), Known>>,
     lookups: Mutex<HashMap<(Rank, DescKey), Arc<Lookup>>>,
+    /// Per rank, how many deletions of its segments this rank has heard of (its own
+    /// included): a prepared target, which keeps its descriptor instead of asking the cache,
+    /// looks again only once its rank's count moved (see [`Target`](crate::Target)).
+    deletions: Box<[AtomicU32]>,
 }
 
 impl Descriptors {
+    /// An empty cache for a job of `ranks` ranks.
+    pub(crate) fn new(ranks: u32) -> Descriptors {
+        Descriptors {
+            cache: RwLock::default(),
+            lookups: Mutex::default(),
+            deletions: (0..ranks).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// How many deletions of `rank`'s segments this rank has heard of.
+    pub(crate) fn deletions(&self, rank: Rank) -> u32 {
+        // Acquire pairs with the count's increment, which follows the cache's forgetting:
+        // a target that saw the count resolved after the cache forgot.
+        self.deletions
+            .get(rank as usize)
+            .map_or(0, |d| d.load(Ordering::Acquire))
+    }
+
     /// The cached answer for `key` of `rank`.
     pub(crate) fn cached(&self, rank: Rank, key: DescKey) -> Option<Known> {
         self.cache
@@ -281,6 +302,9 @@ impl Descriptors {
     /// creation; the rank's own directory says what holds now.
     pub(crate) fn forget_deleted(&self, rank: Rank, key: DescKey) {
         self.forget(rank, key);
+        if let Some(count) = self.deletions.get(rank as usize) {
+            count.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Forgets the answer about `key` of `rank`.

@@ -724,6 +724,10 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
             "segment_size_of(peer, GONE) = {gone_size}, want 64"
         )));
     }
+    // A target keeps its descriptor: once the peer deleted the segment, it must not be used.
+    let kept = ctx
+        .target(peer, GONE, TIMEOUT)
+        .doing(|| "a target of the peer's GONE")?;
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier before everyone deletes GONE")?;
     ctx.segment_delete(GONE).doing(|| "deleting segment GONE")?;
@@ -763,6 +767,59 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
         ctx.notify_waitsome(GONE, 0, 1, Timeout::Test),
         Error::UnknownSegment { rank, segment: GONE } if rank == me
     );
+    kept_target(ctx, s, &kept, checks)
+}
+
+/// A target resolved before its segment was deleted goes on naming segment GONE of the peer:
+/// through it a write fails as one by id does (at the call, or at the batch's wait when that
+/// takes a lookup), and once the peer made GONE anew, a write reaches the new segment.
+fn kept_target(ctx: &Context, s: &Setup, kept: &gaspi::Target, checks: &mut u32) -> Outcome {
+    let (me, peer) = (s.me, s.peer);
+    let src = ctx.segment(SEG).doing(|| "segment SEG")?;
+    let batch = ctx.batch();
+    expect_err!(
+        checks,
+        "write through a target of a segment the peer deleted",
+        batch
+            .write(&src, 0, kept, 0, 1)
+            .and_then(|()| batch.wait(TIMEOUT)),
+        Error::UnknownSegment { rank, segment: GONE } if rank == peer
+    );
+    // Nobody makes GONE anew before everyone checked what a deleted GONE does.
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before everyone makes GONE anew")?;
+    ctx.segment_create(GONE, 64, TIMEOUT)
+        .doing(|| "making GONE anew")?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after everyone made GONE anew")?;
+    let mut sent = [0u8; 16];
+    fill_pattern(seed(&[u64::from(me), u64::from(peer), 5]), &mut sent);
+    ctx.segment_write(SEG, 0, &sent)
+        .doing(|| "staging the bytes for the new GONE")?;
+    let done = Notification { id: 3, value: 1 };
+    batch
+        .write_notify(&src, 0, kept, 8, 16, done)
+        .and_then(|()| batch.wait(TIMEOUT))
+        .doing(|| "write through the kept target into the peer's new GONE")?;
+    let from = (me + s.size - 1) % s.size;
+    let id = ctx
+        .notify_waitsome(GONE, done.id, 1, TIMEOUT)
+        .doing(|| "waiting for the write into this rank's new GONE")?;
+    ctx.notify_reset(GONE, id).doing(|| "notify_reset")?;
+    let mut got = [0u8; 16];
+    ctx.segment_read(GONE, 8, &mut got)
+        .doing(|| "reading the new GONE")?;
+    let mut want = [0u8; 16];
+    fill_pattern(seed(&[u64::from(from), u64::from(me), 5]), &mut want);
+    compare(
+        "the bytes written into the new GONE through a kept target",
+        &got,
+        &want,
+    )?;
+    *checks += 1;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the writes into the new GONE")?;
+    ctx.segment_delete(GONE).doing(|| "deleting GONE again")?;
     Ok(())
 }
 
