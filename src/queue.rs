@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
-use gaspi_fabric::{Posted, Refused, RemoteTarget};
+use gaspi_fabric::{Posted, Refused, Region, RemoteTarget};
 
 use crate::config::MAX_QUEUES;
 use crate::context::Inner;
@@ -88,6 +88,29 @@ pub(crate) struct Request {
     pub(crate) kind: Kind,
 }
 
+/// A request parked in its queue, holding its local segment's memory as a posted operation
+/// does: a segment with operations parked on it is in use, and its deletion is refused
+/// ([`Error::SegmentBusy`]) until they are posted and complete.
+struct Parked {
+    request: Request,
+    _hold: Option<Arc<Region>>,
+}
+
+impl Parked {
+    fn new(request: Request) -> Parked {
+        let segment = match &request.kind {
+            Kind::Write { src, .. } => Some(src),
+            Kind::Read { dst, .. } => Some(dst),
+            Kind::Notify { .. } => None,
+        };
+        let hold = segment.and_then(|s| s.region.clone());
+        Parked {
+            request,
+            _hold: hold,
+        }
+    }
+}
+
 /// What became of an attempt to post.
 enum Attempt {
     Posted,
@@ -100,7 +123,7 @@ pub(crate) struct Queue {
     pub(crate) label: Label,
     pub(crate) tracker: Tracker,
     depth: u32,
-    parked: Mutex<VecDeque<Request>>,
+    parked: Mutex<VecDeque<Parked>>,
     parked_len: AtomicU32,
     scheduled: AtomicBool,
     /// Same-host ranks this queue has carried fabric operations towards: later operations
@@ -210,7 +233,7 @@ impl Queue {
     fn park(&self, inner: &Inner, requests: impl Iterator<Item = Request>) {
         let mut parked = lock(&self.parked);
         let before = parked.len();
-        parked.extend(requests);
+        parked.extend(requests.map(Parked::new));
         let added = (parked.len() - before) as u32;
         if added == 0 {
             return;
@@ -405,8 +428,8 @@ impl Retry for Queue {
     fn retry(&self, inner: &Inner) -> bool {
         let mut parked = lock(&self.parked);
         while let Some(head) = parked.front_mut() {
-            let rank = head.rank;
-            match self.attempt(inner, head, true) {
+            let rank = head.request.rank;
+            match self.attempt(inner, &mut head.request, true) {
                 Ok(Attempt::Later) => break,
                 Ok(Attempt::Posted) => {}
                 Err(e) => {

@@ -48,7 +48,8 @@ impl LocalSegment {
         self.table.id()
     }
 
-    /// Operations from or into this segment still in flight: each holds the region.
+    /// Operations from or into this segment still in flight, or parked in their queue: each
+    /// holds the region.
     pub(crate) fn in_flight(&self) -> u32 {
         self.region
             .as_ref()

@@ -30,6 +30,8 @@ const SEG_LEN: u64 = 4096;
 const BUSY: SegmentId = 6;
 /// Target of those writes; lives to the end.
 const SINK: SegmentId = 7;
+/// Target of a write made before its descriptor is known (so parked for the lookup).
+const PARKED: SegmentId = 8;
 /// Created and deleted again by every rank.
 const GONE: SegmentId = 5;
 /// Never created.
@@ -85,6 +87,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         (SEG, SEG_LEN),
         (BUSY, CHUNK),
         (SINK, CHUNK),
+        (PARKED, CHUNK),
         (GONE, 64),
         (LATE, 64),
     ] {
@@ -680,6 +683,24 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     }
     ctx.wait(q, TIMEOUT)
         .doing(|| "waiting for the large writes")?;
+    if in_flight {
+        // Towards a segment never looked up, the write waits in its queue for the lookup
+        // (until this rank waits: the progress thread is off), and holds its source as a
+        // posted one does.
+        ctx.write(local(BUSY, 0), remote(peer, PARKED, 0), CHUNK, q)
+            .doing(|| "posting a write to a segment not looked up yet")?;
+        expect_err!(
+            checks,
+            "segment_delete with a write waiting for its target's lookup",
+            ctx.segment_delete(BUSY),
+            Error::SegmentBusy {
+                segment: BUSY,
+                in_flight: 1
+            }
+        );
+        ctx.wait(q, TIMEOUT)
+            .doing(|| "waiting for the write that waited for its lookup")?;
+    }
     ctx.queue_delete(q).doing(|| "deleting the drained queue")?;
     // As GASPI counts them: queues are created up to `queue_max`, and no further.
     let mut created = Vec::new();
