@@ -19,7 +19,7 @@
 use gaspi_notifications::Deadline;
 
 use crate::context::Context;
-use crate::error::{Error, Rank, Result};
+use crate::error::{Error, Rank, Result, SegmentId};
 use crate::wire::WireNotification;
 
 /// Rounds a run may have: enough for 2^32 members.
@@ -50,6 +50,37 @@ pub(crate) struct CollState {
     /// Whether a run was given up ([`abandon`](Self::abandon)): partners' notifications of
     /// it may still come, or lie unread.
     given_up: bool,
+    /// What the run in flight (or the last one) synchronises.
+    purpose: Purpose,
+}
+
+/// What a run synchronises. The other members pair a run with their calls of its kind, so a
+/// call of another kind must not finish a run of this one that timed out: a `barrier` would
+/// complete a `segment_create`'s synchronisation, and the members' later calls would pair up
+/// wrongly, with no error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// `barrier` or `group_barrier`.
+    #[default]
+    Barrier,
+    /// The synchronisation of `segment_create` or `segment_bind` of a segment id.
+    SegmentCreate(SegmentId),
+    /// A group's commit.
+    Commit,
+    /// `finalize`'s.
+    Exit,
+}
+
+impl Purpose {
+    /// The call, as [`Error::CollectiveInProgress`] names it.
+    fn name(self) -> &'static str {
+        match self {
+            Purpose::Barrier => "barrier",
+            Purpose::SegmentCreate(_) => "segment_create",
+            Purpose::Commit => "group_commit",
+            Purpose::Exit => "finalize",
+        }
+    }
 }
 
 /// First system notification slot of the bank that run `epoch` of a group uses, given the
@@ -62,6 +93,35 @@ impl CollState {
     /// Whether no run is in flight.
     pub(crate) fn idle(&self) -> bool {
         self.round == 0 && self.sent == 0 && self.pair.is_none() && self.reduce.is_none()
+    }
+
+    /// The call whose run timed out and is still in flight, when a run of `purpose` may not
+    /// continue it.
+    pub(crate) fn conflict(&self, purpose: Purpose) -> Option<&'static str> {
+        if self.reduce.is_some() {
+            return Some("allreduce");
+        }
+        self.running().filter(|_| self.purpose != purpose)
+    }
+
+    /// The call whose dissemination run is in flight, if one is.
+    pub(crate) fn running(&self) -> Option<&'static str> {
+        let running = self.round != 0 || self.sent != 0 || self.pair.is_some();
+        running.then(|| self.purpose.name())
+    }
+
+    /// Claims the group's runs for a run of `purpose`: the one in flight if it is of that
+    /// purpose, else a new one.
+    ///
+    /// # Errors
+    /// [`Error::CollectiveInProgress`] naming the call of another purpose whose run is in
+    /// flight.
+    pub(crate) fn claim(&mut self, group: crate::GroupId, purpose: Purpose) -> Result<()> {
+        if let Some(pending) = self.conflict(purpose) {
+            return Err(Error::CollectiveInProgress { group, pending });
+        }
+        self.purpose = purpose;
+        Ok(())
     }
 
     /// Gives up the run in flight after an error that is not a timeout. Members no longer

@@ -20,7 +20,7 @@ use gaspi_notifications::{Deadline, Timeout};
 
 use crate::allreduce::ReduceArea;
 use crate::context::Context;
-use crate::dissemination::{CollState, Spread, Watch, SLOTS_PER_GROUP};
+use crate::dissemination::{CollState, Purpose, Spread, Watch, SLOTS_PER_GROUP};
 use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
 use crate::queue::{Label, Queue};
@@ -335,6 +335,7 @@ impl Context {
         };
         let (lo, hi) = {
             let mut state = g.state();
+            state.claim(group, Purpose::Commit)?;
             state.start_pair(fingerprint(g.id, &g.members));
             self.run(&g, &mut state, timeout.deadline(), Watch::Members)?;
             state
@@ -445,18 +446,38 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
-    /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while an allreduce of the group is
-    /// in flight; [`Error::RankFailed`] naming a dead member.
+    /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while an allreduce of the group,
+    /// or the synchronisation of another call ([`segment_create`](Self::segment_create)'s,
+    /// [`finalize`](Self::finalize)'s) that timed out, is in flight: finish that call first;
+    /// [`Error::RankFailed`] naming a dead member.
     pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
+        self.barrier_for(group, Purpose::Barrier, timeout)
+    }
+
+    /// A barrier of committed group `group` that synchronises `purpose`: it continues only a
+    /// run of the same purpose that timed out.
+    pub(crate) fn barrier_for(
+        &self,
+        group: GroupId,
+        purpose: Purpose,
+        timeout: Timeout,
+    ) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
         let mut state = g.state();
-        if state.reduce.is_some() {
-            return Err(Error::CollectiveInProgress {
-                group,
-                pending: "allreduce",
-            });
-        }
+        state.claim(group, purpose)?;
         self.run(&g, &mut state, timeout.deadline(), Watch::Members)
+    }
+
+    /// The call of `group` whose synchronisation timed out and is in flight, when a run of
+    /// `purpose` may not continue it: checked before a call changes anything.
+    pub(crate) fn barrier_conflict(
+        &self,
+        group: GroupId,
+        purpose: Purpose,
+    ) -> Option<&'static str> {
+        let g = self.inner.groups.committed(group).ok()?;
+        let state = g.state();
+        state.conflict(purpose)
     }
 
     /// The synchronisation of [`finalize`](Self::finalize), bounded by `deadline` and
@@ -468,12 +489,7 @@ impl Context {
     pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
         let g = self.inner.groups.committed(GROUP_ALL)?;
         let mut state = g.state();
-        if state.reduce.is_some() {
-            return Err(Error::CollectiveInProgress {
-                group: GROUP_ALL,
-                pending: "allreduce",
-            });
-        }
+        state.claim(GROUP_ALL, Purpose::Exit)?;
         if !self.inner.leaving.load(Ordering::Acquire) {
             self.run(&g, &mut state, deadline, Watch::Members)?;
             self.inner.leaving.store(true, Ordering::Release);

@@ -18,8 +18,10 @@ use crate::direct::{SharedTable, ShmWords};
 use gaspi_segments::{Loan, SegmentMemory, Slots};
 
 use crate::context::{Context, Inner};
+use crate::dissemination::Purpose;
 use crate::engine::lookup::{DescKey, Descriptor, Known};
 use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
+use crate::group::GROUP_ALL;
 use crate::library::Shared;
 use crate::wire::{Table, WireNotification};
 
@@ -444,6 +446,14 @@ impl Context {
     ) -> Result<()> {
         let me = self.rank();
         let inner = &self.inner;
+        let purpose = Purpose::SegmentCreate(id);
+        // Refused before anything is made: another call's synchronisation is in flight.
+        if let Some(pending) = self.barrier_conflict(GROUP_ALL, purpose) {
+            return Err(Error::CollectiveInProgress {
+                group: GROUP_ALL,
+                pending,
+            });
+        }
         match inner.segments.get(Table::User(id)) {
             None => {
                 let seg = inner.new_segment(
@@ -465,7 +475,7 @@ impl Context {
             // An earlier call timed out in the synchronisation: continue it.
             Some(_) => {}
         }
-        self.barrier(timeout)?;
+        self.barrier_for(GROUP_ALL, purpose, timeout)?;
         // An answer cached while peers were still creating it may say "absent".
         inner.descriptors.forget_everywhere(DescKey::Segment(id));
         if let Some(seg) = inner.segments.get(Table::User(id)) {

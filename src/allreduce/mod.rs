@@ -144,7 +144,8 @@ impl Context {
     /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
     /// [`Error::Buffers`] for input and output of different lengths; [`Error::Unsupported`];
     /// [`Error::Timeout`] (call again to continue); [`Error::CollectiveInProgress`] while a
-    /// barrier or an allreduce with other arguments of the group is in flight;
+    /// barrier (or another call's synchronisation, such as a `segment_create`'s) or an
+    /// allreduce with other arguments of the group is in flight;
     /// [`Error::CollectiveMismatch`] naming a member that called with other arguments;
     /// [`Error::RankFailed`] naming a dead member.
     pub fn allreduce<T: Element>(
@@ -225,13 +226,12 @@ impl Context {
                 })
             }
             Some(_) => {}
-            None if !state.idle() => {
-                return Err(Error::CollectiveInProgress {
-                    group,
-                    pending: "barrier",
-                })
+            None => {
+                if let Some(pending) = state.running() {
+                    return Err(Error::CollectiveInProgress { group, pending });
+                }
+                state.reduce = Some(Run::renew(state.spare.take(), signature, input));
             }
-            None => state.reduce = Some(Run::renew(state.spare.take(), signature, input)),
         }
         let deadline = timeout.deadline();
         let input: &[u8] = bytemuck::cast_slice(input);

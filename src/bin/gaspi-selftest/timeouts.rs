@@ -35,6 +35,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     checked.push(barrier_resumes_after_timeout(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    checked.push(create_resumes_after_timeout(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     let mut data = Data::default();
     idle(ctx, SEG, SILENT, &mut data)?;
     Ok(Report {
@@ -202,6 +204,46 @@ fn repeat_after_timeout_completes(ctx: &Context) -> Outcome<String> {
     Ok(format!(
         "notification from rank {left} arrived on the call after {timeouts} timeouts"
     ))
+}
+
+/// Made late by the last rank, to show that a creation's synchronisation is its own.
+const CREATED_LATE: SegmentId = 1;
+
+/// The last rank creates a segment [`DELAY`] late; the others' creation times out, and a
+/// barrier meanwhile is refused, naming the creation still in flight (it must not finish the
+/// creation's synchronisation, which the last rank pairs with its creation); calling the
+/// creation again completes it.
+fn create_resumes_after_timeout(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n == 1 {
+        return Ok("creation timeouts need 2 ranks, skipped".into());
+    }
+    if me == n - 1 {
+        sleep(DELAY);
+    } else {
+        expect_timeout(
+            "segment_create(Millis(50)) before the last rank created it",
+            ctx.segment_create(CREATED_LATE, 64, Timeout::Millis(50)),
+        )?;
+        match ctx.barrier(Timeout::Millis(50)) {
+            Err(Error::CollectiveInProgress {
+                group: 0,
+                pending: "segment_create",
+            }) => {}
+            other => {
+                return Err(Failure(format!(
+                    "barrier while a segment_create's synchronisation is in flight: {other:?}"
+                )))
+            }
+        }
+    }
+    ctx.segment_create(CREATED_LATE, 64, TIMEOUT)
+        .doing(|| "creating the segment (again, after its timeout)")?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the resumed creation")?;
+    ctx.segment_delete(CREATED_LATE)
+        .doing(|| "deleting the segment made late")?;
+    Ok("a creation that timed out is resumed by calling it again, not by a barrier".into())
 }
 
 /// The last rank enters the barrier [`DELAY`] late; the others see `Test` and `Millis` time out,
