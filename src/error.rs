@@ -215,6 +215,17 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// A member index beyond a group's members.
+    #[error("member index {index} is out of range (group {group} has {members} members)")]
+    InvalidMemberIndex {
+        /// The group id.
+        group: crate::GroupId,
+        /// The bad index.
+        index: u32,
+        /// Members of the group.
+        members: u32,
+    },
+
     /// This rank takes part in a collective of a group it is not a member of.
     #[error("rank {rank} is not a member of group {group}")]
     NotInGroup {

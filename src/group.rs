@@ -425,13 +425,17 @@ impl Context {
     /// it is being built.
     ///
     /// # Errors
-    /// [`Error::UnknownGroup`]; [`Error::InvalidRank`] for an index beyond the members.
+    /// [`Error::UnknownGroup`]; [`Error::InvalidMemberIndex`] for an index beyond the
+    /// members.
     pub fn group_rank(&self, group: GroupId, index: u32) -> Result<Rank> {
         self.inner.groups.with_members(group, |members| {
-            members.rank_at(index).ok_or_else(|| Error::InvalidRank {
-                rank: index,
-                size: members.len(),
-            })
+            members
+                .rank_at(index)
+                .ok_or_else(|| Error::InvalidMemberIndex {
+                    group,
+                    index,
+                    members: members.len(),
+                })
         })?
     }
 

@@ -211,6 +211,11 @@ pub fn describe(e: &gaspi::Error) -> String {
         E::CollectiveMismatch { group, rank } => format!("CollectiveMismatch({group},{rank})"),
         E::GroupMismatch { group } => format!("GroupMismatch({group})"),
         E::NotInGroup { group, rank } => format!("NotInGroup({group},{rank})"),
+        E::InvalidMemberIndex {
+            group,
+            index,
+            members,
+        } => format!("InvalidMemberIndex({group},{index},{members})"),
         E::LibraryExists { name } => format!("LibraryExists({name})"),
         E::LibraryBusy { library, .. } => format!("LibraryBusy({library})"),
         E::LibraryMismatch { library, rank } => format!("LibraryMismatch({library},{rank})"),

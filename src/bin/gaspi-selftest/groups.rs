@@ -119,6 +119,14 @@ fn evens(ctx: &Context) -> Outcome<String> {
     let size = ctx.group_size(g).doing(|| "group_size")?;
     let index = ctx.group_index(g, me).doing(|| "group_index")?;
     let back = ctx.group_rank(g, me / 2).doing(|| "group_rank")?;
+    match ctx.group_rank(g, members) {
+        Err(Error::InvalidMemberIndex {
+            group,
+            index,
+            members: m,
+        }) if group == g && index == members && m == members => {}
+        other => return Err(fail(format!("group_rank past the members: {other:?}"))),
+    }
     if size != members || index != Some(me / 2) || back != me {
         return Err(fail(format!(
             "evens: size {size}, index {index:?}, rank at {} = {back}",
