@@ -178,19 +178,31 @@ impl Context {
         if let Some(arrival) = first {
             return Ok(arrival);
         }
+        let me = self.rank();
         let scan = || {
-            ranges.iter().enumerate().find_map(|(range, r)| {
+            let set = ranges.iter().enumerate().find_map(|(range, r)| {
                 // Validated above; a range cannot turn invalid while borrowed.
                 let id = r.table.first_set(r.begin, r.num).ok().flatten()?;
                 Some(Arrival { range, id })
-            })
+            });
+            // A segment deleted meanwhile ends the wait: nothing will be set in it.
+            let closed = || ranges.iter().find(|r| r.table.is_closed());
+            match set {
+                Some(arrival) => Some(Ok(arrival)),
+                None => closed().map(|r| {
+                    Err(Error::UnknownSegment {
+                        rank: me,
+                        segment: r.segment,
+                    })
+                }),
+            }
         };
         self.inner.watched_until_on(
             &self.inner.arrivals,
             || senders.iter().copied(),
             timeout.into(),
             scan,
-        )
+        )?
     }
 
     pub(crate) fn notification_error(
@@ -217,6 +229,8 @@ impl Context {
             gaspi_notifications::Error::ZeroValue { id } => {
                 Error::ZeroNotificationValue { rank, id }
             }
+            // The segment was deleted while this call waited on it.
+            gaspi_notifications::Error::Closed => Error::UnknownSegment { rank, segment },
             other => Error::Protocol(other.to_string()),
         }
     }

@@ -366,6 +366,8 @@ impl Inner {
             return Err(Error::Protocol("the system table is not a segment".into()));
         };
         let seg = self.segments.remove(self.rank, table)?;
+        // A thread waiting on the segment's notifications learns that it is gone.
+        seg.notifications.close();
         drop(seg);
         self.announce_gone(table, key)
     }
@@ -496,7 +498,9 @@ impl Context {
     /// The same holds between threads of this rank: an operation that another thread starts
     /// while the segment is being deleted either fails with [`Error::UnknownSegment`] or runs
     /// to its end on the old memory, which stays valid until then; which of the two is a race
-    /// between the calls.
+    /// between the calls. A wait on the segment's notifications that has found nothing set
+    /// ends with [`Error::UnknownSegment`] when the segment is deleted, also under
+    /// [`Timeout::Block`]: nothing can be set in it any more.
     ///
     /// # Errors
     /// [`Error::UnknownSegment`] when it does not exist; [`Error::SegmentBusy`] while

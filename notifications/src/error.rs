@@ -31,4 +31,8 @@ pub enum Error {
     /// The condition waited for did not hold before the timeout expired; the call may be repeated.
     #[error("timed out")]
     Timeout,
+    /// The table was closed ([`NotificationTable::close`](crate::NotificationTable::close))
+    /// before anything waited for was set: nothing will be.
+    #[error("the notification table was closed")]
+    Closed,
 }

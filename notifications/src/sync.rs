@@ -3,8 +3,8 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{fence, AtomicU32, Ordering},
+    atomic::{fence, AtomicBool, AtomicU32, Ordering},
     Condvar, Mutex,
 };
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, Ordering};
 use crate::words::{Storage, Words};
 use crate::{wait_until, Deadline, Error, EventCount, Progress, Result};
 
@@ -43,6 +43,8 @@ pub struct NotificationTable {
     len: u32,
     summary: Summary,
     event: Arc<EventCount>,
+    /// Set by [`close`](Self::close): waits end instead of waiting for what cannot come.
+    closed: AtomicBool,
 }
 
 impl NotificationTable {
@@ -61,6 +63,7 @@ impl NotificationTable {
             len,
             summary: Summary::new(len),
             event,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -87,6 +90,7 @@ impl NotificationTable {
             len,
             summary: Summary::over(summary),
             event,
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -95,6 +99,20 @@ impl NotificationTable {
     #[must_use]
     pub fn event(&self) -> &Arc<EventCount> {
         &self.event
+    }
+
+    /// Closes the table, for its segment is gone: every wait on it that found nothing set
+    /// ends with [`Error::Closed`] (woken if asleep), as does every later one. Setting and
+    /// consuming still work on what the table holds.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.event.notify_all();
+    }
+
+    /// Whether the table was [closed](Self::close).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Number of notifications in the table.
@@ -192,7 +210,8 @@ impl NotificationTable {
     /// # Errors
     ///
     /// [`Error::EmptyRange`] and [`Error::OutOfRange`] as for [`first_set`](Self::first_set),
-    /// before any waiting; [`Error::Timeout`] if nothing in the range was set in time.
+    /// before any waiting; [`Error::Timeout`] if nothing in the range was set in time;
+    /// [`Error::Closed`] if nothing was set when the table was [closed](Self::close).
     pub fn wait_some(
         &self,
         begin: u32,
@@ -201,7 +220,11 @@ impl NotificationTable {
         progress: impl Progress,
     ) -> Result<u32> {
         let end = self.range_end(begin, num)?;
-        wait_until(&self.event, timeout, || self.scan(begin, end), progress)
+        let poll = || match self.scan(begin, end) {
+            Some(id) => Some(Ok(id)),
+            None => self.is_closed().then_some(Err(Error::Closed)),
+        };
+        wait_until(&self.event, timeout, poll, progress)?
     }
 
     fn slot(&self, id: u32) -> Result<&AtomicU32> {
@@ -438,6 +461,29 @@ mod tests {
         assert_eq!(
             table.wait_some(10, 5, Timeout::Millis(10), no_progress)?,
             12
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn closing_ends_a_wait_that_found_nothing() -> Result<()> {
+        let table = Arc::new(NotificationTable::new(LEN));
+        let waiter = {
+            let table = Arc::clone(&table);
+            std::thread::spawn(move || table.wait_some(0, 4, Timeout::Block, no_progress))
+        };
+        // Long enough for the waiter to fall asleep: the close must wake it.
+        std::thread::sleep(Duration::from_millis(50));
+        table.close();
+        assert_eq!(waiter.join().expect("the waiter"), Err(Error::Closed));
+        assert!(table.is_closed());
+        // What a closed table holds is still found, and still consumed.
+        table.set(2, 9)?;
+        assert_eq!(table.wait_some(0, 4, Timeout::Block, no_progress)?, 2);
+        assert_eq!(table.reset(2)?, 9);
+        assert_eq!(
+            table.wait_some(0, 4, Timeout::Test, no_progress),
+            Err(Error::Closed)
         );
         Ok(())
     }

@@ -711,7 +711,8 @@ impl Inner {
     /// Deletes library segment `table` whether or not operations on it are in flight (they
     /// keep its memory until they complete).
     pub(crate) fn drop_library_segment(&self, table: Table) {
-        if self.segments.remove_even_busy(table).is_some() {
+        if let Some(seg) = self.segments.remove_even_busy(table) {
+            seg.notifications.close();
             if let Some(key) = table.descriptor() {
                 // Dropping a handle cannot report an error; the system region is ours and
                 // always writable, so there is none to report.

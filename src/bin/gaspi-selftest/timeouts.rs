@@ -37,6 +37,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     checked.push(create_resumes_after_timeout(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    checked.push(waits_end_when_their_segment_goes(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     let mut data = Data::default();
     idle(ctx, SEG, SILENT, &mut data)?;
     Ok(Report {
@@ -204,6 +206,46 @@ fn repeat_after_timeout_completes(ctx: &Context) -> Outcome<String> {
     Ok(format!(
         "notification from rank {left} arrived on the call after {timeouts} timeouts"
     ))
+}
+
+/// Deleted while threads wait on its notifications without a timeout.
+const DELETED_UNDER_WAITERS: SegmentId = 2;
+
+/// Two threads wait without a timeout on notifications of a segment that this rank then
+/// deletes: `notify_waitsome` and `notify_wait_any` both end with `UnknownSegment` instead of
+/// waiting for what can no longer come.
+fn waits_end_when_their_segment_goes(ctx: &Context) -> Outcome<String> {
+    let me = ctx.rank();
+    let id = DELETED_UNDER_WAITERS;
+    ctx.segment_create(id, 64, TIMEOUT)
+        .doing(|| "creating the segment to delete under waiters")?;
+    let seg = ctx.segment(id).doing(|| "a handle of the segment")?;
+    let (waitsome, wait_any) = std::thread::scope(|s| {
+        let waitsome = s.spawn(|| ctx.notify_waitsome(id, 0, 1, Timeout::Block));
+        let wait_any = s.spawn(|| {
+            ctx.notify_wait_any(&[seg.range(1, 1)], &[], Timeout::Block)
+                .map(|arrival| arrival.id)
+        });
+        sleep(DELAY);
+        let deleted = ctx.segment_delete(id);
+        let join = |h: std::thread::ScopedJoinHandle<'_, gaspi::Result<u32>>| {
+            h.join()
+                .map_err(|_| Failure("a waiting thread panicked".into()))
+        };
+        deleted.doing(|| "deleting the segment under its waiters")?;
+        Ok::<_, Failure>((join(waitsome)?, join(wait_any)?))
+    })?;
+    for (what, got) in [("notify_waitsome", waitsome), ("notify_wait_any", wait_any)] {
+        match got {
+            Err(Error::UnknownSegment { rank, segment }) if rank == me && segment == id => {}
+            other => {
+                return Err(Failure(format!(
+                    "{what} with Block on a segment deleted meanwhile: {other:?}"
+                )))
+            }
+        }
+    }
+    Ok("waits on a segment deleted meanwhile end with UnknownSegment".into())
 }
 
 /// Made late by the last rank, to show that a creation's synchronisation is its own.
