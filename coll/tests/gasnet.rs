@@ -266,6 +266,20 @@ fn some(ranks: u32, provider: &str) {
     }
 }
 
+/// `mixed`: rounds of eager and synchronising collectives in flight together on 3 lanes:
+/// every one completes (no member takes another's signal for its own) and the broadcast of
+/// each round delivers its byte.
+fn mixed(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["mixed"]);
+    let report = job.report();
+    let want: Vec<String> = (0..20).map(|r: u32| r.to_string()).collect();
+    for rank in 0..ranks {
+        let data = job.data("mixed", rank);
+        assert_eq!(data.get("rounds"), "20", "rank {rank}\n{report}");
+        assert_eq!(data.get("got"), want.join("/"), "rank {rank}\n{report}");
+    }
+}
+
 /// `crossed_teams` on 4 ranks: members wait in a team for members that wait in its split,
 /// and the other way round; every collective completes and delivers.
 fn crossed_teams(provider: &str) {
@@ -684,6 +698,8 @@ jobs! {
     crossed_teams_4_tcp: crossed_teams("tcp");
     some_3_shm: some(3, "shm");
     some_2_tcp: some(2, "tcp");
+    mixed_4_shm: mixed(4, "shm");
+    mixed_5_tcp: mixed(5, "tcp");
     threads_3_tcp: threads(3, "tcp");
     threads_4_shm: threads(4, "shm");
     split_1_shm: split(1, "shm");

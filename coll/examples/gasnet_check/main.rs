@@ -58,6 +58,12 @@
 //!   non-blocking in an order that differs between even and odd members, and synced (each
 //!   team's in reverse): `data split rank R: sub=<size>:<index>:<ranks>; rest=...; ids;
 //!   digest`, `ids` the `Team::id` of the whole team, `sub` and `rest` (`none` without).
+//! * `mixed`: on a split of the team with 3 lanes, 20 rounds of ten non-blocking collectives
+//!   initiated alike and synced together with `wait_sync_all`: each operation once at 0
+//!   bytes with sync modes that mix eager (`IN_NOSYNC`) and synchronising runs on the same
+//!   lanes, then a 1-byte broadcast from a root that rotates. Eager runs run ahead of slow
+//!   members; none may raise a signal into a block a member still waits in:
+//!   `data mixed rank R: rounds; got`, `got` the broadcast bytes in order.
 //! * `kill` (4 ranks, under `gaspirun --keep-going`): a gather_all everywhere, then the last
 //!   member prints its pid and is killed (SIGKILL) once the others have a gather_all and a
 //!   broadcast in flight and told it so (see `casualty`, segment 0); they initiate one more
@@ -132,6 +138,7 @@ fn main() -> ExitCode {
         ["outstanding"] => in_job(outstanding),
         ["threads"] => in_job(threads),
         ["some"] => in_job(some),
+        ["mixed"] => in_job(mixed),
         ["crossed_teams"] => in_job(crossed_teams),
         ["allsync_source"] => in_job(allsync_source),
         ["allsync_dest"] => in_job(allsync_dest),
@@ -142,7 +149,7 @@ fn main() -> ExitCode {
         ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill".into(),
         ),
     };
     match result {
@@ -505,6 +512,103 @@ fn some(ctx: &Context, team: &Team<'_>) -> Outcome {
          again_all={again_all}; digest={}",
         ctx.rank(),
         digest.hex()
+    );
+    Ok(())
+}
+
+/// Rounds of the `mixed` scenario.
+const MIXED_ROUNDS: u8 = 20;
+
+/// The `mixed` scenario (see the module documentation).
+fn mixed(ctx: &Context, team: &Team<'_>) -> Outcome {
+    let capacity = Capacity {
+        lanes: 3,
+        lane_bytes: 4096,
+    };
+    let team = team
+        .split_with_capacity(Some(0), team.index(), capacity, TIMEOUT)?
+        .ok_or("every member passed a colour")?;
+    let n = team.size();
+    let ranks = team.ranks().to_vec();
+    let root = |i: u32| ranks[(i % n) as usize];
+    let zeros = vec![0u64; n as usize];
+    let none: [u8; 0] = [];
+    let mut got = Vec::new();
+    for round in 0..MIXED_ROUNDS {
+        let r = u32::from(round);
+        let mut empty: [[u8; 0]; 9] = [[]; 9];
+        let [d0, d1, d2, d3, d4, d5, d6, d7, d8] = &mut empty;
+        let byte = [round];
+        let mut received = [0u8; 1];
+        {
+            use Flags as F;
+            let mut handles = vec![
+                team.broadcast_nb(
+                    &mut d0[..],
+                    root(r + 2),
+                    &none[..],
+                    F::IN_NOSYNC | F::OUT_NOSYNC | F::SINGLE,
+                )?,
+                team.scatter_nb(
+                    &mut d1[..],
+                    root(r),
+                    &none[..],
+                    F::IN_NOSYNC | F::OUT_ALLSYNC | F::LOCAL,
+                )?,
+                team.gather_nb(
+                    root(r + 1),
+                    &mut d2[..],
+                    &none[..],
+                    F::IN_MYSYNC | F::OUT_ALLSYNC | F::SINGLE,
+                )?,
+                team.gather_all_nb(
+                    &mut d3[..],
+                    &none[..],
+                    F::IN_ALLSYNC | F::OUT_MYSYNC | F::LOCAL,
+                )?,
+                team.exchange_nb(
+                    &mut d4[..],
+                    &none[..],
+                    F::IN_NOSYNC | F::OUT_MYSYNC | F::SINGLE,
+                )?,
+                team.scatterv_nb(
+                    &mut d5[..],
+                    root(r + 1),
+                    &none[..],
+                    &zeros,
+                    F::IN_MYSYNC | F::OUT_NOSYNC | F::LOCAL,
+                )?,
+                team.gatherv_nb(
+                    root(r),
+                    &mut d6[..],
+                    &none[..],
+                    &zeros,
+                    F::IN_ALLSYNC | F::OUT_NOSYNC | F::SINGLE,
+                )?,
+                team.gather_allv_nb(
+                    &mut d7[..],
+                    &none[..],
+                    &zeros,
+                    F::IN_ALLSYNC | F::OUT_ALLSYNC | F::LOCAL,
+                )?,
+                team.exchangev_nb(
+                    &mut d8[..],
+                    &zeros,
+                    &none[..],
+                    &zeros,
+                    F::IN_NOSYNC | F::OUT_ALLSYNC | F::SINGLE,
+                )?,
+                team.broadcast_nb(&mut received[..], root(r), &byte[..], F::MY)?,
+            ];
+            gaspi_coll::wait_sync_all(&mut handles, TIMEOUT)
+                .map_err(|e| format!("round {round}: {e}"))?;
+        }
+        got.push(received[0].to_string());
+    }
+    println!(
+        "data mixed rank {}: rounds={MIXED_ROUNDS}; got={}",
+        ctx.rank(),
+        got.join("/")
     );
     Ok(())
 }

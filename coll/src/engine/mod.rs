@@ -45,8 +45,13 @@
 //! last would hold back: a sender held back waits only for a member that is itself waiting, and
 //! that member tells it first. A put of eager run `seq` goes to a member only once that
 //! member's published count passed the runs whose stage the put may land in: `seq − lanes`, or
-//! `seq − 2·lanes` when both it and that run are compact (each in a half). In lock step a
-//! member so runs up to `lanes` collectives ahead of a slow receiver without waiting.
+//! `seq − 2·lanes` when both it and that run are compact (each in a half). A signal without
+//! data (a sync mode's barrier, which eager runs keep) waits for the same count: it lands in
+//! the notification block of run `seq − 2·lanes`, which a member that has not given that run
+//! up may still wait in, and would take for its own (a member ran ahead through eager runs
+//! that only signal: ten collectives of 0 bytes in mixed sync modes on 3 lanes ended in a
+//! false `Mismatch`). In lock step a member so runs up to `lanes` collectives ahead of a slow
+//! receiver without waiting.
 //!
 //! Every signal of a run also carries its sender's count, as MPI's eager protocols piggyback
 //! credits on data: in the low bits of its value (see the values below), the run's sequence

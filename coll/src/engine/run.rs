@@ -447,6 +447,11 @@ impl<'c> Run<'c> {
                 }
             }
             Task::Signal { to, signal, check } => {
+                // Held back as a put is: the signal lands in the notification block that the
+                // run `2 · lanes` before this one used, which its receiver may not have taken.
+                if self.needs > 0 && !net.freed(to, self.needs, true)? {
+                    return Ok(false);
+                }
                 let n = Notification {
                     id: net.id(seq, signal),
                     value: checked(value, check),
@@ -703,9 +708,9 @@ impl<'c> Run<'c> {
         for &id in &self.ready {
             match self.plan.schedule.steps[id as usize].task {
                 Task::Wait { signal, .. } => out.push(net.id(self.seq, signal)),
-                // A put held back by flow control waits for its receiver's publication
-                // (`freed` without learning cannot fail).
-                Task::Put { to, .. }
+                // A put or signal held back by flow control waits for its receiver's
+                // publication (`freed` without learning cannot fail).
+                Task::Put { to, .. } | Task::Signal { to, .. }
                     if self.needs > 0 && !net.freed(to, self.needs, false).unwrap_or(false) =>
                 {
                     out.push(net.publication(to));
