@@ -600,7 +600,12 @@ impl<'c> Team<'c> {
 ///
 /// Dropping a handle that was not synced lets the collective finish for the other members
 /// without this member's output (the part of the source it still has to send was copied
-/// when the collective was initiated; see "Progress" on [`Team`]).
+/// when the collective was initiated). Its remaining steps are this member's to take, as
+/// every step is (see "Progress" on [`Team`]): the drop takes what it can at once, and the
+/// rest is taken by this member's later calls on the team (or on a team of its family). A
+/// member that drops a handle and then makes no such call (it waits in the runtime's
+/// barrier, say) can leave the others waiting for its part until their timeout: sync the
+/// handle, or call on the team, first.
 pub struct Handle<'t, 'b> {
     engine: &'t dyn Runner,
     /// Its runs, one per piece.
