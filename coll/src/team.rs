@@ -743,8 +743,10 @@ type Synced = (Vec<(usize, Result<()>)>, Result<()>);
 /// handle whose outcome was taken is synced and reported, whatever the wait ended in: its
 /// outcome is known only here.
 fn sync_set(handles: &mut [Handle<'_, '_>], enough: usize, timeout: Timeout) -> Result<Synced> {
+    // An empty set is all synced: nothing in it can complete (the set syncs say `Synced`
+    // for it, or, for `_all`, that it is done).
     let Some(first) = handles.first() else {
-        return Ok((Vec::new(), Ok(())));
+        return Err(Error::Synced);
     };
     let engine = first.engine;
     if handles.iter().any(|h| !std::ptr::addr_eq(h.engine, engine)) {
@@ -795,7 +797,7 @@ fn some(synced: Synced) -> Result<Vec<(usize, Result<()>)>> {
 ///
 /// # Errors
 /// [`Error::ForeignHandle`] for handles of several teams; [`Error::Synced`] when every
-/// handle is synced already.
+/// handle is synced already (an empty set included).
 pub fn try_sync_some(handles: &mut [Handle<'_, '_>]) -> Result<Vec<(usize, Result<()>)>> {
     match some(sync_set(handles, usize::MAX, Timeout::Test)?) {
         Err(e) if e.is_timeout() => Ok(Vec::new()),
@@ -809,7 +811,8 @@ pub fn try_sync_some(handles: &mut [Handle<'_, '_>]) -> Result<Vec<(usize, Resul
 ///
 /// # Errors
 /// [`Error::ForeignHandle`]; [`gaspi::Error::Timeout`] when none completed in time;
-/// [`Error::Synced`] when every handle is synced already.
+/// [`Error::Synced`] when every handle is synced already (an empty set included: nothing
+/// could complete).
 pub fn wait_sync_some(
     handles: &mut [Handle<'_, '_>],
     timeout: Timeout,
