@@ -335,7 +335,7 @@ impl Context {
         };
         let (lo, hi) = {
             let mut state = g.state();
-            state.claim(group, Purpose::Commit)?;
+            self.claim(&g, &mut state, Purpose::Commit)?;
             state.start_pair(fingerprint(g.id, &g.members));
             self.run(&g, &mut state, timeout.deadline(), Watch::Members)?;
             state
@@ -468,7 +468,7 @@ impl Context {
     ) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
         let mut state = g.state();
-        state.claim(group, purpose)?;
+        self.claim(&g, &mut state, purpose)?;
         self.run(&g, &mut state, timeout.deadline(), Watch::Members)
     }
 
@@ -481,7 +481,27 @@ impl Context {
     ) -> Option<&'static str> {
         let g = self.inner.groups.committed(group).ok()?;
         let state = g.state();
-        state.conflict(purpose)
+        state
+            .conflict(purpose)
+            .filter(|_| self.first_dead(&g).is_none())
+    }
+
+    /// Claims `g`'s runs for a run of `purpose` (see [`CollState::claim`]). A run of another
+    /// purpose in flight whose group lost a member can never finish: the call then fails as
+    /// continuing it would, naming the dead member, rather than with
+    /// [`Error::CollectiveInProgress`].
+    fn claim(&self, g: &Group, state: &mut CollState, purpose: Purpose) -> Result<()> {
+        let claimed = state.claim(g.id, purpose);
+        match (claimed, self.first_dead(g)) {
+            (Err(Error::CollectiveInProgress { .. }), Some(dead)) => Err(dead),
+            (claimed, _) => claimed,
+        }
+    }
+
+    /// The death of a member of `g` this rank knows of, the first it learnt.
+    fn first_dead(&self, g: &Group) -> Option<Error> {
+        let members = (0..g.members.len()).filter_map(|i| g.members.rank_at(i));
+        self.inner.health.first_known(members)
     }
 
     /// The synchronisation of [`finalize`](Self::finalize), bounded by `deadline` and
@@ -493,7 +513,7 @@ impl Context {
     pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
         let g = self.inner.groups.committed(GROUP_ALL)?;
         let mut state = g.state();
-        state.claim(GROUP_ALL, Purpose::Exit)?;
+        self.claim(&g, &mut state, Purpose::Exit)?;
         if !self.inner.leaving.load(Ordering::Acquire) {
             self.run(&g, &mut state, deadline, Watch::Members)?;
             self.inner.leaving.store(true, Ordering::Release);
