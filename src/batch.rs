@@ -252,10 +252,11 @@ impl Batch<'_> {
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
         let inner = &self.ctx.inner;
-        let check = table.dest(inner, 0, 0)?;
         if inner.notify_directly(Some(&self.queue), table.rank, wire)? {
             return Ok(());
         }
+        // Only the fabric needs the target's address.
+        let check = table.dest(inner, 0, 0)?;
         inner.notify_on(&self.queue, table.rank, check, wire)
     }
 

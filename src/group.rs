@@ -491,10 +491,9 @@ impl Context {
     /// continuing it would, naming the dead member, rather than with
     /// [`Error::CollectiveInProgress`].
     fn claim(&self, g: &Group, state: &mut CollState, purpose: Purpose) -> Result<()> {
-        let claimed = state.claim(g.id, purpose);
-        match (claimed, self.first_dead(g)) {
-            (Err(Error::CollectiveInProgress { .. }), Some(dead)) => Err(dead),
-            (claimed, _) => claimed,
+        match state.claim(g.id, purpose) {
+            Err(e @ Error::CollectiveInProgress { .. }) => Err(self.first_dead(g).unwrap_or(e)),
+            claimed => claimed,
         }
     }
 

@@ -186,10 +186,9 @@ impl Context {
                 Some(Arrival { range, id })
             });
             // A segment deleted meanwhile ends the wait: nothing will be set in it.
-            let closed = || ranges.iter().find(|r| r.table.is_closed());
             match set {
                 Some(arrival) => Some(Ok(arrival)),
-                None => closed().map(|r| {
+                None => ranges.iter().find(|r| r.table.is_closed()).map(|r| {
                     Err(Error::UnknownSegment {
                         rank: me,
                         segment: r.segment,

@@ -362,9 +362,7 @@ impl Inner {
     /// reaching a closed registration. Telling never blocks: news the provider has no room
     /// for now waits in the outbox.
     pub(crate) fn delete_segment(&self, table: Table) -> Result<()> {
-        let Some(key) = table.descriptor() else {
-            return Err(Error::Protocol("the system table is not a segment".into()));
-        };
+        let key = table.segment_key()?;
         let seg = self.segments.remove(self.rank, table)?;
         // A thread waiting on the segment's notifications learns that it is gone.
         seg.notifications.close();

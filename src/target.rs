@@ -5,7 +5,7 @@ use gaspi_notifications::Timeout;
 
 use crate::atomic::{AtomicOp, AtomicRequest};
 use crate::context::{Context, Inner};
-use crate::engine::lookup::{DescKey, Descriptor, Known};
+use crate::engine::lookup::{Descriptor, Known};
 use crate::error::{Error, Rank, Result, SegmentId};
 use crate::queue::{place, Dest};
 use crate::rma::{check_notification, Notification};
@@ -99,19 +99,13 @@ impl Target {
             return place(inner, self.rank, self.segment(), &self.descriptor, at, len)
                 .map(Dest::Ready);
         }
-        inner.dest(self.rank, self.key()?, at, len)
+        inner.dest(self.rank, self.table.segment_key()?, at, len)
     }
 
     /// `n` for this target's table, checked.
     pub(crate) fn wire(&self, n: Notification) -> Result<WireNotification> {
         check_notification(self.rank, self.segment(), self.descriptor.notifications, n)?;
         Ok(WireNotification::new(self.table, n.id, n.value))
-    }
-
-    fn key(&self) -> Result<DescKey> {
-        self.table
-            .descriptor()
-            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))
     }
 }
 
@@ -133,9 +127,7 @@ impl Context {
         timeout: Timeout,
     ) -> Result<Target> {
         self.check_rank(rank)?;
-        let key = table
-            .descriptor()
-            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
+        let key = table.segment_key()?;
         let segment = table.id();
         // Counted before the descriptor is found: a deletion heard of in between makes the
         // target look again, rather than trust a descriptor the cache forgot.

@@ -13,7 +13,7 @@
 //! So neither the runtime nor libraries take anything from the user's segment ids.
 
 use crate::engine::lookup::DescKey;
-use crate::error::{NotificationId, Rank, SegmentId};
+use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
 
 /// The notification table a notification goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,6 +43,15 @@ impl Table {
             Table::User(id) => Some(DescKey::Segment(id)),
             Table::Library(id) => Some(DescKey::Library(id)),
         }
+    }
+
+    /// [`descriptor`](Self::descriptor), for a table that must be a segment's.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] for the system table.
+    pub(crate) fn segment_key(self) -> Result<DescKey> {
+        self.descriptor()
+            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))
     }
 }
 

@@ -217,11 +217,7 @@ impl Inner {
         if self.notify_directly(Some(q), rank, n)? {
             return Ok(());
         }
-        let key = n
-            .table
-            .descriptor()
-            .ok_or_else(|| Error::Protocol("the system table is not a segment".into()))?;
-        let check = self.dest(rank, key, 0, 0)?;
+        let check = self.dest(rank, n.table.segment_key()?, 0, 0)?;
         self.notify_on(q, rank, check, n)
     }
 
