@@ -12,6 +12,17 @@
 //! every member holds the global pair after the last round. Group commits use the latter to
 //! compare membership fingerprints.
 //!
+//! A group id may be deleted and created again at once, each member in its own time, so a
+//! member may commit the successor while a slower one is still in the predecessor's last run.
+//! The successor's epochs start again at 0, so the alternation alone cannot keep them apart:
+//! combining runs (commits) therefore use a third bank of their own, and a commit closes with
+//! a synchronising run. A member finishes a combining run only once every member entered it,
+//! hence left the predecessor; so the successor's first write into the alternating banks
+//! finds every member past the predecessor, and its commit, meanwhile, writes where no
+//! predecessor's barrier or allreduce reads. (Two commits in a row, with no run of the
+//! predecessor in between, are kept apart by the closing run: a member that left the
+//! predecessor's commit saw every member finish its combining run.)
+//!
 //! The state (epoch, round, what was sent, the pair) lives with the group, so a run that timed
 //! out is continued, not restarted, by the next call — GASPI's semantics for collectives with
 //! timeouts.
@@ -28,8 +39,9 @@ const ROUNDS: u32 = 32;
 const SLOTS_PER_ROUND: u32 = 2;
 /// Slots per bank (an allreduce schedule uses at most this many).
 pub(crate) const BANK: u32 = ROUNDS * SLOTS_PER_ROUND;
-/// System notification slots each group owns: two banks.
-pub(crate) const SLOTS_PER_GROUP: u32 = 2 * BANK;
+/// System notification slots each group owns: the two banks runs alternate between, and the
+/// bank of combining runs.
+pub(crate) const SLOTS_PER_GROUP: u32 = 3 * BANK;
 
 /// Progress of the run in flight of one group.
 #[derive(Debug, Default)]
@@ -52,6 +64,8 @@ pub(crate) struct CollState {
     given_up: bool,
     /// What the run in flight (or the last one) synchronises.
     purpose: Purpose,
+    /// A commit's combining run agreed and its closing synchronising run is (to be) in flight.
+    pub(crate) closing: bool,
 }
 
 /// What a run synchronises. The other members pair a run with their calls of its kind, so a
@@ -92,7 +106,12 @@ pub(crate) fn bank_start(first: u32, epoch: u64) -> u32 {
 impl CollState {
     /// Whether no run is in flight.
     pub(crate) fn idle(&self) -> bool {
-        self.round == 0 && self.sent == 0 && self.pair.is_none() && self.reduce.is_none()
+        !self.running_run() && self.reduce.is_none()
+    }
+
+    /// Whether a dissemination run is in flight (begun, or a commit between its two runs).
+    fn running_run(&self) -> bool {
+        self.round != 0 || self.sent != 0 || self.pair.is_some() || self.closing
     }
 
     /// The call whose run timed out and is still in flight, when a run of `purpose` may not
@@ -106,8 +125,7 @@ impl CollState {
 
     /// The call whose dissemination run is in flight, if one is.
     pub(crate) fn running(&self) -> Option<&'static str> {
-        let running = self.round != 0 || self.sent != 0 || self.pair.is_some();
-        running.then(|| self.purpose.name())
+        self.running_run().then(|| self.purpose.name())
     }
 
     /// Claims the group's runs for a run of `purpose`: the one in flight if it is of that
@@ -199,7 +217,10 @@ impl Context {
     ) -> Result<()> {
         let n = u64::from(spread.n);
         let tag = (state.epoch as u32).wrapping_add(1).max(1);
-        let bank = bank_start(spread.slots, state.epoch);
+        let bank = match state.pair {
+            None => bank_start(spread.slots, state.epoch),
+            Some(_) => spread.slots + 2 * BANK,
+        };
         while (1u64 << state.round) < n {
             let slot = bank + state.round * SLOTS_PER_ROUND;
             let dist = 1u64 << state.round;

@@ -148,7 +148,12 @@ impl Group {
 enum Slot {
     Free,
     /// Created, members being added.
-    Building(BTreeSet<Rank>),
+    Building {
+        members: BTreeSet<Rank>,
+        /// A commit of it failed here with [`Error::GroupMismatch`]: partners' notifications
+        /// of that commit may lie in its slots.
+        stale: bool,
+    },
     /// Membership fixed, commit started but not finished (it timed out, or is running).
     Committing(Arc<Group>),
     Committed(Arc<Group>),
@@ -206,7 +211,7 @@ impl Groups {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         match slots.get(usize::from(id)) {
             Some(Slot::Committed(g)) => Ok(GroupRef::Other(Arc::clone(g))),
-            Some(Slot::Building(_) | Slot::Committing(_)) => {
+            Some(Slot::Building { .. } | Slot::Committing(_)) => {
                 Err(Error::GroupNotCommitted { group: id })
             }
             _ => Err(Error::UnknownGroup { group: id }),
@@ -221,7 +226,7 @@ impl Groups {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         match slots.get(usize::from(id)) {
             Some(Slot::Committed(g) | Slot::Committing(g)) => Ok(f(&g.members)),
-            Some(Slot::Building(set)) => Ok(f(&Members::from_set(set))),
+            Some(Slot::Building { members, .. }) => Ok(f(&Members::from_set(members))),
             Some(Slot::Free) | None => Err(Error::UnknownGroup { group: id }),
         }
     }
@@ -262,7 +267,10 @@ impl Context {
                     self.inner.config.max_groups
                 ))
             })?;
-        *slot = Slot::Building(BTreeSet::new());
+        *slot = Slot::Building {
+            members: BTreeSet::new(),
+            stale: false,
+        };
         Ok(id as GroupId)
     }
 
@@ -275,8 +283,8 @@ impl Context {
         self.check_rank(rank)?;
         let mut slots = self.inner.groups.write();
         match slots.get_mut(usize::from(group)) {
-            Some(Slot::Building(set)) => {
-                if set.insert(rank) {
+            Some(Slot::Building { members, .. }) => {
+                if members.insert(rank) {
                     Ok(())
                 } else {
                     Err(Error::DuplicateMember { group, rank })
@@ -308,11 +316,11 @@ impl Context {
                 .get_mut(usize::from(group))
                 .ok_or_else(|| Error::UnknownGroup { group })?;
             match slot {
-                Slot::Building(set) => {
-                    if !set.contains(&me) {
+                Slot::Building { members, .. } => {
+                    if !members.contains(&me) {
                         return Err(Error::NotInGroup { group, rank: me });
                     }
-                    let members = Members::from_set(set);
+                    let members = Members::from_set(members);
                     let area = ReduceArea::new(
                         &self.inner.ep,
                         me,
@@ -333,24 +341,52 @@ impl Context {
                 Slot::Free => return Err(Error::UnknownGroup { group }),
             }
         };
-        let (lo, hi) = {
+        let agreed = {
             let mut state = g.state();
             self.claim(&g, &mut state, Purpose::Commit)?;
-            state.start_pair(fingerprint(g.id, &g.members));
-            self.run(&g, &mut state, timeout.deadline(), Watch::Members)?;
-            state
-                .take_pair()
-                .ok_or_else(|| Error::Protocol("group commit finished without a result".into()))?
+            let deadline = timeout.deadline();
+            if !state.closing {
+                state.start_pair(fingerprint(g.id, &g.members));
+                self.run(&g, &mut state, deadline, Watch::Members)?;
+                let (lo, hi) = state.take_pair().ok_or_else(|| {
+                    Error::Protocol("group commit finished without a result".into())
+                })?;
+                state.closing = lo == hi;
+            }
+            if state.closing {
+                // See the dissemination module: why a commit ends with a synchronising run.
+                self.run(&g, &mut state, deadline, Watch::Members)?;
+                state.closing = false;
+                true
+            } else {
+                false
+            }
         };
         let mut slots = self.inner.groups.write();
-        if lo != hi {
+        if !agreed {
             // Back to building, so the application can fix the membership or delete it.
-            slots[usize::from(group)] = Slot::Building(g.members.ranks().into_iter().collect());
+            // Members whose views differ sent notifications that no run of this member
+            // takes: those already here are discarded now, later ones when the group is
+            // deleted.
+            self.reset_slots(group);
+            slots[usize::from(group)] = Slot::Building {
+                members: g.members.ranks().into_iter().collect(),
+                stale: true,
+            };
             self.inner.publish(DescKey::Area(group), None)?;
             return Err(Error::GroupMismatch { group });
         }
         slots[usize::from(group)] = Slot::Committed(g);
         Ok(())
+    }
+
+    /// Discards every notification partners sent this member for group `group`'s runs.
+    fn reset_slots(&self, group: GroupId) {
+        let first = u32::from(group) * SLOTS_PER_GROUP;
+        for id in first..first + SLOTS_PER_GROUP {
+            // In range: the table holds SLOTS_PER_GROUP slots for every group id.
+            let _ = self.inner.system_notifications.reset(id);
+        }
     }
 
     /// Deletes group `group` (local). [`GROUP_ALL`] cannot be deleted.
@@ -376,20 +412,19 @@ impl Context {
                     Slot::Committed(g) => g.settled(),
                     // Partners may have sent their part of the commit that did not finish.
                     Slot::Committing(_) => false,
+                    // A commit that found the views differ may have left partners'
+                    // notifications behind.
+                    Slot::Building { stale, .. } => !stale,
                     // No collective of the group ran here: whatever is in its slots is a
                     // successor's, from partners that deleted it earlier.
-                    Slot::Building(_) | Slot::Free => true,
+                    Slot::Free => true,
                 }
             }
             _ => return Err(Error::UnknownGroup { group }),
         };
         self.inner.publish(DescKey::Area(group), None)?;
         if !settled {
-            let first = u32::from(group) * SLOTS_PER_GROUP;
-            for id in first..first + SLOTS_PER_GROUP {
-                // In range: the table holds SLOTS_PER_GROUP slots for every group id.
-                let _ = self.inner.system_notifications.reset(id);
-            }
+            self.reset_slots(group);
         }
         Ok(())
     }

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use gaspi::{Context, Error, GroupId, Timeout, GROUP_ALL};
+use gaspi::{Context, Error, GroupId, ReduceOp, Timeout, GROUP_ALL};
 
 use crate::check::{Doing, Failure, Outcome};
 
@@ -164,11 +164,14 @@ fn evens(ctx: &Context) -> Outcome<String> {
     ))
 }
 
-/// Rounds of a group of every rank created, committed, used and deleted, the last rank late
-/// to delete it each time: the others meanwhile create and commit the next, whose messages
-/// must survive the late rank's delete.
+/// Rounds of a group of every rank created, committed, used and deleted with no other
+/// synchronisation, each round running between none and two barriers and, every other round,
+/// an allreduce (so the runs of consecutive groups fall on either parity), the last rank late
+/// to delete it every fifth round: the others meanwhile create and commit the next, whose
+/// messages must survive the late rank's delete, and elsewhere a member still finishing the
+/// last run of a group meets the others' commit of the next.
 fn regroup(ctx: &Context) -> Outcome<String> {
-    const ROUNDS: u32 = 5;
+    const ROUNDS: u32 = 30;
     let (me, n) = (ctx.rank(), ctx.size());
     for round in 0..ROUNDS {
         let g = ctx.group_create().doing(|| "group_create")?;
@@ -177,9 +180,29 @@ fn regroup(ctx: &Context) -> Outcome<String> {
         }
         ctx.group_commit(g, TIMEOUT)
             .doing(|| format!("commit of the group of round {round}"))?;
-        ctx.group_barrier(g, TIMEOUT)
-            .doing(|| format!("barrier of the group of round {round}"))?;
-        if me == n - 1 && n > 1 {
+        for _ in 0..round % 3 {
+            ctx.group_barrier(g, TIMEOUT)
+                .doing(|| format!("barrier of the group of round {round}"))?;
+        }
+        if round % 2 == 1 {
+            let mut sum = [0u64];
+            ctx.allreduce(
+                g,
+                &[u64::from(me) + u64::from(round)],
+                &mut sum,
+                ReduceOp::Sum,
+                TIMEOUT,
+            )
+            .doing(|| format!("allreduce of the group of round {round}"))?;
+            let want = u64::from(n) * u64::from(round) + u64::from(n) * u64::from(n - 1) / 2;
+            if sum[0] != want {
+                return Err(fail(format!(
+                    "allreduce of the group of round {round}: {} instead of {want}",
+                    sum[0]
+                )));
+            }
+        }
+        if me == n - 1 && n > 1 && round % 5 == 4 {
             std::thread::sleep(Duration::from_millis(200));
         }
         ctx.group_delete(g).doing(|| "group_delete")?;
@@ -189,6 +212,9 @@ fn regroup(ctx: &Context) -> Outcome<String> {
     ))
 }
 
+/// Ranks 0, 1 and 2 commit a group whose views differ; then, once every one of them gave it
+/// up and deleted it, they make the same id again with the same views, which must commit and
+/// work: nothing of the failed commit may linger in the id's slots.
 fn mismatch(ctx: &Context) -> Outcome<String> {
     let me = ctx.rank();
     let g = ctx.group_create().doing(|| "group_create")?;
@@ -197,16 +223,52 @@ fn mismatch(ctx: &Context) -> Outcome<String> {
         ctx.group_add(g, r).doing(|| "group_add")?;
     }
     let outcome = ctx.group_commit(g, MISMATCH_TIMEOUT);
-    ctx.group_delete(g)
-        .doing(|| "deleting the disagreeing group")?;
-    match outcome {
+    let failed = match outcome {
         Err(Error::GroupMismatch { group }) if group == g => {
-            Ok("a commit with disagreeing views failed with GroupMismatch".into())
+            "a commit with disagreeing views failed with GroupMismatch"
         }
         // Rank 2 may wait for rank 0, which counts only two members, in vain.
         Err(Error::Timeout) if me == 2 => {
-            Ok("a commit with disagreeing views timed out waiting for a partner".into())
+            "a commit with disagreeing views timed out waiting for a partner"
         }
-        other => Err(fail(format!("commit with disagreeing views: {other:?}"))),
+        other => return Err(fail(format!("commit with disagreeing views: {other:?}"))),
+    };
+    let trio = ctx.group_create().doing(|| "group_create of the trio")?;
+    for r in 0..3 {
+        ctx.group_add(trio, r).doing(|| "group_add")?;
     }
+    // Every member has given the failed commit up (the trio's commit waits for all three),
+    // and what its partners sent for it has landed.
+    ctx.group_commit(trio, TIMEOUT)
+        .doing(|| "commit of the trio after the disagreeing commit")?;
+    ctx.group_delete(g)
+        .doing(|| "deleting the disagreeing group")?;
+    ctx.group_barrier(trio, TIMEOUT)
+        .doing(|| "barrier of the trio after the deletes")?;
+    let again = ctx.group_create().doing(|| "group_create again")?;
+    if again != g {
+        return Err(fail(format!("the id {g} was not free again, got {again}")));
+    }
+    for r in 0..3 {
+        ctx.group_add(again, r).doing(|| "group_add")?;
+    }
+    ctx.group_commit(again, TIMEOUT)
+        .doing(|| "commit of the same id, views agreeing, after the failed one")?;
+    ctx.group_barrier(again, TIMEOUT)
+        .doing(|| "barrier of the group made again")?;
+    let mut sum = [0u32];
+    ctx.allreduce(again, &[me + 1], &mut sum, ReduceOp::Sum, TIMEOUT)
+        .doing(|| "allreduce of the group made again")?;
+    if sum[0] != 6 {
+        return Err(fail(format!(
+            "allreduce of the group made again: {}",
+            sum[0]
+        )));
+    }
+    for group in [again, trio] {
+        ctx.group_delete(group).doing(|| "group_delete")?;
+    }
+    Ok(format!(
+        "{failed}; the same id made again committed and worked"
+    ))
 }
