@@ -590,6 +590,19 @@ impl Context {
             slots: u32::from(g.id) * SLOTS_PER_GROUP,
             watch,
         };
+        // A run begun with a member known dead can never complete everywhere: it fails at
+        // once, also where the notifications this member needs are there (the dead one's,
+        // sent before it died). A run in flight goes on: what a dead member sent still counts
+        // there (see `Inner::watched`), as the others may have completed it. The exit run's
+        // partners leave the job as they finish (see `Watch::Partners`): only its waits judge.
+        if watch == Watch::Members && state.idle() {
+            if let Some(dead) = self.first_dead(g) {
+                // Partners' notifications of this run may have come: the group's slots are
+                // no longer clean (see `CollState::settled`).
+                state.abandon();
+                return Err(dead);
+            }
+        }
         self.disseminate(&spread, state, deadline)
     }
 }

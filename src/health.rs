@@ -419,6 +419,19 @@ impl Context {
         self.inner.health.states()
     }
 
+    /// Of `ranks`, the one this rank learnt of first as dead, as the
+    /// [`Error::RankFailed`] that calls involving it return; `None` while none of them is
+    /// known dead (ranks out of range included).
+    ///
+    /// Like [`state_vec`](Self::state_vec) it reports what was detected so far and looks at
+    /// nothing itself. While no rank is known dead it costs one load, so a library can ask on
+    /// every call: a collective of a team with a member known dead fails at once, as the
+    /// runtime's barrier does, instead of completing on the members that happen not to need
+    /// the dead one.
+    pub fn known_failure(&self, ranks: impl IntoIterator<Item = Rank>) -> Option<Error> {
+        self.inner.health.first_known(ranks.into_iter())
+    }
+
     /// Checks whether `rank` is alive and reachable: on the same host by looking at its process,
     /// then with an 8-byte RDMA read of its system region, bounded by `timeout`.
     ///

@@ -619,9 +619,9 @@ fn counts(ranks: u32, provider: &str, mode: &str) {
 }
 
 /// `kill`: the last of 4 members is killed (SIGKILL) between two collectives. The survivors'
-/// collectives in flight that need it end in `RankFailed` naming it, and so does one
-/// initiated after, never in a timeout or a hang; a broadcast that does not need it may
-/// complete; the survivors then run a team of their own.
+/// collectives in flight that need it end in `RankFailed` naming it, and so does every one
+/// initiated after (a broadcast's root too), never in a timeout or a hang; a broadcast in
+/// flight that does not need it may complete; the survivors then run a team of their own.
 fn kill(provider: &str) {
     const RANKS: u32 = 4;
     let victim = RANKS - 1;
@@ -644,6 +644,8 @@ fn kill(provider: &str) {
             "rank {rank}: the broadcast ended in {third}\n{report}"
         );
         assert_eq!(data.get("later"), failed, "rank {rank}\n{report}");
+        // Initiated with the death known: at the root too, which needs nothing of it.
+        assert_eq!(data.get("rooted"), failed, "rank {rank}\n{report}");
         assert_eq!(data.get("survivors"), "Ok", "rank {rank}\n{report}");
         assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
     }

@@ -67,10 +67,10 @@
 //! * `kill` (4 ranks, under `gaspirun --keep-going`): a gather_all everywhere, then the last
 //!   member prints its pid and is killed (SIGKILL) once the others have a gather_all and a
 //!   broadcast in flight and told it so (see `casualty`, segment 0); they initiate one more
-//!   after the first failure; then the survivors
-//!   build a team of their own and gather_all on it:
-//!   `data kill rank R: first; second; third; later; survivors`, each an outcome, the last
-//!   with the digest of what the survivors' gather_all delivered.
+//!   after the first failure, and a broadcast from rank 0 (which needs nothing of the dead
+//!   member at the root); then the survivors build a team of their own and gather_all on it:
+//!   `data kill rank R: first; second; third; later; rooted; survivors`, each an outcome, the
+//!   last with the digest of what the survivors' gather_all delivered.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, segment ranges without or beyond their flags and segments, an exchangev whose
 //!   counts for the member itself differ, counts adding up beyond any buffer, a destination
@@ -937,6 +937,9 @@ fn kill() -> Outcome {
     drop((second, third));
     let mut again = vec![0u8; 8 * n as usize];
     let later = shown(team.gather_all(&mut again, &[me as u8; 8], Flags::MY, TIMEOUT));
+    // A broadcast whose root needs nothing of the dead member, with the death known.
+    let mut copy = vec![0u8; 64];
+    let rooted = shown(team.broadcast(&mut copy, 0, &[7u8; 64], Flags::MY, TIMEOUT));
     let group = ctx.group_create()?;
     for rank in 0..victim {
         ctx.group_add(group, rank)?;
@@ -949,7 +952,7 @@ fn kill() -> Outcome {
     digest.add(&theirs);
     println!(
         "data kill rank {me}: first={first}; second={second_outcome}; third={third_outcome}; \
-         later={later}; survivors={}; digest={}",
+         later={later}; rooted={rooted}; survivors={}; digest={}",
         shown(outcome),
         digest.hex()
     );

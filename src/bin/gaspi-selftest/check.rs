@@ -101,6 +101,11 @@ impl Data {
             .push((clean(key.to_owned()), clean(value.to_string())));
     }
 
+    /// Adds what `other` recorded (a thread's observations), after this one's.
+    pub fn append(&mut self, other: Data) {
+        self.0.extend(other.0);
+    }
+
     /// Records how a call ended: `Ok`, or its error in the form of [`describe`].
     pub fn outcome<T>(&mut self, key: &str, result: &gaspi::Result<T>) {
         self.put(key, outcome(result));

@@ -6,8 +6,8 @@
 //! on the others, a ping of it does not fail, and nothing is marked (a stopped process is not
 //! a dead one); once it is resumed the barrier completes and a ping of it succeeds (which also
 //! settles the ping that timed out: see `run`). Then it kills itself (`kill(getpid(),
-//! SIGKILL)`, a real `kill -9`) after a barrier, once every survivor has told it that it is
-//! past that barrier (`LastWords`). The survivors check, each on its own:
+//! SIGKILL)`, a real `kill -9`) inside a barrier, once every survivor has told it that it is
+//! past the barrier before (`LastWords`). The survivors check, each on its own:
 //!
 //! * the rank left of the dead one streams writes to it until one fails: the write or the wait
 //!   for its queue reports `RankFailed` naming it. Over tcp the writes are 64 KiB, so some are
@@ -15,9 +15,12 @@
 //!   dead rank's command queue is full and the provider refuses more (larger ones would never
 //!   complete, and shm completes operations in order, so that rank could complete no read or
 //!   large write afterwards: see the README);
-//! * a barrier on `GROUP_ALL` fails with `RankFailed` naming the dead rank within two of its
-//!   timeouts: rank 0 waits with `Timeout::Block`, which must not hang, the others with 2 s;
-//! * `state_vec` marks the dead rank, and only it, `Corrupt`;
+//! * a barrier on `GROUP_ALL`, which the dead rank entered before it died (its notifications
+//!   sent), fails with `RankFailed` naming it: within two of its timeouts on the others (2 s),
+//!   and at once on rank 0, which calls it with `Timeout::Block` only once it knows of the
+//!   death;
+//! * `state_vec` marks the dead rank, and only it, `Corrupt`; `known_failure` names it among
+//!   every rank, and nobody among the survivors;
 //! * `proc_ping` of the dead rank fails naming it, and of a survivor succeeds;
 //! * a write to the dead rank fails at once naming it;
 //! * the block received before the kill is still intact;
@@ -100,13 +103,28 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         LAST_WORDS.wait_for_all(ctx, TIMEOUT)?;
         data.put("pid", std::process::id());
         data.print_now("fault", me);
-        kill_myself();
+        die_in_barrier(ctx);
     }
     LAST_WORDS.tell(ctx, dead, TIMEOUT)?;
-    if me + 1 == dead && me != 0 {
-        stream_until_failure(ctx, dead, &mut data)?;
+    if me == 0 {
+        learn_of_death(ctx, dead)?;
     }
-    barrier_fails(ctx, me, dead, &mut data)?;
+    if me + 1 == dead && me != 0 {
+        // Streams while this rank is in the barrier: its part of it is sent early, as the
+        // other survivors' is, so that rank 0, late, finds every notification it needs.
+        let mut streamed = Data::default();
+        std::thread::scope(|s| {
+            let stream = s.spawn(|| stream_until_failure(ctx, dead, &mut streamed));
+            let barrier = barrier_fails(ctx, me, dead, &mut data);
+            let stream = stream
+                .join()
+                .unwrap_or_else(|_| Err(Failure("the streaming thread panicked".into())));
+            barrier.and(stream)
+        })?;
+        data.append(streamed);
+    } else {
+        barrier_fails(ctx, me, dead, &mut data)?;
+    }
     let states = states(ctx);
     data.put("state_vec", &states);
     ensure!(
@@ -116,6 +134,13 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
                 .enumerate()
                 .all(|(r, s)| (r as Rank == dead) == (s == 'C')),
         "state_vec is {states}: expected only rank {dead} Corrupt"
+    );
+    let known = ctx.known_failure(0..n).map_or(Ok(()), Err);
+    data.outcome("known_failure", &known);
+    expect_failed("known_failure of every rank", known, dead)?;
+    ensure!(
+        ctx.known_failure((0..n).filter(|&r| r != dead)).is_none(),
+        "known_failure names a survivor"
     );
     pings(ctx, me, dead, &mut data)?;
     let (write, took) = data.timed("write_dead", || {
@@ -266,6 +291,34 @@ fn stream_until_failure(ctx: &Context, dead: Rank, data: &mut Data) -> Outcome {
     again.doing(|| "waiting for queue 1 after its failure")
 }
 
+/// Enters the barrier the survivors call next and dies inside it (SIGKILL from a thread), its
+/// own notifications sent: a member that finds them must still not complete the barrier.
+fn die_in_barrier(ctx: &Context) -> ! {
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        kill_myself()
+    });
+    let _ = ctx.barrier(Timeout::Block);
+    kill_myself()
+}
+
+/// Waits until this rank knows that `dead` died (its watch of the processes on this host
+/// marks it), without an operation towards it that could stay in flight.
+fn learn_of_death(ctx: &Context, dead: Rank) -> Outcome {
+    let start = Instant::now();
+    while ctx.state_vec().get(dead as usize) != Some(&State::Corrupt) {
+        ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "rank {dead} not marked dead 10 s after its kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Rank 0 calls the barrier knowing the death (see [`learn_of_death`]), with every
+/// notification it needs there at 4 ranks (the dead rank's sent before it died): it must fail
+/// at once. The others call it while the victim dies inside it: it must fail in time.
 fn barrier_fails(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcome {
     let timeout = if me == 0 {
         Timeout::Block
@@ -274,9 +327,14 @@ fn barrier_fails(ctx: &Context, me: Rank, dead: Rank, data: &mut Data) -> Outcom
     };
     let (result, took) = data.timed("barrier", || ctx.barrier(timeout));
     expect_failed(&format!("barrier({timeout:?}) on GROUP_ALL"), result, dead)?;
+    let bound = if me == 0 {
+        Duration::from_millis(100)
+    } else {
+        FAIL_WITHIN
+    };
     ensure!(
-        took < FAIL_WITHIN,
-        "barrier({timeout:?}) on GROUP_ALL took {took:?} to fail (bound {FAIL_WITHIN:?})"
+        took < bound,
+        "barrier({timeout:?}) on GROUP_ALL took {took:?} to fail (bound {bound:?})"
     );
     // Calling it again reports the same death at once instead of waiting.
     let (again, _) = data.timed("barrier_again", || ctx.barrier(timeout));
