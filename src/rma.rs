@@ -219,11 +219,14 @@ impl Context {
     /// Writes every entry of `entries` to `rank` (at most 255 entries).
     ///
     /// # Errors
-    /// [`Error::InvalidList`] for no or too many entries; per entry as for
-    /// [`write`](Self::write); [`Error::QueueFull`] when the whole list does not fit.
+    /// [`Error::InvalidList`] for no or too many entries (more than 255, or more operations
+    /// than the queue's depth: the entries, and for
+    /// [`write_list_notify`](Self::write_list_notify) the notification); per entry as for
+    /// [`write`](Self::write); [`Error::QueueFull`] when the whole list does not fit the
+    /// queue's free room now.
     pub fn write_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let requests = self.list_requests(entries, rank, false)?;
-        let q = self.prepare(rank, queue)?;
+        let q = self.list_queue(rank, queue, entries.len())?;
         if self.inner.list_directly(q, entries, rank, false, None)? {
             return Ok(());
         }
@@ -252,7 +255,7 @@ impl Context {
             rank,
             kind: Kind::Notify { check, wire },
         });
-        let q = self.prepare(rank, queue)?;
+        let q = self.list_queue(rank, queue, entries.len() + 1)?;
         if self
             .inner
             .list_directly(q, entries, rank, false, Some(wire))?
@@ -268,7 +271,7 @@ impl Context {
     /// As for [`write_list`](Self::write_list).
     pub fn read_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let requests = self.list_requests(entries, rank, true)?;
-        let q = self.prepare(rank, queue)?;
+        let q = self.list_queue(rank, queue, entries.len())?;
         if self.inner.list_directly(q, entries, rank, true, None)? {
             return Ok(());
         }
@@ -301,6 +304,21 @@ impl Context {
     fn prepare(&self, rank: Rank, queue: QueueId) -> Result<&Arc<Queue>> {
         self.check_rank(rank)?;
         self.inner.queues.get(queue)
+    }
+
+    /// [`prepare`](Self::prepare) for a list of `operations`, which must fit the queue as a
+    /// whole: a longer one would be [`Error::QueueFull`] for ever. Checked on every path,
+    /// also where the list would be done directly and take no room.
+    fn list_queue(&self, rank: Rank, queue: QueueId, operations: usize) -> Result<&Arc<Queue>> {
+        let q = self.prepare(rank, queue)?;
+        if operations > q.depth() as usize {
+            return Err(Error::InvalidList(format!(
+                "{operations} operations (the entries, and a notification) do not fit queue \
+                 {queue} of depth {} (GASPI_QUEUE_DEPTH)",
+                q.depth()
+            )));
+        }
+        Ok(q)
     }
 
     /// Checks `n` for segment `segment` of `rank` (this config's table size applies to every

@@ -589,7 +589,8 @@ fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     Ok(())
 }
 
-/// A list with more entries than the queue is deep never fits. Single writes fill the queue
+/// A list with more operations than the queue is deep never fits, and is refused. Single
+/// writes fill the queue
 /// (unless the provider makes each post wait for earlier completions), the queue never holds
 /// more than its depth, and once it holds that many the next post is refused. Returns whether
 /// single writes filled the queue.
@@ -601,22 +602,33 @@ fn full_queue(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome<bool> {
         size: CHUNK,
     };
     let list = vec![entry; QUEUE_DEPTH as usize + 1];
-    if ctx.reaches_directly(s.peer) {
-        // Copied by this call, complete when it returns: nothing occupies the queue.
-        ctx.write_list(&list, s.peer, QUEUE)
-            .doing(|| "a direct write_list of depth + 1 entries")?;
-        *checks += 1;
-    } else {
-        expect_err!(
-            checks,
-            "write_list of depth + 1 entries",
-            ctx.write_list(&list, s.peer, QUEUE),
-            Error::QueueFull {
-                queue: QUEUE,
-                depth: QUEUE_DEPTH
-            }
-        );
-    }
+    // Refused as invalid on every path: over the fabric it could never fit, and retrying a
+    // `QueueFull` would go on for ever; done directly it would take no room, but a program
+    // must not work only while its peers share the host.
+    expect_err!(
+        checks,
+        "write_list of depth + 1 entries",
+        ctx.write_list(&list, s.peer, QUEUE),
+        Error::InvalidList(_)
+    );
+    expect_err!(
+        checks,
+        "write_list_notify of depth entries (and the notification)",
+        ctx.write_list_notify(
+            &list[1..],
+            s.peer,
+            SINK,
+            Notification { id: 0, value: 1 },
+            QUEUE
+        ),
+        Error::InvalidList(_)
+    );
+    expect_err!(
+        checks,
+        "read_list of depth + 1 entries",
+        ctx.read_list(&list, s.peer, QUEUE),
+        Error::InvalidList(_)
+    );
     ensure!(
         ctx.queue_size(QUEUE).doing(|| "queue_size")? == 0,
         "the refused list left operations on queue {QUEUE}"
