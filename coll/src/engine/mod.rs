@@ -104,7 +104,8 @@
 //! sleepers, and the watcher through a notification of its own.
 //!
 //! # Other teams
-//! GASNet lets members sync the collectives of overlapping teams in any order, so a member
+//! GASNet lets members sync the collectives of overlapping teams in any order (here: of one
+//! family; teams made apart are families of their own, see [`Team`](crate::Team)), so a member
 //! waiting in one team may be what another team's members wait for. Before it sleeps, a
 //! call passes over the runs of every other team of its family (a team and the teams split
 //! off it, and off those: [`Engines`]) that no thread holds, as a dropped handle's runs are
@@ -1057,7 +1058,14 @@ impl<'c> Engine<'c> {
                 continue;
             };
             let outcome = match (&run.failed, &state.dead) {
-                (Some(f), _) => Err(f.clone().into()),
+                (Some(f @ Failure::Rank(..)), _) => Err(f.clone().into()),
+                // A member's death explains what followed it (a partner that dropped the
+                // team after its own runs failed, notifications of runs it abandoned): name
+                // the death, as for every other collective of the team.
+                (Some(f), _) => {
+                    let f = f.clone();
+                    Err(self.death(state).unwrap_or(f).into())
+                }
                 (None, Some(f)) if !run.complete => Err(f.clone().into()),
                 (None, _) if !run.complete => {
                     over = false;
@@ -1072,6 +1080,14 @@ impl<'c> Engine<'c> {
             }
         }
         over.then_some(Ok(()))
+    }
+
+    /// The death of a member this engine saw, or the runtime knows of (then recorded).
+    fn death(&self, state: &mut State<'c>) -> Option<Failure> {
+        if state.dead.is_none() {
+            state.dead = self.ctx.known_failure(self.others.iter().copied()).map(Failure::from);
+        }
+        state.dead.clone()
     }
 
     /// Removes run `seq`, giving its lane up.
