@@ -230,7 +230,12 @@ impl Default for Capacity {
 /// (a timeout): its steps read the caller's buffer where it is. Writes into the
 /// destination wait for the sync. A call about to sleep also moves on the collectives of
 /// the other teams of its family (the team made of a group, and the teams split off it and
-/// off those) that no thread waits in, so members may sync overlapping teams in any order.
+/// off those) that no thread waits in, so members may sync overlapping teams of one family
+/// in any order. Teams made apart ([`Team::new`] twice, even of one group) are families of
+/// their own: a member waiting in one does not move the other on, so members sync their
+/// collectives in the order they initiated them (or split one team off the other). (One
+/// family per [`Collectives`] would make the namespace invariant in its lifetime, which
+/// borrowers such as [`Round`](crate::Round) rely on.)
 ///
 /// # Faults
 /// A dead member makes every pending collective of the team fail naming it
