@@ -618,6 +618,20 @@ fn counts(ranks: u32, provider: &str, mode: &str) {
     }
 }
 
+/// `stalled`: a root whose puts cannot complete locally for a while (its partner drains
+/// nothing) gets timeouts it can call again after, then the broadcast, intact.
+fn stalled(provider: &str) {
+    let job = job(2, provider, &["stalled"]);
+    let report = job.report();
+    let mut digest = Digest::default();
+    digest.add(&cases::block(7000, 0, 0, 16 << 20));
+    for rank in 0..2 {
+        let data = job.data("stalled", rank);
+        assert_eq!(data.get("outcome"), "Ok", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `kill`: the last of 4 members is killed (SIGKILL) between two collectives. The survivors'
 /// collectives in flight that need it end in `RankFailed` naming it, and so does every one
 /// initiated after (a broadcast's root too), never in a timeout or a hang; a broadcast in
@@ -709,6 +723,8 @@ jobs! {
     split_5_shm: split(5, "shm");
     kill_4_tcp: kill("tcp");
     kill_4_shm: kill("shm");
+    stalled_2_tcp: stalled("tcp");
+    stalled_2_shm: stalled("shm");
     teams_2_shm: teams(2, "shm");
     teams_3_tcp: teams(3, "tcp");
     errors_3_tcp: errors(3, "tcp");

@@ -71,6 +71,10 @@
 //!   member at the root); then the survivors build a team of their own and gather_all on it:
 //!   `data kill rank R: first; second; third; later; rooted; survivors`, each an outcome, the
 //!   last with the digest of what the survivors' gather_all delivered.
+//! * `stalled` (2 ranks): rank 0 broadcasts 16 MiB (eager) while rank 1, without a progress
+//!   thread, makes no call for 2 s: through the fabric the root's puts cannot complete
+//!   locally meanwhile, and its `wait_sync(200 ms)` must time out (as a timeout: call again)
+//!   until they do: `data stalled rank R: timeouts; outcome; digest`.
 //! * `errors`: bad flags, a root outside the team, a buffer of the wrong length, a second
 //!   sync, segment ranges without or beyond their flags and segments, an exchangev whose
 //!   counts for the member itself differ, counts adding up beyond any buffer, a destination
@@ -146,10 +150,11 @@ fn main() -> ExitCode {
         ["errors"] => in_job(errors),
         ["counts", mode @ ("my" | "eager")] => in_job(|_, team| counts(team, mode)),
         ["kill"] => kill(),
+        ["stalled"] => stalled(),
         ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled".into(),
         ),
     };
     match result {
@@ -895,6 +900,46 @@ fn shown(outcome: Result<(), gaspi_coll::Error>) -> String {
         }
         Err(e) => format!("{e:?}"),
     }
+}
+
+fn stalled() -> Outcome {
+    let mut config = Config::from_env()?;
+    // Nothing drains rank 1's socket while it makes no call.
+    config.progress_thread = false;
+    let ctx = Context::init_with(config)?;
+    let me = ctx.rank();
+    if ctx.size() != 2 {
+        return Err("stalled needs 2 ranks".into());
+    }
+    let coll = Collectives::new(&ctx)?;
+    let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+    const BYTES: usize = 16 << 20;
+    let source = cases::block(7000, 0, 0, BYTES as u64);
+    let mut copy = vec![0u8; BYTES];
+    let mut handle = team.broadcast_nb(&mut copy, 0, &source, Flags::EAGER)?;
+    let mut timeouts = 0u32;
+    let outcome = if me == 1 {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        shown(handle.wait_sync(TIMEOUT))
+    } else {
+        loop {
+            match handle.wait_sync(Timeout::Millis(200)) {
+                Err(e) if e.is_timeout() && timeouts < 300 => timeouts += 1,
+                other => break shown(other),
+            }
+        }
+    };
+    drop(handle);
+    let mut digest = Digest::default();
+    digest.add(&copy);
+    println!(
+        "data stalled rank {me}: timeouts={timeouts}; outcome={outcome}; digest={}",
+        digest.hex()
+    );
+    drop(team);
+    drop(coll);
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
 }
 
 fn kill() -> Outcome {

@@ -1085,7 +1085,10 @@ impl<'c> Engine<'c> {
     /// The death of a member this engine saw, or the runtime knows of (then recorded).
     fn death(&self, state: &mut State<'c>) -> Option<Failure> {
         if state.dead.is_none() {
-            state.dead = self.ctx.known_failure(self.others.iter().copied()).map(Failure::from);
+            state.dead = self
+                .ctx
+                .known_failure(self.others.iter().copied())
+                .map(Failure::from);
         }
         state.dead.clone()
     }
@@ -1435,9 +1438,8 @@ impl<'c> Engine<'c> {
             // only waits for its puts to complete may hold the lane that the run a partner
             // waits for needs, so sleeping on notifications could wait for ever.
             if let Some(run) = state.holders().find(|r| r.flushing()) {
-                if let Err(f) = run.flush(deadline.left()) {
-                    return Err(f.into());
-                }
+                // As the runtime said it: a timeout stays one (call again), not a failure.
+                run.flush(deadline.left())?;
                 continue;
             }
             let mut awaited = std::mem::take(&mut state.awaited);

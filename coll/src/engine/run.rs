@@ -801,8 +801,8 @@ impl<'c> Run<'c> {
     }
 
     /// Waits for the run's puts to complete locally.
-    pub(crate) fn flush(&self, timeout: gaspi::Timeout) -> Result<(), Failure> {
-        self.batch.wait(timeout).map_err(Failure::from)
+    pub(crate) fn flush(&self, timeout: gaspi::Timeout) -> gaspi::Result<()> {
+        self.batch.wait(timeout)
     }
 
     /// Copy `from` (the source or the stage) into `into` of the destination range, when no
