@@ -239,12 +239,12 @@ impl Default for Capacity {
 ///
 /// # Faults
 /// A dead member makes every pending collective of the team fail naming it
-/// ([`gaspi::Error::RankFailed`]), and every collective a member initiates once it knows of
-/// the death ([`Context::known_failure`](gaspi::Context::known_failure)) fails so at once,
-/// also where its own part needs nothing of the dead member; a member that initiated another collective, or the same
-/// one with another root, size, sync mode or algorithm, is named when one of its
-/// notifications reaches a member that disagrees ([`Error::Mismatch`]), and otherwise its
-/// partners time out.
+/// ([`gaspi::Error::RankFailed`]), and every collective a member initiates once it knows of the
+/// death ([`Context::known_failure`](gaspi::Context::known_failure)) fails so at once, also where
+/// its own part needs nothing of the dead member; a member that initiated another collective, or
+/// the same one with another root, size, sync mode or algorithm, is named when one of its
+/// notifications reaches a member that disagrees ([`Error::Mismatch`]), and otherwise its partners
+/// time out.
 pub struct Team<'c> {
     coll: &'c Collectives<'c>,
     /// Shared with the family's list of engines (see "Other teams" in the engine).

@@ -589,11 +589,10 @@ fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     Ok(())
 }
 
-/// A list with more operations than the queue is deep never fits, and is refused. Single
-/// writes fill the queue
-/// (unless the provider makes each post wait for earlier completions), the queue never holds
-/// more than its depth, and once it holds that many the next post is refused. Returns whether
-/// single writes filled the queue.
+/// A list with more operations than the queue is deep never fits, and is refused. Single writes
+/// fill the queue (unless the provider makes each post wait for earlier completions), the queue
+/// never holds more than its depth, and once it holds that many the next post is refused. Returns
+/// whether single writes filled the queue.
 fn full_queue(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome<bool> {
     let entry = ListEntry {
         local: local(BUSY, 0),

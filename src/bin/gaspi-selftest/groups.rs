@@ -6,8 +6,8 @@
 //! and 2 then commit a group whose views differ (rank 0 leaves out rank 2): each must fail, with
 //! `GroupMismatch` where the disagreement reached it and at worst a timeout, never a hang or a
 //! success; once all three gave it up and deleted it, the same id made again with agreeing
-//! views commits and works. Between the two, every rank runs rounds of a group of all ranks created,
-//! committed, used and deleted, the last rank late to delete it each time.
+//! views commits and works. Between the two, every rank runs rounds of a group of all ranks
+//! created, committed, used and deleted, the last rank late to delete it each time.
 
 use std::time::Duration;
 
