@@ -110,6 +110,35 @@ impl Target {
 }
 
 impl Context {
+    /// Whether `target` is as its segment was when it was resolved, as far as this rank
+    /// knows without asking anyone: `false` once the segment is gone or made anew (perhaps
+    /// in another size). A holder of targets that keys them by segment id (a window over a
+    /// segment, say) resolves such a target again ([`target`](Self::target)) to see the
+    /// segment as it is now; operations through it already follow the id (see [`Target`]),
+    /// within the range it was resolved with.
+    ///
+    /// For this rank's own segments and those of a rank reached directly it compares with the
+    /// segment as it is now. For a rank reached through the fabric it tells whether the rank
+    /// announced the deletion of one of its segments since (one load): the news travels with
+    /// that rank's other traffic, so a rank that made a segment anew and then synchronised
+    /// with this one has usually, but not certainly, been heard of.
+    pub fn target_is_current(&self, target: &Target) -> bool {
+        let inner = &self.inner;
+        if inner.descriptors.deletions(target.rank) != target.deletions {
+            return false;
+        }
+        if target.rank != self.rank() && !inner.direct.reaches(target.rank) {
+            return true;
+        }
+        let Ok(key) = target.table.segment_key() else {
+            return true;
+        };
+        matches!(
+            inner.known_now(target.rank, key),
+            Some(Known::Present(now)) if now == target.descriptor
+        )
+    }
+
     /// Segment `id` of `rank` as a [`Target`], its descriptor read within `timeout` (once:
     /// later calls find it cached).
     ///

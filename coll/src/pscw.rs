@@ -10,6 +10,7 @@ use gaspi::{
     Batch, Context, Deadline, GroupId, Notification, NotificationId, Rank, Segment, SegmentId,
     Target, Timeout,
 };
+use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::Collectives;
@@ -38,6 +39,16 @@ bitflags::bitflags! {
         const NOPRECEDE = 8;
         /// `MPI_MODE_NOSUCCEED`: no later epoch follows (a fence assertion). A hint.
         const NOSUCCEED = 16;
+    }
+}
+
+/// The rank of a write refused where it lands (its segment gone, or too small).
+fn landing(e: &Error) -> Option<Rank> {
+    match e {
+        Error::Gaspi(
+            gaspi::Error::UnknownSegment { rank, .. } | gaspi::Error::OutOfBounds { rank, .. },
+        ) => Some(*rank),
+        _ => None,
     }
 }
 
@@ -286,6 +297,8 @@ pub struct Window<'c> {
 struct Peer {
     control: Option<Target>,
     window: Option<Target>,
+    /// Its window segment was found gone by the last start: writes to it fail at once.
+    gone: bool,
 }
 
 /// A call's timeout, turned into a deadline when the call first has to wait or look something
@@ -607,7 +620,13 @@ impl<'c> Window<'c> {
     /// A write of at most [`HELD_WRITE_MAX`](Self::HELD_WRITE_MAX) bytes to a target reached
     /// through the fabric is checked now and held back until the next write to `target` or
     /// until `complete`, which sends it with the target's `done` (see "Choices" on
-    /// [`Window`]); a failure to post it then is reported there.
+    /// [`Window`]); a failure to post it then (the segment deleted since, say) is reported
+    /// by `complete`, which still tells the target, so that its `wait` ends.
+    ///
+    /// The window names its segment by id: a start finds a member's window segment anew when
+    /// it was deleted and made again (in another size) since the last start, and a write
+    /// beyond the size the window knew looks again before it is refused. While a member's
+    /// window segment is gone, writes to it fail at the call.
     ///
     /// # Errors
     /// [`Error::NotStarted`] when `target` is not in the access epoch; [`Error::NotPosted`]
@@ -630,7 +649,7 @@ impl<'c> Window<'c> {
         let (i, dst) = self.ready(target)?;
         let len = self.ctx.segment_size(src)?;
         crate::check_range(self.ctx.rank(), src, len, src_offset, size)?;
-        dst.range(dst_offset, size)?;
+        self.fit(i, dst, dst_offset, size)?;
         self.release_held(i)?;
         self.access[i].held = Some(Held {
             src,
@@ -671,6 +690,7 @@ impl<'c> Window<'c> {
         notification: Option<Notification>,
     ) -> Result<()> {
         let (i, dst) = self.ready(target)?;
+        let dst = self.fit(i, dst, dst_offset, size)?;
         let src = self.ctx.segment(src)?;
         self.release_held(i)?;
         self.access[i].sent = true;
@@ -695,11 +715,11 @@ impl<'c> Window<'c> {
         target: Rank,
         blocks: &[(u64, u64, u64)],
     ) -> Result<()> {
-        let (i, dst) = self.ready(target)?;
+        let (i, mut dst) = self.ready(target)?;
         let segment = self.ctx.segment(src)?;
         for &(src_offset, dst_offset, size) in blocks {
             crate::check_range(self.ctx.rank(), src, segment.len(), src_offset, size)?;
-            dst.range(dst_offset, size)?;
+            dst = self.fit(i, dst, dst_offset, size)?;
         }
         self.release_held(i)?;
         self.access[i].sent = true;
@@ -751,6 +771,12 @@ impl<'c> Window<'c> {
     fn finish(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
         let done = self.done_id(self.me);
         let chosen = |a: &Access| only.is_none_or(|rank| rank == a.rank);
+        // The `done`s that ride on held writes: a write that fails takes its `done` with it,
+        // and its target must still be told, or its `wait` never ends.
+        let mut carried: SmallVec<[(u32, Rank, Notification); 4]> = SmallVec::new();
+        // A held write refused when posted (its segment gone or smaller since the start):
+        // reported once every target was told.
+        let mut refused = None;
         for i in 0..self.access.len() {
             let a = self.access[i];
             if a.stage == Stage::Ready && chosen(&a) {
@@ -762,7 +788,14 @@ impl<'c> Window<'c> {
                 // provider orders writes, or it is the only write to the target.
                 match a.held {
                     Some(held) if !a.sent || self.ctx.ordered_writes() => {
-                        self.post_held(a.member, held, Some((notification, due)))?;
+                        match self.post_held(a.member, held, Some((notification, due))) {
+                            Ok(()) => carried.push((a.member, a.rank, notification)),
+                            Err(e) if landing(&e) == Some(a.rank) => {
+                                refused.get_or_insert(e);
+                                self.notify(a.member, notification, due)?;
+                            }
+                            Err(e) => return Err(e),
+                        }
                         self.access[i].held = None;
                     }
                     _ => {
@@ -780,10 +813,19 @@ impl<'c> Window<'c> {
         } else {
             due.left()
         };
-        self.batch.wait(timeout)?;
+        if let Err(e) = self.batch.wait(timeout) {
+            let e = Error::from(e);
+            let failed = landing(&e);
+            for &(member, _, n) in carried.iter().filter(|c| Some(c.1) == failed) {
+                // Not `notify`: its reaping would report the same failure again.
+                let table = self.control_target(member, due)?;
+                self.batch.notify(&table, n)?;
+            }
+            return Err(e);
+        }
         self.access.retain(|a| !chosen(a));
         self.accessing = !self.access.is_empty();
-        Ok(())
+        refused.map_or(Ok(()), Err)
     }
 
     /// Waits until no target of the access epoch (or `only` that one) is pending: a target
@@ -958,8 +1000,37 @@ impl<'c> Window<'c> {
             _ => return Err(Error::NotStarted { rank: target }),
         };
         // Resolved by the start that added it.
-        let window = self.peers[self.access[i].member as usize].window;
-        Ok((i, window.ok_or(Error::NotStarted { rank: target })?))
+        let peer = self.peers[self.access[i].member as usize];
+        if peer.gone {
+            return Err(gaspi::Error::UnknownSegment {
+                rank: target,
+                segment: self.segment,
+            }
+            .into());
+        }
+        Ok((i, peer.window.ok_or(Error::NotStarted { rank: target })?))
+    }
+
+    /// `dst`, access target `i`'s window segment, when `offset..offset + size` lies in it;
+    /// else the segment looked up anew, if the range lies in that: made anew since the start
+    /// (larger), where the news of its deletion came after the start (see
+    /// [`Context::target_is_current`](gaspi::Context::target_is_current)). The lookup waits
+    /// for nothing: where it would, the range is refused as `dst` has it.
+    fn fit(&mut self, i: usize, dst: Target, offset: u64, size: u64) -> Result<Target> {
+        let refused = match dst.range(offset, size) {
+            Ok(_) => return Ok(dst),
+            Err(e) => e,
+        };
+        let member = self.access[i].member;
+        let rank = self.ranks[member as usize];
+        match self.ctx.target(rank, self.segment, Timeout::Test) {
+            Ok(fresh) if fresh != dst => {
+                self.peers[member as usize].window = Some(fresh);
+                fresh.range(offset, size)?;
+                Ok(fresh)
+            }
+            _ => Err(refused.into()),
+        }
     }
 
     /// Posts the write held for access target `i`, if any, on its own.
@@ -1024,15 +1095,26 @@ impl<'c> Window<'c> {
         }
     }
 
-    /// Resolves member `member`'s control table and window segment.
+    /// Resolves member `member`'s control table and window segment, the latter again when
+    /// its rank deleted a segment since (the window's may have been made anew, in another
+    /// size). A window segment gone since it was first resolved is kept as it was: the
+    /// epoch may still synchronise, and writes into it fail as they would have.
     fn resolve(&mut self, member: u32, due: &mut Due) -> Result<()> {
-        if self.peers[member as usize].window.is_some() {
+        let window = self.peers[member as usize].window;
+        if window.is_some_and(|w| self.ctx.target_is_current(&w)) {
             return Ok(());
         }
         self.control_target(member, due)?;
         let rank = self.ranks[member as usize];
-        let target = self.ctx.target(rank, self.segment, due.left())?;
-        self.peers[member as usize].window = Some(target);
+        let peer = &mut self.peers[member as usize];
+        match self.ctx.target(rank, self.segment, due.left()) {
+            Ok(target) => {
+                peer.window = Some(target);
+                peer.gone = false;
+            }
+            Err(gaspi::Error::UnknownSegment { .. }) if window.is_some() => peer.gone = true,
+            Err(e) => return Err(e.into()),
+        }
         Ok(())
     }
 

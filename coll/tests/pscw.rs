@@ -226,6 +226,32 @@ fn errors(provider: &str) {
     }
 }
 
+/// `remade` on 2 ranks: the window's segment made anew larger between epochs takes writes
+/// beyond its first size; while it is gone a write to it fails at the call on both paths
+/// and the epoch still ends on both sides; made again, it takes writes as before.
+fn remade(provider: &str) {
+    let job = job(2, provider, &["remade"]);
+    let report = job.report();
+    let origin = job.data("remade", 0);
+    let target = job.data("remade", 1);
+    for (key, want) in [
+        ("first", "Ok(()),Ok(())"),
+        ("larger", "Ok(()),Ok(()),Ok(())"),
+        ("gone", "UnknownSegment { rank: 1, segment: 3 },Ok(())"),
+        ("again", "Ok(()),Ok(())"),
+    ] {
+        assert_eq!(origin.get(key), want, "rank 0: {key}\n{report}");
+    }
+    for (key, want) in [
+        ("first", "Ok(()),0 wrong"),
+        ("larger", "Ok(()),0 wrong,0 wrong"),
+        ("gone", "Ok(())"),
+        ("again", "Ok(()),0 wrong"),
+    ] {
+        assert_eq!(target.get(key), want, "rank 1: {key}\n{report}");
+    }
+}
+
 /// `any` on 4 ranks: rank 0 serves the targets with `start_any` in the order their posts
 /// arrive (the highest rank posts first, each lower one once the one above was served), and
 /// each got its data.
@@ -301,6 +327,8 @@ jobs! {
     xyzu_3_shm: xyzu("shm");
     errors_2_tcp: errors("tcp");
     errors_2_shm: errors("shm");
+    remade_2_tcp: remade("tcp");
+    remade_2_shm: remade("shm");
     any_4_tcp: any("tcp");
     any_4_shm: any("shm");
     one_3_tcp: one("tcp");

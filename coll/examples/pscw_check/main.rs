@@ -39,6 +39,9 @@
 //! * `errors`: every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
 //!   waited for and are then continued, and `test` (false, then true once, then an error);
 //!   a rank listed twice in a post and in a start counts once.
+//! * `remade` (2 ranks): the window's segment made anew, larger, between epochs, then deleted,
+//!   then made again: how each write, complete and wait ended, and on rank 1 how many bytes
+//!   of each block were wrong (`first`, `larger`, `gone`, `again`).
 //! * `one` (3 ranks): rank 0 starts ranks 1 and 2 one by one; rank 2 has posted, rank 1 posts
 //!   only once rank 0 served rank 2: `start_one(2)` and `complete_one(2)` must not wait for
 //!   rank 1 (`pending`, `started`, `completed`), and the resumed `start_one(1)` then serves it
@@ -95,12 +98,13 @@ fn main() -> ExitCode {
         ["overlap"] => in_job(overlap),
         ["threads"] => in_job(threads),
         ["errors"] => in_job(errors),
+        ["remade"] => in_job(remade),
         ["xyzu"] => in_job(xyzu),
         ["any"] => in_job(any),
         ["one"] => in_job(one),
         ["kill"] => kill(),
         _ => Err(
-            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | any | one | kill".into(),
+            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | remade | any | one | kill".into(),
         ),
     };
     match result {
@@ -401,6 +405,69 @@ fn shown<T: std::fmt::Debug>(result: gaspi_coll::Result<T>) -> String {
         Err(gaspi_coll::Error::Gaspi(e)) => format!("{e:?}"),
         Err(e) => format!("{e:?}"),
     }
+}
+
+/// A segment of its own for `remade`, made anew between epochs.
+const REMADE: gaspi::SegmentId = 3;
+
+/// One epoch of `remade`, rank 0 to rank 1: `writes` (offset, length) of bytes that name
+/// the epoch, each checked on rank 1 once its wait returned. Returns how each call ended.
+fn remade_epoch(
+    ctx: &Context,
+    win: &mut Window<'_>,
+    epoch: u64,
+    writes: &[(u64, u64)],
+) -> Outcome<String> {
+    let byte = |at: u64| (epoch as u8).wrapping_mul(31) ^ (at as u8);
+    let mut seen = Vec::new();
+    if ctx.rank() == 0 {
+        win.start(&[1], Assert::NONE, TIMEOUT)?;
+        for &(at, len) in writes {
+            let bytes: Vec<u8> = (at..at + len).map(byte).collect();
+            ctx.segment_write(SRC, at, &bytes)?;
+            seen.push(shown(win.write(SRC, at, 1, at, len)));
+        }
+        seen.push(shown(win.complete(TIMEOUT)));
+    } else {
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        seen.push(shown(win.wait(TIMEOUT)));
+        // Nothing to read where the segment is gone.
+        let present = ctx.segment_size(REMADE).is_ok();
+        for &(at, len) in writes.iter().filter(|_| present) {
+            let mut got = vec![0; len as usize];
+            ctx.segment_read(REMADE, at, &mut got)?;
+            let wrong = (at..at + len)
+                .zip(&got)
+                .filter(|&(i, &b)| b != byte(i))
+                .count();
+            seen.push(format!("{wrong} wrong"));
+        }
+    }
+    ctx.barrier(TIMEOUT)?;
+    Ok(seen.join(","))
+}
+
+/// `remade` on 2 ranks: the window's segment is made anew between epochs, larger, then
+/// deleted, then made again (every rank's: creation is collective). Writes beyond the first size land; writes into the
+/// segment while it is gone fail at the call, the same on both paths, and the epoch still
+/// ends on both sides.
+fn remade(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    let me = ctx.rank();
+    ctx.segment_create(REMADE, 4096, TIMEOUT)?;
+    ctx.segment_delete(SRC)?;
+    ctx.segment_create(SRC, 16384, TIMEOUT)?;
+    let mut win = Window::new(coll, GROUP_ALL, REMADE, TIMEOUT)?;
+    let first = remade_epoch(ctx, &mut win, 1, &[(0, 64)])?;
+    ctx.segment_delete(REMADE)?;
+    ctx.segment_create(REMADE, 16384, TIMEOUT)?;
+    let larger = remade_epoch(ctx, &mut win, 2, &[(10000, 64), (2000, 6000)])?;
+    ctx.segment_delete(REMADE)?;
+    ctx.barrier(TIMEOUT)?;
+    let gone = remade_epoch(ctx, &mut win, 3, &[(0, 64)])?;
+    ctx.segment_create(REMADE, 4096, TIMEOUT)?;
+    let again = remade_epoch(ctx, &mut win, 4, &[(100, 64)])?;
+    println!("data remade rank {me}: first={first}; larger={larger}; gone={gone}; again={again}");
+    Ok(())
 }
 
 /// Epochs of the second window in `threads`.

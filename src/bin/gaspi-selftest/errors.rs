@@ -807,6 +807,11 @@ fn busy_and_deleted(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
 /// takes a lookup), and once the peer made GONE anew, a write reaches the new segment.
 fn kept_target(ctx: &Context, s: &Setup, kept: &gaspi::Target, checks: &mut u32) -> Outcome {
     let (me, peer) = (s.me, s.peer);
+    ensure!(
+        !ctx.target_is_current(kept),
+        "a target of a segment the peer deleted counts as current"
+    );
+    *checks += 1;
     let src = ctx.segment(SEG).doing(|| "segment SEG")?;
     let batch = ctx.batch();
     expect_err!(
@@ -824,6 +829,14 @@ fn kept_target(ctx: &Context, s: &Setup, kept: &gaspi::Target, checks: &mut u32)
         .doing(|| "making GONE anew")?;
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after everyone made GONE anew")?;
+    let fresh = ctx
+        .target(peer, GONE, TIMEOUT)
+        .doing(|| "a target of the peer's new GONE")?;
+    ensure!(
+        ctx.target_is_current(&fresh),
+        "a target resolved after the peer's last deletion counts as stale"
+    );
+    *checks += 1;
     let mut sent = [0u8; 16];
     fill_pattern(seed(&[u64::from(me), u64::from(peer), 5]), &mut sent);
     ctx.segment_write(SEG, 0, &sent)
