@@ -209,7 +209,6 @@ impl Context {
         segment: SegmentId,
         e: gaspi_notifications::Error,
     ) -> Error {
-        let count = self.inner.config.notifications;
         let rank = self.rank();
         match e {
             gaspi_notifications::Error::Timeout => Error::Timeout,
@@ -219,11 +218,11 @@ impl Context {
                 id,
                 count: len,
             },
-            gaspi_notifications::Error::EmptyRange { begin } => Error::InvalidNotification {
+            gaspi_notifications::Error::EmptyRange { begin, len } => Error::InvalidNotification {
                 rank,
                 segment,
                 id: begin.into(),
-                count,
+                count: len,
             },
             gaspi_notifications::Error::ZeroValue { id } => {
                 Error::ZeroNotificationValue { rank, id }

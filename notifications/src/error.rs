@@ -21,6 +21,8 @@ pub enum Error {
     EmptyRange {
         /// First id of the empty range.
         begin: u32,
+        /// Number of notifications in the table.
+        len: u32,
     },
     /// An attempt to set a notification to `0`, which is the "unset" marker.
     #[error("notification {id} cannot be set to 0, which means unset")]

@@ -237,7 +237,10 @@ impl NotificationTable {
     /// Validates `begin..begin + num` and returns its exclusive end.
     fn range_end(&self, begin: u32, num: u32) -> Result<u32> {
         if num == 0 {
-            return Err(Error::EmptyRange { begin });
+            return Err(Error::EmptyRange {
+                begin,
+                len: self.len,
+            });
         }
         let end = u64::from(begin) + u64::from(num);
         match u32::try_from(end) {
@@ -335,7 +338,7 @@ mod tests {
         assert_eq!(table.get(100), Err(out(100)));
         assert_eq!(table.reset(u32::MAX), Err(out(u64::from(u32::MAX))));
         assert_eq!(table.take_exclusive(100), Err(out(100)));
-        assert_eq!(table.first_set(5, 0), Err(Error::EmptyRange { begin: 5 }));
+        assert_eq!(table.first_set(5, 0), Err(Error::EmptyRange { begin: 5, len: 100 }));
         assert_eq!(table.first_set(90, 11), Err(out(101)));
         assert_eq!(table.first_set(100, 1), Err(out(101)));
         assert_eq!(
@@ -344,7 +347,7 @@ mod tests {
         );
         assert_eq!(
             table.wait_some(0, 0, Timeout::Block, no_progress),
-            Err(Error::EmptyRange { begin: 0 })
+            Err(Error::EmptyRange { begin: 0, len: 100 })
         );
         assert_eq!(
             table.wait_some(99, 2, Timeout::Block, no_progress),

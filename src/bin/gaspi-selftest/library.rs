@@ -768,6 +768,16 @@ fn data_paths(ctx: &Context, a: &LibA<'_>, user: &[Segment<'_>], data: &mut Data
     )?;
     data.put("wait_any", arrivals.join(","));
     data.put("wait_any_bytes", got.len());
+    // An empty range is refused naming the size of its own table, not of the user's.
+    match ctx.notify_wait_any(&[a.table.range(0, 0)], &[], Timeout::Test) {
+        Err(Error::InvalidNotification { count, .. }) if count == a.table.notifications() => {}
+        other => {
+            return Err(Failure(format!(
+                "notify_wait_any over an empty range of lib-a's table of {}: {other:?}",
+                a.table.notifications()
+            )))
+        }
+    }
 
     let value = take(&a.table, TABLE_ID, "the table notification")?;
     data.put("table_value", value);
