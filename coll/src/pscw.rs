@@ -65,6 +65,9 @@ impl Assert {
     }
 }
 
+/// Domain of the agreement word of a window's control table: its segment.
+const WINDOW: u64 = 0x3d0f_a11e;
+
 /// The two kinds of epoch of a [`Window`], as errors name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Epoch {
@@ -380,9 +383,15 @@ impl<'c> Window<'c> {
         let ctx = coll.context();
         let scope = coll.library().team_of_group(group)?;
         let (ranks, n, me) = (scope.ranks(), scope.size(), scope.index());
-        let control = coll
-            .library()
-            .notifications_create(&scope, n.saturating_mul(2), timeout)?;
+        // Members that made their windows in different orders (from several threads) learn
+        // it, as `LibraryDisagreement`, instead of pairing one window's tables with another's.
+        let agreement = crate::ops::signature(&[WINDOW, u64::from(segment)]);
+        let control = coll.library().notifications_create_agreed(
+            &scope,
+            n.saturating_mul(2),
+            agreement,
+            timeout,
+        )?;
         Ok(Window {
             ctx,
             group,

@@ -193,6 +193,10 @@ fn errors(provider: &str) {
     let report = job.report();
     let origin = job.data("errors", 0);
     for (key, want) in [
+        (
+            "crossed",
+            "LibraryDisagreement { library: \"gaspi-coll\", rank: 1 }",
+        ),
         ("complete", "NoEpoch { epoch: Access }"),
         ("complete_one", "NotStarted { rank: 1 }"),
         ("wait", "NoEpoch { epoch: Exposure }"),
@@ -213,6 +217,10 @@ fn errors(provider: &str) {
     }
     let target = job.data("errors", 1);
     for (key, want) in [
+        (
+            "crossed",
+            "LibraryDisagreement { library: \"gaspi-coll\", rank: 0 }",
+        ),
         ("second_post", "EpochOpen { epoch: Exposure }"),
         ("short_wait", "CompletionsMissing { ranks: [0] }"),
         ("resumed_wait", "Ok(())"),

@@ -264,7 +264,26 @@ impl<'a> Library<'a> {
         count: u32,
         timeout: Timeout,
     ) -> Result<Segment<'a>> {
-        self.create(scope.into(), Kind::Notifications, 0, count, 0, timeout)
+        self.notifications_create_agreed(scope, count, 0, timeout)
+    }
+
+    /// [`notifications_create`](Self::notifications_create), where every member must also
+    /// pass the same `agreement`, as for
+    /// [`segment_create_agreed`](Self::segment_create_agreed): a word standing for what the
+    /// members use the table for (the object it belongs to, say), so that members whose
+    /// creations came in different orders learn it instead of pairing up the wrong ones.
+    ///
+    /// # Errors
+    /// As for [`segment_create_agreed`](Self::segment_create_agreed).
+    pub fn notifications_create_agreed<'s>(
+        &self,
+        scope: impl Into<Scope<'s>>,
+        count: u32,
+        agreement: u64,
+        timeout: Timeout,
+    ) -> Result<Segment<'a>> {
+        let kind = Kind::Notifications;
+        self.create(scope.into(), kind, 0, count, agreement, timeout)
     }
 
     /// Creates a team of `members` (collective among them: each passes the same ranks, in any

@@ -36,7 +36,8 @@
 //!   task) while the target serves 2. Each start must match the post meant for it: the target
 //!   clears its area before each post and checks it after each wait (`steps`, `received`,
 //!   `mismatches`, `digest`).
-//! * `errors`: every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
+//! * `errors`: windows made over different segments at once (`crossed`), every misuse on
+//!   ranks 0 and 1, a start and a wait that time out naming the rank
 //!   waited for and are then continued, and `test` (false, then true once, then an error);
 //!   a rank listed twice in a post and in a start counts once.
 //! * `remade` (2 ranks): the window's segment made anew, larger, between epochs, then deleted,
@@ -576,10 +577,14 @@ fn overlap(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
 }
 
 fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
-    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
     let (n, me) = (ctx.size(), ctx.rank());
-    let short = Timeout::Millis(200);
     let mut seen: Vec<(&str, String)> = Vec::new();
+    // Windows made in different orders on the members (over different segments here): each
+    // member is told, and the next creation starts afresh.
+    let crossed = Window::new(coll, GROUP_ALL, if me == 0 { WIN } else { SRC }, TIMEOUT);
+    seen.push(("crossed", shown(crossed.map(|_| ()))));
+    let mut win = Window::new(coll, GROUP_ALL, WIN, TIMEOUT)?;
+    let short = Timeout::Millis(200);
     clear(ctx)?;
     if me == 0 {
         seen.push(("complete", shown(win.complete(TIMEOUT))));
