@@ -338,7 +338,10 @@ mod tests {
         assert_eq!(table.get(100), Err(out(100)));
         assert_eq!(table.reset(u32::MAX), Err(out(u64::from(u32::MAX))));
         assert_eq!(table.take_exclusive(100), Err(out(100)));
-        assert_eq!(table.first_set(5, 0), Err(Error::EmptyRange { begin: 5, len: 100 }));
+        assert_eq!(
+            table.first_set(5, 0),
+            Err(Error::EmptyRange { begin: 5, len: 100 })
+        );
         assert_eq!(table.first_set(90, 11), Err(out(101)));
         assert_eq!(table.first_set(100, 1), Err(out(101)));
         assert_eq!(
