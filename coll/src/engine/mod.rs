@@ -784,15 +784,13 @@ impl<'c> Engine<'c> {
             other => other?,
         }
         let mut state = self.state();
-        if let Some(dead) = self.ctx.known_failure(self.others.iter().copied()) {
+        if let Some(dead) = self.death(&mut state) {
             // The runs under way fail with it too (see `State::dead`): a member that needs
             // nothing of the dead one must not report a collective of its team complete.
-            let f = Failure::from(dead);
-            state.dead.get_or_insert_with(|| f.clone());
             state.changed = true;
             drop(state);
             self.changes.notify_all();
-            return Err(f.into());
+            return Err(dead.into());
         }
         let first = state.next;
         // Every piece is planned before any runs, so that one too large leaves nothing.
