@@ -139,7 +139,8 @@ fn init(scenario: Scenario) -> gaspi::Result<Context> {
         config.queue_depth = errors::QUEUE_DEPTH;
         config.progress_thread = false;
     }
-    if scenario == Scenario::KilledTarget {
+    // Both kill a rank that takes writes (see `killed_target::configure`).
+    if matches!(scenario, Scenario::KilledTarget | Scenario::Fault) {
         killed_target::configure(&mut config);
     }
     Context::init_with(config)
