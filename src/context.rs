@@ -424,8 +424,9 @@ impl Context {
     /// normally.
     ///
     /// # Errors
-    /// [`Error::FinalizeTimeout`]; [`Error::RankFailed`]; [`Error::Bootstrap`] when the PMI
-    /// finalize fails.
+    /// [`Error::FinalizeTimeout`]; [`Error::RankFailed`]; [`Error::CollectiveMismatch`]
+    /// naming a rank that called another collective of `GROUP_ALL` meanwhile (a `barrier`,
+    /// say); [`Error::Bootstrap`] when the PMI finalize fails.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
         match self.exit_barrier(timeout.deadline()) {
             Ok(()) => {}

@@ -95,6 +95,28 @@ impl Purpose {
             Purpose::Exit => "finalize",
         }
     }
+
+    /// A number per purpose, and per segment id for `SegmentCreate`: below 2^9.
+    fn code(self) -> u32 {
+        match self {
+            Purpose::Barrier => 0,
+            Purpose::Commit => 1,
+            Purpose::Exit => 2,
+            Purpose::SegmentCreate(id) => 3 + u32::from(id),
+        }
+    }
+}
+
+/// Bits of a synchronising run's tag that count its epoch; the purpose's code fills the rest.
+const EPOCH_BITS: u32 = 23;
+
+/// The value every notification of synchronising run `epoch` of `purpose` carries: never 0,
+/// different for consecutive epochs, and different for members that called different
+/// collectives (a `barrier` where a partner called `segment_create` or `finalize`), which
+/// would otherwise pair up with no error.
+fn sync_tag(epoch: u64, purpose: Purpose) -> u32 {
+    let epoch = (epoch % ((1 << EPOCH_BITS) - 1)) as u32 + 1;
+    purpose.code() << EPOCH_BITS | epoch
 }
 
 /// First system notification slot of the bank that run `epoch` of a group uses, given the
@@ -176,6 +198,7 @@ impl CollState {
 
 /// Who takes part in a run: `n` members, this one at index `me`, and their slot range.
 pub(crate) struct Spread<'a> {
+    pub group: crate::GroupId,
     pub n: u32,
     pub me: u32,
     pub rank_of: &'a dyn Fn(u32) -> Rank,
@@ -216,7 +239,7 @@ impl Context {
         deadline: Deadline,
     ) -> Result<()> {
         let n = u64::from(spread.n);
-        let tag = (state.epoch as u32).wrapping_add(1).max(1);
+        let tag = sync_tag(state.epoch, state.purpose);
         let bank = match state.pair {
             None => bank_start(spread.slots, state.epoch),
             Some(_) => spread.slots + 2 * BANK,
@@ -266,11 +289,16 @@ impl Context {
             // module doc on banks): so a load and a store take them, no swap.
             let first = table.take_exclusive(slot).unwrap_or(0);
             match &mut state.pair {
+                // The partner called another collective, or this one with other arguments
+                // (an allreduce's notifications carry their arguments' fingerprint). The run
+                // can never complete as either call: it is given up, as an allreduce whose
+                // arguments differ is.
                 None if first != tag => {
-                    return Err(Error::Protocol(format!(
-                        "dissemination round {} expected epoch tag {tag}, got {first}",
-                        state.round
-                    )))
+                    state.abandon();
+                    return Err(Error::CollectiveMismatch {
+                        group: spread.group,
+                        rank: (spread.rank_of)(from),
+                    });
                 }
                 None => {}
                 Some((lo, hi)) => {

@@ -488,7 +488,9 @@ impl Context {
     /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while an allreduce of the group,
     /// or the synchronisation of another call ([`segment_create`](Self::segment_create)'s,
     /// [`finalize`](Self::finalize)'s) that timed out, is in flight: finish that call first;
-    /// [`Error::RankFailed`] naming a dead member.
+    /// [`Error::CollectiveMismatch`] naming a partner that called another collective of the
+    /// group meanwhile (an allreduce, `segment_create`, `finalize`); [`Error::RankFailed`]
+    /// naming a dead member.
     pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
         self.barrier_for(group, Purpose::Barrier, timeout)
     }
@@ -584,6 +586,7 @@ impl Context {
         })?;
         let rank_of = |i: u32| g.members.rank_at(i).unwrap_or(me);
         let spread = Spread {
+            group: g.id,
             n: g.members.len(),
             me: index,
             rank_of: &rank_of,

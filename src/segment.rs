@@ -397,7 +397,9 @@ impl Context {
     /// [`Error::SegmentExists`] when the segment exists (and its creation finished);
     /// [`Error::Segment`] when the memory cannot be allocated; [`Error::Timeout`] as above;
     /// [`Error::RankFailed`] when a rank died; [`Error::CollectiveInProgress`] when a
-    /// collective of [`GROUP_ALL`](crate::GROUP_ALL) that timed out is still in flight.
+    /// collective of [`GROUP_ALL`](crate::GROUP_ALL) that timed out is still in flight;
+    /// [`Error::CollectiveMismatch`] naming a rank that called another collective of
+    /// `GROUP_ALL` meanwhile (a `barrier`, `finalize`, or `segment_create` of another id).
     pub fn segment_create(&self, id: SegmentId, size: u64, timeout: Timeout) -> Result<()> {
         let me = self.rank();
         self.create_with(id, timeout, || {

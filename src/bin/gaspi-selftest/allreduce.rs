@@ -423,5 +423,41 @@ fn misuse(ctx: &Context) -> Outcome<String> {
         .doing(|| "barrier after the mismatch")?;
     ctx.group_delete(g)
         .doing(|| "deleting the mismatched group")?;
-    Ok("misuse refused; a length mismatch is named on both sides".into())
+    let mut done = String::from("misuse refused; a length mismatch is named on both sides");
+    if ctx.size() == 2 {
+        calls_of_the_job_that_differ(ctx)?;
+        done += "; so are segment_create against a barrier, and of different ids";
+    }
+    Ok(done)
+}
+
+/// At 2 ranks, where each rank hears from the other directly: rank 0 makes a segment where
+/// rank 1 enters a barrier, then they make segments of different ids. Every such call fails
+/// with `CollectiveMismatch` naming the other rank (before, they paired up with no error:
+/// `GROUP_ALL`'s synchronisations looked alike), and the job goes on.
+fn calls_of_the_job_that_differ(ctx: &Context) -> Outcome<()> {
+    /// Ids no other part of the scenario uses: rank 0's first, then each rank's own.
+    const MADE: u8 = 200;
+    const APART: [u8; 2] = [201, 202];
+    let me = ctx.rank();
+    let partner = 1 - me;
+    let named = |what: &str, called: gaspi::Result<()>| match called {
+        Err(Error::CollectiveMismatch { group, rank }) if group == GROUP_ALL && rank == partner => {
+            Ok(())
+        }
+        other => Err(Failure(format!("{what}: {other:?}"))),
+    };
+    let called = match me {
+        0 => ctx.segment_create(MADE, 64, TIMEOUT),
+        _ => ctx.barrier(TIMEOUT),
+    };
+    named("segment_create against a barrier", called)?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after segment_create against a barrier")?;
+    named(
+        "segment_create of another id",
+        ctx.segment_create(APART[me as usize], 64, TIMEOUT),
+    )?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after segment_create of different ids")
 }
