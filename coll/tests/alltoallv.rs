@@ -373,6 +373,13 @@ fn errors(provider: &str) {
             ("unknown_source_b", format!("UnknownSource({t})")),
             ("late_receive", "48/Ok".into()),
             (
+                "half_missing",
+                match rank {
+                    0 => "UnknownSegment(2/13)/Complete".into(),
+                    _ => "Arrived(0)/Complete".into(),
+                },
+            ),
+            (
                 "unknown_destination_b",
                 format!("UnknownDestination({})", (rank + 2) % RANKS),
             ),

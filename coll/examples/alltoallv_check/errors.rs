@@ -33,7 +33,9 @@
 //! `unknown_source_b` (reset of `t`) and `unknown_destination_b` (a block for the rank after
 //! `t`) come before its blocks are exchanged. Last, `late_receive` on a third alltoallv: a
 //! discovery before its receive segment exists, the segment made of the size it tells, and a
-//! round (see [`late_receive`]). `digest`: every block of the five rounds.
+//! round (see [`late_receive`]); then `half_missing` on a fourth: a call that sends to two
+//! ranks, one of which has not made its receive segment yet (see [`half_missing`]). `digest`:
+//! every block of the five rounds.
 
 use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
@@ -197,6 +199,10 @@ pub fn run(ctx: &Context) -> Outcome {
     let c = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
     report.put("late_receive", late_receive(ctx, c)?);
 
+    // One of two destinations without its receive segment yet.
+    let d = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    report.put("half_missing", half_missing(ctx, d)?);
+
     report.put("digest", digest.hex());
     report.print("errors", me);
     // An alltoallv is dropped only once its rounds are over on every member.
@@ -234,6 +240,85 @@ fn late_receive(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
 /// The receive segment of [`late_receive`], made after its discovery.
 const LATE: SegmentId = 11;
 const LATE_BYTES: u64 = 48;
+
+/// Rank 0 sends [`LATE_BYTES`] to ranks 1 and 2; ranks 0 and 1 receive into [`HALF_MADE`],
+/// made before the discovery, rank 2 into [`HALF_LATE`], made only after rank 0's first call
+/// that did not time out (each bounded by [`HALF_FIRST`]). That call must name rank 2's missing segment and still send
+/// the block for rank 1 (before the fix it dropped it, marked sent, and reported the round
+/// complete later while rank 1 waited for ever); once rank 2's segment is there, rank 0's
+/// next calls complete the round. Outcome on rank 0: `<first call>/<last status>`; on ranks 1
+/// and 2: `<what arrived>/<status after its reset>`, `Arrived(0)/Complete` when rank 0's
+/// block came intact (else what differed, or the error, within [`HALF_WAIT`]); others `-`.
+fn half_missing(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
+    let me = ctx.rank();
+    ctx.segment_create(HALF_MADE, LATE_BYTES, TIMEOUT)?;
+    let receive = if me == 2 { HALF_LATE } else { HALF_MADE };
+    let sends = match me {
+        0 => vec![(1, LATE_BYTES), (2, LATE_BYTES)],
+        _ => Vec::new(),
+    };
+    let offsets: Vec<u64> = (0..sends.len() as u64).map(|i| i * LATE_BYTES).collect();
+    let plan = a2a.get_remote_offsets(receive, 0, &sends, TIMEOUT)?;
+    ctx.segment_write(SMALL, 0, &[0xa5; 2 * LATE_BYTES as usize])?;
+    let first = match me {
+        // Through the fabric the lookup of rank 2's segment may take longer than a call:
+        // called again until it tells.
+        0 => loop {
+            match a2a.alltoallv(&plan, SMALL, &offsets, HALF_FIRST) {
+                Err(e) if e.is_timeout() => continue,
+                told => break outcome(&told),
+            }
+        },
+        _ => String::new(),
+    };
+    // Rank 2 makes its segment only now: `segment_create` makes it before it synchronises.
+    ctx.barrier(TIMEOUT)?;
+    ctx.segment_create(HALF_LATE, LATE_BYTES, TIMEOUT)?;
+    let told = match me {
+        0 => {
+            let mut status = a2a.alltoallv(&plan, SMALL, &offsets, TIMEOUT);
+            while matches!(status, Ok(Status::Arrived(_))) {
+                status = a2a.alltoallv(&plan, SMALL, &offsets, TIMEOUT);
+            }
+            format!("{first}/{}", status_of(&status))
+        }
+        1 | 2 => match a2a.alltoallv(&plan, SMALL, &offsets, HALF_WAIT) {
+            Ok(Status::Arrived(0)) => {
+                let mut got = [0u8; LATE_BYTES as usize];
+                ctx.segment_read(receive, 0, &mut got)?;
+                if got != [0xa5; LATE_BYTES as usize] {
+                    format!("rank 0's block differs: {got:?}")
+                } else {
+                    a2a.alltoallv_reset(&[0])?;
+                    let status = a2a.alltoallv(&plan, SMALL, &offsets, TIMEOUT)?;
+                    format!("Arrived(0)/{status:?}")
+                }
+            }
+            other => status_of(&other),
+        },
+        _ => "-".into(),
+    };
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
+    Ok(told)
+}
+
+/// `status` as the status, or the error as [`outcome`] names it.
+fn status_of(status: &gaspi_coll::Result<Status>) -> String {
+    match status {
+        Ok(status) => format!("{status:?}"),
+        Err(_) => outcome(status),
+    }
+}
+
+/// The receive segments of [`half_missing`].
+const HALF_MADE: SegmentId = 12;
+const HALF_LATE: SegmentId = 13;
+/// Rank 0's first call in [`half_missing`], before rank 2's segment exists.
+const HALF_FIRST: Timeout = Timeout::Millis(300);
+/// How long ranks 1 and 2 wait for rank 0's block in [`half_missing`]: far beyond its
+/// coming, and short enough that a lost block fails the job soon.
+const HALF_WAIT: Timeout = Timeout::Millis(10_000);
 
 /// Where the block for `target` is read from, and its size.
 fn block_for(plan: &Plan, setup: &Setup, target: Rank) -> Outcome<(u64, u64)> {

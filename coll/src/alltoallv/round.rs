@@ -356,49 +356,71 @@ impl Alltoallv<'_> {
                 run.sends[index] = Send::Waiting(offset);
             }
             (
-                self.cleared(&mut ex.owed, &mut ex.posting, run)?,
+                self.cleared(&mut ex.owed, &mut ex.posting, run),
                 ex.listeners(),
             )
         };
-        self.post(cleared)?;
-        // A block left waiting for its credit adds to what the round waits for: the thread
-        // asleep on the round's notifications must watch that credit too.
-        self.changed(listeners)
+        let posted = self.post(cleared);
+        // A block left waiting for its credit (or its target) adds to what the round waits
+        // for: the thread asleep on the round's notifications must watch that credit too.
+        self.changed(listeners)?;
+        posted
     }
 
     /// The waiting blocks of `run` whose credits are here, marked posted (their credits are
     /// then owed anew), to be posted outside the lock by [`post`](Self::post), which every
     /// `Cleared` goes to: until then they count in `posting`.
+    ///
+    /// A block that fails here (its destination's segment is gone or was never made, the
+    /// rank died) stays waiting, and the first such failure goes with the `Cleared` for
+    /// `post` to report once the others are posted: failing at once would drop blocks
+    /// already marked posted, whose credits were taken, and their destinations would wait
+    /// for them for ever.
     fn cleared(
         &self,
         owed: &mut HashMap<Rank, u32>,
         posting: &mut u32,
         run: &mut Running,
-    ) -> Result<Cleared> {
+    ) -> Cleared {
         let mut posts = Vec::new();
         let mut looking = false;
+        let mut failed = None;
         for index in 0..run.sends.len() {
             let Send::Waiting(offset) = run.sends[index] else {
                 continue;
             };
             // Before the credit is taken: a block whose target is not known yet keeps it.
-            let Some(target) = self.destination_target(&run.plan, index)? else {
-                looking = true;
-                continue;
+            let target = match self.destination_target(&run.plan, index) {
+                Ok(Some(target)) => target,
+                Ok(None) => {
+                    looking = true;
+                    continue;
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
             };
             let rank = run.plan.destinations[index].rank;
             if let Some(&expected) = owed.get(&rank) {
                 let id = self.layout.credit(run.plan.destination_members[index]);
-                let got = self.control.notify_reset(id)?;
+                let got = match self.control.notify_reset(id) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        failed.get_or_insert(e.into());
+                        continue;
+                    }
+                };
                 if got == 0 {
                     continue;
                 }
                 if got != expected {
-                    return Err(Error::OutOfStep {
+                    failed.get_or_insert(Error::OutOfStep {
                         rank,
                         expected,
                         got,
                     });
+                    continue;
                 }
             }
             owed.insert(rank, run.tag);
@@ -412,20 +434,23 @@ impl Alltoallv<'_> {
         if !posts.is_empty() {
             *posting += 1;
         }
-        Ok(Cleared {
+        Cleared {
             posts,
             looking,
+            failed,
             tag: run.tag,
             plan: Arc::clone(&run.plan),
             source: run.source,
-        })
+        }
     }
 
     /// Posts the blocks `cleared`, then counts them out of `posting`, also when posting
-    /// failed, telling a `finish` that waits for them.
-    fn post(&self, cleared: Cleared) -> Result<()> {
+    /// failed, telling a `finish` that waits for them; then reports the failure of a block
+    /// that could not be cleared, if any.
+    fn post(&self, mut cleared: Cleared) -> Result<()> {
+        let failed = cleared.failed.take().map_or(Ok(()), Err);
         if cleared.posts.is_empty() {
-            return Ok(());
+            return failed;
         }
         let posted = self.write_blocks(&cleared);
         let listeners = {
@@ -436,7 +461,7 @@ impl Alltoallv<'_> {
         if let Some(listeners) = listeners {
             self.changed(listeners)?;
         }
-        posted
+        posted.and(failed)
     }
 
     /// Writes the blocks `cleared` into their destinations, each with its notification.
@@ -463,8 +488,11 @@ impl Alltoallv<'_> {
             };
             // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
             let early = take_early(&mut ex.early, &mut ex.arrivals, run)?;
-            let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run)?;
+            let mut cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             if let Some(rank) = early {
+                // The arrival taken is handed out: a block that failed to clear stays
+                // waiting, and the next call that clears it reports it.
+                cleared.failed = None;
                 return Ok((Some(cleared), Next::Done(Some(rank))));
             }
             if run.remaining == 0 {
@@ -508,7 +536,10 @@ impl Alltoallv<'_> {
         loop {
             let mut guard = self.exchange();
             let (cleared, next) = decide(self, &mut guard)?;
-            let posted = cleared.as_ref().is_some_and(|c| !c.posts.is_empty());
+            // A block that failed to clear is reported as posting goes.
+            let posted = cleared
+                .as_ref()
+                .is_some_and(|c| !c.posts.is_empty() || c.failed.is_some());
             let looking = cleared.as_ref().is_some_and(|c| c.looking);
             let ids = match next {
                 Next::Done(value) => {
@@ -707,7 +738,7 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(false)));
             };
             while take_early(&mut ex.early, &mut ex.arrivals, run)?.is_some() {}
-            let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run)?;
+            let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             let ids = a2a.awaited(run);
             // Blocks other threads cleared may not be in the batch yet (this call's own are
             // posted before `drive` returns): the wait for the batch must come after theirs.
@@ -754,6 +785,9 @@ struct Cleared {
     /// A waiting block's target is being looked up, which no notification of the control
     /// table announces: a watcher polls for it (see [`LOOKUP_POLL`]).
     looking: bool,
+    /// The first failure of a block that stays waiting, which [`post`](Alltoallv::post)
+    /// reports.
+    failed: Option<Error>,
     tag: u32,
     plan: Arc<PlanData>,
     source: SegmentId,
