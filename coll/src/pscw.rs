@@ -581,10 +581,17 @@ impl<'c> Window<'c> {
     /// with [`complete_one`](Self::complete_one) for each. Posts made with
     /// [`Assert::NOCHECK`] send nothing, so they are never found here.
     ///
+    /// A member is found when its post is taken: a call that then fails to reach its window
+    /// (a timeout while its segment is looked up, its segment gone) has it in the access
+    /// epoch already, and the next call returns it (or fails the same way); ending the
+    /// epoch ([`complete`](Self::complete), or [`complete_one`](Self::complete_one) of the
+    /// rank the error names) tells it this rank is done, so that its `wait` ends.
+    ///
     /// # Errors
-    /// [`gaspi::Error::Timeout`] (call again; no target was added);
+    /// [`gaspi::Error::Timeout`] (call again; no target was returned);
     /// [`gaspi::Error::RankFailed`] naming a dead member while none has posted;
-    /// [`Error::OutOfStep`] when a member posted another epoch.
+    /// [`gaspi::Error::UnknownSegment`] naming a member found whose window segment is not
+    /// there; [`Error::OutOfStep`] when a member posted another epoch.
     pub fn start_any(&mut self, timeout: Timeout) -> Result<Rank> {
         let mut due = Due::new(timeout);
         loop {
@@ -834,6 +841,14 @@ impl<'c> Window<'c> {
         }
         self.access.retain(|a| !chosen(a));
         self.accessing = !self.access.is_empty();
+        // A member `start_any` matched but did not return (a timeout, a failure to resolve
+        // it) is out of the epoch now: the next `start_any` must not return it unposted.
+        if self
+            .matched
+            .is_some_and(|m| self.access.iter().all(|a| a.member != m))
+        {
+            self.matched = None;
+        }
         refused.map_or(Ok(()), Err)
     }
 

@@ -247,6 +247,10 @@ fn remade(provider: &str) {
         ("larger", "Ok(()),Ok(()),Ok(())"),
         ("gone", "UnknownSegment { rank: 1, segment: 3 },Ok(())"),
         ("again", "Ok(()),Ok(())"),
+        (
+            "found_gone",
+            "UnknownSegment { rank: 1, segment: 4 },Ok(()),Timeout",
+        ),
     ] {
         assert_eq!(origin.get(key), want, "rank 0: {key}\n{report}");
     }
@@ -255,6 +259,7 @@ fn remade(provider: &str) {
         ("larger", "Ok(()),0 wrong,0 wrong"),
         ("gone", "Ok(())"),
         ("again", "Ok(()),0 wrong"),
+        ("found_gone", "Ok(())"),
     ] {
         assert_eq!(target.get(key), want, "rank 1: {key}\n{report}");
     }

@@ -42,7 +42,8 @@
 //!   a rank listed twice in a post and in a start counts once.
 //! * `remade` (2 ranks): the window's segment made anew, larger, between epochs, then deleted,
 //!   then made again: how each write, complete and wait ended, and on rank 1 how many bytes
-//!   of each block were wrong (`first`, `larger`, `gone`, `again`).
+//!   of each block were wrong (`first`, `larger`, `gone`, `again`); then a `start_any` that
+//!   finds a rank whose window segment is gone, and the next one (`found_gone`).
 //! * `one` (3 ranks): rank 0 starts ranks 1 and 2 one by one; rank 2 has posted, rank 1 posts
 //!   only once rank 0 served rank 2: `start_one(2)` and `complete_one(2)` must not wait for
 //!   rank 1 (`pending`, `started`, `completed`), and the resumed `start_one(1)` then serves it
@@ -467,8 +468,40 @@ fn remade(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     let gone = remade_epoch(ctx, &mut win, 3, &[(0, 64)])?;
     ctx.segment_create(REMADE, 4096, TIMEOUT)?;
     let again = remade_epoch(ctx, &mut win, 4, &[(100, 64)])?;
-    println!("data remade rank {me}: first={first}; larger={larger}; gone={gone}; again={again}");
+    let found_gone = found_gone(ctx, coll)?;
+    println!(
+        "data remade rank {me}: first={first}; larger={larger}; gone={gone}; again={again}; \
+         found_gone={found_gone}"
+    );
     Ok(())
+}
+
+/// A segment of `found_gone`, deleted on rank 1 before rank 0 ever reached it.
+const FOUND_GONE: gaspi::SegmentId = 4;
+
+/// On a window rank 0 never started before: rank 1 deletes the window's segment, then posts;
+/// rank 0's `start_any` finds rank 1 and fails to reach its window, and `complete` ends
+/// rank 1's exposure epoch. In the next epoch nobody posts: rank 0's `start_any` must time
+/// out (before the fix it returned rank 1, left over from the failed call). Rank 0:
+/// `<start_any>,<complete>,<start_any>`; rank 1: `<wait>`.
+fn found_gone(ctx: &Context, coll: &Collectives<'_>) -> Outcome<String> {
+    ctx.segment_create(FOUND_GONE, 64, TIMEOUT)?;
+    let mut win = Window::new(coll, GROUP_ALL, FOUND_GONE, TIMEOUT)?;
+    if ctx.rank() == 1 {
+        ctx.segment_delete(FOUND_GONE)?;
+    }
+    ctx.barrier(TIMEOUT)?;
+    let seen = if ctx.rank() == 0 {
+        let found = shown(win.start_any(TIMEOUT));
+        let completed = shown(win.complete(TIMEOUT));
+        let next = shown(win.start_any(Timeout::Millis(300)));
+        format!("{found},{completed},{next}")
+    } else {
+        win.post(&[0], Assert::NONE, TIMEOUT)?;
+        shown(win.wait(TIMEOUT))
+    };
+    ctx.barrier(TIMEOUT)?;
+    Ok(seen)
 }
 
 /// Epochs of the second window in `threads`.
