@@ -23,13 +23,15 @@ forwards their output.
 Options:
   -n, --np N                number of ranks to start (1 to 4194304; required)
       --provider P          set GASPI_PROVIDER=P (libfabric provider) for every rank
-      --timeout S           kill the job after S seconds (fractions allowed, 0 = no
-                            limit); default: $GASPIRUN_TIMEOUT (unset or empty: no
-                            limit)
+      --timeout S           kill the job after S seconds (fractions allowed, at
+                            least 0.001; 0 = no limit); default: $GASPIRUN_TIMEOUT
+                            (unset or empty: no limit)
       --tag-output          prefix every line a rank prints with \"[rank] \" (default)
       --no-prefix           forward output lines unchanged, e.g. for JSON lines; lines
                             of different ranks still never mix (a rank's last line
-                            without a newline gets one)
+                            without a newline gets one; a line over 1 MiB is passed
+                            on in pieces of 1 MiB, between which other ranks' lines
+                            may come, as tagged output cuts it into lines)
       --separate-output DIR write the output of rank R to DIR/rank.R.out and
                             DIR/rank.R.err instead of the terminal
       --keep-going          when a rank dies (killed, crashed, non-zero exit, or
@@ -184,15 +186,25 @@ fn parse_ranks(text: &OsString) -> Result<u32, String> {
     }
 }
 
-/// Seconds as a decimal number; 0 means no limit.
+/// Seconds as a decimal number; 0 means no limit. A limit below a millisecond is refused: it
+/// would end every job at once (and `1e-12` became a limit of 0 s, which ended it as such).
 fn parse_timeout(source: &str, text: &OsString) -> Result<Option<Duration>, String> {
     let seconds = text
         .to_str()
         .and_then(|t| t.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0 && *s <= f64::from(u32::MAX))
         .ok_or_else(|| format!("{source} must be a number of seconds, not {text:?}"))?;
-    Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
+    match seconds {
+        0.0 => Ok(None),
+        s if s < MIN_TIMEOUT_S => Err(format!(
+            "{source} must be 0 (no limit) or at least {MIN_TIMEOUT_S} s, not {text:?}"
+        )),
+        s => Ok(Some(Duration::from_secs_f64(s))),
+    }
 }
+
+/// The shortest time limit accepted, in seconds.
+const MIN_TIMEOUT_S: f64 = 0.001;
 
 fn set_output(slot: &mut Option<Output>, choice: Output) -> Result<(), String> {
     match slot {
@@ -292,6 +304,11 @@ mod tests {
         };
         assert_eq!(o.timeout, None);
         assert!(parse(args(), Some("soon".into())).is_err());
+        assert!(parse(args(), Some("1e-12".into())).is_err());
+        let Ok(Parsed::Run(o)) = parse(args(), Some("0.001".into())) else {
+            panic!("a millisecond is a limit")
+        };
+        assert_eq!(o.timeout, Some(Duration::from_millis(1)));
         let Ok(Parsed::Run(o)) = parse(args(), Some("".into())) else {
             panic!("an empty GASPIRUN_TIMEOUT is unset")
         };

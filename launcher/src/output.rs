@@ -4,8 +4,14 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 
 /// A line longer than this is forwarded in pieces, so a rank printing without newlines cannot
-/// make the launcher buffer without bound.
-const MAX_PENDING: usize = 64 * 1024;
+/// make the launcher buffer without bound; another rank's lines may come between the pieces
+/// (holding the output for the rest of the line could wait for ever on a rank that waits for
+/// the others). Large enough for any line a program prints to be read, a JSON line of
+/// results say: 64 KiB lines of one rank were interleaved with another's.
+const MAX_PENDING: usize = 1 << 20;
+
+/// Bytes read from a rank's pipe at a time.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Which of gaspirun's streams receives the lines.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +33,7 @@ pub(crate) fn forward(source: impl Read, target: Target, prefix: Option<String>)
 /// Calls `sink` with every line of `source` (prefixed when `prefix` is given), and with pieces
 /// of [`MAX_PENDING`] bytes of longer lines; a line that ends the source ends with a newline.
 fn split_lines(source: impl Read, prefix: Option<&str>, mut sink: impl FnMut(&[u8])) {
-    let mut reader = BufReader::with_capacity(MAX_PENDING, source);
+    let mut reader = BufReader::with_capacity(READ_CHUNK, source);
     let mut line = Vec::new();
     // Whether the last bytes handed on end in the middle of a line (a long one cut in pieces).
     let mut open = false;
@@ -42,6 +48,9 @@ fn split_lines(source: impl Read, prefix: Option<&str>, mut sink: impl FnMut(&[u
             Some(end) => (end + 1, true),
             None => (chunk.len(), false),
         };
+        // Never past the bound: a piece is at most `MAX_PENDING` bytes.
+        let taken = taken.min(MAX_PENDING - line.len());
+        let complete = complete && taken > 0 && chunk[taken - 1] == b'\n';
         line.extend_from_slice(&chunk[..taken]);
         reader.consume(taken);
         if complete || line.len() >= MAX_PENDING {

@@ -228,6 +228,32 @@ fn a_last_line_without_newline_never_runs_into_another_ranks() {
 }
 
 #[test]
+fn long_lines_of_different_ranks_never_mix() {
+    // 300,000 bytes of its own rank's digit per rank, in one line: the old bound of 64 KiB
+    // let pieces of the ranks' lines interleave (3 of 5 runs at 2 ranks).
+    const LEN: usize = 300_000;
+    let run = gaspirun(&[
+        "-n",
+        "4",
+        "--no-prefix",
+        "sh",
+        "-c",
+        r#"head -c 300000 /dev/zero | tr '\0' "$PMI_RANK"; echo"#,
+    ]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let lines = run.sorted_stdout();
+    assert_eq!(lines.len(), 4, "{} lines", lines.len());
+    for (rank, line) in lines.iter().enumerate() {
+        let digit = char::from(b'0' + rank as u8);
+        assert!(
+            line.len() == LEN && line.chars().all(|c| c == digit),
+            "line of rank {rank}: {} bytes, not all {digit}",
+            line.len()
+        );
+    }
+}
+
+#[test]
 fn usage_errors_exit_with_2() {
     for args in [
         &["-n", "0", "true"][..],
