@@ -119,6 +119,13 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 ///         Err(e) => return Err(e.into()),
 ///     }
 /// }
+/// // The round is over here, not yet on every member: the left neighbour may still reset
+/// // this rank's block, which tells this rank. Only then may the alltoallv go, and the
+/// // process end (a reset towards a process that ended is `RankFailed`).
+/// ctx.barrier(t)?;
+/// drop(a2a);
+/// drop(coll);
+/// ctx.finalize(t)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Alltoallv<'c> {

@@ -164,11 +164,18 @@ impl<'a> Round<'a> {
     /// block there, else as soon as it does — any later call on the round posts it. Never
     /// blocks, so a sender can post each block the moment it is packed.
     ///
+    /// A block whose destination cannot be reached yet (its receive segment, made after the
+    /// discovery, is not there, or is gone) is accepted and stays waiting: the call reports
+    /// the lookup's error, once every other block it could post went out, and so does each
+    /// later call on the round that looks again, until the segment is there and the block
+    /// goes.
+    ///
     /// # Errors
     /// [`Error::UnknownDestination`]; [`Error::AlreadySent`]; [`Error::RoundEnded`];
     /// [`Error::OutOfStep`] when the destination's credit is for another block; from the
     /// runtime: [`gaspi::Error::OutOfBounds`] when the block leaves the source segment,
-    /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
+    /// [`gaspi::Error::UnknownSegment`] (see above), [`gaspi::Error::RankFailed`],
+    /// [`gaspi::Error::BatchFull`].
     pub fn send(&self, target: Rank, source_offset: u64) -> Result<()> {
         self.a2a.send(self.number, target, source_offset)
     }
