@@ -461,16 +461,19 @@ impl<'c> Window<'c> {
             o.tag = crate::tag(self.posts[o.member as usize]);
         }
         // The epoch is open from here on, also when a notification fails below: the origin
-        // it was for is then dead or out of reach, and `wait` names it.
+        // it was for is then dead or out of reach, and `wait` names it. The others are told
+        // all the same (the first failure is reported after), or they could never start.
         self.exposing = true;
+        let mut failed = Ok(());
         if !nocheck {
             let id = self.post_id(self.me);
             for i in 0..self.origins.len() {
                 let Origin { member, tag, .. } = self.origins[i];
-                self.notify(member, Notification { id, value: tag }, &mut due)?;
+                let told = self.notify(member, Notification { id, value: tag }, &mut due);
+                failed = failed.and(told);
             }
         }
-        Ok(())
+        failed
     }
 
     /// `MPI_Win_wait`: waits until every origin of the exposure epoch completed; then all

@@ -290,9 +290,22 @@ fn one(provider: &str) {
         ("started", "Ok(())"),
         ("completed", "Ok(())"),
         ("resumed", "Ok(())"),
+        ("told_wait", "CompletionsMissing { ranks: [2] }"),
     ] {
         assert_eq!(origin.get(key), want, "rank 0: {key}\n{report}");
     }
+    // Through the fabric, a notification towards a table that is gone fails at its target,
+    // not at the call.
+    let posted = origin.get("told_post");
+    assert!(
+        posted == "Ok(())" || posted.starts_with("UnknownSegment { rank: 2,"),
+        "rank 0: told_post\n{report}"
+    );
+    assert_eq!(
+        job.data("one", 1).get("told_start"),
+        "Ok(())",
+        "rank 1 must be told although the post failed at rank 2 first\n{report}"
+    );
     for rank in 1..3 {
         let data = job.data("one", rank);
         assert_eq!(data.get("received"), "1", "rank {rank}\n{report}");

@@ -47,7 +47,8 @@
 //! * `one` (3 ranks): rank 0 starts ranks 1 and 2 one by one; rank 2 has posted, rank 1 posts
 //!   only once rank 0 served rank 2: `start_one(2)` and `complete_one(2)` must not wait for
 //!   rank 1 (`pending`, `started`, `completed`), and the resumed `start_one(1)` then serves it
-//!   (`resumed`).
+//!   (`resumed`). Then a post to a rank that dropped its window and to one that did not
+//!   (`told_post`, `told_wait`, `told_start`; see `told`).
 //! * `any`: ranks 1.. post to rank 0 one after the other, the highest first, each once the
 //!   one above it was served (a passive message tells it); rank 0 serves them with
 //!   `start_any` in the order their posts arrive (`order`).
@@ -787,6 +788,7 @@ fn one(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
         }
         _ => {}
     }
+    seen.extend(told(ctx, coll, short)?);
     let pairs: Vec<String> = seen.iter().map(|(k, v)| format!("{k}={v}; ")).collect();
     println!(
         "data one rank {me}: {}received={}; mismatches={}",
@@ -795,6 +797,52 @@ fn one(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
         received.mismatches
     );
     Ok(())
+}
+
+/// The end of `one`, on a second window: rank 0 posts to ranks 2 and 1, in that order, after
+/// rank 2 dropped its window (and so its control table); rank 1 must still be told, and start
+/// (`told_start`, before the fix `PostsMissing` after `short`: the post failed at rank 2
+/// and told nobody after it). Rank 0's post reports rank 2's table gone where the direct path
+/// sees it at once (`told_post`), and its wait misses only rank 2 (`told_wait`).
+fn told(
+    ctx: &Context,
+    coll: &Collectives<'_>,
+    short: Timeout,
+) -> Outcome<Vec<(&'static str, String)>> {
+    let me = ctx.rank();
+    let mut second = Window::new(coll, GROUP_ALL, WIN2, TIMEOUT)?;
+    // A first epoch, in which rank 0 finds every origin's control table.
+    match me {
+        0 => {
+            second.post(&[1, 2], Assert::NONE, TIMEOUT)?;
+            second.wait(TIMEOUT)?;
+        }
+        _ => access(ctx, &mut second, 0)?,
+    }
+    if me == 2 {
+        drop(second);
+        ctx.barrier(TIMEOUT)?;
+        return Ok(Vec::new());
+    }
+    ctx.barrier(TIMEOUT)?;
+    let seen = match me {
+        0 => {
+            let posted = shown(second.post(&[2, 1], Assert::NONE, TIMEOUT));
+            vec![
+                ("told_post", posted),
+                ("told_wait", shown(second.wait(short))),
+            ]
+        }
+        _ => {
+            let started = shown(second.start(&[0], Assert::NONE, short));
+            if started == "Ok(())" {
+                put(ctx, &mut second, 0)?;
+                second.complete(TIMEOUT)?;
+            }
+            vec![("told_start", started)]
+        }
+    };
+    Ok(seen)
 }
 
 fn kill() -> Outcome {
