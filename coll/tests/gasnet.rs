@@ -280,6 +280,19 @@ fn mixed(ranks: u32, provider: &str) {
     }
 }
 
+/// `uneven`: a gatherv cut into pieces in some of which members have nothing to send, then a
+/// gather_all, both synchronising: every round delivers on every member.
+fn uneven(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["uneven"]);
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data("uneven", rank);
+        assert_eq!(data.get("rounds"), "5", "rank {rank}\n{report}");
+        assert_eq!(data.get("gatherv"), "5", "rank {rank}\n{report}");
+        assert_eq!(data.get("gather_all"), "5", "rank {rank}\n{report}");
+    }
+}
+
 /// `crossed_teams` on 4 ranks: members wait in a team for members that wait in its split,
 /// and the other way round; every collective completes and delivers.
 fn crossed_teams(provider: &str) {
@@ -716,6 +729,8 @@ jobs! {
     some_2_tcp: some(2, "tcp");
     mixed_4_shm: mixed(4, "shm");
     mixed_5_tcp: mixed(5, "tcp");
+    uneven_6_shm: uneven(6, "shm");
+    uneven_6_tcp: uneven(6, "tcp");
     threads_3_tcp: threads(3, "tcp");
     threads_4_shm: threads(4, "shm");
     split_1_shm: split(1, "shm");

@@ -64,6 +64,13 @@
 //!   lanes, then a 1-byte broadcast from a root that rotates. Eager runs run ahead of slow
 //!   members; none may raise a signal into a block a member still waits in:
 //!   `data mixed rank R: rounds; got`, `got` the broadcast bytes in order.
+//! * `uneven`: on a split with 4 lanes of 4 KiB, rounds of a gatherv with `Flags::MY` whose
+//!   counts differ so much (members with nothing, others with 8000 bytes) that it runs as
+//!   pieces in some of which a member has nothing to send, then a gather_all of 8 bytes with
+//!   `Flags::MY`. A member whose piece was empty finished it without hearing from anyone;
+//!   its next signals must not land in a block a slower member still waits in (before the
+//!   fix: `Mismatch`, timeouts and a wrong root buffer, 5 of 5 runs at 6 ranks):
+//!   `data uneven rank R: rounds; gatherv; gather_all` (counts of rounds that delivered).
 //! * `kill` (4 ranks, under `gaspirun --keep-going`): a gather_all everywhere, then the last
 //!   member prints its pid and is killed (SIGKILL) once the others have a gather_all and a
 //!   broadcast in flight and told it so (see `casualty`, segment 0); they initiate one more
@@ -143,6 +150,7 @@ fn main() -> ExitCode {
         ["threads"] => in_job(threads),
         ["some"] => in_job(some),
         ["mixed"] => in_job(mixed),
+        ["uneven"] => in_job(uneven),
         ["crossed_teams"] => in_job(crossed_teams),
         ["allsync_source"] => in_job(allsync_source),
         ["allsync_dest"] => in_job(allsync_dest),
@@ -154,7 +162,7 @@ fn main() -> ExitCode {
         ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled".into(),
         ),
     };
     match result {
@@ -524,15 +532,65 @@ fn some(ctx: &Context, team: &Team<'_>) -> Outcome {
 /// Rounds of the `mixed` scenario.
 const MIXED_ROUNDS: u8 = 20;
 
-/// The `mixed` scenario (see the module documentation).
-fn mixed(ctx: &Context, team: &Team<'_>) -> Outcome {
+/// A split of `team` with all its members and `lanes` lanes of 4 KiB: small stages, so that
+/// collectives run close behind each other on few lanes.
+fn small_lanes<'c>(team: &Team<'c>, lanes: u32) -> Outcome<Team<'c>> {
     let capacity = Capacity {
-        lanes: 3,
+        lanes,
         lane_bytes: 4096,
     };
-    let team = team
+    Ok(team
         .split_with_capacity(Some(0), team.index(), capacity, TIMEOUT)?
-        .ok_or("every member passed a colour")?;
+        .ok_or("every member passed a colour")?)
+}
+
+/// Rounds of the `uneven` scenario.
+const UNEVEN_ROUNDS: u32 = 5;
+
+/// The `uneven` scenario (see the module documentation).
+fn uneven(_: &Context, team: &Team<'_>) -> Outcome {
+    let team = small_lanes(team, 4)?;
+    let (n, me) = (team.size() as usize, team.index() as usize);
+    // Member 0, the root, sends nothing, nor do the members past the first three after it.
+    let counts: Vec<u64> = (0..n).map(|m| [0, 7000, 2000, 8000, 0, 0][m % 6]).collect();
+    let byte = |round: u32, m: usize, k: u64| (round as u64 * 7 + m as u64 * 31 + k) as u8;
+    let (mut gathered, mut all) = (0, 0);
+    for round in 0..UNEVEN_ROUNDS {
+        let src: Vec<u8> = (0..counts[me]).map(|k| byte(round, me, k)).collect();
+        let total: u64 = counts.iter().sum();
+        let mut dst = vec![0u8; if me == 0 { total as usize } else { 0 }];
+        team.gatherv(
+            team.ranks()[0],
+            &mut dst[..],
+            &src[..],
+            &counts,
+            Flags::MY,
+            TIMEOUT,
+        )?;
+        let want: Vec<u8> = (0..n)
+            .filter(|_| me == 0)
+            .flat_map(|m| (0..counts[m]).map(move |k| byte(round, m, k)))
+            .collect();
+        gathered += u32::from(dst == want);
+        let mut every = vec![0u8; 8 * n];
+        team.gather_all(
+            &mut every[..],
+            &[me as u8 ^ round as u8; 8][..],
+            Flags::MY,
+            TIMEOUT,
+        )?;
+        all += u32::from((0..n).all(|m| every[8 * m..8 * m + 8] == [m as u8 ^ round as u8; 8]));
+    }
+    println!(
+        "data uneven rank {}: rounds={UNEVEN_ROUNDS}; gatherv={gathered}; gather_all={all}",
+        team.context().rank()
+    );
+    Ok(())
+}
+
+/// The `mixed` scenario (see the module documentation).
+fn mixed(ctx: &Context, team: &Team<'_>) -> Outcome {
+    let team = small_lanes(team, 3)?;
     let n = team.size();
     let ranks = team.ranks().to_vec();
     let root = |i: u32| ranks[(i % n) as usize];

@@ -13,9 +13,13 @@
 //! waits in the engine, and starts in whichever call makes progress next.
 //!
 //! Two blocks per lane keep a fast member from raising a signal of the next run on a lane
-//! over one of the previous run that its receiver has not taken yet: a member is never more
-//! than one run ahead on a lane, because every put waits for its receiver's credit and every
-//! barrier for everyone.
+//! over one of the previous run that its receiver has not taken yet. A put that waits for its
+//! receiver's credit finds the receiver in its run; but a member may finish runs in which it
+//! hears from nobody (its part of a piece of a v form can be empty, a gather's leaf only
+//! sends) and run ahead, so every signal without data (a credit, a sync mode's barrier) of run
+//! `seq` goes to a member only once that member gave up run `seq − 2·lanes`, the last run
+//! that used the same block, by the counts of "Eager runs" (a gatherv cut into pieces with
+//! members that had nothing to send in some made the next collective fail with `Mismatch`).
 //!
 //! # Skipped credits
 //! A run of a schedule that lists its credits (see the [schedule](crate::schedule)) and
@@ -30,7 +34,10 @@
 //! started, so every member has given up `seq − 2·lanes`, the last run that used this half
 //! of the lane, and no member uses it but for `seq`. Every member decides alike, since runs
 //! are initiated in the same order everywhere. A small allreduce so costs one message per
-//! step instead of a credit and a message.
+//! step instead of a credit and a message. The argument holds where every member's part of
+//! `seq − lanes` waited for the others; one whose part was empty (see "Lanes") did not, so
+//! the puts of a run that skips its credits also wait for the counts of "Eager runs", as an
+//! eager run's do (in lock step the counts its signals carry already tell them).
 //!
 //! # Eager runs
 //! A run of a collective initiated with `IN_NOSYNC` is *eager*: it skips every credit its
@@ -829,9 +836,14 @@ impl<'c> Engine<'c> {
             if let Output::Segment(range) = &dst {
                 run.dst_range = Some(*range);
             }
-            if eager {
+            // A run that skips its credits holds its puts back by flow control instead. A
+            // compact gathering run's skip is safe only if every member started the run before
+            // it on the lane: one whose part of that run was empty (a piece of a v form with
+            // nothing in its subtree) finished it without hearing from anyone, and ran ahead.
+            if skip {
                 run.needs = (seq + 1).saturating_sub(back);
             }
+            run.signal_needs = run.needs.max((seq + 1).saturating_sub(2 * lanes));
             if skip {
                 run.skip(&plan.schedule.credits);
             }
@@ -1163,7 +1175,11 @@ impl<'c> Engine<'c> {
             }
             Some(_) => {
                 let live = |run: &&Run<'c>| !run.complete && run.failed.is_none();
-                let wanted = state.holders().filter(live).map(|run| run.needs).max();
+                let wanted = state
+                    .holders()
+                    .filter(live)
+                    .map(|run| run.signal_needs)
+                    .max();
                 let wanted = wanted.unwrap_or(0);
                 // Behind by what it was told, before counting the counts carried.
                 let behind = |index: usize| {
@@ -1185,8 +1201,14 @@ impl<'c> Engine<'c> {
                     run.senders(&mut senders);
                 }
                 state.senders = senders;
+                // A sender behind by what it was told, whom carried counts spare telling
+                // (they cover what it needs, or all there is), knows them only once it took
+                // the signals that carried them: relied on.
                 relied = (0..targets.len()).any(|index| {
-                    behind(index) && state.senders[index] && known(state, index) >= wanted
+                    let known = known(state, index);
+                    behind(index)
+                        && state.senders[index]
+                        && (known >= wanted || known >= state.freed)
                 });
                 (false, wanted)
             }

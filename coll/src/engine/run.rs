@@ -197,9 +197,14 @@ pub(crate) struct Run<'c> {
     left: usize,
     /// Whether the run holds its lane.
     pub(crate) started: bool,
-    /// For an eager run, how far every receiver must have freed its stage (see the
-    /// engine's "Eager runs") before a put of this run goes to it; 0 otherwise.
+    /// For a run that skips its credits (an eager one, mostly), how far every receiver must
+    /// have freed its stage (see the engine's "Eager runs") before a put of this run goes
+    /// to it; 0 otherwise.
     pub(crate) needs: u64,
+    /// How far every receiver must have freed its stage before a signal without data (a
+    /// credit, a sync mode's barrier) goes to it: at least past the run that used its
+    /// notification block before this one (see the engine's "Lanes"), and `needs`.
+    pub(crate) signal_needs: u64,
     /// The run is over and gave its lane (and so its stage) up.
     pub(crate) off_stage: bool,
     batch: Batch<'c>,
@@ -259,6 +264,7 @@ impl<'c> Run<'c> {
             value,
             started: false,
             needs: 0,
+            signal_needs: 0,
             off_stage: false,
             batch,
             deferred: Vec::new(),
@@ -297,6 +303,7 @@ impl<'c> Run<'c> {
             left,
             started,
             needs,
+            signal_needs,
             off_stage,
             batch: _,
             deferred,
@@ -328,6 +335,7 @@ impl<'c> Run<'c> {
         *run_plan = plan;
         *started = false;
         *needs = 0;
+        *signal_needs = 0;
         *off_stage = false;
         deferred.clear();
         *run_views = views;
@@ -449,7 +457,7 @@ impl<'c> Run<'c> {
             Task::Signal { to, signal, check } => {
                 // Held back as a put is: the signal lands in the notification block that the
                 // run `2 · lanes` before this one used, which its receiver may not have taken.
-                if self.needs > 0 && !net.freed(to, self.needs, true)? {
+                if self.signal_needs > 0 && !net.freed(to, self.signal_needs, true)? {
                     return Ok(false);
                 }
                 let n = Notification {
@@ -710,8 +718,14 @@ impl<'c> Run<'c> {
                 Task::Wait { signal, .. } => out.push(net.id(self.seq, signal)),
                 // A put or signal held back by flow control waits for its receiver's
                 // publication (`freed` without learning cannot fail).
-                Task::Put { to, .. } | Task::Signal { to, .. }
+                Task::Put { to, .. }
                     if self.needs > 0 && !net.freed(to, self.needs, false).unwrap_or(false) =>
+                {
+                    out.push(net.publication(to));
+                }
+                Task::Signal { to, .. }
+                    if self.signal_needs > 0
+                        && !net.freed(to, self.signal_needs, false).unwrap_or(false) =>
                 {
                     out.push(net.publication(to));
                 }
