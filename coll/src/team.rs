@@ -816,6 +816,12 @@ pub fn try_sync_some(handles: &mut [Handle<'_, '_>]) -> Result<Vec<(usize, Resul
 /// returns the indices of those that completed (each with its outcome). GASNet's
 /// `wait_sync_some`.
 ///
+/// A call looks at every handle of the set, as `MPI_Waitsome` does, and runs start only as
+/// lanes come free (see [`Capacity`]), so a few complete per call: syncing a set of `n`
+/// handles this way costs about `n² / lanes` looks (16 384 eager 8-byte collectives at 2
+/// ranks: 3.7 s, against 0.2 s for 4 096). For tens of thousands in flight, sync in
+/// [`wait_sync_all`], or `wait_sync_some` over a window of the oldest few hundred.
+///
 /// # Errors
 /// [`Error::ForeignHandle`]; [`gaspi::Error::Timeout`] when none completed in time;
 /// [`Error::Synced`] when every handle is synced already (an empty set included: nothing
