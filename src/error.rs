@@ -254,12 +254,13 @@ pub enum Error {
     },
 
     /// Members called a collective with arguments that do not match (length, element type,
-    /// operator), or called different collectives of the group at once (a `barrier` where a
-    /// partner called `allreduce`, `segment_create` or `finalize`), detected when a partner's
-    /// notification arrived. The group's collective state is reset; members must agree
-    /// before its next collective (a group other than `GROUP_ALL` can be deleted and made
-    /// anew). Members that do not hear from that partner directly wait for theirs until
-    /// their timeout.
+    /// operator), or called different synchronisations of the group at once (a `barrier`
+    /// where a partner called `segment_create` or `finalize`), detected when a partner's
+    /// notification arrived (a barrier against an allreduce mostly waits until its timeout:
+    /// the two seldom share a notification). The group's collective state is reset; members
+    /// must agree before its next collective (a group other than `GROUP_ALL` can be deleted
+    /// and made anew). Members that do not hear from that partner directly wait for theirs
+    /// until their timeout.
     #[error(
         "collective on group {group}: rank {rank} called another collective, or this one with \
          different arguments"

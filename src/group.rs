@@ -488,9 +488,9 @@ impl Context {
     /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while an allreduce of the group,
     /// or the synchronisation of another call ([`segment_create`](Self::segment_create)'s,
     /// [`finalize`](Self::finalize)'s) that timed out, is in flight: finish that call first;
-    /// [`Error::CollectiveMismatch`] naming a partner that called another collective of the
-    /// group meanwhile (an allreduce, `segment_create`, `finalize`); [`Error::RankFailed`]
-    /// naming a dead member.
+    /// [`Error::CollectiveMismatch`] naming a partner that called another synchronisation of
+    /// the group meanwhile (`segment_create`, `finalize`); [`Error::RankFailed`] naming a dead
+    /// member.
     pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
         self.barrier_for(group, Purpose::Barrier, timeout)
     }
