@@ -44,13 +44,12 @@ fn split_lines(source: impl Read, prefix: Option<&str>, mut sink: impl FnMut(&[u
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        let (taken, complete) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(end) => (end + 1, true),
-            None => (chunk.len(), false),
-        };
         // Never past the bound: a piece is at most `MAX_PENDING` bytes.
-        let taken = taken.min(MAX_PENDING - line.len());
-        let complete = complete && taken > 0 && chunk[taken - 1] == b'\n';
+        let window = &chunk[..chunk.len().min(MAX_PENDING - line.len())];
+        let (taken, complete) = match window.iter().position(|&b| b == b'\n') {
+            Some(end) => (end + 1, true),
+            None => (window.len(), false),
+        };
         line.extend_from_slice(&chunk[..taken]);
         reader.consume(taken);
         if complete || line.len() >= MAX_PENDING {
