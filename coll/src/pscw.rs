@@ -52,6 +52,14 @@ fn landing(e: &Error) -> Option<Rank> {
     }
 }
 
+/// The rank `e` names as dead.
+fn dead_rank(e: &Error) -> Option<Rank> {
+    match e {
+        Error::Gaspi(gaspi::Error::RankFailed { rank, .. }) => Some(*rank),
+        _ => None,
+    }
+}
+
 impl Assert {
     /// No assertion (MPI's `0`).
     pub const NONE: Assert = Assert::empty();
@@ -106,6 +114,8 @@ enum Stage {
     Ready,
     /// Its `done` was posted; the epoch waits for local completion.
     Told,
+    /// Found dead: it left the epoch, and writes to it fail naming it.
+    Dead,
 }
 
 /// A target of the access epoch.
@@ -209,9 +219,16 @@ struct Held {
 ///   [`Error::CompletionsMissing`] naming the origins. Both count as timeouts
 ///   ([`Error::is_timeout`]). As in the runtime's waits, the timeout starts counting when
 ///   the call first has to wait (or to look a member's tables up).
-/// * A dead target makes `start` fail naming it ([`gaspi::Error::RankFailed`]), and
-///   `complete` when the runtime knows it dead; a dead origin makes `wait` fail naming it.
-///   The first `start` of a rank looks its tables up; when that rank died before, the
+/// * A member found dead leaves the epoch it was in, which goes on with the others, and
+///   its death ([`gaspi::Error::RankFailed`] naming it) is reported once, by the call that
+///   then returns: `wait` (or `test`) once every other origin completed, closing the epoch
+///   (their data is there); `start` once every other target posted, the epoch open with
+///   them (a write to the dead target fails naming it); `complete` once every other target
+///   was told, closing the epoch. A timeout meanwhile is reported as such, and the death
+///   by the call that continues. So survivors keep using the window, as with any other
+///   members: a later `post` to the dead rank fails naming it, and `start_any` no longer
+///   waits for it.
+/// * The first `start` of a rank looks its tables up; when that rank died before, the
 ///   runtime may report the failed lookup as [`gaspi::Error::OperationFailed`] naming it.
 /// * Misuse is an error, checked before anything changes: [`Error::EpochOpen`] for a second
 ///   epoch of one kind, [`Error::NoEpoch`] for `complete` without `start` or `wait` without
@@ -293,6 +310,12 @@ pub struct Window<'c> {
     /// The member [`start_any`](Self::start_any) matched but did not return yet (its
     /// tables were still being resolved when it timed out).
     matched: Option<u32>,
+    /// The death of an origin that the open exposure epoch goes on without, reported by the
+    /// call that closes the epoch.
+    exposure_lost: Option<Error>,
+    /// The death of a target that the open access epoch goes on without, reported by the
+    /// `start` that waited for it, or else by the call that ends the epoch.
+    access_lost: Option<Error>,
 }
 
 /// A member's tables, as far as they were resolved.
@@ -408,6 +431,8 @@ impl<'c> Window<'c> {
             accessing: false,
             access: Vec::new(),
             matched: None,
+            exposure_lost: None,
+            access_lost: None,
         })
     }
 
@@ -483,8 +508,9 @@ impl<'c> Window<'c> {
     ///
     /// # Errors
     /// [`Error::NoEpoch`] without an exposure epoch; [`Error::CompletionsMissing`];
-    /// [`gaspi::Error::RankFailed`] naming a dead origin; [`Error::OutOfStep`] when an origin
-    /// completed another epoch than this one.
+    /// [`gaspi::Error::RankFailed`] naming an origin found dead, once the others completed
+    /// (the epoch is closed then; see "Waiting, errors and faults" on [`Window`]);
+    /// [`Error::OutOfStep`] when an origin completed another epoch than this one.
     pub fn wait(&mut self, timeout: Timeout) -> Result<()> {
         self.await_completions(&mut Due::new(timeout))
     }
@@ -514,7 +540,8 @@ impl<'c> Window<'c> {
     /// [`Error::UnknownAssert`]; [`Error::EpochOpen`] while another access epoch is open;
     /// [`Error::NotMember`]; [`Error::PostsMissing`]; [`Error::OutOfStep`] when a target
     /// posted another epoch; from the runtime: [`gaspi::Error::Timeout`] (resolving a target),
-    /// [`gaspi::Error::RankFailed`] naming a dead target.
+    /// [`gaspi::Error::RankFailed`] naming a target found dead, once the others posted (the
+    /// epoch is open with them).
     pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
         assert.known()?;
         let mut due = Due::new(timeout);
@@ -524,7 +551,7 @@ impl<'c> Window<'c> {
                     epoch: Epoch::Access,
                 });
             }
-            return self.await_posts(None, &mut due);
+            return self.posts_arrived(None, &mut due);
         }
         // No access epoch is open, so `access` is empty; it is emptied again when the targets
         // are refused or cannot be resolved, so that nothing was started.
@@ -548,7 +575,7 @@ impl<'c> Window<'c> {
             self.open(i, assert);
         }
         self.accessing = true;
-        self.await_posts(None, &mut due)
+        self.posts_arrived(None, &mut due)
     }
 
     /// Proposal G's `MPI_RMA_START(comm, rank)`: adds `target` to the access epoch (opening
@@ -576,7 +603,7 @@ impl<'c> Window<'c> {
                 self.accessing = true;
             }
         }
-        self.await_posts(Some(target), &mut due)
+        self.posts_arrived(Some(target), &mut due)
     }
 
     /// The next member (not in the access epoch) whose post to this rank arrived, added to the
@@ -592,7 +619,8 @@ impl<'c> Window<'c> {
     ///
     /// # Errors
     /// [`gaspi::Error::Timeout`] (call again; no target was returned);
-    /// [`gaspi::Error::RankFailed`] naming a dead member while none has posted;
+    /// [`gaspi::Error::RankFailed`] naming a member found dead while none has posted (once:
+    /// members known dead are not waited for);
     /// [`gaspi::Error::UnknownSegment`] naming a member found whose window segment is not
     /// there; [`Error::OutOfStep`] when a member posted another epoch.
     pub fn start_any(&mut self, timeout: Timeout) -> Result<Rank> {
@@ -603,8 +631,11 @@ impl<'c> Window<'c> {
                 self.matched = None;
                 return Ok(self.ranks[member as usize]);
             }
+            // A member known dead posts no more: after the call that found it, none waits
+            // for it.
             let candidates: Vec<u32> = (0..self.ranks.len() as u32)
                 .filter(|&m| self.access.iter().all(|a| a.member != m))
+                .filter(|&m| self.ctx.known_failure([self.ranks[m as usize]]).is_none())
                 .collect();
             for &m in &candidates {
                 let expected = crate::tag(self.starts[m as usize] + 1);
@@ -757,7 +788,8 @@ impl<'c> Window<'c> {
     /// # Errors
     /// [`Error::NoEpoch`] without an access epoch; [`Error::PostsMissing`];
     /// [`Error::OutOfStep`]; from the runtime: [`gaspi::Error::Timeout`],
-    /// [`gaspi::Error::RankFailed`] naming a dead target.
+    /// [`gaspi::Error::RankFailed`] naming a target found dead in the epoch and not reported
+    /// yet, once the others were told (the epoch is closed then).
     pub fn complete(&mut self, timeout: Timeout) -> Result<()> {
         if !self.accessing {
             return Err(Error::NoEpoch {
@@ -805,24 +837,36 @@ impl<'c> Window<'c> {
                 };
                 // The held write carries `done` when nothing else can land after it: the
                 // provider orders writes, or it is the only write to the target.
-                match a.held {
+                let told = match a.held {
                     Some(held) if !a.sent || self.ctx.ordered_writes() => {
+                        // Kept for a call that continues after an error other than these.
                         match self.post_held(a.member, held, Some((notification, due))) {
-                            Ok(()) => carried.push((a.member, a.rank, notification)),
+                            Ok(()) => {
+                                self.access[i].held = None;
+                                carried.push((a.member, a.rank, notification));
+                                Ok(())
+                            }
                             Err(e) if landing(&e) == Some(a.rank) => {
                                 refused.get_or_insert(e);
-                                self.notify(a.member, notification, due)?;
+                                let told = self.notify(a.member, notification, due);
+                                if told.is_ok() {
+                                    self.access[i].held = None;
+                                }
+                                told
                             }
-                            Err(e) => return Err(e),
+                            Err(e) => Err(e),
                         }
-                        self.access[i].held = None;
                     }
-                    _ => {
-                        self.release_held(i)?;
-                        self.notify(a.member, notification, due)?;
-                    }
+                    _ => self
+                        .release_held(i)
+                        .and_then(|()| self.notify(a.member, notification, due)),
+                };
+                match told {
+                    Ok(()) => self.access[i].stage = Stage::Told,
+                    // A target that died is told nothing more; the others still are.
+                    Err(e) if dead_rank(&e) == Some(a.rank) => self.lose_target(i, e),
+                    Err(e) => return Err(e),
                 }
-                self.access[i].stage = Stage::Told;
             }
         }
         // Writes that went directly, and injected ones, completed when posted: with nothing
@@ -834,6 +878,14 @@ impl<'c> Window<'c> {
         };
         if let Err(e) = self.batch.wait(timeout) {
             let e = Error::from(e);
+            if let Some(i) = dead_rank(&e)
+                .and_then(|rank| self.access.iter().position(|a| chosen(a) && a.rank == rank))
+            {
+                // Its writes are dropped, and every other operation completed: the epoch
+                // ends without it.
+                self.lose_target(i, e);
+                return self.finished(chosen, refused);
+            }
             let failed = landing(&e);
             for &(member, _, n) in carried.iter().filter(|c| Some(c.1) == failed) {
                 // Not `notify`: its reaping would report the same failure again.
@@ -842,6 +894,13 @@ impl<'c> Window<'c> {
             }
             return Err(e);
         }
+        self.finished(chosen, refused)
+    }
+
+    /// Removes the `chosen` targets from the access epoch, whose end is reported: `refused`,
+    /// a held write that could not be posted, or else the death of a target the epoch went
+    /// on without.
+    fn finished(&mut self, chosen: impl Fn(&Access) -> bool, refused: Option<Error>) -> Result<()> {
         self.access.retain(|a| !chosen(a));
         self.accessing = !self.access.is_empty();
         // A member `start_any` matched but did not return (a timeout, a failure to resolve
@@ -852,17 +911,59 @@ impl<'c> Window<'c> {
         {
             self.matched = None;
         }
-        refused.map_or(Ok(()), Err)
+        let lost = self.access_lost.take();
+        refused.or(lost).map_or(Ok(()), Err)
     }
 
     /// Waits until no target of the access epoch (or `only` that one) is pending: a target
     /// started on its own is served as soon as it posted, whoever else has not.
+    /// A target found dead leaves the epoch ([`Stage::Dead`]; its death is kept in
+    /// `access_lost`), and the others are waited for.
     fn await_posts(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
         while self.take_posts(only)? {
             let missing = |ranks| Error::PostsMissing { ranks };
-            self.sleep_or(self.pending(only), missing, due)?;
+            if let Err(e) = self.sleep_or(self.pending(only), missing, due) {
+                self.target_fell(e, only)?;
+            }
         }
         Ok(())
+    }
+
+    /// [`await_posts`](Self::await_posts), then the death of a target it found (or an earlier
+    /// call of the epoch found), reported: the calls that open an access epoch.
+    fn posts_arrived(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
+        self.await_posts(only, due)?;
+        self.access_lost.take().map_or(Ok(()), Err)
+    }
+
+    /// Takes `e`, when it names a target still pending (or `only` that one) as dead: the
+    /// target leaves the epoch (unless its post came after all). Any other error is
+    /// returned.
+    fn target_fell(&mut self, e: Error, only: Option<Rank>) -> Result<()> {
+        let Some(rank) = dead_rank(&e) else {
+            return Err(e);
+        };
+        let pending = |a: &Access| {
+            a.stage == Stage::Pending && a.rank == rank && only.is_none_or(|r| r == rank)
+        };
+        let Some(i) = self.access.iter().position(pending) else {
+            return Err(e);
+        };
+        let a = self.access[i];
+        if self.take(self.post_id(a.member), rank, a.tag)? {
+            self.access[i].stage = Stage::Ready;
+        } else {
+            self.lose_target(i, e);
+        }
+        Ok(())
+    }
+
+    /// Access target `i` was found dead (`e` says so): it leaves the epoch, which goes on
+    /// with the others.
+    fn lose_target(&mut self, i: usize, e: Error) {
+        self.access[i].stage = Stage::Dead;
+        self.access[i].held = None;
+        self.access_lost.get_or_insert(e);
     }
 
     /// Takes the posts that arrived for pending targets (or `only` that one): whether one is
@@ -883,8 +984,9 @@ impl<'c> Window<'c> {
         Ok(pending)
     }
 
-    /// Waits until every origin of the exposure epoch completed, then closes it. After an
-    /// error the epoch stays open with what it collected.
+    /// Waits until every origin of the exposure epoch completed, then closes it; an origin
+    /// found dead leaves the epoch, and its death is reported once the epoch closed. After
+    /// any other error the epoch stays open with what it collected.
     fn await_completions(&mut self, due: &mut Due) -> Result<()> {
         if !self.exposing {
             return Err(Error::NoEpoch {
@@ -893,9 +995,30 @@ impl<'c> Window<'c> {
         }
         while self.take_completions()? {
             let missing = |ranks| Error::CompletionsMissing { ranks };
-            self.sleep_or(self.uncompleted(), missing, due)?;
+            if let Err(e) = self.sleep_or(self.uncompleted(), missing, due) {
+                self.origin_fell(e)?;
+            }
         }
         self.exposing = false;
+        self.exposure_lost.take().map_or(Ok(()), Err)
+    }
+
+    /// Takes `e`, when it names an origin the exposure epoch still waits for as dead: the
+    /// origin leaves the epoch (unless its `done` came after all). Any other error is
+    /// returned.
+    fn origin_fell(&mut self, e: Error) -> Result<()> {
+        let Some(rank) = dead_rank(&e) else {
+            return Err(e);
+        };
+        let waited = |o: &Origin| !o.completed && self.ranks[o.member as usize] == rank;
+        let Some(i) = self.origins.iter().position(waited) else {
+            return Err(e);
+        };
+        let o = self.origins[i];
+        if !self.take(self.done_id(o.member), rank, o.tag)? {
+            self.exposure_lost.get_or_insert(e);
+        }
+        self.origins[i].completed = true;
         Ok(())
     }
 
@@ -931,6 +1054,12 @@ impl<'c> Window<'c> {
     ) -> Result<()> {
         let not_heard = || missing(waiting.clone().map(|(_, rank)| rank).collect());
         if due.expired() {
+            // A call that may not wait (a test) still learns of a peer known dead, so that
+            // polling it never goes on in silence.
+            let ranks = waiting.clone().map(|(_, rank)| rank);
+            if let Some(dead) = self.ctx.known_failure(ranks) {
+                return Err(dead.into());
+            }
             return Err(not_heard());
         }
         match self.sleep(waiting.clone(), due) {
@@ -1023,6 +1152,16 @@ impl<'c> Window<'c> {
             Some(i) if self.access[i].stage == Stage::Ready => i,
             Some(i) if self.access[i].stage == Stage::Pending => {
                 return Err(Error::NotPosted { rank: target })
+            }
+            Some(i) if self.access[i].stage == Stage::Dead => {
+                let dead = self
+                    .ctx
+                    .known_failure([target])
+                    .unwrap_or(gaspi::Error::RankFailed {
+                        rank: target,
+                        reason: "found dead in this access epoch".into(),
+                    });
+                return Err(dead.into());
             }
             _ => return Err(Error::NotStarted { rank: target }),
         };

@@ -315,7 +315,7 @@ fn one(provider: &str) {
 
 /// `kill` on 3 ranks: an origin killed (SIGKILL) inside its access epoch makes the target's
 /// wait fail naming it, and the other origin's data is there; a start of the dead rank as a
-/// target names it too.
+/// target names it too; then both survivors go on with the window.
 fn kill(provider: &str) {
     let job = gaspirun_casualty(3, provider, &example("pscw_check"), &["kill"], 137);
     let report = job.report();
@@ -323,11 +323,21 @@ fn kill(provider: &str) {
     let target = job.data("kill", 0);
     assert_eq!(target.get("outcome"), "RankFailed(2)", "{report}");
     assert_eq!(target.get("block"), "ok", "{report}");
+    let origin = job.data("kill", 1);
     assert_eq!(
-        job.data("kill", 1).get("outcome"),
+        origin.get("outcome"),
         "RankFailed(2)",
         "a start of the dead target\n{report}"
     );
+    // The survivors go on with the window: each epoch ends without the dead rank.
+    assert_eq!(origin.get("ended"), "Ok(())", "{report}");
+    assert_eq!(origin.get("both"), "RankFailed(2)", "{report}");
+    assert_eq!(origin.get("to_dead"), "RankFailed(2)", "{report}");
+    assert_eq!(origin.get("closed"), "Ok(())", "{report}");
+    assert_eq!(origin.get("any"), "Timeout", "{report}");
+    assert_eq!(target.get("again"), "Ok(())", "{report}");
+    assert_eq!(target.get("waited"), "Ok(())", "{report}");
+    assert_eq!(target.get("block2"), "ok", "{report}");
 }
 
 jobs! {

@@ -54,8 +54,13 @@
 //!   `start_any` in the order their posts arrive (`order`).
 //! * `kill` (3 ranks, under `gaspirun --keep-going`): rank 0 posts to ranks 1 and 2; rank 2
 //!   starts, writes and is killed (SIGKILL) before it completes; rank 1 completes, then starts
-//!   rank 2 (after a first epoch with it), which never posts to it again. Rank 0's wait and rank 1's start must name rank 2
-//!   (`outcome`), and rank 1's data must be there.
+//!   rank 2 (after a first epoch with it), which never posts to it again. Rank 0's wait and
+//!   rank 1's start must name rank 2 (`outcome`), and rank 1's data must be there. Then the
+//!   survivors go on with the window: rank 1 completes the epoch with the dead rank
+//!   (`ended`), and starts rank 0 and rank 2 together (`both`, naming rank 2 once rank 0
+//!   posted), writes to rank 0 (a write to rank 2 names it: `to_dead`), completes
+//!   (`closed`) and looks for a post with `start_any`, which times out (`any`); rank 0 posts to rank 1 again (`again`), waits (`waited`) and finds the data
+//!   (`block2`).
 
 #![forbid(unsafe_code)]
 
@@ -872,20 +877,50 @@ fn kill() -> Outcome {
         }
         _ => {}
     }
-    let (outcome, block) = match me {
+    // Rank 1's block of `epoch` is in rank 0's window.
+    let arrived = |epoch| -> Result<&str, gaspi::Error> {
+        let want = pattern::block(epoch, 1, 0);
+        let mut got = vec![0; want.len()];
+        ctx.segment_read(WIN, BLOCK, &mut got)?;
+        Ok(if got == want { "ok" } else { "bad" })
+    };
+    let report = match me {
         0 => {
             win.post(&[1, 2], Assert::NONE, TIMEOUT)?;
             let outcome = shown(win.wait(TIMEOUT));
             // Rank 1 completed: its block is there. (Rank 2's may be or not.)
-            let want = pattern::block(1, 1, 0);
-            let mut got = vec![0; want.len()];
-            ctx.segment_read(WIN, BLOCK, &mut got)?;
-            (outcome, if got == want { "ok" } else { "bad" })
+            let block = arrived(1)?;
+            // The wait closed the epoch: the survivors go on with the window.
+            let again = shown(win.post(&[1], Assert::NONE, TIMEOUT));
+            let waited = shown(win.wait(TIMEOUT));
+            let block2 = arrived(2)?;
+            // Alive until rank 1 looked for posts: a rank that ended is dead to the others.
+            ctx.notify_waitsome(WIN, 0, 1, TIMEOUT)?;
+            ctx.notify_reset(WIN, 0)?;
+            format!(
+                "outcome={outcome}; block={block}; again={again}; waited={waited}; block2={block2}"
+            )
         }
         1 => {
             access(&ctx, &mut win, 0)?;
-            // Rank 2 dies without posting to this rank: the start names it.
-            (shown(win.start(&[2], Assert::NONE, TIMEOUT)), "none")
+            // Rank 2 dies without posting to this rank: the start names it, and the epoch
+            // ends without it.
+            let outcome = shown(win.start(&[2], Assert::NONE, TIMEOUT));
+            let ended = shown(win.complete(TIMEOUT));
+            // An epoch with rank 0 and the dead rank: the start names rank 2 once rank 0
+            // posted, and the epoch goes on with rank 0.
+            let both = shown(win.start(&[0, 2], Assert::NONE, TIMEOUT));
+            put_in(&ctx, &mut win, 0, 2)?;
+            let to_dead = shown(win.write(SRC, 0, 2, 0, 8));
+            let closed = shown(win.complete(TIMEOUT));
+            // Nobody posts to this rank any more, and the dead rank is not waited for.
+            let any = shown(win.start_any(Timeout::Millis(100)));
+            ctx.notify(0, WIN, gaspi::Notification { id: 0, value: 1 }, 0)?;
+            ctx.wait(0, TIMEOUT)?;
+            format!(
+                "outcome={outcome}; ended={ended}; both={both}; to_dead={to_dead}; \
+                 closed={closed}; any={any}"
+            )
         }
         _ => {
             win.start(&[0], Assert::NONE, TIMEOUT)?;
@@ -897,7 +932,7 @@ fn kill() -> Outcome {
             return Err("still alive after kill -9".into());
         }
     };
-    println!("data kill rank {me}: outcome={outcome}; block={block}");
+    println!("data kill rank {me}: {report}");
     drop(win);
     drop(coll);
     match ctx.finalize(TIMEOUT) {
