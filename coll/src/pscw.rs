@@ -333,6 +333,8 @@ struct Peer {
 struct Due {
     timeout: Timeout,
     deadline: Option<Deadline>,
+    /// Whether the call drove the provider itself (see [`progressed`](Self::progressed)).
+    progressed: bool,
 }
 
 impl Due {
@@ -340,7 +342,15 @@ impl Due {
         Due {
             timeout,
             deadline: None,
+            progressed: false,
         }
+    }
+
+    /// Drives `ctx`'s provider, once per call: whether that delivered anything. A call with
+    /// no time left to sleep (a `test`) would otherwise never see what arrived through the
+    /// fabric while no progress thread runs, as MPI's `MPI_Win_test` does make progress.
+    fn progressed(&mut self, ctx: &Context) -> bool {
+        !std::mem::replace(&mut self.progressed, true) && ctx.progress()
     }
 
     /// What is left of the timeout, for a runtime call that waits: the whole of it on the
@@ -653,8 +663,11 @@ impl<'c> Window<'c> {
             if self.matched.is_some() {
                 continue;
             }
-            if candidates.is_empty() || due.expired() {
+            if candidates.is_empty() || (due.expired() && !due.progressed(self.ctx)) {
                 return Err(gaspi::Error::Timeout.into());
+            }
+            if due.expired() {
+                continue;
             }
             let waiting = candidates
                 .iter()
@@ -1042,7 +1055,8 @@ impl<'c> Window<'c> {
     }
 
     /// Sleeps until one of `waiting` is set, as [`sleep`](Self::sleep) does; when time runs
-    /// out, the error `missing` makes of the ranks not heard from. Kept out of line: the
+    /// out, the error `missing` makes of the ranks not heard from. A call with no time to
+    /// sleep drives the provider once instead, and `Ok` says to look again. Kept out of line: the
     /// takes before it run in every call, the sleep only when a peer is late, and inlined
     /// it made every call pay for its frame.
     #[inline(never)]
@@ -1054,6 +1068,9 @@ impl<'c> Window<'c> {
     ) -> Result<()> {
         let not_heard = || missing(waiting.clone().map(|(_, rank)| rank).collect());
         if due.expired() {
+            if due.progressed(self.ctx) {
+                return Ok(());
+            }
             // A call that may not wait (a test) still learns of a peer known dead, so that
             // polling it never goes on in silence.
             let ranks = waiting.clone().map(|(_, rank)| rank);

@@ -335,8 +335,13 @@ fn kill(provider: &str) {
     assert_eq!(origin.get("to_dead"), "RankFailed(2)", "{report}");
     assert_eq!(origin.get("closed"), "Ok(())", "{report}");
     assert_eq!(origin.get("any"), "Timeout", "{report}");
-    assert_eq!(target.get("again"), "Ok(())", "{report}");
-    assert_eq!(target.get("waited"), "Ok(())", "{report}");
+    assert_eq!(target.get("again"), "RankFailed(2)", "{report}");
+    assert_eq!(target.get("tested"), "RankFailed(2)", "{report}");
+    assert_eq!(
+        target.get("after"),
+        "NoEpoch { epoch: Exposure }",
+        "{report}"
+    );
     assert_eq!(target.get("block2"), "ok", "{report}");
 }
 

@@ -59,8 +59,9 @@
 //!   survivors go on with the window: rank 1 completes the epoch with the dead rank
 //!   (`ended`), and starts rank 0 and rank 2 together (`both`, naming rank 2 once rank 0
 //!   posted), writes to rank 0 (a write to rank 2 names it: `to_dead`), completes
-//!   (`closed`) and looks for a post with `start_any`, which times out (`any`); rank 0 posts to rank 1 again (`again`), waits (`waited`) and finds the data
-//!   (`block2`).
+//!   (`closed`) and looks for a post with `start_any`, which times out (`any`); rank 0 posts
+//!   to ranks 1 and 2 again (`again` names rank 2), polls with `test` until it names rank 2
+//!   (`tested`), which closed the epoch (`after`), and finds rank 1's data (`block2`).
 
 #![forbid(unsafe_code)]
 
@@ -890,15 +891,27 @@ fn kill() -> Outcome {
             let outcome = shown(win.wait(TIMEOUT));
             // Rank 1 completed: its block is there. (Rank 2's may be or not.)
             let block = arrived(1)?;
-            // The wait closed the epoch: the survivors go on with the window.
-            let again = shown(win.post(&[1], Assert::NONE, TIMEOUT));
-            let waited = shown(win.wait(TIMEOUT));
+            // The wait closed the epoch: the survivors go on with the window. Posting to the
+            // dead rank again names it, and opens the epoch all the same; `test` names it
+            // once rank 1 completed, closing the epoch.
+            let again = shown(win.post(&[1, 2], Assert::NONE, TIMEOUT));
+            let polled = std::time::Instant::now();
+            let tested = loop {
+                match win.test() {
+                    Ok(false) if polled.elapsed() < Duration::from_secs(20) => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    other => break shown(other),
+                }
+            };
+            let after = shown(win.test());
             let block2 = arrived(2)?;
             // Alive until rank 1 looked for posts: a rank that ended is dead to the others.
             ctx.notify_waitsome(WIN, 0, 1, TIMEOUT)?;
             ctx.notify_reset(WIN, 0)?;
             format!(
-                "outcome={outcome}; block={block}; again={again}; waited={waited}; block2={block2}"
+                "outcome={outcome}; block={block}; again={again}; tested={tested}; \
+                 after={after}; block2={block2}"
             )
         }
         1 => {
