@@ -50,6 +50,8 @@ const CREDITS: u32 = 2;
 const ROOT_AT: u64 = 8;
 /// Bytes of the header before the payload.
 const HEADER: u64 = 12;
+/// Domain of the agreement word of a broadcast's staging segment: its `max_bytes`.
+const AGREEMENT: u64 = 0xb0ad_ca57;
 
 /// A broadcast over the members of a committed group, built once per group (collectively)
 /// and used for any number of broadcasts from any root.
@@ -79,6 +81,8 @@ pub struct Broadcast<'c> {
     group: GroupId,
     /// The group's members, ascending: member index to rank.
     members: Vec<Rank>,
+    /// The members but this rank: every wait watches their health.
+    others: Vec<Rank>,
     /// This rank's member index.
     me: u32,
     max: u64,
@@ -143,9 +147,9 @@ enum Step {
 impl<'c> Broadcast<'c> {
     /// Builds a broadcast for messages of up to `max_bytes` over the members of committed
     /// group `group` (collective over them; [`gaspi::GROUP_ALL`] for every rank): creates
-    /// each member's staging segment in `coll`'s namespace. Members may pass different
-    /// maxima; a message larger than a member's fails at its parent. The broadcast keeps the
-    /// group's members as they are now, whatever becomes of the group's id later.
+    /// each member's staging segment in `coll`'s namespace. Every member passes the same
+    /// `max_bytes` (checked), so that each refuses a longer message alike. The broadcast
+    /// keeps the group's members as they are now, whatever becomes of the group's id later.
     ///
     /// After [`gaspi::Error::Timeout`], call again with the same arguments to continue.
     ///
@@ -156,7 +160,8 @@ impl<'c> Broadcast<'c> {
     /// member, [`gaspi::Error::LibrarySegment`] for a group too large for a notification
     /// table or when the memory cannot be allocated,
     /// [`gaspi::Error::LibraryBusy`] when another creation of `coll` over this group timed out
-    /// and was not continued, [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
+    /// and was not continued, [`gaspi::Error::LibraryDisagreement`] naming a member that
+    /// passed another `max_bytes`, [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`].
     pub fn new(
         coll: &'c Collectives<'c>,
         group: GroupId,
@@ -170,14 +175,25 @@ impl<'c> Broadcast<'c> {
             .ok_or(Error::Unaddressable { max: max_bytes })?;
         let scope = coll.library().team_of_group(group)?;
         let (members, n, me) = (scope.ranks(), scope.size(), scope.index());
-        let staging =
-            coll.library()
-                .segment_create(&scope, size, n.saturating_add(CREDITS), timeout)?;
+        let agreement = crate::ops::signature(&[AGREEMENT, max_bytes]);
+        let staging = coll.library().segment_create_agreed(
+            &scope,
+            size,
+            n.saturating_add(CREDITS),
+            agreement,
+            timeout,
+        )?;
+        let others = members
+            .iter()
+            .copied()
+            .filter(|&rank| rank != ctx.rank())
+            .collect();
         Ok(Broadcast {
             ctx,
             group,
             targets: vec![None; members.len()],
             members,
+            others,
             me,
             max: max_bytes,
             staging,
@@ -213,15 +229,18 @@ impl<'c> Broadcast<'c> {
     /// ([`Error::Abandoned`]), and this member has told the children it had not served yet
     /// ([`Error::Aborted`] there), so that they do not wait for their timeout.
     ///
+    /// A member's death spends the object on every member: a broadcast begun while a member
+    /// is known dead fails at once naming it, and every wait watches every member, so that a
+    /// member whose neighbour gave the object up learns of the death too, instead of waiting
+    /// for the neighbour. A new object over a group of the survivors goes on.
+    ///
     /// # Errors
-    /// [`Error::RootNotMember`]; [`Error::TooLarge`] on the root when `buf` exceeds
-    /// `max_bytes`; [`Error::InProgress`] when a broadcast with other arguments timed out and
+    /// [`Error::RootNotMember`]; [`Error::TooLarge`] when `buf` exceeds `max_bytes`; [`Error::InProgress`] when a broadcast with other arguments timed out and
     /// is still in progress; [`Error::LengthMismatch`]; [`Error::RootMismatch`] and
     /// [`Error::OutOfStep`] when members disagree on the root or the number of broadcasts;
     /// [`Error::Aborted`] when an ancestor abandoned the broadcast; [`Error::Abandoned`];
     /// from the runtime: [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`] naming a
-    /// dead parent or child, [`gaspi::Error::OutOfBounds`] when a child's staging area is
-    /// smaller than the message, [`gaspi::Error::BatchFull`] and the provider's errors.
+    /// dead member, [`gaspi::Error::BatchFull`] and the provider's errors.
     pub fn broadcast(&mut self, root: Rank, buf: &mut [u8], timeout: Timeout) -> Result<()> {
         self.advance(root, buf, timeout.deadline())
     }
@@ -252,7 +271,18 @@ impl<'c> Broadcast<'c> {
     /// it, beginning one when none is in progress.
     fn advance(&mut self, root: Rank, buf: &mut [u8], deadline: Deadline) -> Result<()> {
         let mut run = match std::mem::replace(&mut self.state, State::Idle) {
-            State::Idle => self.begin(root, buf.len())?,
+            State::Idle => {
+                let run = self.begin(root, buf.len())?;
+                // A member known dead fails the broadcast at once on every member that
+                // knows, as a team's collectives do, rather than letting those that happen
+                // not to need it complete while the others fail: the members stay in step
+                // in that they all give the object up.
+                if let Some(dead) = self.ctx.known_failure(self.members.iter().copied()) {
+                    self.state = State::Abandoned;
+                    return Err(dead.into());
+                }
+                run
+            }
             State::Running(run) if run.root == root && run.len == buf.len() => run,
             State::Running(run) => {
                 let error = Error::InProgress {
@@ -288,7 +318,8 @@ impl<'c> Broadcast<'c> {
             root,
         })?;
         let is_root = root_index == self.me;
-        if is_root && len as u64 > self.max {
+        // Every member has the same maximum: each refuses alike, and the object stays in step.
+        if len as u64 > self.max {
             return Err(Error::TooLarge {
                 rank: self.ctx.rank(),
                 len: len as u64,
@@ -381,9 +412,11 @@ impl<'c> Broadcast<'c> {
         let Some(Member { rank: parent, .. }) = run.place.parent else {
             return Ok(());
         };
+        // Every member watched, not only the parent: a member that gave the object up after
+        // a death elsewhere sends nothing, and would otherwise look like a slow one.
         let arrival =
             self.ctx
-                .notify_wait_any(&[self.staging.range(DATA, 2)], &[parent], deadline)?;
+                .notify_wait_any(&[self.staging.range(DATA, 2)], &self.others, deadline)?;
         let value = self.staging.notify_reset(arrival.id)?;
         if arrival.id == ABORT {
             return Err(Error::Aborted {
@@ -456,11 +489,22 @@ impl<'c> Broadcast<'c> {
                 .iter()
                 .map(|child| self.staging.range(CREDITS + child.index, 1))
                 .collect();
-            let senders: Vec<Rank> = run.pending.iter().map(|child| child.rank).collect();
+            let children: Vec<Rank> = run.pending.iter().map(|child| child.rank).collect();
+            // Every member watched, as in `receive`, but a dead child already left.
+            let dead_child = match &run.dead_child {
+                Some(gaspi::Error::RankFailed { rank, .. }) => Some(*rank),
+                _ => None,
+            };
+            let senders: Vec<Rank> = self
+                .others
+                .iter()
+                .copied()
+                .filter(|&rank| Some(rank) != dead_child)
+                .collect();
             match self.ctx.notify_wait_any(&ranges, &senders, deadline) {
                 Ok(_) => {}
                 // Its live siblings are served before the death is reported.
-                Err(e @ gaspi::Error::RankFailed { rank, .. }) if senders.contains(&rank) => {
+                Err(e @ gaspi::Error::RankFailed { rank, .. }) if children.contains(&rank) => {
                     run.pending.retain(|child| child.rank != rank);
                     run.dead_child.get_or_insert(e);
                 }

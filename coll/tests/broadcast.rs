@@ -60,6 +60,25 @@ fn broadcast(ranks: u32, provider: &str) {
             format!("0/{}/{}", plan::MISMATCH_LEN, plan::MISMATCH_LEN / 2)
         };
         assert_eq!(data.get("mismatch"), mismatch, "rank {rank}\n{report}");
+        // Refused on every member alike: the plan's digest after it shows them in step.
+        assert_eq!(
+            data.get("too_large"),
+            format!("{}/{}", plan::MAX_BYTES + 1, plan::MAX_BYTES),
+            "rank {rank}\n{report}"
+        );
+        // Rank 0 built with another maximum: the others name it, and it names another.
+        let disagreed = data.get("disagreed");
+        if ranks > 1 {
+            let named: u32 = disagreed.parse().unwrap_or_else(|_| {
+                panic!("rank {rank}: {disagreed} instead of a member\n{report}")
+            });
+            assert!(
+                if rank == 0 { named != 0 } else { named == 0 },
+                "rank {rank} named {named}\n{report}"
+            );
+        } else {
+            assert_eq!(disagreed, "built", "alone, nobody disagrees\n{report}");
+        }
         let timeouts: u32 = data.parse("late_timeouts");
         if rank == late_root {
             assert_eq!(
@@ -115,7 +134,9 @@ broadcast_tests! {
     broadcast_5_shm: 5, "shm";
 }
 
-/// What a survivor of the fault scenario must report.
+/// What a survivor of the fault scenario must report, unless it learnt of the death before
+/// (or while) it waited on a neighbour that still went on: then `RankFailed` naming the dead
+/// rank, with the buffer untouched.
 enum Survivor {
     /// The broadcast completed: the root's second message arrived.
     Completed,
@@ -142,14 +163,20 @@ fn fault(provider: &str, dead: u32, root: u32, expected: &[(u32, Survivor)]) {
     plan::fill(root, 1, &mut sent);
     for (rank, survivor) in expected {
         let data = job.data("fault", *rank);
-        let (outcome, buffer) = match survivor {
+        let failed = format!("failed:{dead}");
+        let (mut outcome, mut buffer) = match survivor {
             Survivor::Completed => ("ok".to_owned(), sent.clone()),
-            Survivor::Failed => (format!("failed:{dead}"), untouched(*rank, root, &sent)),
+            Survivor::Failed => (failed.clone(), untouched(*rank, root, &sent)),
             Survivor::Aborted { parent } => (
                 format!("aborted:{dead}:{parent}"),
                 untouched(*rank, root, &sent),
             ),
         };
+        // Every member watches every member's health: one that learnt of the death first
+        // names it itself.
+        if data.get("outcome") == failed {
+            (outcome, buffer) = (failed, untouched(*rank, root, &sent));
+        }
         assert_eq!(data.get("outcome"), outcome, "rank {rank}\n{report}");
         let mut digest = Digest::default();
         digest.add(&buffer);
@@ -168,6 +195,36 @@ fn untouched(rank: u32, root: u32, sent: &[u8]) -> Vec<u8> {
         sent.to_vec()
     } else {
         plan::initial(rank, plan::FAULT_LEN)
+    }
+}
+
+/// Four ranks, rank `dead` exits after the first broadcast; each survivor waits until it
+/// knows the death, then broadcasts from `root` twice: the first fails at once naming the
+/// dead rank, and the object is spent. Whatever the survivor's place in the tree: a member
+/// whose neighbour gave the object up does not wait for it.
+fn fault_known(provider: &str, dead: u32, root: u32) {
+    const RANKS: u32 = 4;
+    let args = ["fault-known".to_owned(), dead.to_string(), root.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = gaspirun_casualty(RANKS, provider, &example("broadcast"), &args, 3);
+    let report = job.report();
+    let mut sent = vec![0u8; plan::FAULT_LEN];
+    plan::fill(root, 1, &mut sent);
+    for rank in (0..RANKS).filter(|&r| r != dead) {
+        let data = job.data("fault", rank);
+        assert_eq!(
+            data.get("outcome"),
+            format!("failed:{dead}"),
+            "rank {rank}\n{report}"
+        );
+        assert_eq!(data.get("again"), "abandoned", "rank {rank}\n{report}");
+        let mut digest = Digest::default();
+        digest.add(&untouched(rank, root, &sent));
+        assert_eq!(
+            data.get("digest"),
+            digest.hex(),
+            "rank {rank}'s buffer\n{report}"
+        );
     }
 }
 
@@ -207,6 +264,36 @@ fn fault_dead_inner_member_tcp() {
 #[test]
 fn fault_dead_inner_member_shm() {
     dead_inner_member("shm");
+}
+
+#[test]
+fn fault_known_dead_leaf_tcp() {
+    fault_known("tcp", 3, 0);
+}
+
+#[test]
+fn fault_known_dead_leaf_shm() {
+    fault_known("shm", 3, 0);
+}
+
+#[test]
+fn fault_known_dead_child_of_root_tcp() {
+    fault_known("tcp", 1, 0);
+}
+
+#[test]
+fn fault_known_dead_child_of_root_shm() {
+    fault_known("shm", 1, 0);
+}
+
+#[test]
+fn fault_known_dead_inner_member_tcp() {
+    fault_known("tcp", 2, 0);
+}
+
+#[test]
+fn fault_known_dead_inner_member_shm() {
+    fault_known("shm", 2, 0);
 }
 
 #[test]

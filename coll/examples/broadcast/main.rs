@@ -11,6 +11,11 @@
 //! * `late_timeouts`: how many of those short calls timed out before it completed;
 //! * `mismatch`: what the broadcast in the middle of the plan, where rank 0 sends 64 bytes and
 //!   the others pass 32, reported (`root/root_len/len` of the `LengthMismatch`, or `none`);
+//! * `too_large`: what a broadcast of one byte more than the maximum reported on this rank,
+//!   every rank passing that length (`len/max` of the `TooLarge`), just before that one (the
+//!   plan's digest shows that the members stayed in step);
+//! * `disagreed`: the member a second broadcast object named when rank 0 built it with
+//!   another maximum than the others (`LibraryDisagreement`), or what it got instead;
 //! * `sub_broadcasts` and `sub_digest`: a shorter plan on a second broadcast object over the
 //!   group of every rank but 0 (`none` on rank 0 and in a job of one).
 //!
@@ -20,6 +25,8 @@
 //! `data fault rank R: outcome=...` (`ok`, `failed:<rank>` for a `RankFailed`,
 //! `aborted:<cause>:<parent>`, or `error:<message>`) and `digest` (of their buffer
 //! afterwards; the root sends `plan::fill(ROOT, 1)`), then meet in a group of survivors.
+//! `broadcast fault-known DEAD ROOT` does the same, but each survivor first waits until it
+//! knows the death, and then broadcasts again (`again`, as `outcome`, or `abandoned`).
 
 #![forbid(unsafe_code)]
 
@@ -45,11 +52,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         [] => run(),
-        ["fault", dead, root] => match (dead.parse(), root.parse()) {
-            (Ok(dead), Ok(root)) => fault(dead, root),
-            _ => Err("fault DEAD ROOT: ranks are numbers".into()),
+        [mode @ ("fault" | "fault-known"), dead, root] => match (dead.parse(), root.parse()) {
+            (Ok(dead), Ok(root)) => fault(dead, root, mode == "fault-known"),
+            _ => Err(format!("{mode} DEAD ROOT: ranks are numbers").into()),
         },
-        _ => Err("usage: broadcast [fault DEAD ROOT]".into()),
+        _ => Err("usage: broadcast [fault|fault-known DEAD ROOT]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -69,9 +76,11 @@ fn run() -> Outcome<()> {
     let mut digest = Digest::default();
     let mut late_timeouts = 0;
     let mut mismatch = "none".to_owned();
+    let mut too_large = "none".to_owned();
     let steps = plan::steps(n, plan::ROUNDS, true);
     for step in &steps {
         if step.round == plan::MISMATCH_AFTER && step.len == plan::LENGTHS[0] {
+            too_large = refused(&mut bcast)?;
             mismatch = mismatched(&mut bcast, me)?;
         }
         let got = broadcast(&mut bcast, &all, me, step)?;
@@ -96,9 +105,16 @@ fn run() -> Outcome<()> {
     } else {
         ("none".to_owned(), "none".to_owned())
     };
+    let max = if me == 0 { 8 } else { 16 };
+    let disagreed = match Broadcast::new(&coll, GROUP_ALL, max, TIMEOUT) {
+        Err(Error::Gaspi(gaspi::Error::LibraryDisagreement { rank, .. })) => rank.to_string(),
+        Err(e) => format!("error:{e}"),
+        Ok(_) => "built".to_owned(),
+    };
     println!(
         "data broadcast rank {me}: broadcasts={}; digest={}; late_timeouts={late_timeouts}; \
-         mismatch={mismatch}; sub_broadcasts={sub_broadcasts}; sub_digest={sub_digest}",
+         mismatch={mismatch}; too_large={too_large}; sub_broadcasts={sub_broadcasts}; \
+         sub_digest={sub_digest}; disagreed={disagreed}",
         steps.len(),
         digest.hex()
     );
@@ -157,6 +173,17 @@ fn broadcast(bcast: &mut Broadcast<'_>, members: &[Rank], me: Rank, step: &Step)
     Ok(Got { data, timeouts })
 }
 
+/// Every member broadcasts one byte more than the maximum from rank 0; returns what this rank
+/// was told.
+fn refused(bcast: &mut Broadcast<'_>) -> Outcome<String> {
+    let mut data = vec![0u8; plan::MAX_BYTES as usize + 1];
+    match bcast.broadcast(0, &mut data, TIMEOUT) {
+        Ok(()) => Ok("none".to_owned()),
+        Err(Error::TooLarge { len, max, .. }) => Ok(format!("{len}/{max}")),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Rank 0 broadcasts [`plan::MISMATCH_LEN`] bytes while the others pass half as many; returns
 /// what this rank was told.
 fn mismatched(bcast: &mut Broadcast<'_>, me: Rank) -> Outcome<String> {
@@ -178,7 +205,19 @@ fn mismatched(bcast: &mut Broadcast<'_>, me: Rank) -> Outcome<String> {
     }
 }
 
-fn fault(dead: Rank, root: Rank) -> Outcome<()> {
+/// How a broadcast after the death ended, for the report.
+fn shown(result: Result<(), Error>) -> String {
+    match result {
+        Ok(()) => "ok".to_owned(),
+        Err(Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => format!("failed:{rank}"),
+        Err(Error::Aborted { cause, parent }) => format!("aborted:{cause}:{parent}"),
+        Err(Error::Abandoned { .. }) => "abandoned".to_owned(),
+        Err(e) => format!("error:{e}"),
+    }
+}
+
+/// `fault` (`known`: `fault-known`), see the module documentation.
+fn fault(dead: Rank, root: Rank, known: bool) -> Outcome<()> {
     let ctx = Context::init()?;
     let (me, n) = (ctx.rank(), ctx.size());
     if dead >= n || root >= n {
@@ -200,16 +239,24 @@ fn fault(dead: Rank, root: Rank) -> Outcome<()> {
         std::process::exit(3);
     }
     casualty.past(&ctx, TIMEOUT)?;
+    if known {
+        let start = Instant::now();
+        while ctx.known_failure([dead]).is_none() {
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(format!("rank {dead}'s death unknown after 20 s").into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     data = plan::initial(me, plan::FAULT_LEN);
     if me == root {
         plan::fill(root, 1, &mut data);
     }
     let start = Instant::now();
-    let outcome = match bcast.broadcast(root, &mut data, TIMEOUT) {
-        Ok(()) => "ok".to_owned(),
-        Err(Error::Gaspi(gaspi::Error::RankFailed { rank, .. })) => format!("failed:{rank}"),
-        Err(Error::Aborted { cause, parent }) => format!("aborted:{cause}:{parent}"),
-        Err(e) => format!("error:{e}"),
+    let outcome = shown(bcast.broadcast(root, &mut data, TIMEOUT));
+    let again = match known {
+        true => shown(bcast.broadcast(root, &mut data.clone(), TIMEOUT)),
+        false => "none".to_owned(),
     };
     let elapsed = start.elapsed();
     let mut received = Digest::default();
@@ -222,7 +269,7 @@ fn fault(dead: Rank, root: Rank) -> Outcome<()> {
     ctx.group_commit(group, TIMEOUT)?;
     ctx.group_barrier(group, TIMEOUT)?;
     println!(
-        "data fault rank {me}: outcome={outcome}; digest={}; elapsed_ms={}",
+        "data fault rank {me}: outcome={outcome}; again={again}; digest={}; elapsed_ms={}",
         received.hex(),
         elapsed.as_millis()
     );
