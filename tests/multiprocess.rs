@@ -87,6 +87,21 @@ fn timeouts_2_tcp() {
     timeouts(2, "tcp");
 }
 
+/// `timeouts` without a progress thread: loops of `Test` waits drive the fabric themselves.
+fn timeouts_polled(ranks: u32, provider: &str) {
+    common::selftest_with_env(&["GASPI_PROGRESS_THREAD=0"], "timeouts", ranks, provider);
+}
+
+#[test]
+fn timeouts_without_progress_thread_3_tcp() {
+    timeouts_polled(3, "tcp");
+}
+
+#[test]
+fn timeouts_without_progress_thread_3_shm() {
+    timeouts_polled(3, "shm");
+}
+
 #[test]
 fn timeouts_2_shm() {
     timeouts(2, "shm");

@@ -23,6 +23,7 @@ pub(crate) mod lookup;
 pub(crate) mod thread;
 pub(crate) mod tracker;
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use gaspi_fabric::{Event, Failure};
@@ -298,8 +299,17 @@ pub(crate) struct Waiter<'a> {
     rounds: u32,
 }
 
+thread_local! {
+    /// The waits of this thread so far that made a progress call (see [`FABRIC_EVERY`]): a
+    /// wait that may not wait at all (`Timeout::Test`) makes a single call, and a loop of
+    /// such waits must still read the completion queue every few waits, or what arrives
+    /// through the fabric is never seen while no progress thread runs.
+    static WAITS: Cell<u32> = const { Cell::new(0) };
+}
+
 /// While nothing of this rank's own is in flight on the fabric or waits for a retry, and it
-/// reaches ranks directly, a waiter reads the completion queue only every few rounds: a notification
+/// reaches ranks directly, a waiter reads the completion queue only every few rounds (and a
+/// thread's waits in their first round every few waits, see [`WAITS`]): a notification
 /// arriving directly is seen by the next look at the table, and an idle completion-queue read
 /// costs several such looks (over tcp it is a system call, which made a direct ping-pong
 /// twice as slow), so reading it every round delayed direct arrivals. The spacing starts at
@@ -330,7 +340,15 @@ impl gaspi_notifications::Progress for Waiter<'_> {
         self.rounds = self.rounds.wrapping_add(1);
         let idle = engine.idle_reads.load(Ordering::Relaxed);
         let every = (FABRIC_EVERY << (idle / IDLE_STREAK)).min(FABRIC_EVERY_MAX);
-        if self.rounds % every != 0 {
+        let round = match self.rounds {
+            1 => WAITS.with(|waits| {
+                let wait = waits.get().wrapping_add(1);
+                waits.set(wait);
+                wait
+            }),
+            round => round,
+        };
+        if round % every != 0 {
             return false;
         }
         let progressed = self.drive();

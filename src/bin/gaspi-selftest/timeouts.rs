@@ -1,6 +1,7 @@
 //! `timeouts`: waiting calls honour `Timeout::Test` and `Timeout::Millis`, report
-//! `Error::Timeout`, and complete when called again once the awaited event happens; and a rank
-//! that waits for nothing uses next to no CPU (its progress thread included).
+//! `Error::Timeout`, and complete when called again once the awaited event happens (a loop of
+//! `Test` waits also sees what comes through the fabric, with or without a progress thread);
+//! and a rank that waits for nothing uses next to no CPU (its progress thread included).
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -38,6 +39,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     checked.push(create_resumes_after_timeout(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     checked.push(waits_end_when_their_segment_goes(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    checked.push(test_loops_see_the_fabric(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     let mut data = Data::default();
     idle(ctx, SEG, SILENT, &mut data)?;
@@ -136,6 +139,44 @@ fn test_never_waits(ctx: &Context) -> Outcome<String> {
     Ok(format!(
         "notify_waitsome(Test) -> Timeout in {median:?} (median of {})",
         took.len()
+    ))
+}
+
+/// How long a loop of `Test` waits may take to see what arrived.
+const POLL_LIMIT: Duration = Duration::from_secs(10);
+
+/// Every other rank sends rank 0 a passive message, late; rank 0 takes them with a loop of
+/// `passive_receive(Test)`. Passive messages always travel through the fabric, which moves
+/// only while somebody reads its completion queue: the waits must, also with the progress
+/// thread off (`GASPI_PROGRESS_THREAD=0`) and on the direct path, where a waiter reads it only
+/// every few rounds.
+fn test_loops_see_the_fabric(ctx: &Context) -> Outcome<String> {
+    if ctx.rank() != 0 {
+        sleep(DELAY);
+        ctx.passive_send(0, b"late", TIMEOUT)
+            .doing(|| "passive_send to rank 0")?;
+        return Ok("passive_send -> Ok".into());
+    }
+    let start = Instant::now();
+    let (mut got, mut polls) = (0, 0u64);
+    while got + 1 < ctx.size() {
+        ensure!(
+            start.elapsed() < POLL_LIMIT,
+            "passive_receive(Test) saw {got} of {} messages in {polls} polls within {POLL_LIMIT:?}",
+            ctx.size() - 1
+        );
+        polls += 1;
+        match ctx.passive_receive(Timeout::Test) {
+            Ok((_, bytes)) if bytes == b"late" => got += 1,
+            Ok((from, bytes)) => {
+                return Err(Failure(format!("rank {from} sent {bytes:?}, not \"late\"")))
+            }
+            Err(Error::Timeout) => {}
+            Err(e) => return Err(Failure(format!("passive_receive(Test): {e}"))),
+        }
+    }
+    Ok(format!(
+        "passive_receive(Test) saw {got} late messages in {polls} polls"
     ))
 }
 
