@@ -6,8 +6,7 @@
 //! keeps that promise by marking after every store and by re-checking after every unmark
 //! (see `NotificationTable`'s scan).
 
-use crate::sync::Ordering;
-use crate::words::Storage;
+use crate::sync::{AtomicU32, Ordering};
 
 /// log2 of the number of slots per chunk. 64 slots (256 bytes of slots) per bit keeps the
 /// summary of a 65536-slot table at 16 words. Under loom, chunks of 2 slots let a 4-slot
@@ -28,24 +27,20 @@ pub(crate) fn chunk_start(chunk: usize) -> u32 {
     (chunk as u32) << CHUNK_SHIFT
 }
 
-/// Which chunks may hold a set notification: one bit per chunk.
-#[derive(Debug)]
-pub(crate) struct Summary {
+/// Which chunks may hold a set notification: one bit per chunk. A view of the words that
+/// follow the slots in the table's storage, so that a `set` finds both with one look.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Summary<'a> {
     /// One bit per chunk, [`BITS`] chunks per word.
-    words: Storage,
+    words: &'a [AtomicU32],
 }
 
 /// Chunks per summary word.
 const BITS: usize = 32;
 
-impl Summary {
-    /// A summary of `slots` slots with every chunk unmarked.
-    pub(crate) fn new(slots: u32) -> Self {
-        Self::over(Storage::owned(Self::words_for(slots)))
-    }
-
-    /// A summary in `words`, which must hold [`words_for`](Self::words_for) words.
-    pub(crate) fn over(words: Storage) -> Self {
+impl<'a> Summary<'a> {
+    /// The summary in `words`, which must hold [`words_for`](Self::words_for) words.
+    pub(crate) fn over(words: &'a [AtomicU32]) -> Self {
         Self { words }
     }
 
@@ -57,13 +52,13 @@ impl Summary {
     /// Marks `chunk` as possibly holding a non-zero slot.
     pub(crate) fn mark(&self, chunk: usize) {
         // Release: an unmark that reads this (Acquire) must also see the slot stored before it.
-        self.words.get()[chunk / BITS].fetch_or(bit(chunk), Ordering::Release);
+        self.words[chunk / BITS].fetch_or(bit(chunk), Ordering::Release);
     }
 
     /// Clears the mark of `chunk`; the caller must re-check the chunk's slots afterwards.
     pub(crate) fn unmark(&self, chunk: usize) {
         // Acquire: the re-check after this must see every slot whose mark this clears.
-        self.words.get()[chunk / BITS].fetch_and(!bit(chunk), Ordering::AcqRel);
+        self.words[chunk / BITS].fetch_and(!bit(chunk), Ordering::AcqRel);
     }
 
     /// The first marked chunk in `from..=last`, if any.
@@ -71,7 +66,7 @@ impl Summary {
         let mut chunk = from;
         while chunk <= last {
             let word = chunk / BITS;
-            let bits = self.words.get()[word].load(Ordering::Acquire) >> (chunk % BITS);
+            let bits = self.words[word].load(Ordering::Acquire) >> (chunk % BITS);
             if bits != 0 {
                 let found = chunk + bits.trailing_zeros() as usize;
                 return (found <= last).then_some(found);
@@ -90,10 +85,18 @@ fn bit(chunk: usize) -> u32 {
 mod tests {
     use super::*;
 
+    /// The words of a summary of `slots` slots, every chunk unmarked.
+    fn words(slots: u32) -> Vec<AtomicU32> {
+        (0..Summary::words_for(slots))
+            .map(|_| AtomicU32::new(0))
+            .collect()
+    }
+
     #[test]
     fn finds_marked_chunks_within_bounds_only() {
-        let summary = Summary::new(65_536);
-        assert_eq!(summary.words.get().len(), 32);
+        let words = words(65_536);
+        assert_eq!(words.len(), 32);
+        let summary = Summary::over(&words);
         assert_eq!(summary.next_marked(0, 1023), None);
         summary.mark(3);
         summary.mark(200);
@@ -111,6 +114,6 @@ mod tests {
         assert_eq!(chunk_of(CHUNK_LEN - 1), 0);
         assert_eq!(chunk_of(CHUNK_LEN), 1);
         assert_eq!(chunk_start(chunk_of(u32::MAX)), u32::MAX - (CHUNK_LEN - 1));
-        assert_eq!(Summary::new(CHUNK_LEN + 1).words.get().len(), 1);
+        assert_eq!(words(CHUNK_LEN + 1).len(), 1);
     }
 }

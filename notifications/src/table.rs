@@ -39,9 +39,9 @@ const DIRECT_SCAN_MAX: u32 = if cfg!(loom) { 1 } else { CHUNK_LEN };
 /// with its payload, by a waiter in another, and wakes it.
 #[derive(Debug)]
 pub struct NotificationTable {
-    slots: Storage,
+    /// The `len` slots, then the chunk summary.
+    words: Storage,
     len: u32,
-    summary: Summary,
     event: Arc<EventCount>,
     /// Set by [`close`](Self::close): waits end instead of waiting for what cannot come.
     closed: AtomicBool,
@@ -59,9 +59,8 @@ impl NotificationTable {
     #[must_use]
     pub fn with_event(len: u32, event: Arc<EventCount>) -> Self {
         Self {
-            slots: Storage::owned(len as usize),
+            words: Storage::owned(Self::words_for(len)),
             len,
-            summary: Summary::new(len),
             event,
             closed: AtomicBool::new(false),
         }
@@ -83,12 +82,10 @@ impl NotificationTable {
     /// The words must be zero when the first table over them is built, and hold nothing else.
     #[must_use]
     pub fn in_words(len: u32, words: Arc<dyn Words>, event: Arc<EventCount>) -> Option<Self> {
-        let slots = Storage::shared(Arc::clone(&words), 0, len as usize)?;
-        let summary = Storage::shared(words, len as usize, Summary::words_for(len))?;
+        let words = Storage::shared(words, 0, Self::words_for(len))?;
         Some(Self {
-            slots,
+            words,
             len,
-            summary: Summary::over(summary),
             event,
             closed: AtomicBool::new(false),
         })
@@ -133,12 +130,16 @@ impl NotificationTable {
     ///
     /// [`Error::OutOfRange`] if `id >= len()`, [`Error::ZeroValue`] if `value == 0`.
     pub fn set(&self, id: u32, value: u32) -> Result<()> {
-        let slot = self.slot(id)?;
+        let (slots, summary) = self.parts();
+        let slot = slots.get(id as usize).ok_or(Error::OutOfRange {
+            id: id.into(),
+            len: self.len,
+        })?;
         if value == 0 {
             return Err(Error::ZeroValue { id });
         }
         slot.store(value, Ordering::Release);
-        self.summary.mark(chunk_of(id));
+        summary.mark(chunk_of(id));
         self.event.notify_all();
         Ok(())
     }
@@ -228,10 +229,17 @@ impl NotificationTable {
     }
 
     fn slot(&self, id: u32) -> Result<&AtomicU32> {
-        self.slots.get().get(id as usize).ok_or(Error::OutOfRange {
+        self.parts().0.get(id as usize).ok_or(Error::OutOfRange {
             id: id.into(),
             len: self.len,
         })
+    }
+
+    /// The slots and the summary, found with one look at the words (which may be another
+    /// process's memory, behind a call through [`Words`]).
+    fn parts(&self) -> (&[AtomicU32], Summary<'_>) {
+        let (slots, summary) = self.words.get().split_at(self.len as usize);
+        (slots, Summary::over(summary))
     }
 
     /// Validates `begin..begin + num` and returns its exclusive end.
@@ -260,7 +268,8 @@ impl NotificationTable {
         }
         let last = chunk_of(end - 1);
         let mut next = chunk_of(begin);
-        while let Some(chunk) = self.summary.next_marked(next, last) {
+        let summary = self.parts().1;
+        while let Some(chunk) = summary.next_marked(next, last) {
             let chunk_begin = chunk_start(chunk);
             let chunk_end = chunk_begin.saturating_add(CHUNK_LEN).min(self.len);
             let (lo, hi) = (chunk_begin.max(begin), chunk_end.min(end));
@@ -280,11 +289,12 @@ impl NotificationTable {
 
     /// Clears the mark of a chunk that looked empty, unless a `set` raced with the look.
     fn unmark_stale(&self, chunk: usize, lo: u32, hi: u32) -> Option<u32> {
-        self.summary.unmark(chunk);
+        let summary = self.parts().1;
+        summary.unmark(chunk);
         // A `set` may have stored into the chunk after our look but marked before our unmark;
         // the unmark's Acquire makes its store visible to this second look.
         let id = self.first_nonzero(lo, hi)?;
-        self.summary.mark(chunk);
+        summary.mark(chunk);
         // While the chunk was unmarked another scanner may have skipped it and gone to sleep
         // after the setter's notification; it needs a notification after the re-mark.
         self.event.notify_all();
@@ -292,7 +302,7 @@ impl NotificationTable {
     }
 
     fn first_nonzero(&self, lo: u32, hi: u32) -> Option<u32> {
-        let slots = self.slots.get();
+        let slots = self.parts().0;
         (lo..hi).find(|&id| slots[id as usize].load(Ordering::Acquire) != 0)
     }
 }
@@ -382,10 +392,10 @@ mod tests {
         table.reset(130)?;
         // A partial look at the chunk must not clear its mark...
         assert_eq!(table.first_set(131, 2)?, None);
-        assert_eq!(table.summary.next_marked(0, 1023), Some(chunk_of(130)));
+        assert_eq!(table.parts().1.next_marked(0, 1023), Some(chunk_of(130)));
         // ...a whole one does.
         assert_eq!(table.first_set(0, LEN)?, None);
-        assert_eq!(table.summary.next_marked(0, 1023), None);
+        assert_eq!(table.parts().1.next_marked(0, 1023), None);
         table.set(131, 4)?;
         assert_eq!(table.first_set(0, LEN)?, Some(131));
         Ok(())
@@ -398,7 +408,7 @@ mod tests {
         table.reset(70)?;
         assert_eq!(table.first_set(64, 64)?, None);
         // A direct scan leaves the (stale) mark alone: only summary scans judge marks.
-        assert_eq!(table.summary.next_marked(0, 1023), Some(chunk_of(70)));
+        assert_eq!(table.parts().1.next_marked(0, 1023), Some(chunk_of(70)));
         table.set(100, 2)?;
         assert_eq!(table.first_set(100, 1)?, Some(100));
         assert_eq!(table.first_set(65, 63)?, Some(100));
@@ -414,7 +424,7 @@ mod tests {
         // Wider than a direct scan, so through the summary: the short last chunk counts as
         // looked at whole.
         assert_eq!(table.first_set(0, 100)?, None);
-        assert_eq!(table.summary.next_marked(0, 1), None);
+        assert_eq!(table.parts().1.next_marked(0, 1), None);
         Ok(())
     }
 
