@@ -32,6 +32,8 @@ fn job(ranks: u32, provider: &str, args: &[&str]) -> Finished {
 #[derive(Clone, Copy)]
 enum Hosts {
     One,
+    /// One host, no progress thread (`GASPI_PROGRESS_THREAD=0`): only the calls move data.
+    Unthreaded,
     /// Two "hosts" (`GASPI_HOST_ID` from the rank), the first half of the ranks on one: the
     /// members of one host reach each other directly, the others through the fabric, so
     /// that collectives mix both paths (puts out of the source, for one, go only directly).
@@ -43,6 +45,13 @@ fn job_on(hosts: Hosts, ranks: u32, provider: &str, args: &[&str]) -> Finished {
     let program = example("gasnet_check");
     let job = match hosts {
         Hosts::One => gaspirun(ranks, provider, JOB_TIMEOUT_S, &program, args),
+        Hosts::Unthreaded => gaspirun_with_env(
+            &["GASPI_PROGRESS_THREAD=0"],
+            ranks,
+            provider,
+            &program,
+            args,
+        ),
         Hosts::Two => {
             let program = program
                 .to_str()
@@ -246,7 +255,18 @@ fn outstanding(ranks: u32, provider: &str) {
 /// another cannot, and `wait_sync_some` the other once it can; both deliver every block; a
 /// set of synced handles is `Synced` to `try_sync_some` and all synced to `try_sync_all`.
 fn some(ranks: u32, provider: &str) {
-    let job = job(ranks, provider, &["some"]);
+    some_on(Hosts::One, ranks, provider);
+}
+
+/// [`some`] with no progress thread: the polls of `try_sync_some` drive the fabric
+/// themselves, also on a team whose members all go direct (a test once left a member
+/// polling for good under load, 4 ranks over tcp, about a third of the runs).
+fn some_unthreaded(ranks: u32, provider: &str) {
+    some_on(Hosts::Unthreaded, ranks, provider);
+}
+
+fn some_on(hosts: Hosts, ranks: u32, provider: &str) {
+    let job = job_on(hosts, ranks, provider, &["some"]);
     let report = job.report();
     let mut digest = Digest::default();
     for i in [4000u64, 4001] {
@@ -727,6 +747,8 @@ jobs! {
     crossed_teams_4_tcp: crossed_teams("tcp");
     some_3_shm: some(3, "shm");
     some_2_tcp: some(2, "tcp");
+    some_unthreaded_4_tcp: some_unthreaded(4, "tcp");
+    some_unthreaded_4_shm: some_unthreaded(4, "shm");
     mixed_4_shm: mixed(4, "shm");
     mixed_5_tcp: mixed(5, "tcp");
     uneven_6_shm: uneven(6, "shm");
