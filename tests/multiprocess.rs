@@ -809,6 +809,7 @@ fn fault(ranks: u32, provider: &str) {
         // After its death: failures naming it, within two barrier timeouts.
         // The dead rank entered it before it died; rank 0 calls it knowing the death.
         expect("barrier", &failed);
+        expect("size_dead", &failed);
         let bound = if rank == 0 { 100 } else { 4_500 };
         assert!(
             millis("barrier_ms") < bound,

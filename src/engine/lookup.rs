@@ -359,6 +359,11 @@ impl Inner {
     /// [`Error::RankFailed`] when `rank` is dead; [`Error::OperationFailed`] when the read
     /// failed.
     pub(crate) fn resolve(&self, rank: Rank, key: DescKey, deadline: Deadline) -> Result<Known> {
+        // A dead rank's directory stays mapped and its descriptors cached: they would still
+        // answer, as if it were alive.
+        if let Some(dead) = self.health.known(rank) {
+            return Err(dead);
+        }
         if let Some(known) = self.directly_known(rank, key) {
             return Ok(known);
         }

@@ -151,6 +151,11 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         took < Duration::from_millis(100),
         "a write to a rank known dead took {took:?}"
     );
+    // Its segment's descriptor is known (cached, or in its directory, which stays mapped):
+    // a lookup names the death all the same, as the rustdoc says.
+    let size = ctx.segment_size_of(dead, SEGMENT, TIMEOUT);
+    data.outcome("size_dead", &size);
+    expect_failed("segment_size_of on the dead rank", size, dead)?;
     let mut got = vec![0u8; BLOCK as usize];
     ctx.segment_read(SEGMENT, BEFORE, &mut got)
         .doing(|| "segment_read")?;
