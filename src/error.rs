@@ -115,6 +115,19 @@ pub enum Error {
         segment_size: u64,
     },
 
+    /// A wait on an empty range of notifications (`num` 0): it has no id to return.
+    #[error(
+        "an empty range of notifications (0 from id {begin}) of segment {segment} on rank {rank}"
+    )]
+    EmptyNotificationRange {
+        /// The rank owning the table.
+        rank: Rank,
+        /// The segment id.
+        segment: SegmentId,
+        /// Where the range begins.
+        begin: u32,
+    },
+
     /// A notification id outside the segment's notification table.
     #[error("notification {id} is out of range for segment {segment} on rank {rank} ({count} notifications)")]
     InvalidNotification {

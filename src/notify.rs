@@ -58,8 +58,8 @@ impl Context {
     /// id that was set, and an empty range has none to return, so it refuses it instead.
     ///
     /// # Errors
-    /// [`Error::UnknownSegment`]; [`Error::InvalidNotification`] for an empty range or one
-    /// beyond the table; [`Error::Timeout`].
+    /// [`Error::UnknownSegment`]; [`Error::EmptyNotificationRange`];
+    /// [`Error::InvalidNotification`] for a range beyond the table; [`Error::Timeout`].
     pub fn notify_waitsome(
         &self,
         segment: SegmentId,
@@ -149,9 +149,10 @@ impl Context {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidNotification`] for an empty range or one beyond its table (checked
-    /// before waiting), [`Error::Buffers`] for no ranges at all, [`Error::InvalidRank`] for a
-    /// sender outside the job; [`Error::RankFailed`]; [`Error::Timeout`].
+    /// [`Error::EmptyNotificationRange`] and [`Error::InvalidNotification`] for a range beyond
+    /// its table (checked before waiting), [`Error::Buffers`] for no ranges at all,
+    /// [`Error::InvalidRank`] for a sender outside the job; [`Error::RankFailed`];
+    /// [`Error::Timeout`].
     pub fn notify_wait_any(
         &self,
         ranges: &[NotificationRange<'_>],
@@ -218,11 +219,10 @@ impl Context {
                 id,
                 count: len,
             },
-            gaspi_notifications::Error::EmptyRange { begin, len } => Error::InvalidNotification {
+            gaspi_notifications::Error::EmptyRange { begin, .. } => Error::EmptyNotificationRange {
                 rank,
                 segment,
-                id: begin.into(),
-                count: len,
+                begin,
             },
             gaspi_notifications::Error::ZeroValue { id } => {
                 Error::ZeroNotificationValue { rank, id }

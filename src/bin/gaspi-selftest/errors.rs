@@ -386,7 +386,7 @@ fn notifications(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
         checks,
         "notify_waitsome on an empty range",
         ctx.notify_waitsome(SEG, 0, 0, Timeout::Test),
-        Error::InvalidNotification { rank, segment: SEG, id: 0, .. } if rank == me
+        Error::EmptyNotificationRange { rank, segment: SEG, begin: 0 } if rank == me
     );
     expect_err!(
         checks,

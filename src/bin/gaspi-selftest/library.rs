@@ -768,13 +768,23 @@ fn data_paths(ctx: &Context, a: &LibA<'_>, user: &[Segment<'_>], data: &mut Data
     )?;
     data.put("wait_any", arrivals.join(","));
     data.put("wait_any_bytes", got.len());
-    // An empty range is refused naming the size of its own table, not of the user's.
-    match ctx.notify_wait_any(&[a.table.range(0, 0)], &[], Timeout::Test) {
+    // A range beyond the table is refused naming the size of its own table, not of the
+    // user's; an empty one as empty.
+    let beyond = a.table.range(0, a.table.notifications() + 1);
+    match ctx.notify_wait_any(&[beyond], &[], Timeout::Test) {
         Err(Error::InvalidNotification { count, .. }) if count == a.table.notifications() => {}
         other => {
             return Err(Failure(format!(
-                "notify_wait_any over an empty range of lib-a's table of {}: {other:?}",
+                "notify_wait_any over a range beyond lib-a's table of {}: {other:?}",
                 a.table.notifications()
+            )))
+        }
+    }
+    match ctx.notify_wait_any(&[a.table.range(0, 0)], &[], Timeout::Test) {
+        Err(Error::EmptyNotificationRange { begin: 0, .. }) => {}
+        other => {
+            return Err(Failure(format!(
+                "notify_wait_any over an empty range of lib-a's table: {other:?}"
             )))
         }
     }
