@@ -235,8 +235,9 @@ impl<'c> Broadcast<'c> {
     /// for the neighbour. A new object over a group of the survivors goes on.
     ///
     /// # Errors
-    /// [`Error::RootNotMember`]; [`Error::TooLarge`] when `buf` exceeds `max_bytes`; [`Error::InProgress`] when a broadcast with other arguments timed out and
-    /// is still in progress; [`Error::LengthMismatch`]; [`Error::RootMismatch`] and
+    /// [`Error::RootNotMember`]; [`Error::TooLarge`] when `buf` exceeds `max_bytes`;
+    /// [`Error::InProgress`] when a broadcast with other arguments timed out and is still in
+    /// progress; [`Error::LengthMismatch`]; [`Error::RootMismatch`] and
     /// [`Error::OutOfStep`] when members disagree on the root or the number of broadcasts;
     /// [`Error::Aborted`] when an ancestor abandoned the broadcast; [`Error::Abandoned`];
     /// from the runtime: [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`] naming a
