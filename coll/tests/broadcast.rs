@@ -16,7 +16,7 @@ mod data;
 #[path = "../examples/broadcast/plan.rs"]
 mod plan;
 
-use common::{example, gaspirun, gaspirun_casualty, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun, gaspirun_casualty, jobs, JOB_TIMEOUT_S, PROVIDERS};
 use plan::{Digest, ROUNDS, SUB_ROUNDS};
 
 /// The digest a member of the group `members` (ranks by member index) must report after the
@@ -256,52 +256,15 @@ fn dead_root(provider: &str) {
     );
 }
 
-#[test]
-fn fault_dead_inner_member_tcp() {
-    dead_inner_member("tcp");
-}
-
-#[test]
-fn fault_dead_inner_member_shm() {
-    dead_inner_member("shm");
-}
-
-#[test]
-fn fault_known_dead_leaf_tcp() {
-    fault_known("tcp", 3, 0);
-}
-
-#[test]
-fn fault_known_dead_leaf_shm() {
-    fault_known("shm", 3, 0);
-}
-
-#[test]
-fn fault_known_dead_child_of_root_tcp() {
-    fault_known("tcp", 1, 0);
-}
-
-#[test]
-fn fault_known_dead_child_of_root_shm() {
-    fault_known("shm", 1, 0);
-}
-
-#[test]
-fn fault_known_dead_inner_member_tcp() {
-    fault_known("tcp", 2, 0);
-}
-
-#[test]
-fn fault_known_dead_inner_member_shm() {
-    fault_known("shm", 2, 0);
-}
-
-#[test]
-fn fault_dead_root_tcp() {
-    dead_root("tcp");
-}
-
-#[test]
-fn fault_dead_root_shm() {
-    dead_root("shm");
+jobs! {
+    fault_dead_inner_member_tcp: dead_inner_member("tcp");
+    fault_dead_inner_member_shm: dead_inner_member("shm");
+    fault_dead_root_tcp: dead_root("tcp");
+    fault_dead_root_shm: dead_root("shm");
+    fault_known_dead_leaf_tcp: fault_known("tcp", 3, 0);
+    fault_known_dead_leaf_shm: fault_known("shm", 3, 0);
+    fault_known_dead_child_of_root_tcp: fault_known("tcp", 1, 0);
+    fault_known_dead_child_of_root_shm: fault_known("shm", 1, 0);
+    fault_known_dead_inner_member_tcp: fault_known("tcp", 2, 0);
+    fault_known_dead_inner_member_shm: fault_known("shm", 2, 0);
 }
