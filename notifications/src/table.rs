@@ -131,10 +131,7 @@ impl NotificationTable {
     /// [`Error::OutOfRange`] if `id >= len()`, [`Error::ZeroValue`] if `value == 0`.
     pub fn set(&self, id: u32, value: u32) -> Result<()> {
         let (slots, summary) = self.parts();
-        let slot = slots.get(id as usize).ok_or(Error::OutOfRange {
-            id: id.into(),
-            len: self.len,
-        })?;
+        let slot = self.slot_in(slots, id)?;
         if value == 0 {
             return Err(Error::ZeroValue { id });
         }
@@ -229,7 +226,12 @@ impl NotificationTable {
     }
 
     fn slot(&self, id: u32) -> Result<&AtomicU32> {
-        self.parts().0.get(id as usize).ok_or(Error::OutOfRange {
+        self.slot_in(self.parts().0, id)
+    }
+
+    /// Slot `id` of `slots` (this table's, from [`parts`](Self::parts)).
+    fn slot_in<'a>(&self, slots: &'a [AtomicU32], id: u32) -> Result<&'a AtomicU32> {
+        slots.get(id as usize).ok_or(Error::OutOfRange {
             id: id.into(),
             len: self.len,
         })
