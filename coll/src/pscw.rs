@@ -333,8 +333,6 @@ struct Peer {
 struct Due {
     timeout: Timeout,
     deadline: Option<Deadline>,
-    /// Whether the call drove the provider itself (see [`progressed`](Self::progressed)).
-    progressed: bool,
 }
 
 impl Due {
@@ -342,15 +340,7 @@ impl Due {
         Due {
             timeout,
             deadline: None,
-            progressed: false,
         }
-    }
-
-    /// Drives `ctx`'s provider, once per call: whether that delivered anything. A call with
-    /// no time left to sleep (a `test`) would otherwise never see what arrived through the
-    /// fabric while no progress thread runs, as MPI's `MPI_Win_test` does make progress.
-    fn progressed(&mut self, ctx: &Context) -> bool {
-        !std::mem::replace(&mut self.progressed, true) && ctx.progress()
     }
 
     /// What is left of the timeout, for a runtime call that waits: the whole of it on the
@@ -361,17 +351,6 @@ impl Due {
             None => {
                 self.deadline = Some(self.timeout.deadline());
                 self.timeout
-            }
-        }
-    }
-
-    /// Whether no time is left to sleep.
-    fn expired(&self) -> bool {
-        match self.deadline {
-            // Not counting yet: only a test (`Millis(0)` is one) has no time at all.
-            None => matches!(self.timeout, Timeout::Test | Timeout::Millis(0)),
-            Some(deadline) => {
-                deadline.is_test() || deadline.remaining().is_some_and(|left| left.is_zero())
             }
         }
     }
@@ -663,11 +642,8 @@ impl<'c> Window<'c> {
             if self.matched.is_some() {
                 continue;
             }
-            if candidates.is_empty() || (due.expired() && !due.progressed(self.ctx)) {
+            if candidates.is_empty() {
                 return Err(gaspi::Error::Timeout.into());
-            }
-            if due.expired() {
-                continue;
             }
             let waiting = candidates
                 .iter()
@@ -1055,8 +1031,9 @@ impl<'c> Window<'c> {
     }
 
     /// Sleeps until one of `waiting` is set, as [`sleep`](Self::sleep) does; when time runs
-    /// out, the error `missing` makes of the ranks not heard from. A call with no time to
-    /// sleep drives the provider once instead, and `Ok` says to look again. Kept out of line: the
+    /// out, the error `missing` makes of the ranks not heard from. A call with no time left
+    /// (a test) still makes the runtime's one look, which drives the provider and names a
+    /// peer known dead, so that polling never goes on in silence. Kept out of line: the
     /// takes before it run in every call, the sleep only when a peer is late, and inlined
     /// it made every call pay for its frame.
     #[inline(never)]
@@ -1067,18 +1044,6 @@ impl<'c> Window<'c> {
         due: &mut Due,
     ) -> Result<()> {
         let not_heard = || missing(waiting.clone().map(|(_, rank)| rank).collect());
-        if due.expired() {
-            if due.progressed(self.ctx) {
-                return Ok(());
-            }
-            // A call that may not wait (a test) still learns of a peer known dead, so that
-            // polling it never goes on in silence.
-            let ranks = waiting.clone().map(|(_, rank)| rank);
-            if let Some(dead) = self.ctx.known_failure(ranks) {
-                return Err(dead.into());
-            }
-            return Err(not_heard());
-        }
         match self.sleep(waiting.clone(), due) {
             Err(e) if e.is_timeout() => Err(not_heard()),
             other => other,
