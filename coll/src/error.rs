@@ -266,6 +266,12 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// A [`Window::start_any`](crate::Window::start_any) with no member left to find: every
+    /// member is in the access epoch already or known dead, so no post can arrive, whatever
+    /// the timeout. End the access epoch (or some of it) first.
+    #[error("no member is left to start: each is in the access epoch or known dead")]
+    NoneToStart,
+
     /// A rank that is not a member of the group of the object.
     #[error("rank {rank} is not a member of group {group}")]
     NotMember {

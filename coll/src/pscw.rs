@@ -609,7 +609,9 @@ impl<'c> Window<'c> {
     /// # Errors
     /// [`gaspi::Error::Timeout`] (call again; no target was returned);
     /// [`gaspi::Error::RankFailed`] naming a member found dead while none has posted (once:
-    /// members known dead are not waited for);
+    /// members known dead are not waited for); [`Error::NoneToStart`] at once, with any
+    /// timeout, when every member is in the access epoch or known dead (nothing could be
+    /// found);
     /// [`gaspi::Error::UnknownSegment`] naming a member found whose window segment is not
     /// there; [`Error::OutOfStep`] when a member posted another epoch.
     pub fn start_any(&mut self, timeout: Timeout) -> Result<Rank> {
@@ -643,7 +645,7 @@ impl<'c> Window<'c> {
                 continue;
             }
             if candidates.is_empty() {
-                return Err(gaspi::Error::Timeout.into());
+                return Err(Error::NoneToStart);
             }
             let waiting = candidates
                 .iter()

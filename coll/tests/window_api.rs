@@ -67,6 +67,16 @@ fn epochs_with_itself_and_misuse() {
         ctx.segment_read(0, 8, &mut got).expect("read");
         assert_eq!(got, [epoch; 8], "epoch {epoch}");
     }
+    // Once every member is in the access epoch, `start_any` has nobody left to find: it
+    // says so at once, even when it may wait for as long as it takes.
+    win.post(&[0], Assert::NONE, TIMEOUT).expect("posted");
+    assert_eq!(win.start_any(TIMEOUT).expect("its own post"), 0);
+    assert!(matches!(
+        win.start_any(Timeout::Block),
+        Err(Error::NoneToStart)
+    ));
+    win.complete(TIMEOUT).expect("completed");
+    win.wait(TIMEOUT).expect("every origin completed");
     // The window moves to another thread and goes on there.
     std::thread::scope(|s| {
         s.spawn(|| {
