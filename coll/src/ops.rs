@@ -414,8 +414,10 @@ impl<'c> Team<'c> {
     }
 
     /// Blocking [`broadcast_nb`](Self::broadcast_nb), synced within `timeout`. A timeout
-    /// leaves this member's part to finish without it (the others are not held up); use the
-    /// non-blocking form to continue after a timeout.
+    /// leaves this member's part to finish without its output, as a dropped [`Handle`]
+    /// does: the rest of that part is taken by this member's later calls on the team, so
+    /// make one before waiting elsewhere, or the members that need it wait until their
+    /// timeout. Use the non-blocking form to continue after a timeout.
     ///
     /// # Errors
     /// As for [`broadcast_nb`](Self::broadcast_nb) and [`Handle::wait_sync`].
