@@ -146,9 +146,10 @@ pub fn wait_until<T>(
             return Err(Error::Timeout);
         }
         if progressed {
-            // More events are likely to follow: spin afresh. The deadline is looked at on the
-            // spin's next look at the clock, a few polls from now.
-            spin.restart();
+            // More events are likely to follow: spin afresh.
+            if spin.restart(deadline) {
+                return Err(Error::Timeout);
+            }
             continue;
         }
         match spin.snooze(deadline) {
@@ -183,7 +184,9 @@ pub fn wait_until<T>(
                     // system call (~0.7 µs, against a few tens of ns for a direct
                     // write_notify to a polling waiter), so poll again for a spin time, as
                     // after progress: the notifiers then find no sleeper.
-                    spin.restart();
+                    if spin.restart(deadline) {
+                        return Err(Error::Timeout);
+                    }
                 } else {
                     // Look at the clock on the next round: the deadline may have passed while
                     // asleep, and the spin time certainly has, so an idle waiter (or one woken
@@ -240,12 +243,20 @@ impl Spin {
         }
     }
 
-    /// Begins the spin again, hot, as of the next look at the clock.
-    fn restart(&mut self) {
+    /// Begins the spin again, hot, as of the next look at the clock, and says whether the
+    /// deadline has passed. The call counts towards that look as a pause does: a wait that
+    /// restarts on every round, or every other one (others' completions streaming in while
+    /// its own condition stays unmet), still looks at the clock and ends at its deadline.
+    fn restart(&mut self, deadline: Deadline) -> bool {
         self.backoff.reset();
         self.started = None;
-        self.polls = 0;
         self.hot = true;
+        self.polls += 1;
+        if self.polls < HOT_CLOCK_EVERY {
+            return false;
+        }
+        self.polls = 0;
+        deadline.expired_at(Instant::now())
     }
 
     /// How long this spin polls before it sleeps.
@@ -318,6 +329,24 @@ mod tests {
             },
         );
         assert_eq!(value, Ok(3));
+    }
+
+    #[test]
+    fn a_wait_that_keeps_progressing_for_others_still_times_out() {
+        // Progress on every round that never meets the condition: completions of others'
+        // operations streaming in (a peer writing into another range through the fabric).
+        // The stream stops after 5 s, so that a wait blind to its deadline ends too.
+        let event = EventCount::new();
+        let begun = Instant::now();
+        let result = wait_until(
+            &event,
+            Timeout::Millis(20),
+            || None::<()>,
+            || begun.elapsed() < Duration::from_secs(5),
+        );
+        assert_eq!(result, Err(Error::Timeout));
+        let took = begun.elapsed();
+        assert!(took < Duration::from_secs(2), "took {took:?}");
     }
 
     #[test]
