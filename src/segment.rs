@@ -290,8 +290,15 @@ impl Segments {
         Ok(seg)
     }
 
-    /// Removes the segment behind `table` when nothing is in flight on it.
-    pub(crate) fn remove(&self, me: Rank, table: Table) -> Result<Arc<LocalSegment>> {
+    /// Removes the segment behind `table` when nothing is in flight on it, and runs
+    /// `withdraw` before its id is free for a creation again (see
+    /// [`remove_even_busy`](Self::remove_even_busy)).
+    pub(crate) fn remove(
+        &self,
+        me: Rank,
+        table: Table,
+        withdraw: impl FnOnce() -> Result<()>,
+    ) -> Result<Arc<LocalSegment>> {
         let missing = || match table {
             Table::User(id) | Table::Library(id) => Error::UnknownSegment {
                 rank: me,
@@ -312,14 +319,26 @@ impl Segments {
             }
         }
         let removed = self.slots.replace(at, None).map_err(|_| missing())?;
-        removed.map(|e| Arc::clone(&e.local)).ok_or_else(missing)
+        let removed = removed.map(|e| Arc::clone(&e.local)).ok_or_else(missing)?;
+        withdraw()?;
+        Ok(removed)
     }
 
     /// Removes the segment behind `table`, even with operations in flight (they keep its
-    /// memory and registration until they complete).
-    pub(crate) fn remove_even_busy(&self, table: Table) -> Option<Arc<LocalSegment>> {
+    /// memory and registration until they complete), and runs `withdraw` before its id is
+    /// free for a creation again.
+    ///
+    /// `withdraw` unpublishes the segment: a creation that takes the id meanwhile (a library
+    /// segment takes the lowest free one, from any thread) would otherwise publish its
+    /// segment first and have it withdrawn, unreachable for its whole life.
+    pub(crate) fn remove_even_busy(
+        &self,
+        table: Table,
+        withdraw: impl FnOnce(),
+    ) -> Option<Arc<LocalSegment>> {
         let _changes = self.changes();
         let removed = self.slots.replace(index(table)?, None).ok()??;
+        withdraw();
         Some(Arc::clone(&removed.local))
     }
 
@@ -363,24 +382,32 @@ impl Inner {
     /// for now waits in the outbox.
     pub(crate) fn delete_segment(&self, table: Table) -> Result<()> {
         let key = table.segment_key()?;
-        let seg = self.segments.remove(self.rank, table)?;
+        let seg = self
+            .segments
+            .remove(self.rank, table, || self.withdraw(key))?;
         // A thread waiting on the segment's notifications learns that it is gone.
         seg.notifications.close();
         drop(seg);
-        self.announce_gone(table, key)
+        self.announce_gone(table);
+        Ok(())
     }
 
-    /// Withdraws this rank's descriptor of the removed segment behind `table` and tells every
-    /// live peer, which forgets it (the news goes through the outbox: it never blocks and is
-    /// not lost when the provider is busy).
-    pub(crate) fn announce_gone(&self, table: Table, key: DescKey) -> Result<()> {
+    /// Withdraws this rank's descriptor of the removed segment behind `key`.
+    pub(crate) fn withdraw(&self, key: DescKey) -> Result<()> {
         self.publish(key, None)?;
         self.descriptors.forget_deleted(self.rank, key);
+        Ok(())
+    }
+
+    /// Tells every live peer that this rank's segment behind `table` is gone, which forgets
+    /// it (the news goes through the outbox: it never blocks and is not lost when the
+    /// provider is busy). It may arrive after the id was taken by a new segment, which the
+    /// peers look up anew.
+    pub(crate) fn announce_gone(&self, table: Table) {
         let gone = WireNotification::segment_gone(self.rank, table);
         for rank in (0..self.size).filter(|&r| r != self.rank) {
             self.outbox.notify(self, rank, gone);
         }
-        Ok(())
     }
 }
 

@@ -220,6 +220,8 @@ fn library(ranks: u32, provider: &str) {
         expect("agreement_same", "Ok".into());
         // The group's id went to a group of rank 0 alone; the team kept every rank.
         expect("snapshot", format!("{ranks}:{rank}:{}:true", left + 1));
+        // Libraries creating and dropping segments at once, every round's data in place.
+        assert_eq!(num("churn_rounds"), 300, "rank {rank}: churn");
     }
 }
 

@@ -511,6 +511,14 @@ impl<'a> Library<'a> {
         let (local, ids) = done.created.ok_or_else(|| {
             Error::Protocol("a library segment creation ended without a segment".into())
         })?;
+        // A member's local id may be one its segment of an earlier creation had, whose
+        // descriptor this rank may still have cached: the news of that deletion travels apart
+        // and may not be here yet. Every member has published its new segment by now.
+        for (index, &id) in ids.iter().enumerate() {
+            inner
+                .descriptors
+                .forget(rank_at(index), DescKey::Library(id));
+        }
         Ok(Segment {
             ctx,
             shared: Arc::new(Shared {
@@ -730,13 +738,15 @@ impl Inner {
     /// Deletes library segment `table` whether or not operations on it are in flight (they
     /// keep its memory until they complete).
     pub(crate) fn drop_library_segment(&self, table: Table) {
-        if let Some(seg) = self.segments.remove_even_busy(table) {
+        let Some(key) = table.descriptor() else {
+            return;
+        };
+        // Dropping a handle cannot report an error; the system region is ours and always
+        // writable, so there is none to report.
+        let withdraw = || _ = self.withdraw(key);
+        if let Some(seg) = self.segments.remove_even_busy(table, withdraw) {
             seg.notifications.close();
-            if let Some(key) = table.descriptor() {
-                // Dropping a handle cannot report an error; the system region is ours and
-                // always writable, so there is none to report.
-                let _ = self.announce_gone(table, key);
-            }
+            self.announce_gone(table);
         }
     }
 

@@ -24,6 +24,10 @@
 //!    `atomic_fetch_add_notify`): whoever sees the notification must see the new word.
 //! 4. **Errors a library gets**: `BatchFull`, a notification beyond a table, a target range
 //!    outside its segment, a segment with no notifications.
+//! 5. **Churn.** Three libraries, each on a thread of its own, create a segment over
+//!    `GROUP_ALL`, move a pattern into the right neighbour's and drop it, round after round: a
+//!    segment one library drops frees the local id that another's next creation takes (the
+//!    lowest free one), and every round's segment must be reachable with its own data.
 //!
 //! The observations go to the data line (see `tests/library.rs`, which judges them).
 
@@ -93,6 +97,11 @@ const NOTIFY_WORD: u64 = 8;
 const ADDS: u64 = 40;
 /// Atomics in flight at once from one rank (the runtime has 64 slots per rank).
 const WAVE: u64 = 8;
+
+/// Phase 5: libraries that create and drop segments at once, and their rounds each.
+const CHURN_LIBRARIES: u64 = 3;
+const CHURN_ROUNDS: u64 = 100;
+const CHURN_LEN: u64 = 64;
 
 /// Phase 4: lib-a's error segment, and a read that is surely still in flight when the next
 /// operation is posted.
@@ -177,6 +186,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     atomics(ctx, &a, &mut data)?;
     errors(ctx, &a, &mut data)?;
     group_snapshot(ctx, &a, &mut data)?;
+    churn(ctx, &mut data)?;
     // No rank drops its library segments (at the end of this function) while another may
     // still write into them.
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
@@ -194,6 +204,71 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         ),
         data,
     })
+}
+
+/// Phase 5: the rounds of library `k`: each moves a pattern naming the library, the round and
+/// the sender into the right neighbour's segment of that round, with a notification, and
+/// takes the left neighbour's; a second notification tells the neighbour that its segment
+/// may go.
+fn churn_rounds(ctx: &Context, k: u64) -> Outcome<u64> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+    let lib = ctx
+        .library(&format!("churn-{k}"))
+        .doing(|| format!("registering churn-{k}"))?;
+    for round in 0..CHURN_ROUNDS {
+        let at = || format!("churn-{k} round {round}");
+        let seg = lib
+            .segment_create(GROUP_ALL, 2 * CHURN_LEN, 2, TIMEOUT)
+            .doing(|| format!("{}: creating its segment", at()))?;
+        let to = seg
+            .target(right, TIMEOUT)
+            .doing(|| format!("{}: the right neighbour's segment", at()))?;
+        seg.write(0, &pattern(&[k, round, u64::from(me)], CHURN_LEN))
+            .doing(|| format!("{}: packing", at()))?;
+        let batch = ctx.batch();
+        let sent = Notification {
+            id: 0,
+            value: round as u32 + 1,
+        };
+        batch
+            .write_notify(&seg, 0, &to, CHURN_LEN, CHURN_LEN, sent)
+            .doing(|| format!("{}: write_notify", at()))?;
+        batch
+            .wait(TIMEOUT)
+            .doing(|| format!("{}: its write", at()))?;
+        let value = take(&seg, 0, &at())?;
+        ensure!(value == sent.value, "{}: notification value {value}", at());
+        let got = read(&seg, CHURN_LEN, CHURN_LEN, &at())?;
+        compare(
+            at(),
+            &got,
+            &pattern(&[k, round, u64::from(left)], CHURN_LEN),
+        )?;
+        batch
+            .notify(&to, Notification { id: 1, value: 1 })
+            .doing(|| format!("{}: telling the neighbour", at()))?;
+        batch
+            .wait(TIMEOUT)
+            .doing(|| format!("{}: its notify", at()))?;
+        take(&seg, 1, &format!("{}: the left neighbour's word", at()))?;
+    }
+    Ok(CHURN_ROUNDS)
+}
+
+/// Phase 5, see the module documentation.
+fn churn(ctx: &Context, data: &mut Data) -> Outcome {
+    let rounds = thread::scope(|s| {
+        let threads: Vec<_> = (0..CHURN_LIBRARIES)
+            .map(|k| s.spawn(move || churn_rounds(ctx, k)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| joined("churn", t.join())?)
+            .sum::<Outcome<u64>>()
+    })?;
+    data.put("churn_rounds", rounds);
+    Ok(())
 }
 
 fn joined<T>(what: &str, result: thread::Result<T>) -> Outcome<T> {
