@@ -335,6 +335,27 @@ fn crossed_teams(provider: &str) {
     }
 }
 
+/// `crossed_eager` on 4 ranks: members sync three teams of one family in orders of their own
+/// while eager puts wait for counts of freed stages; every collective completes and delivers.
+fn crossed_eager(provider: &str) {
+    let job = job(4, provider, &["crossed_eager"]);
+    let report = job.report();
+    // The team, its split by parity, its split in reverse order, in turn.
+    let sizes = [4u32, 2, 4];
+    let mut digest = Digest::default();
+    for i in 0..27u64 {
+        let all: Vec<u8> = (0..sizes[(i % 3) as usize])
+            .flat_map(|m| cases::block(7000 + i, m, 0, 1))
+            .collect();
+        digest.add(&all);
+    }
+    for rank in 0..4 {
+        let data = job.data("crossed_eager", rank);
+        assert_eq!(data.get("outcome"), "Ok", "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+    }
+}
+
 /// `allsync_source` on 3 ranks: an `IN_ALLSYNC` broadcast out of the root's segment, initiated
 /// non-blocking before another member writes into that range and enters, sends the bytes
 /// written.
@@ -745,6 +766,8 @@ jobs! {
     allsync_source_3_tcp: allsync_source("tcp");
     crossed_teams_4_shm: crossed_teams("shm");
     crossed_teams_4_tcp: crossed_teams("tcp");
+    crossed_eager_4_shm: crossed_eager("shm");
+    crossed_eager_4_tcp: crossed_eager("tcp");
     some_3_shm: some(3, "shm");
     some_2_tcp: some(2, "tcp");
     some_unthreaded_4_tcp: some_unthreaded(4, "tcp");

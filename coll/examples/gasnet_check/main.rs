@@ -40,6 +40,13 @@
 //!   alike; members `0, 1` (mod 4) sync the team's first, members `2, 3` the split's, so each
 //!   waits in one team for a member that waits in the other: `data crossed_teams rank R:
 //!   outcome; digest`.
+//! * `crossed_eager`: three teams of one family (the team, its split by parity and its split
+//!   in reverse order), 9 eager 1-byte gather_alls on each (more than the team's lanes),
+//!   initiated alike, one team after the other in turn; each member syncs the teams in an
+//!   order of its own (permutation `index mod 6` of the three), each team's handles in
+//!   initiation order, so members wait in one team for members that wait in another while
+//!   eager puts wait for counts of freed stages: `data crossed_eager rank R: outcome;
+//!   digest` (the destinations in initiation order).
 //! * `allsync_source`: rank 0 broadcasts a range of its segment with `IN_ALLSYNC` and
 //!   `SRC_IN_SEGMENT`, non-blocking; after it initiated, rank 1 writes new bytes into that
 //!   range (notified) and only then enters: every member must receive the new bytes, which
@@ -152,6 +159,7 @@ fn main() -> ExitCode {
         ["mixed"] => in_job(mixed),
         ["uneven"] => in_job(uneven),
         ["crossed_teams"] => in_job(crossed_teams),
+        ["crossed_eager"] => in_job(crossed_eager),
         ["allsync_source"] => in_job(allsync_source),
         ["allsync_dest"] => in_job(allsync_dest),
         ["split"] => in_job(split),
@@ -162,7 +170,7 @@ fn main() -> ExitCode {
         ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|crossed_eager|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled".into(),
         ),
     };
     match result {
@@ -733,6 +741,65 @@ fn crossed_teams(ctx: &Context, team: &Team<'_>) -> Outcome {
     }
     println!(
         "data crossed_teams rank {}: outcome={outcome}; digest={}",
+        ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
+}
+
+fn crossed_eager(ctx: &Context, team: &Team<'_>) -> Outcome {
+    const PER_TEAM: u64 = 9;
+    /// Every order of the three teams.
+    const ORDERS: [[usize; 3]; 6] = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    // Far more than the scenario needs: a member left waiting for another team's progress
+    // shows as a timeout instead of a hang.
+    let short = Timeout::Millis(10_000);
+    let (n, me) = (team.size(), team.index());
+    let half = team
+        .split(Some(me % 2), me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    let reversed = team
+        .split(Some(0), n - me, TIMEOUT)?
+        .ok_or("a member with a colour got no team")?;
+    let teams = [team, &half, &reversed];
+    let cases: Vec<(usize, u64)> = (0..3 * PER_TEAM)
+        .map(|i| ((i % 3) as usize, 7000 + i))
+        .collect();
+    let srcs: Vec<Vec<u8>> = cases
+        .iter()
+        .map(|&(t, case)| cases::block(case, teams[t].index(), 0, 1))
+        .collect();
+    let mut dsts: Vec<Vec<u8>> = cases
+        .iter()
+        .map(|&(t, _)| vec![0u8; teams[t].size() as usize])
+        .collect();
+    let mut handles: [Vec<Handle<'_, '_>>; 3] = Default::default();
+    for ((&(t, _), src), dst) in cases.iter().zip(&srcs).zip(dsts.iter_mut()) {
+        handles[t].push(teams[t].gather_all_nb(dst, src, Flags::EAGER)?);
+    }
+    let mut outcome = "Ok".to_string();
+    'sync: for &t in &ORDERS[me as usize % ORDERS.len()] {
+        for handle in &mut handles[t] {
+            if let Err(e) = handle.wait_sync(short) {
+                outcome = format!("{e}");
+                break 'sync;
+            }
+        }
+    }
+    drop(handles);
+    let mut digest = Digest::default();
+    for dst in &dsts {
+        digest.add(dst);
+    }
+    println!(
+        "data crossed_eager rank {}: outcome={outcome}; digest={}",
         ctx.rank(),
         digest.hex()
     );

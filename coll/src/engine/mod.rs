@@ -1359,6 +1359,20 @@ impl<'c> Engine<'c> {
             return state.next > 0;
         }
         self.pass(&mut state, &mut [], &OwnerIndex::none());
+        // No thread waits in this team to tell the senders of its runs what they need of this
+        // member's stage before it sleeps (see `drive`): the call about to sleep in another
+        // team tells them, or an eager put of this team waits for a count while its sender
+        // waits for this member in that other team. A publication still on its way is not
+        // waited for: the next look sends this one.
+        if !state.watcher {
+            let explicit = state.trusting.is_some_and(Deadline::expired);
+            match self.publish(&mut state, Some(Timeout::Test.deadline()), explicit) {
+                Ok(true) => _ = state.trusting.get_or_insert_with(|| TRUST.deadline()),
+                Ok(false) => state.trusting = None,
+                // Nobody to report it to: the next call on this team meets it again.
+                Err(_) => {}
+            }
+        }
         // A thread asleep in this team wakes on its notifications and moves it on itself.
         let under_way = !state.watcher
             && (state.holders().any(|r| !r.complete && r.failed.is_none())
