@@ -311,7 +311,9 @@ pub enum Error {
     /// one with another root, size, sync mode or algorithm.
     #[error("rank {rank} called another collective, or with other arguments (value {value:#x})")]
     Mismatch {
-        /// The member whose notification disagreed.
+        /// The member whose notification this member expected where the disagreeing one
+        /// landed. Where members disagree about who sends to whom (the algorithm, say), it
+        /// may have come from another member, which disagrees too.
         rank: Rank,
         /// The value it carried.
         value: u32,

@@ -243,8 +243,9 @@ impl Default for Capacity {
 /// death ([`Context::known_failure`](gaspi::Context::known_failure)) fails so at once, also where
 /// its own part needs nothing of the dead member; a member that initiated another collective, or
 /// the same one with another root, size, sync mode or algorithm, is named when one of its
-/// notifications reaches a member that disagrees ([`Error::Mismatch`]), and otherwise its partners
-/// time out.
+/// notifications reaches a member that disagrees ([`Error::Mismatch`], which names the member
+/// whose notification was expected there), and otherwise its partners time out: members that
+/// disagree about a root, or about the `IN_` sync mode, send where the others never look.
 pub struct Team<'c> {
     coll: &'c Collectives<'c>,
     /// Shared with the family's list of engines (see "Other teams" in the engine).
