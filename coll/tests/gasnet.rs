@@ -317,7 +317,6 @@ fn uneven(ranks: u32, provider: &str) {
 /// and the other way round; every collective completes and delivers.
 fn crossed_teams(provider: &str) {
     let job = job(4, provider, &["crossed_teams"]);
-    let report = job.report();
     let mut digest = Digest::default();
     for i in 0..4u64 {
         digest.add(&cases::block(5000 + i, (i % 4) as u32, 0, 128));
@@ -328,10 +327,17 @@ fn crossed_teams(provider: &str) {
             .collect();
         digest.add(&all);
     }
-    for rank in 0..4 {
-        let data = job.data("crossed_teams", rank);
+    every_delivered(&job, "crossed_teams", 4, &digest.hex());
+}
+
+/// Every rank of `job` reported `scenario`'s collectives complete (`outcome=Ok`) with the
+/// destinations of `digest`.
+fn every_delivered(job: &Finished, scenario: &str, ranks: u32, digest: &str) {
+    let report = job.report();
+    for rank in 0..ranks {
+        let data = job.data(scenario, rank);
         assert_eq!(data.get("outcome"), "Ok", "rank {rank}\n{report}");
-        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
+        assert_eq!(data.get("digest"), digest, "rank {rank}\n{report}");
     }
 }
 
@@ -339,7 +345,6 @@ fn crossed_teams(provider: &str) {
 /// while eager puts wait for counts of freed stages; every collective completes and delivers.
 fn crossed_eager(provider: &str) {
     let job = job(4, provider, &["crossed_eager"]);
-    let report = job.report();
     // The team, its split by parity, its split in reverse order, in turn.
     let sizes = [4u32, 2, 4];
     let mut digest = Digest::default();
@@ -349,11 +354,7 @@ fn crossed_eager(provider: &str) {
             .collect();
         digest.add(&all);
     }
-    for rank in 0..4 {
-        let data = job.data("crossed_eager", rank);
-        assert_eq!(data.get("outcome"), "Ok", "rank {rank}\n{report}");
-        assert_eq!(data.get("digest"), digest.hex(), "rank {rank}\n{report}");
-    }
+    every_delivered(&job, "crossed_eager", 4, &digest.hex());
 }
 
 /// `allsync_source` on 3 ranks: an `IN_ALLSYNC` broadcast out of the root's segment, initiated

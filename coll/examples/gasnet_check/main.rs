@@ -446,10 +446,7 @@ fn many(ctx: &Context, team: &Team<'_>) -> Outcome {
     }
     // Sync in an order of this rank's own.
     let synced = sync_shuffled(handles, u64::from(ctx.rank()) + 7, TIMEOUT)?;
-    let mut digest = Digest::default();
-    for dst in &dsts {
-        digest.add(dst);
-    }
+    let digest: Digest = dsts.iter().collect();
     println!(
         "data many rank {}: synced={synced}; digest={}",
         ctx.rank(),
@@ -473,10 +470,7 @@ fn outstanding(ctx: &Context, team: &Team<'_>) -> Outcome {
     gaspi_coll::wait_sync_all(&mut handles, TIMEOUT)?;
     let synced = handles.len();
     drop(handles);
-    let mut digest = Digest::default();
-    for dst in &dsts {
-        digest.add(dst);
-    }
+    let digest: Digest = dsts.iter().collect();
     println!(
         "data outstanding rank {}: synced={synced}; digest={}",
         ctx.rank(),
@@ -524,10 +518,7 @@ fn some(ctx: &Context, team: &Team<'_>) -> Outcome {
         again_all = format!("{:?}", gaspi_coll::try_sync_all(&mut handles)?);
         gaspi_coll::wait_sync_all(&mut handles, Timeout::Test)?;
     }
-    let mut digest = Digest::default();
-    for dst in &dsts {
-        digest.add(dst);
-    }
+    let digest: Digest = dsts.iter().collect();
     println!(
         "data some rank {}: fast={fast}; slow={slow}; again_some={again_some}; \
          again_all={again_all}; digest={}",
@@ -794,10 +785,7 @@ fn crossed_eager(ctx: &Context, team: &Team<'_>) -> Outcome {
         }
     }
     drop(handles);
-    let mut digest = Digest::default();
-    for dst in &dsts {
-        digest.add(dst);
-    }
+    let digest: Digest = dsts.iter().collect();
     println!(
         "data crossed_eager rank {}: outcome={outcome}; digest={}",
         ctx.rank(),
@@ -944,10 +932,7 @@ fn threads(ctx: &Context, team: &Team<'_>) -> Outcome {
         }
         Ok(synced)
     })?;
-    let mut digest = Digest::default();
-    for dst in &dsts {
-        digest.add(dst);
-    }
+    let digest: Digest = dsts.iter().collect();
     println!(
         "data threads rank {}: synced={synced}; digest={}",
         ctx.rank(),

@@ -30,6 +30,17 @@ impl Default for Digest {
     }
 }
 
+/// The digest of buffers, added in order.
+impl<B: AsRef<[u8]>> FromIterator<B> for Digest {
+    fn from_iter<I: IntoIterator<Item = B>>(bufs: I) -> Digest {
+        let mut digest = Digest::default();
+        for buf in bufs {
+            digest.add(buf.as_ref());
+        }
+        digest
+    }
+}
+
 impl Digest {
     pub fn add(&mut self, bytes: &[u8]) {
         self.mix(bytes.len() as u64);
