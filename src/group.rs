@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock, TryLockError};
+use std::sync::{Arc, Mutex, RwLock};
 
 use gaspi_notifications::{Deadline, Timeout};
 
@@ -24,6 +24,7 @@ use crate::dissemination::{CollState, Purpose, Spread, Watch, SLOTS_PER_GROUP};
 use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
 use crate::queue::{Label, Queue};
+use crate::timed_lock::{TimedGuard, TimedMutex};
 
 /// Identifier of a group.
 pub type GroupId = u8;
@@ -91,7 +92,9 @@ impl Members {
 pub(crate) struct Group {
     pub(crate) id: GroupId,
     pub(crate) members: Members,
-    state: Mutex<CollState>,
+    /// Held by one collective call for its whole run, waits included: another thread's call
+    /// waits for it only until its own deadline.
+    state: TimedMutex<CollState>,
     /// Where partners write this member's allreduce data (none for a group of one).
     pub(crate) area: Option<ReduceArea>,
     /// The partners' areas, looked up on first use.
@@ -115,7 +118,7 @@ impl Group {
         Group {
             id,
             members,
-            state: Mutex::new(CollState::default()),
+            state: TimedMutex::new(CollState::default()),
             area,
             peer_areas: Mutex::new(HashMap::new()),
             writes: Queue::new(Label::Batch, u32::MAX, None),
@@ -127,19 +130,20 @@ impl Group {
         (0..self.members.len()).filter_map(|i| self.members.rank_at(i))
     }
 
-    /// The collective state, for one collective call at a time.
-    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, CollState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The collective state, for one collective call at a time: a call that finds another
+    /// one's run under way waits for it until `deadline`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when `deadline` passed first; the state is then untouched, so the
+    /// call can simply be made again.
+    pub(crate) fn state(&self, deadline: Deadline) -> Result<TimedGuard<'_, CollState>> {
+        self.state.lock_until(deadline).ok_or(Error::Timeout)
     }
 
     /// Whether this member took every notification partners sent it for the group (see
     /// [`CollState::settled`]); not while a collective call of the group is under way.
     fn settled(&self) -> bool {
-        match self.state.try_lock() {
-            Ok(state) => state.settled(),
-            Err(TryLockError::Poisoned(state)) => state.into_inner().settled(),
-            Err(TryLockError::WouldBlock) => false,
-        }
+        self.state.try_lock().is_some_and(|state| state.settled())
     }
 }
 
@@ -342,9 +346,9 @@ impl Context {
             }
         };
         let agreed = {
-            let mut state = g.state();
-            self.claim(&g, &mut state, Purpose::Commit)?;
             let deadline = timeout.deadline();
+            let mut state = g.state(deadline)?;
+            self.claim(&g, &mut state, Purpose::Commit)?;
             if !state.closing {
                 state.start_pair(fingerprint(g.id, &g.members));
                 self.run(&g, &mut state, deadline, Watch::Members)?;
@@ -481,7 +485,9 @@ impl Context {
 
     /// Blocks until every member of committed group `group` has entered the barrier, or until
     /// `timeout`. After [`Error::Timeout`] call it again to continue the same barrier. Calls
-    /// from several threads of one rank are serialised.
+    /// from several threads of one rank are serialised, each within its own timeout: a call
+    /// that finds another thread's collective of the group under way waits for it to finish
+    /// only until its timeout, and then returns [`Error::Timeout`] having changed nothing.
     ///
     /// # Errors
     /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
@@ -492,35 +498,42 @@ impl Context {
     /// the group meanwhile (`segment_create`, `finalize`); [`Error::RankFailed`] naming a dead
     /// member.
     pub fn group_barrier(&self, group: GroupId, timeout: Timeout) -> Result<()> {
-        self.barrier_for(group, Purpose::Barrier, timeout)
+        self.barrier_for(group, Purpose::Barrier, timeout.deadline())
     }
 
-    /// A barrier of committed group `group` that synchronises `purpose`: it continues only a
-    /// run of the same purpose that timed out.
+    /// A barrier of committed group `group` that synchronises `purpose`, bounded by
+    /// `deadline`: it continues only a run of the same purpose that timed out.
     pub(crate) fn barrier_for(
         &self,
         group: GroupId,
         purpose: Purpose,
-        timeout: Timeout,
+        deadline: Deadline,
     ) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
-        let mut state = g.state();
+        let mut state = g.state(deadline)?;
         self.claim(&g, &mut state, purpose)?;
-        self.run(&g, &mut state, timeout.deadline(), Watch::Members)
+        self.run(&g, &mut state, deadline, Watch::Members)
     }
 
     /// The call of `group` whose synchronisation timed out and is in flight, when a run of
     /// `purpose` may not continue it: checked before a call changes anything.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when another thread's collective of the group is still under way at
+    /// `deadline`.
     pub(crate) fn barrier_conflict(
         &self,
         group: GroupId,
         purpose: Purpose,
-    ) -> Option<&'static str> {
-        let g = self.inner.groups.committed(group).ok()?;
-        let state = g.state();
-        state
+        deadline: Deadline,
+    ) -> Result<Option<&'static str>> {
+        let Ok(g) = self.inner.groups.committed(group) else {
+            return Ok(None);
+        };
+        let state = g.state(deadline)?;
+        Ok(state
             .conflict(purpose)
-            .filter(|_| self.first_dead(&g).is_none())
+            .filter(|_| self.first_dead(&g).is_none()))
     }
 
     /// Claims `g`'s runs for a run of `purpose` (see [`CollState::claim`]). A run of another
@@ -548,7 +561,7 @@ impl Context {
     /// dead before the exit began.
     pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
         let g = self.inner.groups.committed(GROUP_ALL)?;
-        let mut state = g.state();
+        let mut state = g.state(deadline)?;
         self.claim(&g, &mut state, Purpose::Exit)?;
         if !self.inner.leaving.load(Ordering::Acquire) {
             self.run(&g, &mut state, deadline, Watch::Members)?;

@@ -76,6 +76,7 @@ mod segment;
 mod sync;
 mod system;
 mod target;
+mod timed_lock;
 mod watch;
 mod wire;
 

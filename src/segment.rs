@@ -418,7 +418,9 @@ impl Context {
     ///
     /// The memory is a shared-memory file, so other ranks on this host could map it directly.
     /// Each rank may pass its own `size`. After a timeout the segment exists locally and calling
-    /// again (with the same id) finishes the synchronisation.
+    /// again (with the same id) finishes the synchronisation; a call that timed out waiting for
+    /// another thread's collective of [`GROUP_ALL`](crate::GROUP_ALL) made nothing, and calling
+    /// again creates the segment.
     ///
     /// # Errors
     /// [`Error::SegmentExists`] when the segment exists (and its creation finished);
@@ -442,7 +444,10 @@ impl Context {
     }
 
     /// Makes `memory` segment `id` on every rank (collective, like
-    /// [`segment_create`](Self::segment_create), with the same timeout semantics).
+    /// [`segment_create`](Self::segment_create), with the same timeout semantics). A call that
+    /// timed out before it made the segment (waiting for another thread's collective) dropped
+    /// `memory`: call again with the memory bound again; a call that finds the segment made
+    /// drops the `memory` it is given.
     ///
     /// Memory the user provides is bound with the `unsafe`
     /// [`SegmentMemory::bind`](crate::SegmentMemory::bind), whose contract (the memory stays
@@ -476,8 +481,9 @@ impl Context {
         let me = self.rank();
         let inner = &self.inner;
         let purpose = Purpose::SegmentCreate(id);
+        let deadline = timeout.deadline();
         // Refused before anything is made: another call's synchronisation is in flight.
-        if let Some(pending) = self.barrier_conflict(GROUP_ALL, purpose) {
+        if let Some(pending) = self.barrier_conflict(GROUP_ALL, purpose, deadline)? {
             return Err(Error::CollectiveInProgress {
                 group: GROUP_ALL,
                 pending,
@@ -504,7 +510,7 @@ impl Context {
             // An earlier call timed out in the synchronisation: continue it.
             Some(_) => {}
         }
-        self.barrier_for(GROUP_ALL, purpose, timeout)?;
+        self.barrier_for(GROUP_ALL, purpose, deadline)?;
         // An answer cached while peers were still creating it may say "absent".
         inner.descriptors.forget_everywhere(DescKey::Segment(id));
         if let Some(seg) = inner.segments.get(Table::User(id)) {

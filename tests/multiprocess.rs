@@ -117,6 +117,35 @@ fn timeouts_4_shm() {
     timeouts(4, "shm");
 }
 
+/// `serialised`: while rank 0's thread A waits in a barrier the other ranks join 2.5 s late,
+/// its thread B's barrier, allreduce and segment_create with `Millis(200)` and `Test` return
+/// `Timeout` by their deadlines instead of waiting for A's barrier, and all complete afterwards.
+/// Before the group's collective state was acquired within the caller's deadline, each of B's
+/// calls waited for A's barrier (about 2.2 s).
+fn serialised(ranks: u32, provider: &str) {
+    let job = selftest("serialised", ranks, provider);
+    let data = job.data("serialised", 0);
+    assert_eq!(data.get("a_barrier"), "Ok", "{}", job.report());
+    for call in ["barrier", "allreduce", "create"] {
+        for (timeout, limit) in [("millis", 1_500), ("test", 250)] {
+            let key = format!("b_{call}_{timeout}");
+            assert_eq!(data.get(&key), "Timeout", "{key}\n{}", job.report());
+            let took: u64 = data.parse(&format!("{key}_ms"));
+            assert!(took < limit, "{key} took {took} ms\n{}", job.report());
+        }
+    }
+}
+
+#[test]
+fn serialised_3_tcp() {
+    serialised(3, "tcp");
+}
+
+#[test]
+fn serialised_3_shm() {
+    serialised(3, "shm");
+}
+
 /// `dead-read` under `gaspirun --keep-going`: the victim dies with a read from it in flight
 /// (over shm such a read stalls every later read of the rank that posted it); the survivors'
 /// allreduce on a group of their own and their finalize end by their deadlines and name no live

@@ -138,6 +138,9 @@ impl Context {
     ///
     /// After [`Error::Timeout`], call again with the same arguments to continue: the input is
     /// captured by the first call, and `output` is written only when the reduction completes.
+    /// Calls of the group's collectives from several threads of one rank are serialised, each
+    /// within its own timeout (see [`group_barrier`](Self::group_barrier)): a call that timed
+    /// out waiting for another thread's call captured nothing, and the next one starts afresh.
     /// Bitwise and logical operators on floats are [`Error::Unsupported`].
     ///
     /// # Errors
@@ -217,7 +220,10 @@ impl Context {
             return Err(e);
         }
         let signature = mix(&[folder.code(), input.len() as u64]);
-        let mut state = g.state();
+        let deadline = timeout.deadline();
+        // Waiting for another thread's collective of the group: a timeout here captured
+        // nothing, so the next call starts afresh.
+        let mut state = g.state(deadline)?;
         match &state.reduce {
             Some(run) if run.signature != signature => {
                 return Err(Error::CollectiveInProgress {
@@ -233,7 +239,6 @@ impl Context {
                 state.reduce = Some(Run::renew(state.spare.take(), signature, input));
             }
         }
-        let deadline = timeout.deadline();
         let input: &[u8] = bytemuck::cast_slice(input);
         match self.advance(&g, index, &mut state, folder, input, deadline) {
             Ok(()) => {

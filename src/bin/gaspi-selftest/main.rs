@@ -35,6 +35,7 @@ mod library;
 mod linger;
 mod options;
 mod passive;
+mod serialised;
 mod stopped;
 mod stress;
 mod threads;
@@ -82,6 +83,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Stress => stress::run(&ctx, opts),
         Scenario::Threads => threads::run(&ctx, opts).map(Report::from),
         Scenario::Timeouts => timeouts::run(&ctx),
+        Scenario::Serialised => serialised::run(&ctx),
         Scenario::Groups => groups::run(&ctx).map(Report::from),
         Scenario::Allreduce => allreduce::run(&ctx),
         Scenario::Passive => passive::run(&ctx).map(Report::from),

@@ -36,6 +36,10 @@ Scenarios:
       --messages N       notifications from each rank to each rank (default 2000)
   timeouts     Test/Millis timeouts of notify_waitsome, wait and barrier, and
                that a call repeated after a timeout completes
+  serialised   while rank 0's thread A waits in a barrier the others join
+               2.5 s late, its thread B's barrier, allreduce and
+               segment_create with Millis(200) and Test must each return
+               Timeout by their deadline; then all of them complete (2+ ranks)
   groups       GROUP_ALL's membership; a group of the even ranks committed by
                its members and refused to the others; repeated group barriers
                with a timeout in between; misuse errors; a commit whose
@@ -127,6 +131,7 @@ pub enum Scenario {
     Stress,
     Threads,
     Timeouts,
+    Serialised,
     Groups,
     Allreduce,
     Passive,
@@ -144,11 +149,12 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 18] = [
+    const ALL: [Scenario; 19] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
+        Scenario::Serialised,
         Scenario::Groups,
         Scenario::Allreduce,
         Scenario::Passive,
@@ -172,6 +178,7 @@ impl Scenario {
             Scenario::Stress => "stress",
             Scenario::Threads => "threads",
             Scenario::Timeouts => "timeouts",
+            Scenario::Serialised => "serialised",
             Scenario::Groups => "groups",
             Scenario::Allreduce => "allreduce",
             Scenario::Passive => "passive",
