@@ -142,6 +142,12 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the variable that does not parse or is out of range.
     pub fn from_env() -> Result<Self> {
+        Config::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with the variables `get` gives.
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| get(name).filter(|v| !v.is_empty());
         let mut cfg = Config::default();
         if let Some(p) = var("GASPI_PROVIDER") {
             cfg.provider = p;
@@ -200,63 +206,68 @@ impl Config {
     /// Checks every field against its limits.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the first field out of range.
+    /// [`Error::Config`] naming the first field out of range, and the variable that sets it.
     pub fn validate(&self) -> Result<()> {
         if self.provider.is_empty() {
-            return Err(Error::Config("provider must not be empty".into()));
+            return Err(Error::Config(
+                "provider (GASPI_PROVIDER) must not be empty".into(),
+            ));
         }
         if self.notifications == 0 || self.notifications > MAX_NOTIFICATIONS {
             return Err(Error::Config(format!(
-                "notifications = {} must be in 1..={MAX_NOTIFICATIONS}",
+                "notifications (GASPI_NOTIFICATIONS) = {} must be in 1..={MAX_NOTIFICATIONS}",
                 self.notifications
             )));
         }
         if self.queues == 0 || self.queues > MAX_QUEUES {
             return Err(Error::Config(format!(
-                "queues = {} must be in 1..={MAX_QUEUES}",
+                "queues (GASPI_QUEUES) = {} must be in 1..={MAX_QUEUES}",
                 self.queues
             )));
         }
         if self.queue_depth == 0 || self.queue_depth > 65_536 {
             return Err(Error::Config(format!(
-                "queue_depth = {} must be in 1..=65536",
+                "queue_depth (GASPI_QUEUE_DEPTH) = {} must be in 1..=65536",
                 self.queue_depth
             )));
         }
         if self.max_groups == 0 || self.max_groups > MAX_GROUPS {
             return Err(Error::Config(format!(
-                "max_groups = {} must be in 1..={MAX_GROUPS}",
+                "max_groups (GASPI_MAX_GROUPS) = {} must be in 1..={MAX_GROUPS}",
                 self.max_groups
             )));
         }
         if self.passive_max_bytes > MAX_PASSIVE_BYTES {
             return Err(Error::Config(format!(
-                "passive_max_bytes = {} must be at most {MAX_PASSIVE_BYTES}",
+                "passive_max_bytes (GASPI_PASSIVE_MAX_BYTES) = {} must be at most {MAX_PASSIVE_BYTES}",
                 self.passive_max_bytes
             )));
         }
         if !(64..=MAX_REDUCE_CHUNK).contains(&self.reduce_chunk) || self.reduce_chunk % 8 != 0 {
             return Err(Error::Config(format!(
-                "reduce_chunk = {} must be a multiple of 8 in 64..={MAX_REDUCE_CHUNK}",
+                "reduce_chunk (GASPI_REDUCE_CHUNK) = {} must be a multiple of 8 in 64..={MAX_REDUCE_CHUNK}",
                 self.reduce_chunk
             )));
         }
         if self.op_timeout.is_zero() {
-            return Err(Error::Config("op_timeout must be positive".into()));
+            return Err(Error::Config(
+                "op_timeout (GASPI_OP_TIMEOUT_MS) must be positive".into(),
+            ));
         }
         Ok(())
     }
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| Error::Config(format!("{name}={value:?} is not a valid number")))
+    let value = value.trim();
+    value.parse().map_err(|_| {
+        // A number too large for the field is out of range, as one its limits refuse is.
+        let why = match value.parse::<u128>() {
+            Ok(_) => "is out of range",
+            Err(_) => "is not a valid number",
+        };
+        Error::Config(format!("{name}={value:?} {why}"))
+    })
 }
 
 fn flag(name: &str, value: &str) -> Result<bool> {
@@ -307,5 +318,33 @@ mod tests {
         for cfg in bad {
             assert!(matches!(cfg.validate(), Err(Error::Config(_))), "{cfg:?}");
         }
+    }
+
+    #[test]
+    fn errors_from_the_environment_name_the_variable() {
+        let with = |name: &'static str, value: &'static str| {
+            Config::from_vars(move |n| (n == name).then(|| value.to_string()))
+        };
+        for (name, value, why) in [
+            ("GASPI_QUEUES", "17", "must be in 1..=16"),
+            ("GASPI_QUEUES", "300", "is out of range"),
+            ("GASPI_QUEUES", "many", "is not a valid number"),
+            ("GASPI_MAX_GROUPS", "1000", "is out of range"),
+            ("GASPI_NOTIFICATIONS", "0", "must be in 1..="),
+            ("GASPI_QUEUE_DEPTH", "0", "must be in 1..=65536"),
+            ("GASPI_PASSIVE_MAX_BYTES", "4194304", "must be at most"),
+            ("GASPI_REDUCE_CHUNK", "65", "must be a multiple of 8"),
+            ("GASPI_OP_TIMEOUT_MS", "0", "must be positive"),
+        ] {
+            match with(name, value) {
+                Err(Error::Config(message)) => assert!(
+                    message.contains(name) && message.contains(why),
+                    "{name}={value}: {message}"
+                ),
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+        let cfg = with("GASPI_QUEUES", " 4 ").expect("a value in range");
+        assert_eq!(cfg.queues, 4);
     }
 }
