@@ -424,13 +424,21 @@ impl Context {
     /// normally.
     ///
     /// # Errors
-    /// [`Error::FinalizeTimeout`]; [`Error::RankFailed`]; [`Error::CollectiveMismatch`]
+    /// [`Error::FinalizeTimeout`]; [`Error::FinalizeRefused`], which hands the context back
+    /// too, while a collective of `GROUP_ALL` that timed out is in flight (finish it first);
+    /// [`Error::RankFailed`]; [`Error::CollectiveMismatch`]
     /// naming a rank that called another collective of `GROUP_ALL` meanwhile (a `barrier`,
     /// say); [`Error::Bootstrap`] when the PMI finalize fails.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
         match self.exit_barrier(timeout.deadline()) {
             Ok(()) => {}
             Err(Error::Timeout) => return Err(Error::FinalizeTimeout(Box::new(self))),
+            Err(reason @ Error::CollectiveInProgress { .. }) => {
+                return Err(Error::FinalizeRefused {
+                    reason: Box::new(reason),
+                    ctx: Box::new(self),
+                })
+            }
             Err(e) => return Err(e),
         }
         let pmi = self.inner.take_pmi();

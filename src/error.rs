@@ -439,6 +439,18 @@ pub enum Error {
     #[error("finalize timed out before every rank arrived; the context is returned for a retry")]
     FinalizeTimeout(Box<crate::Context>),
 
+    /// [`Context::finalize`](crate::Context::finalize) could not begin: a collective of
+    /// `GROUP_ALL` that timed out is still in flight (`reason`, an
+    /// [`Error::CollectiveInProgress`]). Nothing was released: the context is handed back, to
+    /// finish that collective with it (call it again) and then finalize.
+    #[error("finalize cannot begin ({reason}); the context is returned")]
+    FinalizeRefused {
+        /// Why it cannot begin.
+        reason: Box<Error>,
+        /// The context, unchanged.
+        ctx: Box<crate::Context>,
+    },
+
     /// The context was already finalized.
     #[error("the context has been finalized")]
     Finalized,

@@ -6,7 +6,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use gaspi::{Context, Error, Notification, SegmentId, Timeout};
+use gaspi::{Context, Error, Notification, ReduceOp, SegmentId, Timeout, GROUP_ALL};
 
 use crate::check::{ensure, stat_fields, Data, Doing, Failure, Outcome, Report};
 
@@ -90,16 +90,38 @@ fn cpu_ms() -> Outcome<u64> {
     Ok((field(14)? + field(15)?) * 10)
 }
 
-/// The last rank finalizes 300 ms late; the others' `finalize(Millis(50))` must time out and
-/// hand the context back, and finalizing that context again must complete.
+/// The last rank joins an allreduce 300 ms late: the others' `allreduce(Millis(50))` times
+/// out, and their `finalize` then must refuse to begin and hand the context back, with which
+/// they finish the allreduce (its sum checked). The last rank then finalizes 300 ms late: the
+/// others' `finalize(Millis(50))` must time out and hand the context back, and finalizing that
+/// context again must complete.
 pub fn finalize_resumes_after_timeout(ctx: Context) -> Outcome<String> {
     let (me, n) = (ctx.rank(), ctx.size());
     if me + 1 == n {
+        std::thread::sleep(Duration::from_millis(300));
+        sum_of_ranks(&ctx, TIMEOUT).doing(|| "the late rank's allreduce")??;
         std::thread::sleep(Duration::from_millis(300));
         ctx.finalize(TIMEOUT)
             .doing(|| "finalize of the late rank")?;
         return Ok("finalized late on purpose".into());
     }
+    let reduced = sum_of_ranks(&ctx, Timeout::Millis(50));
+    expect_timeout("allreduce(Millis(50)) with a rank 300 ms late", reduced)?;
+    let ctx = match ctx.finalize(Timeout::Millis(50)) {
+        Err(Error::FinalizeRefused { reason, ctx })
+            if matches!(*reason, Error::CollectiveInProgress { .. }) =>
+        {
+            ctx
+        }
+        other => {
+            return Err(Failure(format!(
+                "finalize with a timed-out allreduce in flight: expected FinalizeRefused, got \
+                 {other:?}"
+            )))
+        }
+    };
+    sum_of_ranks(&ctx, TIMEOUT)
+        .doing(|| "the allreduce again, with the context finalize handed back")??;
     let ctx = match ctx.finalize(Timeout::Millis(50)) {
         Err(Error::FinalizeTimeout(ctx)) => ctx,
         other => {
@@ -110,7 +132,29 @@ pub fn finalize_resumes_after_timeout(ctx: Context) -> Outcome<String> {
     };
     ctx.finalize(TIMEOUT)
         .doing(|| "finalize again after its timeout")?;
-    Ok("finalize timed out, handed the context back, and completed when called again".into())
+    Ok(
+        "finalize refused to begin during a timed-out allreduce and handed the context back; \
+        it timed out, handed the context back, and completed when called again"
+            .into(),
+    )
+}
+
+/// The allreduce over every rank of `rank + 1`, checked against `n (n + 1) / 2`: the outer
+/// result is the runtime's, the inner one the check's.
+fn sum_of_ranks(ctx: &Context, timeout: Timeout) -> gaspi::Result<Outcome> {
+    let n = u64::from(ctx.size());
+    let mut sum = [0u64];
+    let input = [u64::from(ctx.rank()) + 1];
+    ctx.allreduce(GROUP_ALL, &input, &mut sum, ReduceOp::Sum, timeout)?;
+    let want = n * (n + 1) / 2;
+    Ok(if sum[0] == want {
+        Ok(())
+    } else {
+        Err(Failure(format!(
+            "the sum of the ranks is {}, not {want}",
+            sum[0]
+        )))
+    })
 }
 
 fn expect_timeout<T: std::fmt::Debug>(what: &str, got: gaspi::Result<T>) -> Outcome {
