@@ -117,8 +117,26 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Bytes of a card before the endpoint name: system region base and key, then the process.
-const CARD_HEAD: usize = 16 + PROCESS_BYTES;
+/// Bytes of a card before the endpoint name: system region base and key, the process, then
+/// the values of [`AGREED`].
+const CARD_HEAD: usize = 16 + PROCESS_BYTES + 4 * AGREED.len();
+
+/// A setting's value in a configuration.
+type Setting = fn(&Config) -> u32;
+
+/// The settings every rank of a job must have alike, by variable: each card carries them, and
+/// a rank that finds another's different fails to join, naming both (otherwise a passive
+/// message one rank sends and the other cannot take breaks the connection over tcp, which
+/// then takes a live rank for a dead one).
+const AGREED: [(&str, Setting); 4] = [
+    ("GASPI_NOTIFICATIONS", |c| c.notifications),
+    ("GASPI_PASSIVE_MAX_BYTES", |c| c.passive_max_bytes),
+    // At most 16 MiB (validated).
+    ("GASPI_REDUCE_CHUNK", |c| {
+        u32::try_from(c.reduce_chunk).unwrap_or(u32::MAX)
+    }),
+    ("GASPI_MAX_GROUPS", |c| u32::from(c.max_groups)),
+];
 
 /// What a rank publishes at bootstrap.
 struct Card {
@@ -129,6 +147,8 @@ struct Card {
     process: Process,
     /// Its directory for the direct path (see `direct`), if it has one.
     directory: Option<PathBuf>,
+    /// Its values of the settings of [`AGREED`].
+    agreed: [u32; AGREED.len()],
 }
 
 /// Encodes a card: the fixed head, the name's length (2 bytes), the name, the directory path.
@@ -141,6 +161,9 @@ fn encode_card(card: &Card) -> String {
     bytes.extend_from_slice(&card.region.base.to_le_bytes());
     bytes.extend_from_slice(&card.region.key.to_le_bytes());
     bytes.extend_from_slice(&card.process.to_bytes());
+    for value in card.agreed {
+        bytes.extend_from_slice(&value.to_le_bytes());
+    }
     bytes.extend_from_slice(&(card.name.len() as u16).to_le_bytes());
     bytes.extend_from_slice(&card.name);
     bytes.extend_from_slice(path);
@@ -162,7 +185,12 @@ fn decode_card(rank: Rank, card: &str) -> Result<Card> {
         key: word(1),
     };
     let mut process = [0u8; PROCESS_BYTES];
-    process.copy_from_slice(&bytes[16..CARD_HEAD]);
+    process.copy_from_slice(&bytes[16..16 + PROCESS_BYTES]);
+    let mut agreed = [0u32; AGREED.len()];
+    for (i, value) in agreed.iter_mut().enumerate() {
+        let at = 16 + PROCESS_BYTES + 4 * i;
+        *value = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    }
     let name_len = usize::from(u16::from_le_bytes([bytes[CARD_HEAD], bytes[CARD_HEAD + 1]]));
     let rest = &bytes[CARD_HEAD + 2..];
     if name_len == 0 || name_len > rest.len() {
@@ -178,6 +206,21 @@ fn decode_card(rank: Rank, card: &str) -> Result<Card> {
         region,
         process: Process::from_bytes(&process),
         directory,
+        agreed,
+    })
+}
+
+/// The first setting of [`AGREED`] in which a card differs from this rank's, as the error
+/// that fails the join.
+fn disagreement(rank: Rank, cards: &[Card]) -> Option<Error> {
+    let own = cards.get(rank as usize)?.agreed;
+    cards.iter().zip(0..).find_map(|(card, other)| {
+        let i = (0..AGREED.len()).find(|&i| card.agreed[i] != own[i])?;
+        Some(Error::Config(format!(
+            "{} is {} on rank {other} but {} on rank {rank}: every rank of the job must have \
+             the same",
+            AGREED[i].0, card.agreed[i], own[i]
+        )))
     })
 }
 
@@ -274,6 +317,7 @@ impl Context {
             region: own_region,
             process: Process::current(),
             directory: direct.path().map(PathBuf::from),
+            agreed: AGREED.map(|(_, value)| value(&config)),
         };
         let cards = match pmi.as_mut() {
             Some(pmi) => {
@@ -285,6 +329,9 @@ impl Context {
             }
             None => vec![own_card],
         };
+        if let Some(e) = disagreement(rank, &cards) {
+            return Err(e);
+        }
         let own_process = cards[rank as usize].process;
         let processes: Vec<Process> = cards.iter().map(|c| c.process).collect();
         let peers: Vec<SystemAddress> = cards.iter().map(|c| c.region).collect();
@@ -504,8 +551,10 @@ mod tests {
                 region,
                 process,
                 directory: directory.clone(),
+                agreed: [65_536, 16, 1 << 20, 32],
             };
             let back = decode_card(3, &encode_card(&card)).expect("decodes");
+            assert_eq!(back.agreed, card.agreed);
             assert_eq!(back.name, b"\x01\x02name");
             assert_eq!(
                 (back.region.base, back.region.key),

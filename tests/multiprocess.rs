@@ -1096,6 +1096,49 @@ fn mixed_hosts(scenario: &str, provider: &str) {
     job.assert_every_rank(4, |r| format!("ok {scenario} rank {r}: "));
 }
 
+/// Rank 1 of 3 runs with another `GASPI_PASSIVE_MAX_BYTES` (a setting every rank must have
+/// alike): no rank joins the job, and each says which setting differs on which rank.
+fn config_disagreement(provider: &str) {
+    let selftest = common::selftest_path();
+    let selftest = selftest
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let script = r#"[ "$PMI_RANK" = 1 ] && export GASPI_PASSIVE_MAX_BYTES=16; exec "$0" "$@""#;
+    let job = gaspirun(
+        3,
+        provider,
+        common::JOB_TIMEOUT_S,
+        std::path::Path::new("sh"),
+        &["-c", script, selftest, "integrity"],
+    );
+    assert!(!job.status.success(), "the job ran\n{}", job.report());
+    assert!(
+        !job.stdout.contains("ok integrity"),
+        "a rank joined\n{}",
+        job.report()
+    );
+    // gaspirun ends the job once one rank fails, so the others may not get to say it.
+    assert!(
+        job.stderr
+            .contains("GASPI_PASSIVE_MAX_BYTES is 16 on rank 1 but 65536 on rank")
+            || job
+                .stderr
+                .contains("GASPI_PASSIVE_MAX_BYTES is 65536 on rank 0 but 16 on rank 1"),
+        "no rank named the setting\n{}",
+        job.report()
+    );
+}
+
+#[test]
+fn config_disagreement_3_tcp() {
+    config_disagreement("tcp");
+}
+
+#[test]
+fn config_disagreement_3_shm() {
+    config_disagreement("shm");
+}
+
 #[test]
 fn mixed_hosts_integrity_4_tcp() {
     mixed_hosts("integrity", "tcp");
