@@ -245,7 +245,10 @@ impl Default for Capacity {
 /// the same one with another root, size, sync mode or algorithm, is named when one of its
 /// notifications reaches a member that disagrees ([`Error::Mismatch`], which names the member
 /// whose notification was expected there), and otherwise its partners time out: members that
-/// disagree about a root, or about the `IN_` sync mode, send where the others never look.
+/// disagree about a root, or about the `IN_` sync mode, send where the others never look. A
+/// member whose own arguments are refused at the call (a root's `src` shorter than `dst`, say)
+/// returns the error without taking part: the members that need it time out, and the team is
+/// out of step (drop it, as after disagreeing arguments).
 pub struct Team<'c> {
     coll: &'c Collectives<'c>,
     /// Shared with the family's list of engines (see "Other teams" in the engine).
