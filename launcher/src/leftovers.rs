@@ -7,6 +7,9 @@
 //! that pid finds a region that is not its own. The launcher removes them as soon as it has
 //! seen the rank exit, before the pid can be handed out again.
 //!
+//! A segment file goes to the temporary directory instead when `/dev/shm` lacks the room (see
+//! `gaspi_segments`' `shm` module), so the rank's segment files are looked for there too.
+//!
 //! A rank started through a wrapper (a shell, a script that does not `exec`) is another
 //! process than the one that made the files; that one published its pid
 //! ([`gaspi_pmi::pid_key`]), and its files go once it is gone too.
@@ -22,19 +25,28 @@ use nix::unistd::Pid;
 /// Where both kinds of files live.
 const SHM_DIR: &str = "/dev/shm";
 
-/// Whether `name` is a shared-memory file of process `pid`.
-fn belongs_to(name: &str, pid: u32) -> bool {
+/// Which files of a process a directory may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    /// Segment files and libfabric shm's regions (`/dev/shm`).
+    All,
+    /// Segment files only (the temporary directory, which other programs share).
+    Segments,
+}
+
+/// Whether `name` is a shared-memory file of process `pid` of `kinds`.
+fn belongs_to(name: &str, pid: u32, kinds: Kinds) -> bool {
     let pid = pid.to_string();
     if let Some(rest) = name.strip_prefix(&pid) {
-        return rest.starts_with(':');
+        return kinds == Kinds::All && rest.starts_with(':');
     }
     // gaspi-<name>-<pid>-<counter>: the pid is the second-to-last field.
     name.starts_with("gaspi-") && name.rsplit('-').nth(1) == Some(pid.as_str())
 }
 
-/// Removes the files of dead process `pid` from `dir`; best effort, as leftovers are a nuisance
-/// and a hazard but not an error of the job.
-fn remove_from(dir: &Path, pid: u32) {
+/// Removes the files of `kinds` of dead process `pid` from `dir`; best effort, as leftovers
+/// are a nuisance and a hazard but not an error of the job.
+fn remove_from(dir: &Path, pid: u32, kinds: Kinds) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -42,16 +54,19 @@ fn remove_from(dir: &Path, pid: u32) {
         if entry
             .file_name()
             .to_str()
-            .is_some_and(|n| belongs_to(n, pid))
+            .is_some_and(|n| belongs_to(n, pid, kinds))
         {
             let _ = std::fs::remove_file(entry.path());
         }
     }
 }
 
-/// Removes the shared-memory files of rank process `pid`, which has exited.
+/// Removes the shared-memory files of rank process `pid`, which has exited: in `/dev/shm`,
+/// and its segment files in the temporary directory (the rank's, whose environment is the
+/// launcher's).
 pub(crate) fn remove(pid: u32) {
-    remove_from(Path::new(SHM_DIR), pid);
+    remove_from(Path::new(SHM_DIR), pid, Kinds::All);
+    remove_from(&std::env::temp_dir(), pid, Kinds::Segments);
 }
 
 /// Removes the shared-memory files of process `pid` if it is gone, and says whether it was:
@@ -97,23 +112,30 @@ mod tests {
 
     #[test]
     fn recognises_only_the_processes_own_files() {
-        assert!(belongs_to("1234:0:0", 1234));
-        assert!(belongs_to("gaspi-seg3-1234-7", 1234));
-        assert!(belongs_to("gaspi-raw-bench-1234-1", 1234));
-        assert!(!belongs_to("12345:0:0", 1234));
-        assert!(!belongs_to("gaspi-seg3-12345-7", 1234));
-        assert!(!belongs_to("gaspi-1234-seg-7", 1234));
-        assert!(!belongs_to("other-1234-1", 1234));
+        let all = |name| belongs_to(name, 1234, Kinds::All);
+        assert!(all("1234:0:0"));
+        assert!(all("gaspi-seg3-1234-7"));
+        assert!(all("gaspi-raw-bench-1234-1"));
+        assert!(!all("12345:0:0"));
+        assert!(!all("gaspi-seg3-12345-7"));
+        assert!(!all("gaspi-1234-seg-7"));
+        assert!(!all("other-1234-1"));
+        // In the temporary directory, a name of the region's shape is not libfabric's.
+        assert!(!belongs_to("1234:0:0", 1234, Kinds::Segments));
+        assert!(belongs_to("gaspi-seg3-1234-7", 1234, Kinds::Segments));
     }
 
-    #[test]
-    fn removes_leftovers_and_nothing_else() {
-        let dir = std::env::temp_dir().join(format!("gaspirun-leftovers-{}", std::process::id()));
+    /// What is left in a scratch directory of `names` after `remove_from` of process 4242.
+    fn left_of(kinds: Kinds, names: &[&str]) -> Vec<String> {
+        let dir = std::env::temp_dir().join(format!(
+            "gaspirun-leftovers-{}-{kinds:?}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("creating a scratch directory");
-        for name in ["4242:0:0", "gaspi-seg0-4242-1", "4243:0:0", "unrelated"] {
+        for name in names {
             std::fs::write(dir.join(name), b"x").expect("creating a file");
         }
-        remove_from(&dir, 4242);
+        remove_from(&dir, 4242, kinds);
         let mut left: Vec<String> = std::fs::read_dir(&dir)
             .expect("listing")
             .flatten()
@@ -121,6 +143,29 @@ mod tests {
             .collect();
         left.sort();
         std::fs::remove_dir_all(&dir).expect("cleaning up");
-        assert_eq!(left, ["4243:0:0", "unrelated"]);
+        left
+    }
+
+    #[test]
+    fn removes_leftovers_and_nothing_else() {
+        let names = ["4242:0:0", "gaspi-seg0-4242-1", "4243:0:0", "unrelated"];
+        assert_eq!(left_of(Kinds::All, &names), ["4243:0:0", "unrelated"]);
+        assert_eq!(
+            left_of(Kinds::Segments, &names),
+            ["4242:0:0", "4243:0:0", "unrelated"]
+        );
+    }
+
+    #[test]
+    fn a_dead_ranks_segment_files_go_from_the_temporary_directory_too() {
+        // A process id no process has (beyond pid_max), so no live process's files go.
+        let pid = u32::MAX - 7;
+        let name = format!("gaspi-seg0-{pid}-3");
+        let path = std::env::temp_dir().join(&name);
+        std::fs::write(&path, b"x").expect("creating a file in the temporary directory");
+        remove(pid);
+        let kept = path.exists();
+        let _ = std::fs::remove_file(&path);
+        assert!(!kept, "{name} is still in the temporary directory");
     }
 }
