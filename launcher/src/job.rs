@@ -488,9 +488,19 @@ impl Job {
         if self.ending {
             return;
         }
-        report(&format!(
-            "{message}; the other ranks keep running (--keep-going)"
-        ));
+        // The rank that died has no exit recorded yet.
+        let others = self
+            .ranks
+            .iter()
+            .filter(|r| r.exit.is_none())
+            .count()
+            .saturating_sub(1);
+        let others = match others {
+            0 => "no other rank is running",
+            1 => "the other rank keeps running (--keep-going)",
+            _ => "the other ranks keep running (--keep-going)",
+        };
+        report(&format!("{message}; {others}"));
         self.failure.get_or_insert(status);
     }
 

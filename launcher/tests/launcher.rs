@@ -329,6 +329,15 @@ fn keep_going_lets_the_other_ranks_finish_and_reports_the_death() {
         "{}",
         run.stderr
     );
+    // The last rank's death leaves nobody to keep running, and says so.
+    let run = gaspirun(&["-n", "1", "--keep-going", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(run.status, Some(137), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("rank 0 was killed by signal 9 (SIGKILL); no other rank is running"),
+        "{}",
+        run.stderr
+    );
     // Without the option the same death ends the job before the others finish.
     let run = gaspirun(&["-n", "3", "sh", "-c", script]);
     assert_eq!(run.status, Some(137), "{}", run.stderr);
