@@ -18,7 +18,8 @@
 //! fails at once. The news of a deletion that a peer sends makes this rank forget the
 //! descriptor (see [`Descriptors::forget_deleted`]), and a segment id this rank creates
 //! forgets every cached answer for that id: creation is collective, so the peers create it
-//! too.
+//! too. A library segment has a local id of its own on each member, which the creation
+//! hands every member: each forgets what it cached for those.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

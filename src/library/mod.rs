@@ -471,9 +471,7 @@ impl<'a> Library<'a> {
             let seg = inner.segments.insert_library(|id| {
                 inner.new_segment(Table::Library(id), memory, notifications)
             })?;
-            let key = DescKey::Library(seg.id());
-            inner.descriptors.forget_everywhere(key);
-            inner.publish_segment(key, &seg)?;
+            inner.publish_segment(DescKey::Library(seg.id()), &seg)?;
             Ok(Some(seg))
         };
         let mut value = [0; WIDTH];
