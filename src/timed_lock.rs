@@ -217,21 +217,25 @@ mod loom_tests {
     use gaspi_notifications::Timeout;
     use loom::sync::Arc;
 
+    /// Adds 1 to the value, waiting for the lock as long as it takes.
+    fn add_one(lock: &TimedMutex<u32>) {
+        *lock
+            .lock_until(Timeout::Block.deadline())
+            .expect("no deadline") += 1;
+    }
+
+    /// A thread that runs [`add_one`] on `lock`.
+    fn adder(lock: &Arc<TimedMutex<u32>>) -> loom::thread::JoinHandle<()> {
+        let lock = Arc::clone(lock);
+        loom::thread::spawn(move || add_one(&lock))
+    }
+
     #[test]
     fn a_sleeper_is_woken_by_the_release() {
         loom::model(|| {
             let lock = Arc::new(TimedMutex::new(0u32));
-            let other = {
-                let lock = Arc::clone(&lock);
-                loom::thread::spawn(move || {
-                    *lock
-                        .lock_until(Timeout::Block.deadline())
-                        .expect("no deadline") += 1;
-                })
-            };
-            *lock
-                .lock_until(Timeout::Block.deadline())
-                .expect("no deadline") += 1;
+            let other = adder(&lock);
+            add_one(&lock);
             other.join().expect("the other thread does not panic");
             assert_eq!(*lock.try_lock().expect("released"), 2);
         });
@@ -243,19 +247,8 @@ mod loom_tests {
         model.preemption_bound = Some(3);
         model.check(|| {
             let lock = Arc::new(TimedMutex::new(0u32));
-            let others: Vec<_> = (0..2)
-                .map(|_| {
-                    let lock = Arc::clone(&lock);
-                    loom::thread::spawn(move || {
-                        *lock
-                            .lock_until(Timeout::Block.deadline())
-                            .expect("no deadline") += 1;
-                    })
-                })
-                .collect();
-            *lock
-                .lock_until(Timeout::Block.deadline())
-                .expect("no deadline") += 1;
+            let others: Vec<_> = (0..2).map(|_| adder(&lock)).collect();
+            add_one(&lock);
             for other in others {
                 other.join().expect("the other threads do not panic");
             }
@@ -275,9 +268,7 @@ mod loom_tests {
                     }
                 })
             };
-            *lock
-                .lock_until(Timeout::Block.deadline())
-                .expect("no deadline") += 1;
+            add_one(&lock);
             other.join().expect("the other thread does not panic");
             let value = *lock.try_lock().expect("released");
             assert!(value == 1 || value == 11, "{value}");
