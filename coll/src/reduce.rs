@@ -291,7 +291,10 @@ impl<'c> Team<'c> {
         T: Element,
         F: Fn(&mut [T], &[T]) + Clone + Send + 'static,
     {
-        op.apply(&mut [], &[])?;
+        // Not through `op.apply` on empty slices, which would call the user's function with
+        // no elements: one written for whole blocks (a 2×2 matrix product indexing its four
+        // elements) panics on that.
+        op.check_block::<T>()?;
         let block = op.block_elements();
         if !src.len().is_multiple_of(block) {
             return Err(Error::PartialBlock {

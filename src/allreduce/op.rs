@@ -192,9 +192,22 @@ impl<F> UserOp<F> {
         Ok(())
     }
 
-    /// Whether a block of `T`s is one the runtime can fold: at least one element, and its
-    /// bytes countable.
-    fn check_block<T>(&self) -> Result<()> {
+    /// Checks that a block of `T`s is one the runtime can fold: at least one element, and its
+    /// bytes countable. [`apply`](Self::apply) checks this first; a library that reduces with
+    /// the operator checks it before any data moves, without calling the user's function.
+    ///
+    /// ```
+    /// # use gaspi::UserOp;
+    /// let sum = |acc: &mut [u64], other: &[u64]| acc[0] += other[0];
+    /// assert!(UserOp::new(sum).check_block::<u64>().is_ok());
+    /// assert!(UserOp::new(sum).block(0).check_block::<u64>().is_err());
+    /// assert!(UserOp::new(sum).block(usize::MAX).check_block::<u64>().is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a block of zero elements; [`Error::Limit`] for a block of
+    /// more bytes than an address can count.
+    pub fn check_block<T>(&self) -> Result<()> {
         if self.block == 0 {
             return Err(Error::Unsupported(
                 "a user operator's block must hold at least one element".into(),
