@@ -12,6 +12,13 @@
 //! and written through the runtime's segment calls, never borrowed, so it is the caller's
 //! part to leave it alone while the collective is in flight (GASNet's rule for every
 //! buffer; for memory, the handle's borrow enforces it).
+//!
+//! A source range and a destination range of one segment may overlap, where the spec
+//! leaves the outcome undefined but for identical blocks (in-place forms): the run then
+//! copies the whole source range before its first step that moves data (after the `IN_`
+//! sync, which under `IN_ALLSYNC` may still see other members write the source) and reads
+//! the copy from then on, so the outcome is that of separate buffers, whatever order the
+//! schedule writes the destination in.
 
 use gaspi::{Context, SegmentId};
 
@@ -43,6 +50,16 @@ impl SegmentRange {
             offset,
             len,
         }
+    }
+
+    /// Whether the two ranges share a byte.
+    pub(crate) fn overlaps(&self, other: &SegmentRange) -> bool {
+        let end = |r: &SegmentRange| r.offset.saturating_add(r.len);
+        self.segment == other.segment
+            && self.len > 0
+            && other.len > 0
+            && self.offset < end(other)
+            && other.offset < end(self)
     }
 
     /// Checks that the segment exists here and holds the range.

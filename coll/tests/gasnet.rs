@@ -357,6 +357,27 @@ fn crossed_eager(provider: &str) {
     every_delivered(&job, "crossed_eager", 4, &digest.hex());
 }
 
+/// `overlap`: collectives over overlapping source and destination ranges of one segment
+/// give every member what separate buffers give, in every sync mode, blocking and not.
+fn overlap(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, &["overlap"]);
+    for me in 0..ranks {
+        let mut digest = Digest::default();
+        for (case, _, _) in cases::overlap_cases() {
+            for result in cases::overlap_results(case, ranks, me) {
+                digest.add(&result);
+            }
+        }
+        let data = job.data("overlap", me);
+        assert_eq!(
+            data.get("digest"),
+            digest.hex(),
+            "rank {me}\n{}",
+            job.report()
+        );
+    }
+}
+
 /// `allsync_source` on 3 ranks: an `IN_ALLSYNC` broadcast out of the root's segment, initiated
 /// non-blocking before another member writes into that range and enters, sends the bytes
 /// written.
@@ -769,6 +790,8 @@ jobs! {
     crossed_teams_4_tcp: crossed_teams("tcp");
     crossed_eager_4_shm: crossed_eager("shm");
     crossed_eager_4_tcp: crossed_eager("tcp");
+    overlap_4_shm: overlap(4, "shm");
+    overlap_3_tcp: overlap(3, "tcp");
     some_3_shm: some(3, "shm");
     some_2_tcp: some(2, "tcp");
     some_unthreaded_4_tcp: some_unthreaded(4, "tcp");

@@ -72,6 +72,45 @@ pub fn root(case: u64, n: u32) -> u32 {
     (mix64(case) % u64::from(n)) as u32
 }
 
+/// Bytes of a member's block in the `overlap` scenario, and how far its broadcasts shift
+/// the destination from the source.
+pub const OVERLAP_BLOCK: u64 = 24;
+pub const OVERLAP_SHIFT: u64 = 5;
+
+/// The `overlap` scenario's cases: each sync mode, blocking (`true`) and not.
+pub fn overlap_cases() -> impl Iterator<Item = (u64, gaspi_coll::Flags, bool)> {
+    use gaspi_coll::Flags;
+    [Flags::MY, Flags::EAGER, Flags::ALL]
+        .into_iter()
+        .flat_map(|flags| [true, false].map(|blocking| (flags, blocking)))
+        .zip(0..)
+        .map(|((flags, blocking), i)| (9000 + 8 * i, flags, blocking))
+}
+
+/// What member `me` of `n` holds after each collective of `overlap` case `case`, in the
+/// scenario's order: its in-place exchange, gather_all, broadcasts shifted forward and
+/// backward, in-place scatter and gather (on a member other than the root, its own block,
+/// which a gather leaves alone).
+#[allow(dead_code)] // The tests' reference; the scenario only reports what it received.
+pub fn overlap_results(case: u64, n: u32, me: u32) -> Vec<Vec<u8>> {
+    let (len, shift) = (OVERLAP_BLOCK, OVERLAP_SHIFT as usize);
+    let all = len * u64::from(n);
+    let root = root(case, n);
+    let from_each = |case, to| (0..n).flat_map(move |from| block(case, from, to, len));
+    let gathered = match me == root {
+        true => from_each(case + 5, root).collect(),
+        false => block(case + 5, me, root, len),
+    };
+    vec![
+        from_each(case, me).collect(),
+        from_each(case + 1, 0).collect(),
+        block(case + 2, root, 0, all)[..all as usize - shift].to_vec(),
+        block(case + 3, root, 0, all)[shift..].to_vec(),
+        block(case + 4, root, me, len),
+        gathered,
+    ]
+}
+
 /// The bytes member `from` contributes for member `to` in case `case`.
 pub fn block(case: u64, from: u32, to: u32, len: u64) -> Vec<u8> {
     let mut bytes = vec![0; len as usize];

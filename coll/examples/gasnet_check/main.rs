@@ -160,6 +160,7 @@ fn main() -> ExitCode {
         ["uneven"] => in_job(uneven),
         ["crossed_teams"] => in_job(crossed_teams),
         ["crossed_eager"] => in_job(crossed_eager),
+        ["overlap"] => in_job(overlap),
         ["allsync_source"] => in_job(allsync_source),
         ["allsync_dest"] => in_job(allsync_dest),
         ["split"] => in_job(split),
@@ -788,6 +789,88 @@ fn crossed_eager(ctx: &Context, team: &Team<'_>) -> Outcome {
     let digest: Digest = dsts.iter().collect();
     println!(
         "data crossed_eager rank {}: outcome={outcome}; digest={}",
+        ctx.rank(),
+        digest.hex()
+    );
+    Ok(())
+}
+
+/// `overlap`: collectives whose source and destination are overlapping ranges of one
+/// segment, in each sync mode, blocking and not (see [`cases::overlap_cases`]): an in-place
+/// exchange, a gather_all whose source is its destination's first block, broadcasts shifted
+/// forward and backward by a few bytes, and an in-place scatter and gather (the spec's
+/// identical blocks). Prints a digest of every result as read back from the segment (see
+/// [`cases::overlap_results`]).
+fn overlap(ctx: &Context, team: &Team<'_>) -> Outcome {
+    let (n, me) = (team.size(), team.index());
+    let (block, shift) = (cases::OVERLAP_BLOCK, cases::OVERLAP_SHIFT);
+    let all = block * u64::from(n);
+    let range = |at, len| SegmentRange::new(SRC_SEG, at, len);
+    let (whole, own) = (range(0, all), range(u64::from(me) * block, block));
+    let to_each = |case| -> Vec<u8> {
+        (0..n)
+            .flat_map(|to| cases::block(case, me, to, block))
+            .collect()
+    };
+    let read = |r: SegmentRange| -> Outcome<Vec<u8>> {
+        let mut bytes = vec![0; r.len as usize];
+        ctx.segment_read(r.segment, r.offset, &mut bytes)?;
+        Ok(bytes)
+    };
+    let mut digest = Digest::default();
+    for (case, flags, blocking) in cases::overlap_cases() {
+        let flags = flags | Flags::SRC_IN_SEGMENT | Flags::DST_IN_SEGMENT;
+        let root = cases::root(case, n);
+        let synced = |handle: gaspi_coll::Result<Handle<'_, '_>>| -> Outcome {
+            handle?.wait_sync(TIMEOUT)?;
+            Ok(())
+        };
+
+        ctx.segment_write(SRC_SEG, 0, &to_each(case))?;
+        match blocking {
+            true => team.exchange(whole, whole, flags, TIMEOUT)?,
+            false => synced(team.exchange_nb(whole, whole, flags))?,
+        }
+        digest.add(&read(whole)?);
+
+        ctx.segment_write(SRC_SEG, 0, &cases::block(case + 1, me, 0, block))?;
+        let first = range(0, block);
+        match blocking {
+            true => team.gather_all(whole, first, flags, TIMEOUT)?,
+            false => synced(team.gather_all_nb(whole, first, flags))?,
+        }
+        digest.add(&read(whole)?);
+
+        for (k, (src, dst)) in [(0, shift), (shift, 0)].into_iter().enumerate() {
+            ctx.segment_write(SRC_SEG, 0, &cases::block(case + 2 + k as u64, me, 0, all))?;
+            let (src, dst) = (range(src, all - shift), range(dst, all - shift));
+            match blocking {
+                true => team.broadcast(dst, root, src, flags, TIMEOUT)?,
+                false => synced(team.broadcast_nb(dst, root, src, flags))?,
+            }
+            digest.add(&read(dst)?);
+        }
+
+        ctx.segment_write(SRC_SEG, 0, &to_each(case + 4))?;
+        match blocking {
+            true => team.scatter(own, root, whole, flags, TIMEOUT)?,
+            false => synced(team.scatter_nb(own, root, whole, flags))?,
+        }
+        digest.add(&read(own)?);
+
+        ctx.segment_write(
+            SRC_SEG,
+            own.offset,
+            &cases::block(case + 5, me, root, block),
+        )?;
+        match blocking {
+            true => team.gather(root, whole, own, flags, TIMEOUT)?,
+            false => synced(team.gather_nb(root, whole, own, flags))?,
+        }
+        digest.add(&read(if me == root { whole } else { own })?);
+    }
+    println!(
+        "data overlap rank {}: outcome=Ok; digest={}",
         ctx.rank(),
         digest.hex()
     );

@@ -835,6 +835,9 @@ impl<'c> Engine<'c> {
             run.reducer = reducer;
             if let Output::Segment(range) = &dst {
                 run.dst_range = Some(*range);
+                if let Input::Segment(source) = &src {
+                    run.overlapped = source.overlaps(range).then_some(*source);
+                }
             }
             // A run that skips its credits holds its puts back by flow control instead. A
             // compact gathering run's skip is safe only if every member started the run before

@@ -237,6 +237,10 @@ pub(crate) struct Run<'c> {
     /// The caller's destination when it is a range of a user segment: written at the step,
     /// whichever call takes it, so that `OUT_ALLSYNC` covers it (memory waits for the sync).
     pub(crate) dst_range: Option<SegmentRange>,
+    /// The caller's source, a range of a user segment that the destination range overlaps:
+    /// copied whole before the run's first step that moves data (see
+    /// [`snapshot`](Self::snapshot)), and read from the copy from then on.
+    pub(crate) overlapped: Option<SegmentRange>,
     /// The deferred copies were carried out.
     delivered: bool,
     /// The operator of the schedule's folds.
@@ -278,6 +282,7 @@ impl<'c> Run<'c> {
             staged: false,
             views: None,
             dst_range: None,
+            overlapped: None,
             delivered: false,
             reducer: None,
             failed: None,
@@ -317,6 +322,7 @@ impl<'c> Run<'c> {
             staged,
             views: run_views,
             dst_range,
+            overlapped,
             delivered,
             reducer: _,
             failed: _,
@@ -331,6 +337,7 @@ impl<'c> Run<'c> {
         *left = plan.schedule.steps.len();
         *reads_left = plan.reads;
         *dst_range = None;
+        *overlapped = None;
         *staged = false;
         *run_plan = plan;
         *started = false;
@@ -416,6 +423,10 @@ impl<'c> Run<'c> {
     ) -> Result<bool, Failure> {
         let seq = self.seq;
         let value = self.value;
+        let task = &self.plan.schedule.steps[id as usize].task;
+        if self.overlapped.is_some() && !matches!(task, Task::Wait { .. } | Task::Signal { .. }) {
+            self.snapshot(net)?;
+        }
         match self.plan.schedule.steps[id as usize].task {
             Task::Put {
                 to,
@@ -498,11 +509,15 @@ impl<'c> Run<'c> {
                 };
                 match (from.buf, into.buf, owner) {
                     (Buf::Src, Buf::Dst, Some(owner)) => {
+                        let src = match &self.source {
+                            Some(kept) => kept.input(),
+                            None => owner.src,
+                        };
                         // Source memory in one part goes straight into the destination:
                         // through a copy, each byte went through the cache twice (and a block
                         // past the allocator's mmap threshold cost a mapping and its page
                         // faults per call).
-                        let memory = match (&owner.src, whole(src_view, from)) {
+                        let memory = match (&src, whole(src_view, from)) {
                             (Input::Memory(memory), Some(real)) => {
                                 Some(&memory[range(memory.len(), real)?])
                             }
@@ -512,7 +527,7 @@ impl<'c> Run<'c> {
                         let bytes = match memory {
                             Some(bytes) => bytes,
                             None => {
-                                read_parts(net, &owner.src, src_view, from, |_, bytes| {
+                                read_parts(net, &src, src_view, from, |_, bytes| {
                                     data.extend_from_slice(bytes);
                                     Ok(())
                                 })?;
@@ -844,6 +859,20 @@ impl<'c> Run<'c> {
             Ok(())
         })?;
         Ok(true)
+    }
+
+    /// Copies the whole source range that the destination overlaps, once, before the run's
+    /// first step that moves data: every later read of the source reads the copy, so no write
+    /// of the destination (by this member's steps, in whatever order the schedule takes them)
+    /// reaches a source byte still to be read. Not earlier: under `IN_ALLSYNC` other members
+    /// may write the source until they enter, which the run's first data step waits for.
+    fn snapshot(&mut self, net: &impl Transport) -> Result<(), Failure> {
+        let Some(range) = self.overlapped.take() else {
+            return Ok(());
+        };
+        let copy = Input::Segment(range).copied(net.context())?;
+        self.source = Some(Kept::Copy(copy.into()));
+        Ok(())
     }
 
     /// The bytes of `from` in the source the run keeps; `None` when it keeps none.
