@@ -12,7 +12,8 @@
 //! * its target segment's descriptor is not known yet: the lookup is started, and the
 //!   operation (with every later one of the queue, to keep their order) waits for the answer.
 //!   Argument errors that need the answer (`UnknownSegment`, `OutOfBounds`) are then reported
-//!   by the queue's next wait;
+//!   by the queue's next wait, and the notifications parked behind a write so refused towards
+//!   the same rank (a `notify`, a list's, a split `write_notify`'s) are dropped, not sent;
 //! * the provider is out of resources (`-FI_EAGAIN`);
 //! * on a provider without write-after-write ordering, a notification waits until every
 //!   operation before it on the queue has completed, delivered (see `rma`).
@@ -94,6 +95,10 @@ pub(crate) struct Request {
 struct Parked {
     request: Request,
     _hold: Option<Arc<Region>>,
+    /// A notification behind a write of this queue towards the same rank that was refused
+    /// when its target's descriptor arrived: it is dropped instead of sent, as it would tell
+    /// the target that data had landed which never will.
+    doomed: bool,
 }
 
 impl Parked {
@@ -107,6 +112,7 @@ impl Parked {
         Parked {
             request,
             _hold: hold,
+            doomed: false,
         }
     }
 }
@@ -429,18 +435,38 @@ impl Retry for Queue {
         let mut parked = lock(&self.parked);
         while let Some(head) = parked.front_mut() {
             let rank = head.request.rank;
-            match self.attempt(inner, &mut head.request, true) {
-                Ok(Attempt::Later) => break,
-                Ok(Attempt::Posted) => {}
-                Err(e) => {
-                    self.tracker.finish(rank, Some(|| e));
-                    inner.events.notify_all();
+            let mut refused_write = false;
+            if head.doomed {
+                // The refused write's error is already recorded for the next wait.
+                self.tracker.finish(rank, None::<fn() -> Error>);
+                inner.events.notify_all();
+            } else {
+                match self.attempt(inner, &mut head.request, true) {
+                    Ok(Attempt::Later) => break,
+                    Ok(Attempt::Posted) => {}
+                    Err(e) => {
+                        refused_write = matches!(head.request.kind, Kind::Write { .. });
+                        self.tracker.finish(rank, Some(|| e));
+                        inner.events.notify_all();
+                    }
                 }
             }
             parked.pop_front();
             // Decremented only once posted, so a later operation that sees nothing parked
             // can never overtake this one.
             self.parked_len.fetch_sub(1, Ordering::AcqRel);
+            if refused_write {
+                // Everything after a parked operation is parked too, so every notification
+                // that follows the refused write towards its rank is still here (a split
+                // write_notify's, a write_list_notify's, a notify's).
+                for later in parked.iter_mut() {
+                    if later.request.rank == rank
+                        && matches!(later.request.kind, Kind::Notify { .. })
+                    {
+                        later.doomed = true;
+                    }
+                }
+            }
         }
         !parked.is_empty()
     }

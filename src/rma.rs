@@ -101,7 +101,11 @@ impl Context {
     /// An operation towards a `(rank, segment)` whose descriptor this rank has not learnt yet
     /// is accepted at once and checked when the descriptor arrives: what that check finds
     /// ([`Error::UnknownSegment`], [`Error::OutOfBounds`] of the remote range) is then
-    /// reported by the queue's next [`wait`](Self::wait). Resolve the segment first
+    /// reported by the queue's next [`wait`](Self::wait), and a write so refused takes with it
+    /// the notifications that waited behind it on the queue towards the same rank (a
+    /// [`notify`](Self::notify), a list's, a large `write_notify`'s sent apart, see
+    /// [`Config::split_notify`](crate::Config::split_notify)): they are dropped, since they
+    /// would announce data that never arrives. Resolve the segment first
     /// ([`segment_size_of`](Self::segment_size_of), or a [`Target`](crate::Target)) to get
     /// every error at the call.
     ///
