@@ -317,6 +317,29 @@ fn provider_atomics_3_shm() {
     provider_atomics(3, "shm");
 }
 
+/// `order` through the fabric (where several threads read the completion queue; the direct
+/// path stores notifications at the call): every round's id ends with its last value.
+fn order(provider: &str) {
+    let job = common::selftest_with_env(&["GASPI_INTRANODE=fabric"], "order", 2, provider);
+    let data = job.data("order", 1);
+    let values = data.get("last_values");
+    let rounds: Vec<&str> = values.split(',').collect();
+    assert_eq!(rounds.len(), 20, "{}", job.report());
+    for (round, value) in rounds.iter().enumerate() {
+        assert_eq!(*value, "2000", "round {round}: {values}\n{}", job.report());
+    }
+}
+
+#[test]
+fn order_2_tcp() {
+    order("tcp");
+}
+
+#[test]
+fn order_2_shm() {
+    order("shm");
+}
+
 /// `allreduce` with 4 KiB chunks: every long vector runs as many chunks, and block-wise user
 /// operators meet chunk boundaries.
 #[test]

@@ -18,7 +18,7 @@ use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use gaspi_sys as sys;
 
@@ -95,6 +95,9 @@ pub struct Endpoint<T> {
     inject_with_context: bool,
     /// Contexts of posted receives not completed yet, for [`cancel_receives`](Self::cancel_receives).
     receives: Mutex<HashSet<usize>>,
+    /// Held by the thread that reads the completion queue and hands its events on (see
+    /// [`poll`](Self::poll)).
+    reader: Mutex<()>,
     _ops: PhantomData<fn(T) -> T>,
 }
 
@@ -234,6 +237,7 @@ impl<T> Endpoint<T> {
             wait_fd: None,
             inject_with_context,
             receives: Mutex::new(HashSet::new()),
+            reader: Mutex::new(()),
             _ops: PhantomData,
         };
         let dom = ep.domain.as_ptr();
@@ -871,6 +875,11 @@ impl<T> Endpoint<T> {
     /// Reads up to 16 completions without blocking, driving the provider's progress, and
     /// hands each to `each`. Returns how many there were.
     ///
+    /// One thread at a time reads and hands on, so events reach `each` in the queue's order:
+    /// two threads each reading a batch could hand the later batch on first, and a
+    /// notification's older value then land after its newer one. A call that finds another
+    /// thread reading returns 0 at once; that thread hands on what there is.
+    ///
     /// # Errors
     ///
     /// [`Error::Fabric`] when the completion queue itself fails (not when an operation does:
@@ -946,6 +955,14 @@ impl<T> Endpoint<T> {
 
     fn read_cq(&self, timeout_ms: Option<i32>, mut each: impl FnMut(Event<T>)) -> Result<usize> {
         const BATCH: usize = 16;
+        // Not waited for: `each` may post, and a post refused by the provider drives
+        // progress, which would wait here for itself.
+        let _reader = match self.reader.try_lock() {
+            Ok(reader) => reader,
+            Err(TryLockError::WouldBlock) => return Ok(0),
+            // The lock guards no data: a panic in `each` leaves nothing half-done.
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        };
         // Uninitialised: zeroing 16 entries (640 bytes) on every poll of an idle queue cost a
         // measurable share of a shared-memory ping-pong.
         let mut raw = [MaybeUninit::<sys::fi_cq_data_entry>::uninit(); BATCH];

@@ -34,6 +34,7 @@ mod killed_target;
 mod library;
 mod linger;
 mod options;
+mod order;
 mod passive;
 mod serialised;
 mod stopped;
@@ -83,6 +84,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Stress => stress::run(&ctx, opts),
         Scenario::Threads => threads::run(&ctx, opts).map(Report::from),
         Scenario::Timeouts => timeouts::run(&ctx),
+        Scenario::Order => order::run(&ctx),
         Scenario::Serialised => serialised::run(&ctx),
         Scenario::Groups => groups::run(&ctx).map(Report::from),
         Scenario::Allreduce => allreduce::run(&ctx),

@@ -36,6 +36,9 @@ Scenarios:
       --messages N       notifications from each rank to each rank (default 2000)
   timeouts     Test/Millis timeouts of notify_waitsome, wait and barrier, and
                that a call repeated after a timeout completes
+  order        rank 0 sends rank 1 2,000 notifications of one id in 20 rounds
+               (notify and write_notify) while 2 more threads of rank 1 drive
+               progress; the id must end with the last value (2+ ranks)
   serialised   while rank 0's thread A waits in a barrier the others join
                2.5 s late, its thread B's barrier, allreduce and
                segment_create with Millis(200) and Test must each return
@@ -131,6 +134,7 @@ pub enum Scenario {
     Stress,
     Threads,
     Timeouts,
+    Order,
     Serialised,
     Groups,
     Allreduce,
@@ -149,11 +153,12 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 19] = [
+    const ALL: [Scenario; 20] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
+        Scenario::Order,
         Scenario::Serialised,
         Scenario::Groups,
         Scenario::Allreduce,
@@ -178,6 +183,7 @@ impl Scenario {
             Scenario::Stress => "stress",
             Scenario::Threads => "threads",
             Scenario::Timeouts => "timeouts",
+            Scenario::Order => "order",
             Scenario::Serialised => "serialised",
             Scenario::Groups => "groups",
             Scenario::Allreduce => "allreduce",
