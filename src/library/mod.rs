@@ -126,12 +126,28 @@ struct Creation {
     refused: Option<Error>,
 }
 
+/// Creations made so far over one scope, and for the scope of a team made by
+/// [`Library::team`] or [`Library::split`] that team's members: once the last handle on them
+/// is gone, no creation over the scope can come any more (its key is never made again), so
+/// the count goes too, instead of staying for the library's life with every team split off.
+/// A group's scope (also through [`Library::team_of_group`]) has none: the group's key lasts.
+struct Count {
+    made: u64,
+    team: Option<Weak<Members>>,
+}
+
+impl Count {
+    fn live(&self) -> bool {
+        self.team.as_ref().is_none_or(|t| t.strong_count() > 0)
+    }
+}
+
 /// A library's state.
 struct State {
     name: String,
     key: u64,
     /// Creations made so far per scope: the sequence number of the next.
-    counts: Mutex<HashMap<u64, u64>>,
+    counts: Mutex<HashMap<u64, Count>>,
     pending: Mutex<HashMap<u64, Creation>>,
 }
 
@@ -194,11 +210,13 @@ impl Drop for Library<'_> {
     }
 }
 
-/// A scope resolved: its members, its key, and this rank's index.
+/// A scope resolved: its members, its key, and this rank's index; for a team's scope the
+/// team's members (see [`Count`]).
 struct Resolved {
     members: Members,
     key: u64,
     me: u32,
+    team: Option<Weak<Members>>,
 }
 
 impl<'a> Library<'a> {
@@ -307,10 +325,13 @@ impl<'a> Library<'a> {
         let me = members
             .index_of(ctx.rank())
             .ok_or(Error::NotInScope { rank: ctx.rank() })?;
+        // The scope of the creation is the member set, whose key recurs for every team of
+        // the same ranks: its count lasts.
         let resolved = Resolved {
             key: fnv1a_words(std::iter::once(0x7ea3).chain(set.iter().map(|&r| u64::from(r)))),
             members,
             me,
+            team: None,
         };
         let key = self
             .rendezvous(
@@ -325,6 +346,7 @@ impl<'a> Library<'a> {
             members: Arc::new(resolved.members),
             key,
             me,
+            of_group: false,
         })
     }
 
@@ -344,6 +366,7 @@ impl<'a> Library<'a> {
             members: Arc::new(resolved.members),
             key: resolved.key,
             me: resolved.me,
+            of_group: true,
         })
     }
 
@@ -398,6 +421,7 @@ impl<'a> Library<'a> {
             members: Arc::new(members),
             key: fnv1a_words([0x5b11, done.key, u64::from(color)]),
             me,
+            of_group: false,
         }))
     }
 
@@ -421,12 +445,14 @@ impl<'a> Library<'a> {
                     ]),
                     members: g.members.clone(),
                     me,
+                    team: None,
                 })
             }
             Scope::Team(team) => Ok(Resolved {
                 key: team.key,
                 members: (*team.members).clone(),
                 me: team.me,
+                team: (!team.of_group).then(|| Arc::downgrade(&team.members)),
             }),
         }
     }
@@ -572,9 +598,17 @@ impl<'a> Library<'a> {
                 };
                 let seq = {
                     let mut counts = lock(&self.state.counts);
-                    let count = counts.entry(resolved.key).or_insert(0);
-                    *count += 1;
-                    *count
+                    if !counts.contains_key(&resolved.key) {
+                        // Forgets the scopes of teams dropped since: as many counts as teams
+                        // alive, not as teams ever made.
+                        counts.retain(|_, count| count.live());
+                    }
+                    let count = counts.entry(resolved.key).or_insert_with(|| Count {
+                        made: 0,
+                        team: resolved.team.clone(),
+                    });
+                    count.made += 1;
+                    count.made
                 };
                 let key = fnv1a_words([self.state.key, resolved.key, seq]);
                 let mut value = call.value;
@@ -646,6 +680,8 @@ pub struct Team<'a> {
     members: Arc<Members>,
     key: u64,
     me: u32,
+    /// A snapshot of a group ([`Library::team_of_group`]): its scope is the group's.
+    of_group: bool,
 }
 
 impl std::fmt::Debug for Team<'_> {
@@ -756,5 +792,58 @@ impl Inner {
             // Unknown kinds can only come from a peer of another version.
             _ => {}
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::GROUP_ALL;
+
+    const TIMEOUT: Timeout = Timeout::Millis(10_000);
+
+    /// A solver that splits teams for hours: each team dropped takes its scope's count with
+    /// it, while a group's count lasts across the snapshots taken of it.
+    #[test]
+    fn counts_of_dropped_teams_are_forgotten() {
+        let ctx = Context::init().expect("a job of one starts without a launcher");
+        let lib = ctx.library("counts").expect("registers");
+        let group = lib
+            .team_of_group(GROUP_ALL)
+            .expect("a snapshot of the world");
+        drop(
+            lib.segment_create(&group, 64, 1, TIMEOUT)
+                .expect("over the group"),
+        );
+        drop(group);
+        for _ in 0..100 {
+            let team = lib.team(&[0], TIMEOUT).expect("a team of one");
+            let split = lib
+                .split(&team, Some(0), 0, TIMEOUT)
+                .expect("split")
+                .expect("joined");
+            drop(
+                lib.segment_create(&split, 64, 1, TIMEOUT)
+                    .expect("over the split"),
+            );
+            drop(split);
+            drop(
+                lib.segment_create(&team, 64, 1, TIMEOUT)
+                    .expect("over the team"),
+            );
+        }
+        drop(
+            lib.segment_create(GROUP_ALL, 64, 1, TIMEOUT)
+                .expect("over the group"),
+        );
+        let counts = lock(&lib.state.counts);
+        // The group's, the member set's (teams of rank 0), and the last team's and split's
+        // (forgotten at the next new scope), whatever the number of teams made.
+        assert!(counts.len() <= 4, "{} counts kept", counts.len());
+        let group_key = lib
+            .resolve(Scope::Group(GROUP_ALL))
+            .expect("the world resolves")
+            .key;
+        assert_eq!(counts.get(&group_key).map(|c| c.made), Some(2));
     }
 }
