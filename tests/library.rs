@@ -222,6 +222,7 @@ fn library(ranks: u32, provider: &str) {
         expect("snapshot", format!("{ranks}:{rank}:{}:true", left + 1));
         // Libraries creating and dropping segments at once, every round's data in place.
         assert_eq!(num("churn_rounds"), 300, "rank {rank}: churn");
+        expect("after_abandoned", "Ok".into());
     }
 }
 

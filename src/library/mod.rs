@@ -206,6 +206,17 @@ impl Context {
 
 impl Drop for Library<'_> {
     fn drop(&mut self) {
+        // A creation that timed out and was never continued installed its segment, which no
+        // handle owns: without this it kept its memory, its files and one of the rank's 255
+        // library ids until the context ended, and 255 of them refused every library's next
+        // creation on this rank.
+        let abandoned: Vec<Creation> = lock(&self.state.pending)
+            .drain()
+            .map(|(_, creation)| creation)
+            .collect();
+        for seg in abandoned.into_iter().filter_map(|c| c.segment) {
+            self.ctx.inner.drop_library_segment(seg.table);
+        }
         lock(&self.ctx.inner.libraries.names).remove(&self.state.name);
     }
 }

@@ -28,6 +28,10 @@
 //!    `GROUP_ALL`, move a pattern into the right neighbour's and drop it, round after round: a
 //!    segment one library drops frees the local id that another's next creation takes (the
 //!    lowest free one), and every round's segment must be reachable with its own data.
+//! 6. **Abandoned creations.** Rank 0 starts a segment creation of a library of its own that
+//!    no other rank joins, and drops the library after the creation's timeout, more often than
+//!    a rank has library ids: each dropped library must give its segment back, so that a
+//!    creation of every rank afterwards succeeds (`after_abandoned`).
 //!
 //! The observations go to the data line (see `tests/library.rs`, which judges them).
 
@@ -187,6 +191,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     errors(ctx, &a, &mut data)?;
     group_snapshot(ctx, &a, &mut data)?;
     churn(ctx, &mut data)?;
+    abandoned(ctx, &mut data)?;
     // No rank drops its library segments (at the end of this function) while another may
     // still write into them.
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
@@ -268,6 +273,39 @@ fn churn(ctx: &Context, data: &mut Data) -> Outcome {
             .sum::<Outcome<u64>>()
     })?;
     data.put("churn_rounds", rounds);
+    Ok(())
+}
+
+/// Phase 6: more abandoned creations than a rank has library ids (255).
+const ABANDONED: u64 = 260;
+
+/// Phase 6, see the module documentation.
+fn abandoned(ctx: &Context, data: &mut Data) -> Outcome {
+    if ctx.rank() == 0 && ctx.size() > 1 {
+        for i in 0..ABANDONED {
+            let lib = ctx
+                .library("abandoned")
+                .doing(|| format!("registering abandoned library {i}"))?;
+            let made = lib.segment_create(GROUP_ALL, CHURN_LEN, 1, Timeout::Test);
+            ensure!(
+                matches!(&made, Err(e) if e.is_timeout()),
+                "abandoned creation {i}, which no other rank joins: {}",
+                outcome(&made)
+            );
+        }
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the abandoned creations")?;
+    let lib = ctx
+        .library("after-abandoned")
+        .doing(|| "registering after-abandoned")?;
+    let made = lib.segment_create(GROUP_ALL, CHURN_LEN, 1, TIMEOUT);
+    data.outcome("after_abandoned", &made);
+    ensure!(
+        made.is_ok(),
+        "a creation after rank 0's abandoned ones: {}",
+        outcome(&made)
+    );
     Ok(())
 }
 
