@@ -186,8 +186,9 @@ fn run(args: &[String]) -> Outcome<()> {
     let iterations = options.get("iterations", matrix::ITERATIONS)?;
     let ctx = Context::init()?;
     let (me, n) = (ctx.rank(), ctx.size());
-    let grid = Grid::new(width, height, n, (px > 0).then_some(px)).ok_or_else(|| {
-        format!("a {width}x{height} grid cannot be split {px} across among {n} ranks")
+    let grid = Grid::new(width, height, n, (px > 0).then_some(px)).ok_or_else(|| match px {
+        0 => format!("a {width}x{height} grid cannot be split among {n} ranks"),
+        _ => format!("a {width}x{height} grid cannot be split {px} across among {n} ranks"),
     })?;
     let mut local = Local::new(grid, me, n);
 
