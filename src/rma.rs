@@ -109,6 +109,12 @@ impl Context {
     /// ([`segment_size_of`](Self::segment_size_of), or a [`Target`](crate::Target)) to get
     /// every error at the call.
     ///
+    /// A write from one of this rank's segments into an overlapping range of the same segment
+    /// (GASPI leaves it undefined) moves the bytes as `memmove` does on the direct path;
+    /// through the fabric the provider copies it in pieces of its own, and a large one (8 MiB
+    /// shifted forwards, measured over tcp and shm) does not: copy within a segment with
+    /// [`segment_read`](Self::segment_read) and [`segment_write`](Self::segment_write).
+    ///
     /// # Errors
     /// [`Error::InvalidRank`], [`Error::UnknownSegment`], [`Error::OutOfBounds`] (local range,
     /// or a remote range known to be outside), [`Error::InvalidQueue`], [`Error::QueueFull`],
@@ -183,6 +189,9 @@ impl Context {
     }
 
     /// Reads `size` bytes from `remote` into `local`.
+    ///
+    /// Between overlapping ranges of one of this rank's segments, as [`write`](Self::write)
+    /// says: `memmove`'s outcome on the direct path, not always through the fabric.
     ///
     /// # Errors
     /// As for [`write`](Self::write).
