@@ -24,7 +24,14 @@
 //! compare, result and status words) until it completes, so up to
 //! [`ATOMIC_SLOTS`] atomics are in flight at once, and one that
 //! timed out never holds up the next.
+//!
+//! A blocking atomic that times out stays in flight, as GASPI has it: the thread's next
+//! blocking atomic with the same arguments continues it rather than performing it again
+//! (see [`Context::atomic_fetch_add`]). Each thread keeps at most one such atomic per context;
+//! any other blocking atomic of that thread abandons it, and an abandoned atomic still
+//! completes and gives back its slot when its reply arrives.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use gaspi_fabric::Refused;
@@ -571,6 +578,45 @@ impl Inner {
     }
 }
 
+thread_local! {
+    /// The blocking atomics of this thread that timed out, at most one per context: the
+    /// thread's next blocking atomic on that context continues it when its arguments are the
+    /// same.
+    static RESUMABLE: RefCell<Vec<Resumable>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A blocking atomic that timed out, of the context behind `owner`.
+struct Resumable {
+    owner: Weak<Inner>,
+    pending: Arc<Pending>,
+}
+
+/// Takes this thread's timed-out blocking atomic of `inner`, if any, forgetting those of
+/// contexts that are gone.
+fn take_resumable(inner: &Arc<Inner>) -> Option<Arc<Pending>> {
+    let owner = Arc::downgrade(inner);
+    // Unavailable only while the thread exits; its atomics are abandoned then anyway.
+    let taken = RESUMABLE.try_with(|list| {
+        let mut list = list.try_borrow_mut().ok()?;
+        list.retain(|r| r.owner.strong_count() > 0);
+        let at = list.iter().position(|r| r.owner.ptr_eq(&owner))?;
+        Some(list.swap_remove(at))
+    });
+    taken.ok().flatten().map(|r| r.pending)
+}
+
+/// Keeps `pending`, a blocking atomic of `inner` that timed out, for this thread's next
+/// blocking atomic there.
+fn keep_resumable(inner: &Arc<Inner>, pending: Arc<Pending>) {
+    let owner = Arc::downgrade(inner);
+    let _ = RESUMABLE.try_with(|list| {
+        if let Ok(mut list) = list.try_borrow_mut() {
+            list.retain(|r| !r.owner.ptr_eq(&owner));
+            list.push(Resumable { owner, pending });
+        }
+    });
+}
+
 /// An atomic in flight, from the `_nb` and `_notify` atomic calls: its old value once it
 /// completed.
 #[derive(Clone)]
@@ -634,19 +680,33 @@ impl Context {
     /// Atomically adds `value` to the u64 at `remote` (8-byte aligned) and returns the value it
     /// had before.
     ///
+    /// After [`Error::Timeout`] the atomic is still in flight (or done, its old value kept),
+    /// and, as GASPI has it, the call is made again to complete it: this thread's next
+    /// blocking atomic on this context with the same arguments (same `remote`, same `value`)
+    /// continues it and returns its old value rather than adding again. A blocking atomic
+    /// with other arguments, or from another thread, is a new one; it abandons this thread's
+    /// timed-out one, which still happens (exactly once) and gives back its atomic slot when
+    /// it completes. Towards a rank reached directly (this rank included) the atomic happens
+    /// within the call, so it never times out once it has its slot. The non-blocking forms
+    /// keep their request instead.
+    ///
     /// # Errors
     /// [`Error::InvalidRank`]; [`Error::Misaligned`]; [`Error::UnknownSegment`] and
     /// [`Error::OutOfBounds`] when the target has no such word; [`Error::Timeout`] (the atomic
-    /// may still happen); [`Error::RankFailed`].
+    /// may still happen: call again to complete it); [`Error::Limit`] for
+    /// [`Timeout::Test`] when all atomic slots are in flight; [`Error::RankFailed`].
     pub fn atomic_fetch_add(&self, remote: Remote, value: u64, timeout: Timeout) -> Result<u64> {
-        let deadline = timeout.deadline();
-        self.atomic(remote, AtomicOp::FetchAdd(value), None, deadline)?
-            .wait_until(deadline)
+        self.atomic_blocking(remote, AtomicOp::FetchAdd(value), timeout)
     }
 
     /// Atomically replaces the u64 at `remote` (8-byte aligned) with `new` if it equals
     /// `compare`, and returns the value it had before (equal to `compare` exactly when the swap
     /// happened).
+    ///
+    /// After [`Error::Timeout`], call again with the same arguments to complete it, as for
+    /// [`atomic_fetch_add`](Self::atomic_fetch_add): the call that completes it returns the
+    /// old value the one swap attempt saw, so a swap that happened while the caller waited is
+    /// seen as done (old equal to `compare`), never as refused by its own new value.
     ///
     /// # Errors
     /// As for [`atomic_fetch_add`](Self::atomic_fetch_add).
@@ -657,10 +717,32 @@ impl Context {
         new: u64,
         timeout: Timeout,
     ) -> Result<u64> {
-        let deadline = timeout.deadline();
         let op = AtomicOp::CompareSwap { compare, new };
-        self.atomic(remote, op, None, deadline)?
-            .wait_until(deadline)
+        self.atomic_blocking(remote, op, timeout)
+    }
+
+    /// A blocking atomic: continues this thread's timed-out one when it is the same, else
+    /// starts it; keeps it for the next call when it times out.
+    fn atomic_blocking(&self, remote: Remote, op: AtomicOp, timeout: Timeout) -> Result<u64> {
+        let deadline = timeout.deadline();
+        let table = Table::User(remote.segment);
+        // Any other one is abandoned here: the engine or the reply table holds it until it
+        // completes, and completing gives its slot back.
+        let resumed = take_resumable(&self.inner).filter(|p| {
+            (p.rank, p.table, p.offset, p.op, p.notify)
+                == (remote.rank, table, remote.offset, op, None)
+        });
+        let request = match resumed {
+            Some(pending) => self.atomic_request(pending),
+            None => self.atomic(remote, op, None, deadline)?,
+        };
+        match request.wait_until(deadline) {
+            Err(Error::Timeout) => {
+                keep_resumable(&self.inner, request.pending);
+                Err(Error::Timeout)
+            }
+            other => other,
+        }
     }
 
     /// Starts [`atomic_fetch_add`](Self::atomic_fetch_add) without waiting: the request gives

@@ -46,8 +46,6 @@ scenario_tests! {
     passive_3_shm: "passive", 3, "shm";
     passive_4_tcp: "passive", 4, "tcp";
     passive_4_shm: "passive", 4, "shm";
-    atomics_2_tcp: "atomics", 2, "tcp";
-    atomics_3_shm: "atomics", 3, "shm";
     atomics_4_tcp: "atomics", 4, "tcp";
     atomics_4_shm: "atomics", 4, "shm";
     allreduce_1_tcp: "allreduce", 1, "tcp";
@@ -263,6 +261,70 @@ fn provider_atomics(ranks: u32, provider: &str) {
     job.assert_every_rank(ranks, |r| {
         format!("ok atomics rank {r}: provider atomics: ")
     });
+    assert_retried_atomics(&job, ranks);
+}
+
+/// The `atomics` scenario's blocking atomics called again after `Timeout::Test` /
+/// `Millis(0)` until done each happened once: the old values of the increments every rank
+/// saw happen are 0 up to the final word, each once, and the word abandoned atomics add to
+/// ends at 100 per rank. Before they were resumed, a call made again was made anew: the word
+/// ended above the increments seen, a swap whose first attempt happened came back refused by
+/// the rank's own value, or every atomic slot ended up taken (`Error::Limit`).
+fn assert_retried_atomics(job: &common::Finished, ranks: u32) {
+    let mut olds = Vec::new();
+    let mut words = Vec::new();
+    for rank in 0..ranks {
+        let data = job.data("atomics", rank);
+        let listed = data.get("increments");
+        olds.extend(listed.split(',').map(|v| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| panic!("rank {rank}: increments {listed}\n{}", job.report()))
+        }));
+        words.push(data.parse::<u64>("word"));
+        assert_eq!(
+            data.parse::<u64>("abandoned_word"),
+            100 * u64::from(ranks),
+            "rank {rank}\n{}",
+            job.report()
+        );
+    }
+    olds.sort_unstable();
+    let word = words[0];
+    assert!(
+        words.iter().all(|&w| w == word),
+        "{words:?}\n{}",
+        job.report()
+    );
+    let want: Vec<u64> = (0..word).collect();
+    assert_eq!(olds, want, "the word ended at {word}\n{}", job.report());
+}
+
+/// `atomics` with the blocking atomics of the direct path or through the fabric (set by the
+/// environment `env`), checked as [`assert_retried_atomics`] says.
+fn retried_atomics(env: &[&str], ranks: u32, provider: &str) {
+    let job = common::selftest_with_env(env, "atomics", ranks, provider);
+    job.assert_every_rank(ranks, |r| format!("ok atomics rank {r}: "));
+    assert_retried_atomics(&job, ranks);
+}
+
+#[test]
+fn atomics_2_tcp() {
+    retried_atomics(&[], 2, "tcp");
+}
+
+#[test]
+fn atomics_3_shm() {
+    retried_atomics(&[], 3, "shm");
+}
+
+#[test]
+fn atomics_fabric_3_tcp() {
+    retried_atomics(&["GASPI_INTRANODE=fabric"], 3, "tcp");
+}
+
+#[test]
+fn atomics_fabric_3_shm() {
+    retried_atomics(&["GASPI_INTRANODE=fabric"], 3, "shm");
 }
 
 /// Jobs of the `exit` scenario each test runs on a busy machine.

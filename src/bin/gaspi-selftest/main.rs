@@ -89,7 +89,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Groups => groups::run(&ctx).map(Report::from),
         Scenario::Allreduce => allreduce::run(&ctx),
         Scenario::Passive => passive::run(&ctx).map(Report::from),
-        Scenario::Atomics => atomics::run(&ctx).map(Report::from),
+        Scenario::Atomics => atomics::run(&ctx),
         Scenario::Errors => errors::run(&ctx),
         Scenario::EarlyExit => Err(early_exit::run(&ctx, opts.leave)),
         Scenario::Fault => fault::run(&ctx),

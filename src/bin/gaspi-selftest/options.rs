@@ -62,7 +62,10 @@ Scenarios:
                total is exact, each rank's fetched values rise) and guards a
                plain read-modify-write counter with a compare_swap lock (no
                two holders: no lost update); misaligned and out-of-range
-               targets are refused
+               targets are refused; fetch_add and compare_swap called
+               again after Timeout::Test / Millis(0) until done happen
+               once per call (exact word, each old value once, a lock
+               taken and given back), abandoned ones happen once
   errors       every kind of bad input returns its Error variant (with the
                right fields) and the context keeps working afterwards
   early-exit   the last rank leaves right after init without finalize while
