@@ -151,7 +151,12 @@ pub(crate) fn run(options: Options) -> u8 {
         // Before the first rank: a rank started unguarded could leave its files behind.
         guard: Guard::start().ok(),
     };
+    // Events that arrive while ranks are started; the event loop takes them first, in order.
+    let mut held = Vec::new();
     for rank in 0..options.ranks {
+        // Starting a large job takes seconds to minutes: a signal or the time limit must end
+        // it between two starts, not once the last rank runs.
+        job.interrupt_launch(&received, &mut held);
         // A rank that could not be taken charge of failed the job: start no more.
         if job.ending {
             break;
@@ -173,7 +178,7 @@ pub(crate) fn run(options: Options) -> u8 {
             }
         }
     }
-    job.supervise(received)
+    job.supervise(received, held)
 }
 
 impl Job {
@@ -261,8 +266,26 @@ impl Job {
         Ok(())
     }
 
-    /// The event loop; returns gaspirun's exit status once every rank has ended.
-    fn supervise(mut self, received: Receiver<Event>) -> u8 {
+    /// Between two rank starts: fails the job on a terminating signal or when its time limit
+    /// has passed. Other events wait in `held` for the event loop, so that they are judged as
+    /// they were before, with every rank started (a rank that exits early is not taken for
+    /// the last one running).
+    fn interrupt_launch(&mut self, received: &Receiver<Event>, held: &mut Vec<Event>) {
+        while let Ok(event) = received.try_recv() {
+            match event {
+                Event::Signal(_) => self.handle(event),
+                other => held.push(other),
+            }
+        }
+        self.check_time_limit(Instant::now());
+    }
+
+    /// The event loop, after the events `held` back while the ranks were started; returns
+    /// gaspirun's exit status once every rank has ended.
+    fn supervise(mut self, received: Receiver<Event>, held: Vec<Event>) -> u8 {
+        for event in held {
+            self.handle(event);
+        }
         loop {
             if self.ranks.iter().all(|r| r.exit.is_some()) {
                 if self.open_outputs == 0 || self.output_abandoned {
@@ -541,7 +564,7 @@ impl Job {
             .min()
     }
 
-    fn wake(&mut self, now: Instant) {
+    fn check_time_limit(&mut self, now: Instant) {
         if let Some((at, limit)) = self.time_limit {
             if now >= at && !self.ending {
                 self.fail(
@@ -553,6 +576,10 @@ impl Job {
                 );
             }
         }
+    }
+
+    fn wake(&mut self, now: Instant) {
+        self.check_time_limit(now);
         if self.kill_at.is_some_and(|at| now >= at) {
             self.signal_all(Signal::SIGKILL);
             self.kill_at = None;

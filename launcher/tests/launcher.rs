@@ -29,6 +29,11 @@ impl Finished {
 
 /// Runs `command` to completion, killing it (and failing the test) if it hangs.
 fn finish(command: &mut Command) -> Finished {
+    finish_started(command, |_| ())
+}
+
+/// As [`finish`], calling `started` with the pid of the process once it runs.
+fn finish_started(command: &mut Command, started: impl FnOnce(u32)) -> Finished {
     let start = Instant::now();
     let mut child = command
         .stdin(Stdio::null())
@@ -36,6 +41,7 @@ fn finish(command: &mut Command) -> Finished {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the launcher starts");
+    started(child.id());
     let collect = |mut pipe: Box<dyn Read + Send>| {
         thread::spawn(move || {
             let mut text = String::new();
@@ -180,6 +186,68 @@ fn timeout_kills_the_job_promptly() {
     );
     assert_eq!(run.status, Some(124), "{}", run.stderr);
     assert!(run.elapsed < Duration::from_secs(10), "{:?}", run.elapsed);
+}
+
+/// The live processes of the job gaspirun `pid` ran: those whose environment carries its job
+/// id, as every rank's does (a zombie's environment reads as empty).
+fn processes_of_job(pid: u32) -> Vec<String> {
+    let needle = format!("PMI_JOBID=gaspirun-{pid}\0");
+    let entries = std::fs::read_dir("/proc").expect("/proc is readable");
+    entries
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            name.bytes().all(|b| b.is_ascii_digit()).then_some(name)
+        })
+        .filter(|proc_pid| {
+            // Processes of other users, or gone by now, are not the job's.
+            std::fs::read(Path::new("/proc").join(proc_pid).join("environ")).is_ok_and(|env| {
+                env.windows(needle.len())
+                    .any(|window| window == needle.as_bytes())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn the_time_limit_and_signals_end_a_job_still_starting_its_ranks() {
+    // Starting 300 ranks takes 2-4 s on the 2-core CI machine: gaspirun used to start all of
+    // them before it looked at its time limit (3.5 s in all) or at a SIGTERM (3.5 s after it).
+    let mut pid = 0;
+    let run = finish_started(
+        Command::new(GASPIRUN)
+            .args(["-n", "300", "--timeout", "1", "/bin/sleep", "100"])
+            .env_remove("GASPIRUN_TIMEOUT"),
+        |started| pid = started,
+    );
+    assert_eq!(run.status, Some(124), "{}", run.stderr);
+    assert!(run.stderr.contains("time limit"), "{}", run.stderr);
+    assert!(run.elapsed < Duration::from_secs(2), "{:?}", run.elapsed);
+    assert_eq!(processes_of_job(pid), Vec::<String>::new());
+
+    let mut pid = 0;
+    let mut signalled = None;
+    let run = finish_started(
+        Command::new(GASPIRUN)
+            .args(["-n", "300", "/bin/sleep", "100"])
+            .env_remove("GASPIRUN_TIMEOUT"),
+        |started| {
+            pid = started;
+            thread::sleep(Duration::from_millis(300));
+            let sent = Command::new("kill")
+                .args(["-TERM", &started.to_string()])
+                .status()
+                .expect("kill runs");
+            assert!(sent.success(), "kill -TERM {started}: {sent}");
+            signalled = Some(Instant::now());
+        },
+    );
+    let after_signal = signalled.expect("the signal was sent").elapsed();
+    assert_eq!(run.status, Some(128 + 15), "{}", run.stderr);
+    assert!(run.stderr.contains("received SIGTERM"), "{}", run.stderr);
+    // What remains after the signal is the teardown of the ranks started so far.
+    assert!(after_signal < Duration::from_secs(1), "{after_signal:?}");
+    assert_eq!(processes_of_job(pid), Vec::<String>::new());
 }
 
 #[test]
