@@ -335,6 +335,15 @@ fn errors(provider: &str) {
                 format!("ReceiveAreaTooSmall(0/{SMALL}/{}/64)", 64 * RANKS),
             ),
             (
+                "past_end",
+                // Rank 0 of its own area, its previous rank of its destination's; nothing
+                // is required there, the first offset is what is wrong.
+                match rank {
+                    0 | 2 => format!("OutOfBounds(0/{SMALL}/9999/0/100)"),
+                    _ => "Ok".into(),
+                },
+            ),
+            (
                 "missing_source",
                 format!("UnknownSegment({rank}/{MISSING})"),
             ),
@@ -357,7 +366,7 @@ fn errors(provider: &str) {
             ),
             (
                 "out_of_bounds",
-                format!("OutOfBounds({rank}/{SOURCE}/{too_far}/{bytes})"),
+                format!("OutOfBounds({rank}/{SOURCE}/{too_far}/{bytes}/{source_size})"),
             ),
             ("unsent", "Unsent(0)".into()),
             ("already_sent", format!("AlreadySent({t})")),

@@ -44,8 +44,8 @@ pub fn outcome<T>(result: &Result<T, Error>) -> String {
             segment,
             offset,
             size,
-            ..
-        }) => format!("OutOfBounds({rank}/{segment}/{offset}/{size})"),
+            segment_size,
+        }) => format!("OutOfBounds({rank}/{segment}/{offset}/{size}/{segment_size})"),
         Error::ReceiveAreaTooSmall {
             rank,
             segment,

@@ -7,7 +7,10 @@
 //! `missing_receive` (receive segment [`MISSING`]: the discovery goes through, as the receive
 //! segment may be made after it) and `missing_receive_round` (a round of that plan, refused
 //! since the segment is still missing), `too_small` (every rank sends 64 bytes to rank 0,
-//! whose receive area in [`SMALL`] has 64 bytes from its first offset).
+//! whose receive area in [`SMALL`] has 64 bytes from its first offset), `past_end` (every
+//! rank sends 0 bytes to `t`; rank 0's first offset, [`PAST_END`], lies past the end of its
+//! receive segment [`SMALL`], which rank 0 and its previous rank are told; the others get a
+//! plan).
 //!
 //! Before any round: `missing_source` and `missing_source_proposal` (source segment
 //! [`MISSING`] in `round` and `alltoallv`), `foreign` and `foreign_proposal` (a plan of A on B).
@@ -51,6 +54,8 @@ pub const SMALL: SegmentId = 9;
 pub const SMALL_SIZE: u64 = 100;
 /// Where the receive area in [`SMALL`] begins, leaving 64 bytes.
 pub const SMALL_FIRST: u64 = 36;
+/// Rank 0's first offset in `past_end`: beyond the [`SMALL_SIZE`] bytes of [`SMALL`].
+pub const PAST_END: u64 = 9999;
 
 pub fn run(ctx: &Context) -> Outcome {
     let (me, n) = (ctx.rank(), ctx.size());
@@ -82,6 +87,9 @@ pub fn run(ctx: &Context) -> Outcome {
     }
     let small = a.get_remote_offsets(SMALL, SMALL_FIRST, &[(0, 64)], TIMEOUT);
     report.put("too_small", outcome(&small));
+    let past_end_first = if me == 0 { PAST_END } else { 0 };
+    let past_end = a.get_remote_offsets(SMALL, past_end_first, &[(t, 0)], TIMEOUT);
+    report.put("past_end", outcome(&past_end));
     let dense_plan = dense.discover(&mut a, TIMEOUT)?;
     let ring_plan = ring.discover(&mut a, TIMEOUT)?;
     let b_plan = ring_b.discover(&mut b, TIMEOUT)?;

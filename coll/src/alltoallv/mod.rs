@@ -233,7 +233,8 @@ impl<'c> Alltoallv<'c> {
     /// object over the group); [`Error::ForeignPlan`](crate::Error::ForeignPlan);
     /// [`gaspi::Error::UnknownSegment`] when `source` or the plan's receive segment does not
     /// exist; [`Error::ReceiveAreaTooSmall`](crate::Error::ReceiveAreaTooSmall) when the
-    /// receive segment (made after the discovery) cannot hold the plan's receive area. A
+    /// receive segment (made after the discovery) cannot hold the plan's receive area, or
+    /// [`gaspi::Error::OutOfBounds`] when the area's first offset lies past its end. A
     /// block towards a receive segment made after the discovery is resolved when it is sent:
     /// a destination that never made it is named by the call that sends it
     /// ([`gaspi::Error::UnknownSegment`]).

@@ -116,6 +116,26 @@ pub(super) fn receive_area(size: u64, first_offset: u64, required: u64) -> (bool
     (first_offset <= size && required <= available, available)
 }
 
+/// The error for `rank`'s receive area in `segment` of `segment_size` bytes, whose first
+/// offset lies past the segment's end: "too small" with 0 bytes there would read as if
+/// nothing were wrong when nothing is required, and would not name the offset.
+pub(super) fn area_outside(
+    rank: Rank,
+    segment: SegmentId,
+    first_offset: u64,
+    required: u64,
+    segment_size: u64,
+) -> Error {
+    gaspi::Error::OutOfBounds {
+        rank,
+        segment,
+        offset: first_offset,
+        size: required,
+        segment_size,
+    }
+    .into()
+}
+
 /// `Ok` when `rank`'s notification carried `got` = `expected`.
 fn check_tag(rank: Rank, expected: u32, got: u32) -> Result<()> {
     if got == expected {
@@ -160,14 +180,18 @@ impl Record {
 #[derive(Debug, Clone, Copy)]
 struct Reply {
     segment: SegmentId,
-    /// Where the block goes; for a receive area too small, the bytes it needs.
+    /// Where the block goes; for a receive area too small, the bytes it needs; for one
+    /// outside its segment, its first offset.
     offset: u64,
-    /// Bytes of the receive area (meaningful when too small).
+    /// Bytes of the receive area (meaningful when too small); for one outside its segment,
+    /// the segment's size.
     available: u64,
     fits: bool,
     /// The receive segment did not exist yet: the block's target is resolved, and the
     /// area's size checked, when the rounds begin.
     absent: bool,
+    /// The receive area's first offset lies past the end of its segment.
+    outside: bool,
 }
 
 impl Reply {
@@ -176,9 +200,10 @@ impl Reply {
         slot[0..8].copy_from_slice(&self.offset.to_le_bytes());
         slot[8..16].copy_from_slice(&self.available.to_le_bytes());
         slot[16..20].copy_from_slice(&u32::from(self.segment).to_le_bytes());
-        let fit = match (self.absent, self.fits) {
-            (true, _) => FIT_UNKNOWN,
-            (false, fits) => u32::from(fits),
+        let fit = match (self.outside, self.absent, self.fits) {
+            (true, _, _) => FIT_OUTSIDE,
+            (false, true, _) => FIT_UNKNOWN,
+            (false, false, fits) => u32::from(fits),
         };
         slot[20..24].copy_from_slice(&fit.to_le_bytes());
         slot
@@ -186,19 +211,26 @@ impl Reply {
 
     fn decode(slot: &[u8; SLOT as usize]) -> Result<Reply> {
         let segment = u32::from_le_bytes(word4(slot, 16));
+        let fit = u32::from_le_bytes(word4(slot, 20));
+        if fit > FIT_OUTSIDE {
+            return Err(gaspi::Error::Protocol(format!("reply has fit word {fit}")).into());
+        }
         Ok(Reply {
             segment: SegmentId::try_from(segment)
                 .map_err(|_| gaspi::Error::Protocol(format!("reply names segment {segment}")))?,
             offset: u64::from_le_bytes(word8(slot, 0)),
             available: u64::from_le_bytes(word8(slot, 8)),
-            fits: u32::from_le_bytes(word4(slot, 20)) != 0,
-            absent: u32::from_le_bytes(word4(slot, 20)) == FIT_UNKNOWN,
+            fits: fit == 1 || fit == FIT_UNKNOWN,
+            absent: fit == FIT_UNKNOWN,
+            outside: fit == FIT_OUTSIDE,
         })
     }
 }
 
 /// A reply's fit word for a receive segment that does not exist yet (0: too small, 1: fits).
 const FIT_UNKNOWN: u32 = 2;
+/// A reply's fit word for a receive area whose first offset lies past its segment's end.
+const FIT_OUTSIDE: u32 = 3;
 
 fn word4(slot: &[u8; SLOT as usize], at: usize) -> [u8; 4] {
     let mut w = [0u8; 4];
@@ -246,6 +278,8 @@ pub(super) struct Discovery<'c> {
     fits: bool,
     /// Whether this rank's receive segment did not exist when its registrations were read.
     absent: bool,
+    /// The size of this rank's receive segment, when `first_offset` lies past its end.
+    outside: Option<u64>,
     required: u64,
     available: u64,
     replies: Vec<Option<Reply>>,
@@ -285,7 +319,9 @@ impl<'c> Alltoallv<'c> {
     /// [`Error::ReceiveAreaTooSmall`] when this rank's receive segment cannot hold its
     /// sources' blocks from `first_offset` on (naming the size needed), or a destination's
     /// cannot (naming that rank; the discovery is over either way, and the others are told
-    /// too); [`Error::DuplicateDestination`]; [`Error::DiscoveryInProgress`] when a
+    /// too); [`gaspi::Error::OutOfBounds`] instead when the first offset (this rank's, or a
+    /// destination's, naming that rank) lies past the end of its receive segment, naming the
+    /// offset and the segment's size; [`Error::DuplicateDestination`]; [`Error::DiscoveryInProgress`] when a
     /// discovery with other arguments timed out; [`Error::OutOfStep`] when members' calls
     /// do not match; from the runtime: [`gaspi::Error::UnknownSegment`] when a destination's
     /// receive segment was deleted since its reply, [`gaspi::Error::NotInGroup`] for a
@@ -354,6 +390,7 @@ impl<'c> Alltoallv<'c> {
             replied: 0,
             fits: false,
             absent: false,
+            outside: None,
             required: 0,
             available: 0,
             replies: vec![None; sends.len()],
@@ -495,7 +532,10 @@ impl<'c> Alltoallv<'c> {
         // A receive segment made after the discovery, of the size it tells, is checked
         // when the rounds begin.
         match self.ctx.segment_size(d.receive) {
-            Ok(size) => (d.fits, d.available) = receive_area(size, d.first_offset, required),
+            Ok(size) => {
+                (d.fits, d.available) = receive_area(size, d.first_offset, required);
+                d.outside = (d.first_offset > size).then_some(size);
+            }
             Err(gaspi::Error::UnknownSegment { .. }) => (d.absent, d.fits) = (true, true),
             Err(e) => return Err(e.into()),
         }
@@ -513,12 +553,23 @@ impl<'c> Alltoallv<'c> {
                 continue;
             }
             let source = self.control_target(record.rank, deadline)?;
-            let reply = Reply {
-                segment: d.receive,
-                offset: if d.fits { at } else { d.required },
-                available: d.available,
-                fits: d.fits,
-                absent: d.absent,
+            let reply = match d.outside {
+                Some(size) => Reply {
+                    segment: d.receive,
+                    offset: d.first_offset,
+                    available: size,
+                    fits: false,
+                    absent: false,
+                    outside: true,
+                },
+                None => Reply {
+                    segment: d.receive,
+                    offset: if d.fits { at } else { d.required },
+                    available: d.available,
+                    fits: d.fits,
+                    absent: d.absent,
+                    outside: false,
+                },
             };
             // The record is read: its slot stages the reply.
             let slot = self.layout.record(bank, k);
@@ -560,6 +611,16 @@ impl<'c> Alltoallv<'c> {
 
     /// Resolves each destination's block as a target and makes the plan.
     fn resolve(&self, d: &mut Discovery<'c>, deadline: Deadline) -> Result<Plan> {
+        if let Some(size) = d.outside {
+            let me = self.ctx.rank();
+            return Err(area_outside(
+                me,
+                d.receive,
+                d.first_offset,
+                d.required,
+                size,
+            ));
+        }
         if !d.fits {
             return Err(Error::ReceiveAreaTooSmall {
                 rank: self.ctx.rank(),
@@ -575,6 +636,12 @@ impl<'c> Alltoallv<'c> {
             let reply = d.replies[i].ok_or_else(|| {
                 gaspi::Error::Protocol(format!("no reply from rank {rank} was kept"))
             })?;
+            if reply.outside {
+                // The destination's required size is not in its reply: its first offset is
+                // what is wrong.
+                let (offset, size) = (reply.offset, reply.available);
+                return Err(area_outside(rank, reply.segment, offset, 0, size));
+            }
             if !reply.fits {
                 return Err(Error::ReceiveAreaTooSmall {
                     rank,

@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
 use super::layout::round_tag;
-use super::plan::{receive_area, Plan, PlanData};
+use super::plan::{area_outside, receive_area, Plan, PlanData};
 use super::Alltoallv;
 use crate::error::{Error, Result};
 
@@ -292,6 +292,16 @@ impl Alltoallv<'_> {
     /// after the discovery, or made again).
     fn check_receive_area(&self, plan: &PlanData) -> Result<()> {
         let size = self.ctx.segment_size(plan.segment)?;
+        if plan.first_offset > size {
+            let me = self.ctx.rank();
+            return Err(area_outside(
+                me,
+                plan.segment,
+                plan.first_offset,
+                plan.required,
+                size,
+            ));
+        }
         let (fits, available) = receive_area(size, plan.first_offset, plan.required);
         if !fits {
             return Err(Error::ReceiveAreaTooSmall {
