@@ -442,18 +442,35 @@ fn required_number<T: std::str::FromStr>(msg: &Message, command: &str, key: &str
 fn timeout_from_env() -> Result<Duration> {
     match env_var(TIMEOUT_ENV) {
         None => Ok(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
-        Some(text) => text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| *s > 0.0)
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "{TIMEOUT_ENV}={text:?} is not a positive number of seconds"
-                ))
-            }),
+        Some(text) => parse_timeout(&text),
     }
+}
+
+/// The value of [`TIMEOUT_ENV`], refused with the reason when it is no usable time: a value
+/// that rounds to 0 would fail every bootstrap reply at once.
+fn parse_timeout(text: &str) -> Result<Duration> {
+    let refuse = |why: String| Error::Config(format!("{TIMEOUT_ENV}={text:?} {why}"));
+    let seconds = text
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| refuse("is not a number of seconds".into()))?;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(refuse("is not a positive number of seconds".into()));
+    }
+    // A `Duration` holds less than 2^64 s; the bound is stated as the float the text is
+    // compared as, since a text just below 2^64 parses to 2^64 itself.
+    let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+        refuse(format!(
+            "is too large: it must be below {:e} seconds",
+            2f64.powi(64)
+        ))
+    })?;
+    if timeout.is_zero() {
+        return Err(refuse(
+            "is below the resolution of 1 ns: it would be no time at all".into(),
+        ));
+    }
+    Ok(timeout)
 }
 
 fn identity_from_env() -> Result<Identity> {
@@ -613,6 +630,35 @@ mod tests {
         (0..5000)
             .map(|i| char::from(b"0123456789abcdef"[(i + rank as usize) % 16]))
             .collect()
+    }
+
+    #[test]
+    fn bad_bootstrap_timeouts_say_what_is_wrong() {
+        for (text, why) in [
+            ("18446744073709551615", "is too large"),
+            ("inf", "is too large"),
+            ("1e-12", "is below the resolution"),
+            ("4e-10", "is below the resolution"),
+            ("soon", "is not a number of seconds"),
+            ("0", "is not a positive number of seconds"),
+            ("-3", "is not a positive number of seconds"),
+            ("NaN", "is not a positive number of seconds"),
+        ] {
+            match parse_timeout(text) {
+                Err(Error::Config(message)) => assert!(
+                    message.contains(TIMEOUT_ENV) && message.contains(why),
+                    "{text:?}: {message}"
+                ),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        for (text, expected) in [
+            (" 2.5 ", Duration::from_millis(2500)),
+            ("1e-9", Duration::from_nanos(1)),
+            ("18446744073", Duration::from_secs(18_446_744_073)),
+        ] {
+            assert_eq!(parse_timeout(text).ok(), Some(expected), "{text:?}");
+        }
     }
 
     #[test]
