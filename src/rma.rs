@@ -239,7 +239,7 @@ impl Context {
     /// queue's free room now.
     pub fn write_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let requests = self.list_requests(entries, rank, false)?;
-        let q = self.list_queue(rank, queue, entries.len())?;
+        let q = self.list_queue(rank, queue, entries.len(), false)?;
         if self.inner.list_directly(q, entries, rank, false, None)? {
             return Ok(());
         }
@@ -268,7 +268,7 @@ impl Context {
             rank,
             kind: Kind::Notify { check, wire },
         });
-        let q = self.list_queue(rank, queue, entries.len() + 1)?;
+        let q = self.list_queue(rank, queue, entries.len(), true)?;
         if self
             .inner
             .list_directly(q, entries, rank, false, Some(wire))?
@@ -284,7 +284,7 @@ impl Context {
     /// As for [`write_list`](Self::write_list).
     pub fn read_list(&self, entries: &[ListEntry], rank: Rank, queue: QueueId) -> Result<()> {
         let requests = self.list_requests(entries, rank, true)?;
-        let q = self.list_queue(rank, queue, entries.len())?;
+        let q = self.list_queue(rank, queue, entries.len(), false)?;
         if self.inner.list_directly(q, entries, rank, true, None)? {
             return Ok(());
         }
@@ -319,15 +319,29 @@ impl Context {
         self.inner.queues.get(queue)
     }
 
-    /// [`prepare`](Self::prepare) for a list of `operations`, which must fit the queue as a
-    /// whole: a longer one would be [`Error::QueueFull`] for ever. Checked on every path,
-    /// also where the list would be done directly and take no room.
-    fn list_queue(&self, rank: Rank, queue: QueueId, operations: usize) -> Result<&Arc<Queue>> {
+    /// [`prepare`](Self::prepare) for a list of `entries`, and a notification after them when
+    /// `notified`, which must fit the queue as a whole: a longer one would be
+    /// [`Error::QueueFull`] for ever. Checked on every path, also where the list would be done
+    /// directly and take no room.
+    fn list_queue(
+        &self,
+        rank: Rank,
+        queue: QueueId,
+        entries: usize,
+        notified: bool,
+    ) -> Result<&Arc<Queue>> {
         let q = self.prepare(rank, queue)?;
+        let operations = entries + usize::from(notified);
         if operations > q.depth() as usize {
+            // The notification is named only where there is one: a list without one that
+            // was said to have one sent users looking for a notification they never passed.
+            let what = if notified {
+                format!("{operations} operations ({entries} entries and the notification)")
+            } else {
+                format!("{entries} entries")
+            };
             return Err(Error::InvalidList(format!(
-                "{operations} operations (the entries, and a notification) do not fit queue \
-                 {queue} of depth {} (GASPI_QUEUE_DEPTH)",
+                "{what} do not fit queue {queue} of depth {} (GASPI_QUEUE_DEPTH)",
                 q.depth()
             )));
         }

@@ -483,6 +483,22 @@ fn errors(ranks: u32, provider: &str) {
             "rank {rank}: whether single writes filled the queue\n{}",
             job.report()
         );
+        // A queue of depth 8: only the list with a notification may speak of one.
+        for (key, message) in [
+            ("long_write_list", "9 entries do not fit"),
+            ("long_read_list", "9 entries do not fit"),
+            (
+                "long_write_list_notify",
+                "9 operations (8 entries and the notification) do not fit",
+            ),
+        ] {
+            assert_eq!(
+                job.data("errors", rank).get(key),
+                format!("invalid list operation: {message} queue 0 of depth 8 (GASPI_QUEUE_DEPTH)"),
+                "rank {rank}: {key}\n{}",
+                job.report()
+            );
+        }
     }
 }
 

@@ -110,10 +110,10 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         ctx.queue_size(QUEUE).doing(|| "queue_size")? == 0,
         "refused calls left operations on queue {QUEUE}"
     );
-    let filled = full_queue(ctx, &s, &mut checks)?;
+    let mut data = Data::default();
+    let filled = full_queue(ctx, &s, &mut checks, &mut data)?;
     busy_and_deleted(ctx, &s, &mut checks)?;
     still_works(ctx, &s)?;
-    let mut data = Data::default();
     data.put("bad_calls", checks);
     data.put("single_writes_filled_queue", filled);
     Ok(Report {
@@ -595,11 +595,21 @@ fn local_access(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
     Ok(())
 }
 
+/// Records how `result` ended under `key`: `Ok`, or the error's whole message (the tests
+/// check the messages of refused lists word for word).
+fn put_message<T>(data: &mut Data, key: &str, result: &gaspi::Result<T>) {
+    match result {
+        Ok(_) => data.put(key, "Ok"),
+        Err(e) => data.put(key, e),
+    }
+}
+
 /// A list with more operations than the queue is deep never fits, and is refused. Single writes
 /// fill the queue (unless the provider makes each post wait for earlier completions), the queue
 /// never holds more than its depth, and once it holds that many the next post is refused. Returns
-/// whether single writes filled the queue.
-fn full_queue(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome<bool> {
+/// whether single writes filled the queue. The lists' messages go into `data` as
+/// `long_write_list`, `long_write_list_notify` and `long_read_list`.
+fn full_queue(ctx: &Context, s: &Setup, checks: &mut u32, data: &mut Data) -> Outcome<bool> {
     let entry = ListEntry {
         local: local(BUSY, 0),
         remote_segment: SINK,
@@ -610,28 +620,34 @@ fn full_queue(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome<bool> {
     // Refused as invalid on every path: over the fabric it could never fit, and retrying a
     // `QueueFull` would go on for ever; done directly it would take no room, but a program
     // must not work only while its peers share the host.
+    let long = ctx.write_list(&list, s.peer, QUEUE);
+    put_message(data, "long_write_list", &long);
     expect_err!(
         checks,
         "write_list of depth + 1 entries",
-        ctx.write_list(&list, s.peer, QUEUE),
+        long,
         Error::InvalidList(_)
     );
+    let long = ctx.write_list_notify(
+        &list[1..],
+        s.peer,
+        SINK,
+        Notification { id: 0, value: 1 },
+        QUEUE,
+    );
+    put_message(data, "long_write_list_notify", &long);
     expect_err!(
         checks,
         "write_list_notify of depth entries (and the notification)",
-        ctx.write_list_notify(
-            &list[1..],
-            s.peer,
-            SINK,
-            Notification { id: 0, value: 1 },
-            QUEUE
-        ),
+        long,
         Error::InvalidList(_)
     );
+    let long = ctx.read_list(&list, s.peer, QUEUE);
+    put_message(data, "long_read_list", &long);
     expect_err!(
         checks,
         "read_list of depth + 1 entries",
-        ctx.read_list(&list, s.peer, QUEUE),
+        long,
         Error::InvalidList(_)
     );
     ensure!(
