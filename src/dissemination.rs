@@ -6,6 +6,11 @@
 //! slots: a peer can be at most one run ahead (it cannot leave run `e + 1` before we entered
 //! it), so the bank it writes for `e + 1` is never the one we are still reading for `e`.
 //!
+//! A group's allreduce runs on epochs and two banks of its own ([`REDUCE_BANKS`]), by the
+//! same argument among its runs: GASPI lets one barrier and one allreduce of a group be in
+//! flight at once (17.1, §11.1), so either may wait, time out or be continued while the other
+//! completes, and neither may read the other's notifications or shift its alternation.
+//!
 //! A run either synchronises (each notification carries the run's epoch tag, checked on
 //! arrival) or also combines a `(min, max)` pair of 32-bit values across all members: every
 //! round forwards what the sender has folded so far, and because min and max are idempotent
@@ -18,10 +23,11 @@
 //! combining runs (commits) therefore use a third bank of their own, and a commit closes with
 //! a synchronising run. A member finishes a combining run only once every member entered it,
 //! hence left the predecessor; so the successor's first write into the alternating banks
-//! finds every member past the predecessor, and its commit, meanwhile, writes where no
-//! predecessor's barrier or allreduce reads. (Two commits in a row, with no run of the
-//! predecessor in between, are kept apart by the closing run: a member that left the
-//! predecessor's commit saw every member finish its combining run.)
+//! finds every member past the predecessor (and so does its first allreduce, which comes
+//! after the commit), and its commit, meanwhile, writes where no predecessor's barrier or
+//! allreduce reads. (Two commits in a row, with no run of the predecessor in between, are
+//! kept apart by the closing run: a member that left the predecessor's commit saw every
+//! member finish its combining run.)
 //!
 //! The state (epoch, round, what was sent, the pair) lives with the group, so a run that timed
 //! out is continued, not restarted, by the next call — GASPI's semantics for collectives with
@@ -39,26 +45,24 @@ const ROUNDS: u32 = 32;
 const SLOTS_PER_ROUND: u32 = 2;
 /// Slots per bank (an allreduce schedule uses at most this many).
 pub(crate) const BANK: u32 = ROUNDS * SLOTS_PER_ROUND;
-/// System notification slots each group owns: the two banks runs alternate between, and the
-/// bank of combining runs.
-pub(crate) const SLOTS_PER_GROUP: u32 = 3 * BANK;
+/// Where, among a group's slots, the two banks its allreduce alternates between begin.
+pub(crate) const REDUCE_BANKS: u32 = 3 * BANK;
+/// System notification slots each group owns: the two banks runs alternate between, the
+/// bank of combining runs, and the allreduce's two.
+pub(crate) const SLOTS_PER_GROUP: u32 = 5 * BANK;
 
-/// Progress of the run in flight of one group.
+/// Progress of the dissemination run in flight of one group (its allreduce keeps its own, see
+/// [`ReduceState`](crate::allreduce::ReduceState)).
 #[derive(Debug, Default)]
 pub(crate) struct CollState {
     /// Runs completed so far; selects the bank of the next.
-    pub(crate) epoch: u64,
+    epoch: u64,
     round: u32,
     /// How many of this round's notifications were already sent (a timeout may come after
     /// sending some).
     sent: u8,
     /// The `(min, max)` pair a combining run has folded so far.
     pair: Option<(u32, u32)>,
-    /// The allreduce in flight, if any (it runs on the same epochs and banks).
-    pub(crate) reduce: Option<Box<crate::allreduce::Run>>,
-    /// The last allreduce that completed, renewed as the next one: its box, buffers and
-    /// schedule serve again, so that a call in the steady state allocates nothing.
-    pub(crate) spare: Option<Box<crate::allreduce::Run>>,
     /// Whether a run was given up ([`abandon`](Self::abandon)): partners' notifications of
     /// it may still come, or lie unread.
     given_up: bool,
@@ -128,7 +132,7 @@ pub(crate) fn bank_start(first: u32, epoch: u64) -> u32 {
 impl CollState {
     /// Whether no run is in flight.
     pub(crate) fn idle(&self) -> bool {
-        !self.running_run() && self.reduce.is_none()
+        !self.running_run()
     }
 
     /// Whether a dissemination run is in flight (begun, or a commit between its two runs).
@@ -139,15 +143,18 @@ impl CollState {
     /// The call whose run timed out and is still in flight, when a run of `purpose` may not
     /// continue it.
     pub(crate) fn conflict(&self, purpose: Purpose) -> Option<&'static str> {
-        if self.reduce.is_some() {
-            return Some("allreduce");
-        }
         self.running().filter(|_| self.purpose != purpose)
     }
 
     /// The call whose dissemination run is in flight, if one is.
-    pub(crate) fn running(&self) -> Option<&'static str> {
+    fn running(&self) -> Option<&'static str> {
         self.running_run().then(|| self.purpose.name())
+    }
+
+    /// The call other than a barrier whose run is in flight, if one is: an allreduce may run
+    /// beside a barrier, not beside the others.
+    pub(crate) fn holding(&self) -> Option<&'static str> {
+        self.running().filter(|_| self.purpose != Purpose::Barrier)
     }
 
     /// Claims the group's runs for a run of `purpose`: the one in flight if it is of that
@@ -284,9 +291,9 @@ impl Context {
                     .map_err(|e| self.earliest_death(spread, e))?;
             }
             // The slots belong to this round only, and only the thread that holds the
-            // group's state consumes them; a peer writes them again only in the run after
-            // next, which it enters after this member sent its part of the next one (see the
-            // module doc on banks): so a load and a store take them, no swap.
+            // group's dissemination state consumes them; a peer writes them again only in the
+            // run after next, which it enters after this member sent its part of the next one
+            // (see the module doc on banks): so a load and a store take them, no swap.
             let first = table.take_exclusive(slot).unwrap_or(0);
             match &mut state.pair {
                 // The partner called another collective, or this one with other arguments

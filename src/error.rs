@@ -256,8 +256,11 @@ pub enum Error {
     },
 
     /// A collective call on a group whose previous collective (one that timed out) is still in
-    /// flight with different arguments or of a different kind: call that one again to finish
-    /// it first.
+    /// flight with different arguments or of a kind it may not run beside: call that one again
+    /// to finish it first. One barrier and one allreduce of a group may be in flight at once,
+    /// as GASPI allows; the synchronisations of `segment_create`, `group_commit` and
+    /// `finalize` run beside neither an allreduce nor another kind of synchronisation (a
+    /// deviation from GASPI, which leaves their order to the application).
     #[error("group {group} still has a timed-out {pending} in flight; call it again to finish it")]
     CollectiveInProgress {
         /// The group id.
@@ -269,8 +272,9 @@ pub enum Error {
     /// Members called a collective with arguments that do not match (length, element type,
     /// operator), or called different synchronisations of the group at once (a `barrier`
     /// where a partner called `segment_create` or `finalize`), detected when a partner's
-    /// notification arrived (a barrier against an allreduce mostly waits until its timeout:
-    /// the two seldom share a notification). The group's collective state is reset; members
+    /// notification arrived (a barrier against an allreduce waits until its timeout: the two
+    /// may be in flight at once, on notifications of their own). The group's collective state
+    /// is reset; members
     /// must agree before its next collective (a group other than `GROUP_ALL` can be deleted
     /// and made anew). Members that do not hear from that partner directly wait for theirs
     /// until their timeout.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use gaspi_notifications::{Deadline, Timeout};
 
-use crate::allreduce::ReduceArea;
+use crate::allreduce::{ReduceArea, ReduceState};
 use crate::context::Context;
 use crate::dissemination::{CollState, Purpose, Spread, Watch, SLOTS_PER_GROUP};
 use crate::engine::lookup::{DescKey, Descriptor};
@@ -92,9 +92,15 @@ impl Members {
 pub(crate) struct Group {
     pub(crate) id: GroupId,
     pub(crate) members: Members,
-    /// Held by one collective call for its whole run, waits included: another thread's call
-    /// waits for it only until its own deadline.
+    /// The dissemination runs (barriers, and the synchronisations of `segment_create`,
+    /// commits and `finalize`). Held by one such call for its whole run, waits included:
+    /// another thread's call waits for it only until its own deadline.
     state: TimedMutex<CollState>,
+    /// The allreduce, on slots of its own, so that a barrier and an allreduce of the group
+    /// can be in flight at once (GASPI 17.1, §11.1). Held likewise by an allreduce, and, so
+    /// that no allreduce crosses them, by the synchronisations other than a barrier, which
+    /// take it before `state`.
+    reduce: TimedMutex<ReduceState>,
     /// Where partners write this member's allreduce data (none for a group of one).
     pub(crate) area: Option<ReduceArea>,
     /// The partners' areas, looked up on first use.
@@ -119,6 +125,7 @@ impl Group {
             id,
             members,
             state: TimedMutex::new(CollState::default()),
+            reduce: TimedMutex::new(ReduceState::default()),
             area,
             peer_areas: Mutex::new(HashMap::new()),
             writes: Queue::new(Label::Batch, u32::MAX, None),
@@ -130,8 +137,8 @@ impl Group {
         (0..self.members.len()).filter_map(|i| self.members.rank_at(i))
     }
 
-    /// The collective state, for one collective call at a time: a call that finds another
-    /// one's run under way waits for it until `deadline`.
+    /// The dissemination state, for one call at a time: a call that finds another one's run
+    /// under way waits for it until `deadline`.
     ///
     /// # Errors
     /// [`Error::Timeout`] when `deadline` passed first; the state is then untouched, so the
@@ -140,10 +147,22 @@ impl Group {
         self.state.lock_until(deadline).ok_or(Error::Timeout)
     }
 
+    /// The allreduce state, as [`state`](Self::state) the dissemination's.
+    ///
+    /// # Errors
+    /// As for [`state`](Self::state).
+    pub(crate) fn reduce_state(&self, deadline: Deadline) -> Result<TimedGuard<'_, ReduceState>> {
+        self.reduce.lock_until(deadline).ok_or(Error::Timeout)
+    }
+
     /// Whether this member took every notification partners sent it for the group (see
     /// [`CollState::settled`]); not while a collective call of the group is under way.
     fn settled(&self) -> bool {
         self.state.try_lock().is_some_and(|state| state.settled())
+            && self
+                .reduce
+                .try_lock()
+                .is_some_and(|reduce| reduce.settled())
     }
 }
 
@@ -345,27 +364,29 @@ impl Context {
                 Slot::Free => return Err(Error::UnknownGroup { group }),
             }
         };
-        let agreed = {
-            let deadline = timeout.deadline();
-            let mut state = g.state(deadline)?;
-            self.claim(&g, &mut state, Purpose::Commit)?;
-            if !state.closing {
-                state.start_pair(fingerprint(g.id, &g.members));
-                self.run(&g, &mut state, deadline, Watch::Members)?;
-                let (lo, hi) = state.take_pair().ok_or_else(|| {
-                    Error::Protocol("group commit finished without a result".into())
-                })?;
-                state.closing = lo == hi;
-            }
-            if state.closing {
-                // See the dissemination module: why a commit ends with a synchronising run.
-                self.run(&g, &mut state, deadline, Watch::Members)?;
-                state.closing = false;
-                true
-            } else {
-                false
-            }
-        };
+        let agreed = self.synchronise(
+            &g,
+            Purpose::Commit,
+            timeout.deadline(),
+            |state, deadline| {
+                if !state.closing {
+                    state.start_pair(fingerprint(g.id, &g.members));
+                    self.run(&g, state, deadline, Watch::Members)?;
+                    let (lo, hi) = state.take_pair().ok_or_else(|| {
+                        Error::Protocol("group commit finished without a result".into())
+                    })?;
+                    state.closing = lo == hi;
+                }
+                if state.closing {
+                    // See the dissemination module: why a commit ends with a synchronising run.
+                    self.run(&g, state, deadline, Watch::Members)?;
+                    state.closing = false;
+                    Ok(true)
+                } else {
+                    Ok(false)
+                }
+            },
+        )?;
         let mut slots = self.inner.groups.write();
         if !agreed {
             // Back to building, so the application can fix the membership or delete it.
@@ -491,9 +512,11 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
-    /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while an allreduce of the group,
-    /// or the synchronisation of another call ([`segment_create`](Self::segment_create)'s,
-    /// [`finalize`](Self::finalize)'s) that timed out, is in flight: finish that call first;
+    /// [`Error::Timeout`]; [`Error::CollectiveInProgress`] while the synchronisation of
+    /// another call ([`segment_create`](Self::segment_create)'s,
+    /// [`finalize`](Self::finalize)'s) that timed out is in flight: finish that call first.
+    /// An allreduce of the group may be in flight meanwhile (GASPI lets one barrier and one
+    /// allreduce of a group run at once), timed out or in another thread;
     /// [`Error::CollectiveMismatch`] naming a partner that called another synchronisation of
     /// the group meanwhile (`segment_create`, `finalize`); [`Error::RankFailed`] naming a dead
     /// member.
@@ -510,9 +533,45 @@ impl Context {
         deadline: Deadline,
     ) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
+        if purpose != Purpose::Barrier {
+            return self.synchronise(&g, purpose, deadline, |state, deadline| {
+                self.run(&g, state, deadline, Watch::Members)
+            });
+        }
         let mut state = g.state(deadline)?;
         self.claim(&g, &mut state, purpose)?;
         self.run(&g, &mut state, deadline, Watch::Members)
+    }
+
+    /// Runs `sync` on `g`'s dissemination state, claimed for `purpose`, which is not a
+    /// barrier, bounded by `deadline`. An allreduce of the group must not run beside it
+    /// (the partners' later collectives would pair up wrongly if one of them completed
+    /// between such a call's timeout and its continuation), so the allreduce state is held
+    /// too, and told whether the call is left in flight.
+    ///
+    /// # Errors
+    /// [`Error::CollectiveInProgress`] while an allreduce of the group, or a run of another
+    /// purpose, is in flight (see [`claim`](Self::claim)); what `sync` returns.
+    fn synchronise<T>(
+        &self,
+        g: &Group,
+        purpose: Purpose,
+        deadline: Deadline,
+        sync: impl FnOnce(&mut CollState, Deadline) -> Result<T>,
+    ) -> Result<T> {
+        let mut reduce = g.reduce_state(deadline)?;
+        if let Some(pending) = reduce.pending() {
+            let busy = Error::CollectiveInProgress {
+                group: g.id,
+                pending,
+            };
+            return Err(self.first_dead(g).unwrap_or(busy));
+        }
+        let mut state = g.state(deadline)?;
+        self.claim(g, &mut state, purpose)?;
+        let done = sync(&mut state, deadline);
+        reduce.held_by = state.holding();
+        done
     }
 
     /// The call of `group` whose synchronisation timed out and is in flight, when a run of
@@ -530,10 +589,16 @@ impl Context {
         let Ok(g) = self.inner.groups.committed(group) else {
             return Ok(None);
         };
-        let state = g.state(deadline)?;
-        Ok(state
-            .conflict(purpose)
-            .filter(|_| self.first_dead(&g).is_none()))
+        // In the order `synchronise` takes them.
+        let reduce = match purpose {
+            Purpose::Barrier => None,
+            _ => Some(g.reduce_state(deadline)?),
+        };
+        let pending = match reduce.as_ref().and_then(|reduce| reduce.pending()) {
+            Some(pending) => Some(pending),
+            None => g.state(deadline)?.conflict(purpose),
+        };
+        Ok(pending.filter(|_| self.first_dead(&g).is_none()))
     }
 
     /// Claims `g`'s runs for a run of `purpose` (see [`CollState::claim`]). A run of another
@@ -561,13 +626,13 @@ impl Context {
     /// dead before the exit began.
     pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
         let g = self.inner.groups.committed(GROUP_ALL)?;
-        let mut state = g.state(deadline)?;
-        self.claim(&g, &mut state, Purpose::Exit)?;
-        if !self.inner.leaving.load(Ordering::Acquire) {
-            self.run(&g, &mut state, deadline, Watch::Members)?;
-            self.inner.leaving.store(true, Ordering::Release);
-        }
-        self.run(&g, &mut state, deadline, Watch::Partners)
+        self.synchronise(&g, Purpose::Exit, deadline, |state, deadline| {
+            if !self.inner.leaving.load(Ordering::Acquire) {
+                self.run(&g, state, deadline, Watch::Members)?;
+                self.inner.leaving.store(true, Ordering::Release);
+            }
+            self.run(&g, state, deadline, Watch::Partners)
+        })
     }
 
     /// Publishes where partners write `g`'s allreduce data (see `allreduce::area`).

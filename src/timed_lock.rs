@@ -1,11 +1,11 @@
 //! [`TimedMutex`]: a lock that a thread waits for only until a [`Deadline`].
 //!
-//! A group's collective state is held by one call for the whole of its run, waits for the
-//! partners included, so a plain mutex would make a second thread's call wait for the first
-//! one's partners, however short its own timeout. Every waiting call of the runtime keeps to its
-//! timeout, so such state sits behind this lock instead: a thread that finds it held sleeps
-//! until it is released or the thread's deadline passes, and then gives up without having
-//! touched the value.
+//! A group's barrier state (and its allreduce state) is held by one call for the whole of
+//! its run, waits for the partners included, so a plain mutex would make a second thread's
+//! call wait for the first one's partners, however short its own timeout. Every waiting call
+//! of the runtime keeps to its timeout, so such state sits behind this lock instead: a thread
+//! that finds it held sleeps until it is released or the thread's deadline passes, and then
+//! gives up without having touched the value.
 //!
 //! The lock is a word (free, held, or held with possible sleepers) in front of a mutex that
 //! holds the value: an uncontended acquisition and release cost one atomic operation each on

@@ -117,7 +117,8 @@ fn timeouts_4_shm() {
 
 /// `serialised`: while rank 0's thread A waits in a barrier the other ranks join 2.5 s late,
 /// its thread B's barrier, allreduce and segment_create with `Millis(200)` and `Test` return
-/// `Timeout` by their deadlines instead of waiting for A's barrier, and all complete afterwards.
+/// `Timeout` by their deadlines instead of waiting for A's barrier (the allreduce runs beside
+/// it, and times out for want of the late ranks), and all complete afterwards.
 /// Before the group's collective state was acquired within the caller's deadline, each of B's
 /// calls waited for A's barrier (about 2.2 s).
 fn serialised(ranks: u32, provider: &str) {
@@ -142,6 +143,56 @@ fn serialised_3_tcp() {
 #[test]
 fn serialised_3_shm() {
     serialised(3, "shm");
+}
+
+/// `crossed`: one barrier and one allreduce of `GROUP_ALL` in flight at once (GASPI 17.1,
+/// §11.1), crossed in one thread (rank 0's barrier times out, then it calls allreduce; the
+/// others call allreduce, then barrier), from two threads of rank 0, and from two threads of
+/// every rank 20 times each: every call completes and every sum is right. Before a group's
+/// barrier and allreduce had states of their own, the crossing was refused on both sides
+/// (`CollectiveInProgress`) for good.
+fn crossed(ranks: u32, provider: &str) {
+    const LEN: u64 = 3_000;
+    let job = selftest("crossed", ranks, provider);
+    let n = u64::from(ranks);
+    // Allreduce `k` sums `r * 1_000_003 + 7k + i` over ranks `r` and elements `i`.
+    let sum =
+        |k: u64| LEN * 1_000_003 * n * (n - 1) / 2 + n * LEN * 7 * k + n * LEN * (LEN - 1) / 2;
+    let both: u64 = (2..22).map(sum).sum();
+    assert_eq!(
+        job.data("crossed", 0).get("first_barrier"),
+        "Timeout",
+        "{}",
+        job.report()
+    );
+    for rank in 0..ranks {
+        let data = job.data("crossed", rank);
+        let got = |key: &str| -> u64 { data.parse(key) };
+        assert_eq!(got("crossing_sum"), sum(0), "rank {rank}\n{}", job.report());
+        assert_eq!(got("threads_sum"), sum(1), "rank {rank}\n{}", job.report());
+        assert_eq!(got("both_sum"), both, "rank {rank}\n{}", job.report());
+        assert_eq!(got("both_barriers"), 20, "rank {rank}\n{}", job.report());
+    }
+}
+
+#[test]
+fn crossed_2_tcp() {
+    crossed(2, "tcp");
+}
+
+#[test]
+fn crossed_2_shm() {
+    crossed(2, "shm");
+}
+
+#[test]
+fn crossed_3_tcp() {
+    crossed(3, "tcp");
+}
+
+#[test]
+fn crossed_3_shm() {
+    crossed(3, "shm");
 }
 
 /// `dead-read` under `gaspirun --keep-going`: the victim dies with a read from it in flight

@@ -14,10 +14,13 @@
 //! what arrives piece by piece through a scratch buffer that stays in the cache: each saves a
 //! pass over the vector through memory.
 //!
-//! Runs share the group's epochs and notification banks with its barrier: a call after
-//! [`Error::Timeout`] continues where the last one stopped (GASPI's semantics), and a barrier
-//! cannot start while an allreduce is in flight, nor the other way round
-//! ([`Error::CollectiveInProgress`]).
+//! Runs have epochs and notification banks of their own, apart from the group's barriers:
+//! GASPI lets one barrier and one allreduce of a group be in flight at once (17.1, §11.1),
+//! from two threads, or one after the other's timeout. A call after [`Error::Timeout`]
+//! continues where the last one stopped (GASPI's semantics). The synchronisations of other
+//! calls (`segment_create`, a commit, `finalize`) and an allreduce still exclude each other
+//! ([`Error::CollectiveInProgress`]): one completing between the other's timeout and its
+//! continuation would leave the members' later calls paired wrongly.
 
 mod area;
 mod op;
@@ -34,7 +37,7 @@ use pending::Pending;
 use schedule::Fold;
 
 use crate::context::Context;
-use crate::dissemination::{bank_start, CollState, SLOTS_PER_GROUP};
+use crate::dissemination::{bank_start, REDUCE_BANKS, SLOTS_PER_GROUP};
 use crate::engine::lookup::{DescKey, Descriptor, Known};
 use crate::engine::Op;
 use crate::error::{Error, Rank, Result};
@@ -49,6 +52,48 @@ const SPARE_BYTES: usize = 64 << 10;
 
 /// Bytes of received data folded at a time (rounded down to whole blocks, at least one).
 const FOLD_PIECE: usize = 8 << 10;
+
+/// Where a group's allreduces stand.
+#[derive(Debug, Default)]
+pub(crate) struct ReduceState {
+    /// Runs (one per chunk) completed so far; selects the bank of the next.
+    epoch: u64,
+    /// The allreduce in flight, if any.
+    run: Option<Box<Run>>,
+    /// The last allreduce that completed, renewed as the next one: its box, buffers and
+    /// schedule serve again, so that a call in the steady state allocates nothing.
+    spare: Option<Box<Run>>,
+    /// Whether a run was given up after an error: partners' notifications of it may still
+    /// come, or lie unread.
+    given_up: bool,
+    /// The call other than a barrier whose synchronisation of the group is in flight, which
+    /// an allreduce may not cross. Kept here, not read from the dissemination state, because
+    /// a barrier holds that for its whole run; such calls change it only while holding this
+    /// state too.
+    pub(crate) held_by: Option<&'static str>,
+}
+
+impl ReduceState {
+    /// The allreduce in flight, as [`Error::CollectiveInProgress`] names it.
+    pub(crate) fn pending(&self) -> Option<&'static str> {
+        self.run.is_some().then_some("allreduce")
+    }
+
+    /// Whether every notification partners sent this member for the group's allreduces was
+    /// taken: none is in flight, and none was given up.
+    pub(crate) fn settled(&self) -> bool {
+        self.run.is_none() && !self.given_up
+    }
+
+    /// Gives up the run in flight after an error that is not a timeout (members must
+    /// re-agree, as after a dissemination's, see `CollState::abandon`); the next run takes
+    /// the other bank.
+    fn abandon(&mut self) {
+        self.epoch += 1;
+        self.run = None;
+        self.given_up = true;
+    }
+}
 
 /// An allreduce in flight on a group.
 pub(crate) struct Run {
@@ -146,9 +191,10 @@ impl Context {
     /// # Errors
     /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];
     /// [`Error::Buffers`] for input and output of different lengths; [`Error::Unsupported`];
-    /// [`Error::Timeout`] (call again to continue); [`Error::CollectiveInProgress`] while a
-    /// barrier (or another call's synchronisation, such as a `segment_create`'s) or an
-    /// allreduce with other arguments of the group is in flight;
+    /// [`Error::Timeout`] (call again to continue); [`Error::CollectiveInProgress`] while
+    /// another call's synchronisation of the group (a `segment_create`'s, say) or an
+    /// allreduce of the group with other arguments is in flight (a barrier may be: GASPI
+    /// lets one barrier and one allreduce of a group run at once);
     /// [`Error::CollectiveMismatch`] naming a member that called with other arguments;
     /// [`Error::RankFailed`] naming a dead member.
     pub fn allreduce<T: Element>(
@@ -223,8 +269,8 @@ impl Context {
         let deadline = timeout.deadline();
         // Waiting for another thread's collective of the group: a timeout here captured
         // nothing, so the next call starts afresh.
-        let mut state = g.state(deadline)?;
-        match &state.reduce {
+        let mut state = g.reduce_state(deadline)?;
+        match &state.run {
             Some(run) if run.signature != signature => {
                 return Err(Error::CollectiveInProgress {
                     group,
@@ -233,16 +279,16 @@ impl Context {
             }
             Some(_) => {}
             None => {
-                if let Some(pending) = state.running() {
+                if let Some(pending) = state.held_by {
                     return Err(Error::CollectiveInProgress { group, pending });
                 }
-                state.reduce = Some(Run::renew(state.spare.take(), signature, input));
+                state.run = Some(Run::renew(state.spare.take(), signature, input));
             }
         }
         let input: &[u8] = bytemuck::cast_slice(input);
         match self.advance(&g, index, &mut state, folder, input, deadline) {
             Ok(()) => {
-                if let Some(mut run) = state.reduce.take() {
+                if let Some(mut run) = state.run.take() {
                     let len = run.acc.len();
                     run.pending.fill(0..len, input, run.acc.as_mut());
                     gaspi_segments::copy_bytes(
@@ -258,7 +304,7 @@ impl Context {
             }
             Err(Error::Timeout) => {
                 // The next call continues from the run alone: its input may be another.
-                if let Some(run) = state.reduce.as_mut() {
+                if let Some(run) = state.run.as_mut() {
                     let len = run.acc.len();
                     run.pending.fill(0..len, input, run.acc.as_mut());
                 }
@@ -289,13 +335,13 @@ impl Context {
         &self,
         g: &Group,
         index: u32,
-        state: &mut CollState,
+        state: &mut ReduceState,
         folder: &dyn Folder,
         input: &[u8],
         deadline: Deadline,
     ) -> Result<()> {
-        let CollState { epoch, reduce, .. } = state;
-        let (Some(area), Some(run)) = (&g.area, reduce.as_mut()) else {
+        let ReduceState { epoch, run, .. } = state;
+        let (Some(area), Some(run)) = (&g.area, run.as_mut()) else {
             // A group of one: the input is the result.
             return Ok(());
         };
@@ -320,7 +366,7 @@ impl Context {
             }
             let steps = &run.steps;
             let bank = (*epoch % 2) as u32;
-            let slots = bank_start(u32::from(g.id) * SLOTS_PER_GROUP, *epoch);
+            let slots = bank_start(u32::from(g.id) * SLOTS_PER_GROUP + REDUCE_BANKS, *epoch);
             let tag = (mix(&[run.signature, *epoch]) >> 32) as u32 | 1;
             let bytes =
                 |r: &std::ops::Range<usize>| (first + r.start) * block..(first + r.end) * block;
@@ -354,9 +400,9 @@ impl Context {
                         deadline,
                         |slice| table.wait_some(id, 1, slice, self.inner.waiter()).ok(),
                     )?;
-                    // Consumed by the thread holding the group's state alone, and written
-                    // again only two runs on (banks alternate, as for a dissemination): a
-                    // load and a store take it.
+                    // Consumed by the thread holding the group's allreduce state alone, and
+                    // written again only two runs on (banks alternate, as for a
+                    // dissemination): a load and a store take it.
                     if table.take_exclusive(id).unwrap_or(0) != tag {
                         return Err(Error::CollectiveMismatch {
                             group: g.id,

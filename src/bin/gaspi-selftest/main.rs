@@ -23,6 +23,7 @@
 mod allreduce;
 mod atomics;
 mod check;
+mod crossed;
 mod dead_read;
 mod early_exit;
 mod errors;
@@ -86,6 +87,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Timeouts => timeouts::run(&ctx),
         Scenario::Order => order::run(&ctx),
         Scenario::Serialised => serialised::run(&ctx),
+        Scenario::Crossed => crossed::run(&ctx),
         Scenario::Groups => groups::run(&ctx).map(Report::from),
         Scenario::Allreduce => allreduce::run(&ctx),
         Scenario::Passive => passive::run(&ctx).map(Report::from),

@@ -43,6 +43,12 @@ Scenarios:
                2.5 s late, its thread B's barrier, allreduce and
                segment_create with Millis(200) and Test must each return
                Timeout by their deadline; then all of them complete (2+ ranks)
+  crossed      a barrier and an allreduce of GROUP_ALL in flight at once:
+               rank 0's barrier times out and it calls allreduce while the
+               others call allreduce, then barrier; rank 0's thread A waits in
+               a barrier while its thread B's allreduce completes; then every
+               rank runs 20 barriers and 20 allreduces from two threads at
+               once; every call must complete, every sum be right (2+ ranks)
   groups       GROUP_ALL's membership; a group of the even ranks committed by
                its members and refused to the others; repeated group barriers
                with a timeout in between; misuse errors; a commit whose
@@ -139,6 +145,7 @@ pub enum Scenario {
     Timeouts,
     Order,
     Serialised,
+    Crossed,
     Groups,
     Allreduce,
     Passive,
@@ -156,13 +163,14 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 20] = [
+    const ALL: [Scenario; 21] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
         Scenario::Timeouts,
         Scenario::Order,
         Scenario::Serialised,
+        Scenario::Crossed,
         Scenario::Groups,
         Scenario::Allreduce,
         Scenario::Passive,
@@ -188,6 +196,7 @@ impl Scenario {
             Scenario::Timeouts => "timeouts",
             Scenario::Order => "order",
             Scenario::Serialised => "serialised",
+            Scenario::Crossed => "crossed",
             Scenario::Groups => "groups",
             Scenario::Allreduce => "allreduce",
             Scenario::Passive => "passive",

@@ -2,11 +2,13 @@
 //! under way waits for it only until its own timeout.
 //!
 //! On rank 0 thread A enters a barrier without a timeout, which the other ranks join only
-//! [`LATE`] later; meanwhile thread B makes the calls that share the group's collective state
-//! with a timeout (`barrier`, `allreduce`, `segment_create`, each with `Millis` and `Test`).
-//! Each must return `Timeout` by its deadline having changed nothing, while A still waits; then
-//! A's barrier completes, and B's barrier, allreduce and segment creation, made again, complete
-//! with the right values. The calls' outcomes and durations are reported for the test to judge.
+//! [`LATE`] later; meanwhile thread B makes the calls that share the barrier's state with a
+//! timeout (`barrier`, `segment_create`, each with `Millis` and `Test`): each must return
+//! `Timeout` by its deadline having changed nothing, while A still waits. B's `allreduce`
+//! (last: it stays in flight) runs beside A's barrier, as GASPI allows, and times out because
+//! the late ranks are not in it yet; it too must be back by its deadline. Then A's barrier
+//! completes, and B's barrier, allreduce and segment creation, made again, complete with the
+//! right values. The calls' outcomes and durations are reported for the test to judge.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::sleep;
@@ -97,25 +99,26 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
 /// One of thread B's calls, made with the timeout it is given.
 type Call<'a> = &'a dyn Fn(Timeout) -> gaspi::Result<()>;
 
-/// Thread B's calls while thread A holds the group's collective state: each must time out in
-/// time (reported as `<key>` and `<key>_ms`).
+/// Thread B's calls while thread A holds the group's barrier state: each must time out in time
+/// (reported as `<key>` and `<key>_ms`).
 fn thread_b_gives_up(ctx: &Context, data: &mut Data) -> Outcome {
     let input = [1u64, 0];
     let millis = Timeout::Millis(MILLIS);
     let calls: [(&str, Timeout, Call<'_>); 6] = [
         ("b_barrier_millis", millis, &|t| ctx.barrier(t)),
         ("b_barrier_test", Timeout::Test, &|t| ctx.barrier(t)),
-        ("b_allreduce_millis", millis, &|t| {
-            ctx.allreduce(GROUP_ALL, &input, &mut [0u64; 2], ReduceOp::Sum, t)
-        }),
-        ("b_allreduce_test", Timeout::Test, &|t| {
-            ctx.allreduce(GROUP_ALL, &input, &mut [0u64; 2], ReduceOp::Sum, t)
-        }),
         ("b_create_millis", millis, &|t| {
             ctx.segment_create(SEG, 64, t)
         }),
         ("b_create_test", Timeout::Test, &|t| {
             ctx.segment_create(SEG, 64, t)
+        }),
+        // After the creations, which an allreduce in flight would refuse.
+        ("b_allreduce_millis", millis, &|t| {
+            ctx.allreduce(GROUP_ALL, &input, &mut [0u64; 2], ReduceOp::Sum, t)
+        }),
+        ("b_allreduce_test", Timeout::Test, &|t| {
+            ctx.allreduce(GROUP_ALL, &input, &mut [0u64; 2], ReduceOp::Sum, t)
         }),
     ];
     for (key, timeout, call) in calls {
