@@ -100,6 +100,28 @@ fn timeouts_without_progress_thread_3_shm() {
     timeouts_polled(3, "shm");
 }
 
+/// `timeouts` through the fabric (its `proc_ping(Test)` loops read the peers' memory through
+/// the provider), without a progress thread.
+#[test]
+fn timeouts_fabric_without_progress_thread_2_shm() {
+    common::selftest_with_env(
+        &["GASPI_PROGRESS_THREAD=0", "GASPI_INTRANODE=fabric"],
+        "timeouts",
+        2,
+        "shm",
+    );
+}
+
+#[test]
+fn timeouts_fabric_without_progress_thread_3_tcp() {
+    common::selftest_with_env(
+        &["GASPI_PROGRESS_THREAD=0", "GASPI_INTRANODE=fabric"],
+        "timeouts",
+        3,
+        "tcp",
+    );
+}
+
 #[test]
 fn timeouts_2_shm() {
     timeouts(2, "shm");

@@ -42,6 +42,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     checked.push(test_loops_see_the_fabric(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "barrier")?;
+    checked.push(test_pings_complete(ctx)?);
+    ctx.barrier(TIMEOUT).doing(|| "barrier")?;
     let mut data = Data::default();
     idle(ctx, SEG, SILENT, &mut data)?;
     Ok(Report {
@@ -184,6 +186,51 @@ fn test_never_waits(ctx: &Context) -> Outcome<String> {
         "notify_waitsome(Test) -> Timeout in {median:?} (median of {})",
         took.len()
     ))
+}
+
+/// Notification rank 0 sends each rank once its loop of `proc_ping(Test)` got an answer.
+const PINGED: u32 = 2;
+
+/// Rank 0 pings every other rank with a loop of `proc_ping(Test)` while they wait (asleep,
+/// soon) for its notification: through the fabric, the loop must complete on the read its
+/// first call posted, however long the round trip takes against one `Test` call.
+fn test_pings_complete(ctx: &Context) -> Outcome<String> {
+    if ctx.rank() != 0 {
+        let id = ctx
+            .notify_waitsome(SEG, PINGED, 1, TIMEOUT)
+            .doing(|| "waiting for rank 0's ping loop")?;
+        ctx.notify_reset(SEG, id).doing(|| "notify_reset")?;
+        return Ok("pinged".into());
+    }
+    sleep(DELAY);
+    let start = Instant::now();
+    let mut polls = 0u64;
+    for rank in 1..ctx.size() {
+        loop {
+            ensure!(
+                start.elapsed() < POLL_LIMIT,
+                "proc_ping({rank}, Test) got no answer in {polls} polls within {POLL_LIMIT:?}"
+            );
+            polls += 1;
+            match ctx.proc_ping(rank, Timeout::Test) {
+                Ok(()) => break,
+                Err(Error::Timeout) => {}
+                Err(e) => return Err(Failure(format!("proc_ping({rank}, Test): {e}"))),
+            }
+        }
+        ctx.notify(
+            rank,
+            SEG,
+            Notification {
+                id: PINGED,
+                value: 1,
+            },
+            0,
+        )
+        .doing(|| "notify")?;
+    }
+    ctx.wait(0, TIMEOUT).doing(|| "wait")?;
+    Ok(format!("proc_ping(Test) loops answered in {polls} polls"))
 }
 
 /// How long a loop of `Test` waits may take to see what arrived.
