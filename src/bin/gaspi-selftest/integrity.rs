@@ -178,6 +178,14 @@ pub fn run(ctx: &Context, opts: &Options) -> Outcome<Report> {
         ctx.barrier(TIMEOUT)
             .doing(|| format!("{case}: barrier after"))?;
     }
+    // Transfers of no bytes complete like any other (delivery-complete ones too: shm never
+    // completed such a write, and the queue's wait timed out for good).
+    ctx.write(local(SRC, 0), remote(right, DST, 0), 0, QUEUE)
+        .doing(|| "writing 0 bytes")?;
+    ctx.read(local(DST, 0), remote(right, SRC, 0), 0, QUEUE)
+        .doing(|| "reading 0 bytes")?;
+    ctx.wait(QUEUE, TIMEOUT)
+        .doing(|| "waiting for the queue after transfers of 0 bytes")?;
     let mut data = Data::default();
     data.put("cases", cases.len());
     data.put("verified_bytes", verified);
