@@ -18,7 +18,8 @@ use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use gaspi_sys as sys;
 
@@ -78,6 +79,26 @@ struct OpBox<T> {
     receive: bool,
 }
 
+/// A thread's turn at reading the completion queue: at most one at a time, ended on drop
+/// (also by a panic in the handler of an event).
+struct Reading<'a>(&'a AtomicBool);
+
+impl<'a> Reading<'a> {
+    /// The turn, unless another thread has it. A flag rather than a mutex: one atomic
+    /// exchange per read, and a plain store to end it, on every poll of the queue.
+    fn begin(flag: &'a AtomicBool) -> Option<Reading<'a>> {
+        flag.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Reading(flag))
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// Owns the fids of one process's communication endpoint; `T` is the caller's record of an
 /// operation, handed back when the operation completes.
 pub struct Endpoint<T> {
@@ -95,9 +116,9 @@ pub struct Endpoint<T> {
     inject_with_context: bool,
     /// Contexts of posted receives not completed yet, for [`cancel_receives`](Self::cancel_receives).
     receives: Mutex<HashSet<usize>>,
-    /// Held by the thread that reads the completion queue and hands its events on (see
+    /// Set while a thread reads the completion queue and hands its events on (see
     /// [`poll`](Self::poll)).
-    reader: Mutex<()>,
+    reading: AtomicBool,
     _ops: PhantomData<fn(T) -> T>,
 }
 
@@ -237,7 +258,7 @@ impl<T> Endpoint<T> {
             wait_fd: None,
             inject_with_context,
             receives: Mutex::new(HashSet::new()),
-            reader: Mutex::new(()),
+            reading: AtomicBool::new(false),
             _ops: PhantomData,
         };
         let dom = ep.domain.as_ptr();
@@ -959,11 +980,8 @@ impl<T> Endpoint<T> {
         const BATCH: usize = 16;
         // Not waited for: `each` may post, and a post refused by the provider drives
         // progress, which would wait here for itself.
-        let _reader = match self.reader.try_lock() {
-            Ok(reader) => reader,
-            Err(TryLockError::WouldBlock) => return Ok(0),
-            // The lock guards no data: a panic in `each` leaves nothing half-done.
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        let Some(_reading) = Reading::begin(&self.reading) else {
+            return Ok(0);
         };
         // Uninitialised: zeroing 16 entries (640 bytes) on every poll of an idle queue cost a
         // measurable share of a shared-memory ping-pong.
