@@ -214,6 +214,12 @@ impl Context {
     /// # Errors
     /// As for [`allreduce`](Self::allreduce); [`Error::Buffers`] for a length that is not a
     /// whole number of blocks; [`Error::Limit`] for a block larger than the allreduce chunk.
+    ///
+    /// # Panics
+    /// When the operator panics, the panic goes on to the caller, and this member gives the
+    /// run up as after an error: the group's later allreduces and `finalize` work. Members
+    /// whose part of the run needed this member's later steps cannot complete it (their calls
+    /// time out), as when any member leaves a collective unfinished.
     pub fn allreduce_with<T: Element, F: Fn(&mut [T], &[T])>(
         &self,
         group: GroupId,
@@ -286,7 +292,17 @@ impl Context {
             }
         }
         let input: &[u8] = bytemuck::cast_slice(input);
-        match self.advance(&g, index, &mut state, folder, input, deadline) {
+        // A user operator that panics leaves the run half folded: it is given up as after an
+        // error, so that the group's later allreduces and `finalize` are not refused for good,
+        // and the panic goes on to the caller. Nothing of the interrupted run is read again.
+        let advanced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.advance(&g, index, &mut state, folder, input, deadline)
+        }));
+        let advanced = advanced.unwrap_or_else(|panic| {
+            self.give_up(&g, &mut state);
+            std::panic::resume_unwind(panic)
+        });
+        match advanced {
             Ok(()) => {
                 if let Some(mut run) = state.run.take() {
                     let len = run.acc.len();
@@ -311,22 +327,27 @@ impl Context {
                 Err(Error::Timeout)
             }
             Err(e) => {
-                // The area's send slots stay mapped while writes from them are in flight (the
-                // writes hold the area), but the group's next runs must not wait for writes
-                // towards a dead member, which may never complete (shm).
-                if self
-                    .inner
-                    .wait_queue(&g.writes, Timeout::Millis(1_000).deadline())
-                    .is_err()
-                {
-                    for rank in g.writes.tracker.targets() {
-                        g.writes.drop_rank(rank);
-                    }
-                }
-                state.abandon();
+                self.give_up(&g, &mut state);
                 Err(e)
             }
         }
+    }
+
+    /// Gives up the run in `state` after an error that is not a timeout.
+    fn give_up(&self, g: &Group, state: &mut ReduceState) {
+        // The area's send slots stay mapped while writes from them are in flight (the writes
+        // hold the area), but the group's next runs must not wait for writes towards a dead
+        // member, which may never complete (shm).
+        if self
+            .inner
+            .wait_queue(&g.writes, Timeout::Millis(1_000).deadline())
+            .is_err()
+        {
+            for rank in g.writes.tracker.targets() {
+                g.writes.drop_rank(rank);
+            }
+        }
+        state.abandon();
     }
 
     /// Runs the remaining chunks of the run in `state`, whose pending bytes are `input`'s,

@@ -40,6 +40,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     done.push(subgroup(ctx)?);
     done.push(resumed_after_timeouts(ctx)?);
     done.push(misuse(ctx)?);
+    done.push(panicking_user_op(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
     Ok(Report {
         summary: done.join("; "),
@@ -431,6 +432,61 @@ fn misuse(ctx: &Context) -> Outcome<String> {
         done += "; so are segment_create against a barrier, and of different ids";
     }
     Ok(done)
+}
+
+/// Ranks 0 and 1 reduce one element with a user operator that panics on rank 0 (a
+/// single-step run: both sent their data before either folds). The panic reaches rank 0's
+/// caller, and the group goes on: its next allreduce, barrier and deletion work on both
+/// (before, rank 0's half-folded run stayed in flight, so every later allreduce was refused
+/// as "in progress" and `finalize` refused).
+fn panicking_user_op(ctx: &Context) -> Outcome<String> {
+    let me = ctx.rank();
+    if ctx.size() < 2 {
+        return Ok("no partner for a panicking operator".into());
+    }
+    // The group id is likely the one `misuse` left unsettled and deleted: the members' new
+    // commit must not reach one of them before its deletion (see `group_delete`).
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before the panicking operator")?;
+    let g = ctx.group_create().doing(|| "group_create")?;
+    ctx.group_add(g, 0).doing(|| "group_add")?;
+    ctx.group_add(g, 1).doing(|| "group_add")?;
+    if me <= 1 {
+        ctx.group_commit(g, TIMEOUT)
+            .doing(|| "committing ranks 0 and 1")?;
+        let op = UserOp::new(move |acc: &mut [u64], other: &[u64]| {
+            assert!(me != 0, "the operator panics on rank 0");
+            acc[0] += other[0];
+        });
+        let input = [u64::from(me) + 1];
+        let mut output = [0u64];
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.allreduce_with(g, &input, &mut output, &op, TIMEOUT)
+        }));
+        std::panic::set_hook(hook);
+        match (me, first) {
+            (0, Err(_)) => {}
+            (1, Ok(Ok(()))) if output == [3] => {}
+            (_, Ok(outcome)) => {
+                return Err(Failure(format!(
+                    "the panicking operator: {outcome:?}, output {output:?}"
+                )))
+            }
+            (_, Err(_)) => return Err(Failure("the operator panicked on rank 1".into())),
+        }
+        ctx.allreduce(g, &input, &mut output, ReduceOp::Sum, TIMEOUT)
+            .doing(|| "the allreduce after an operator panicked")?;
+        ensure!(output == [3], "the sum after the panic: {output:?}");
+        ctx.group_barrier(g, TIMEOUT)
+            .doing(|| "the barrier after an operator panicked")?;
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the panicking operator")?;
+    ctx.group_delete(g)
+        .doing(|| "deleting the panicking operator's group")?;
+    Ok("a panicking user operator reaches its caller and the group goes on".into())
 }
 
 /// At 2 ranks, where each rank hears from the other directly: rank 0 makes a segment where
