@@ -186,6 +186,17 @@ pub enum Error {
         in_flight: u32,
     },
 
+    /// A segment of bound user memory cannot be deleted while [`Segment`](crate::Segment)
+    /// handles of it are alive: they reach the memory, which the user may free once the
+    /// deletion returned.
+    #[error("segment {segment} of bound memory is still reached by {handles} Segment handles")]
+    SegmentHandled {
+        /// The segment.
+        segment: SegmentId,
+        /// Handles alive.
+        handles: u32,
+    },
+
     /// Segment memory could not be set up or accessed.
     #[error("segment {segment} on rank {rank}: {source}")]
     Segment {

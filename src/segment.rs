@@ -45,6 +45,11 @@ impl LocalSegment {
         self.region.as_ref().map_or(0, |r| r.len() as u64)
     }
 
+    /// Whether the memory is the user's, given to `segment_bind`.
+    pub(crate) fn is_bound(&self) -> bool {
+        self.region.as_ref().is_some_and(|r| r.memory().is_bound())
+    }
+
     /// The segment's id as errors name it (a library segment's local id).
     pub(crate) fn id(&self) -> SegmentId {
         self.table.id()
@@ -212,14 +217,28 @@ impl Segments {
 
     /// The state of handles of user segment `id` of this rank `me`.
     fn user_handle(&self, me: Rank, id: SegmentId) -> Result<Arc<Shared>> {
-        let entry = self.entry(Table::User(id)).ok_or(Error::UnknownSegment {
+        let missing = || Error::UnknownSegment {
             rank: me,
             segment: id,
-        })?;
-        let handle = entry
-            .handle
-            .get_or_init(|| Arc::new(Shared::user(Arc::clone(&entry.local))));
-        Ok(Arc::clone(handle))
+        };
+        let handle = |entry: &Entry| {
+            let shared = entry
+                .handle
+                .get_or_init(|| Arc::new(Shared::user(Arc::clone(&entry.local))));
+            Arc::clone(shared)
+        };
+        {
+            let entry = self.entry(Table::User(id)).ok_or_else(missing)?;
+            if !entry.local.is_bound() {
+                // Allocated memory: a handle keeps its own mapping, deleted or not.
+                return Ok(handle(&entry));
+            }
+        }
+        // Bound memory: serialised with `remove`, which counts the handles; one made from an
+        // entry that a deletion is unlinking meanwhile would reach memory the user may free.
+        let _changes = self.changes();
+        let entry = self.entry(Table::User(id)).ok_or_else(missing)?;
+        Ok(handle(&entry))
     }
 
     /// User segment `id` of this rank `me`.
@@ -315,6 +334,20 @@ impl Segments {
                 return Err(Error::SegmentBusy {
                     segment: entry.local.id(),
                     in_flight,
+                });
+            }
+            // A handle keeps the memory reachable from safe code (`Segment::write`,
+            // `Segment::memory`) after the deletion; for bound memory the user's promise ends
+            // with the deletion, so those accesses would reach memory it may have freed.
+            let bound = entry.local.is_bound();
+            let handles = entry
+                .handle
+                .get()
+                .map_or(0, |h| Arc::strong_count(h).saturating_sub(1));
+            if bound && handles > 0 {
+                return Err(Error::SegmentHandled {
+                    segment: entry.local.id(),
+                    handles: u32::try_from(handles).unwrap_or(u32::MAX),
                 });
             }
         }
@@ -537,7 +570,9 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::UnknownSegment`] when it does not exist; [`Error::SegmentBusy`] while
-    /// operations from or into it are in flight on this rank.
+    /// operations from or into it are in flight on this rank; [`Error::SegmentHandled`] for
+    /// memory given to [`segment_bind`](Self::segment_bind) while [`Segment`] handles of it
+    /// are alive.
     pub fn segment_delete(&self, id: SegmentId) -> Result<()> {
         self.inner.delete_segment(Table::User(id))
     }
