@@ -472,15 +472,18 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::FinalizeTimeout`]; [`Error::FinalizeRefused`], which hands the context back
-    /// too, while a collective of `GROUP_ALL` that timed out is in flight (finish it first);
-    /// [`Error::RankFailed`]; [`Error::CollectiveMismatch`]
-    /// naming a rank that called another collective of `GROUP_ALL` meanwhile (a `barrier`,
-    /// say); [`Error::Bootstrap`] when the PMI finalize fails.
+    /// too, while a collective of `GROUP_ALL` that timed out is in flight (finish it first),
+    /// or with [`Error::CollectiveMismatch`] naming a rank that called another collective of
+    /// `GROUP_ALL` meanwhile (a `barrier`, say; the members can then agree again, e.g. both
+    /// call `finalize`); [`Error::RankFailed`]; [`Error::Bootstrap`] when the PMI finalize
+    /// fails.
     pub fn finalize(self, timeout: Timeout) -> Result<()> {
         match self.exit_barrier(timeout.deadline()) {
             Ok(()) => {}
             Err(Error::Timeout) => return Err(Error::FinalizeTimeout(Box::new(self))),
-            Err(reason @ Error::CollectiveInProgress { .. }) => {
+            Err(
+                reason @ (Error::CollectiveInProgress { .. } | Error::CollectiveMismatch { .. }),
+            ) => {
                 return Err(Error::FinalizeRefused {
                     reason: Box::new(reason),
                     ctx: Box::new(self),

@@ -456,8 +456,10 @@ pub enum Error {
 
     /// [`Context::finalize`](crate::Context::finalize) could not begin: a collective of
     /// `GROUP_ALL` that timed out is still in flight (`reason`, an
-    /// [`Error::CollectiveInProgress`]). Nothing was released: the context is handed back, to
-    /// finish that collective with it (call it again) and then finalize.
+    /// [`Error::CollectiveInProgress`]), or a rank called another collective of `GROUP_ALL`
+    /// (`reason`, an [`Error::CollectiveMismatch`] naming it). Nothing was released: the
+    /// context is handed back, to finish that collective with it (call it again), or agree
+    /// with the other ranks again, and then finalize.
     #[error("finalize cannot begin ({reason}); the context is returned")]
     FinalizeRefused {
         /// Why it cannot begin.

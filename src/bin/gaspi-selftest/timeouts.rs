@@ -92,13 +92,51 @@ fn cpu_ms() -> Outcome<u64> {
     Ok((field(14)? + field(15)?) * 10)
 }
 
+/// Rank 0 of 2 finalizes while rank 1 enters a barrier: both calls fail naming the other,
+/// and rank 0 gets its context back.
+fn finalize_against_a_barrier(ctx: Context) -> Outcome<Context> {
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before a finalize against a barrier")?;
+    if ctx.rank() == 1 {
+        match ctx.barrier(TIMEOUT) {
+            Err(Error::CollectiveMismatch { group: 0, rank: 0 }) => return Ok(ctx),
+            other => {
+                return Err(Failure(format!(
+                    "a barrier against rank 0's finalize: expected CollectiveMismatch naming \
+                     rank 0, got {other:?}"
+                )))
+            }
+        }
+    }
+    match ctx.finalize(TIMEOUT) {
+        Err(Error::FinalizeRefused { reason, ctx })
+            if matches!(*reason, Error::CollectiveMismatch { group: 0, rank: 1 }) =>
+        {
+            Ok(*ctx)
+        }
+        other => Err(Failure(format!(
+            "finalize against rank 1's barrier: expected FinalizeRefused with a \
+             CollectiveMismatch naming rank 1, got {other:?}"
+        ))),
+    }
+}
+
 /// The last rank joins an allreduce 300 ms late: the others' `allreduce(Millis(50))` times
 /// out, and their `finalize` then must refuse to begin and hand the context back, with which
 /// they finish the allreduce (its sum checked). The last rank then finalizes 300 ms late: the
 /// others' `finalize(Millis(50))` must time out and hand the context back, and finalizing that
 /// context again must complete.
+///
+/// At 2 ranks, first: rank 0 calls `finalize` while rank 1 enters a barrier. Rank 0's
+/// finalize must refuse, naming rank 1, and hand the context back (it consumed it before);
+/// rank 1's barrier names rank 0; then both finalize as below.
 pub fn finalize_resumes_after_timeout(ctx: Context) -> Outcome<String> {
     let (me, n) = (ctx.rank(), ctx.size());
+    let ctx = if n == 2 {
+        finalize_against_a_barrier(ctx)?
+    } else {
+        ctx
+    };
     if me + 1 == n {
         std::thread::sleep(Duration::from_millis(300));
         sum_of_ranks(&ctx, TIMEOUT).doing(|| "the late rank's allreduce")??;
