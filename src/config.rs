@@ -82,7 +82,7 @@ pub struct Config {
     /// path that providers without ordering take.
     pub force_unordered: bool,
     /// How ranks on the same host reach each other (`GASPI_INTRANODE=direct|fabric`, default
-    /// `direct`); see [`Intranode`].
+    /// `direct`); see [`Intranode`]. Every rank must use the same value.
     pub intranode: Intranode,
     /// A notified write through the fabric of at least this many bytes travels as a write
     /// followed by a notification instead of one write carrying the notification as remote

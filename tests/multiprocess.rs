@@ -1327,6 +1327,55 @@ fn config_disagreement_3_shm() {
     config_disagreement("shm");
 }
 
+/// Rank 1 of 3 takes the other intra-node path (`GASPI_INTRANODE`, whichever the others
+/// run with): no rank joins the job, and each says which setting differs on which rank.
+fn intranode_disagreement(provider: &str) {
+    let selftest = common::selftest_path();
+    let selftest = selftest
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let (ours, other) = if common::direct_mode() {
+        ("direct", "fabric")
+    } else {
+        ("fabric", "direct")
+    };
+    let script =
+        format!(r#"[ "$PMI_RANK" = 1 ] && export GASPI_INTRANODE={other}; exec "$0" "$@""#);
+    let job = gaspirun(
+        3,
+        provider,
+        common::JOB_TIMEOUT_S,
+        std::path::Path::new("sh"),
+        &["-c", &script, selftest, "atomics"],
+    );
+    assert!(!job.status.success(), "the job ran\n{}", job.report());
+    assert!(
+        !job.stdout.contains("ok atomics"),
+        "a rank joined\n{}",
+        job.report()
+    );
+    // gaspirun ends the job once one rank fails, so the others may not get to say it.
+    assert!(
+        job.stderr.contains(&format!(
+            "GASPI_INTRANODE is {other} on rank 1 but {ours} on rank"
+        )) || job.stderr.contains(&format!(
+            "GASPI_INTRANODE is {ours} on rank 0 but {other} on rank 1"
+        )),
+        "no rank named the setting\n{}",
+        job.report()
+    );
+}
+
+#[test]
+fn intranode_disagreement_3_tcp() {
+    intranode_disagreement("tcp");
+}
+
+#[test]
+fn intranode_disagreement_3_shm() {
+    intranode_disagreement("shm");
+}
+
 #[test]
 fn mixed_hosts_integrity_4_tcp() {
     mixed_hosts("integrity", "tcp");
