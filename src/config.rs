@@ -33,7 +33,7 @@ pub const MAX_LIST_ENTRIES: usize = 255;
 #[non_exhaustive]
 pub struct Config {
     /// libfabric provider: `tcp` (default), `shm`, `verbs`, or any raw provider string
-    /// (`GASPI_PROVIDER`).
+    /// (`GASPI_PROVIDER`). Every rank must open the same provider.
     pub provider: String,
     /// Notification slots per segment (`GASPI_NOTIFICATIONS`, default 65,536, at most
     /// [`MAX_NOTIFICATIONS`]). Every rank must use the same value.

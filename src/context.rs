@@ -167,15 +167,21 @@ struct Card {
     directory: Option<PathBuf>,
     /// Its values of the settings of [`AGREED`].
     agreed: [u32; AGREED.len()],
+    /// The provider its endpoint was opened with, as libfabric names it: endpoints of other
+    /// providers cannot reach each other, so every rank must have the same.
+    provider: String,
 }
 
-/// Encodes a card: the fixed head, the name's length (2 bytes), the name, the directory path.
+/// Encodes a card: the fixed head, the name's length (2 bytes), the name, the provider's
+/// length (1 byte), the provider (at most 255 bytes of it), the directory path.
 fn encode_card(card: &Card) -> String {
     let path = card
         .directory
         .as_deref()
         .map_or(&[][..], |p| p.as_os_str().as_encoded_bytes());
-    let mut bytes = Vec::with_capacity(CARD_HEAD + 2 + card.name.len() + path.len());
+    let provider = &card.provider.as_bytes()[..card.provider.len().min(255)];
+    let mut bytes =
+        Vec::with_capacity(CARD_HEAD + 3 + card.name.len() + provider.len() + path.len());
     bytes.extend_from_slice(&card.region.base.to_le_bytes());
     bytes.extend_from_slice(&card.region.key.to_le_bytes());
     bytes.extend_from_slice(&card.process.to_bytes());
@@ -184,6 +190,8 @@ fn encode_card(card: &Card) -> String {
     }
     bytes.extend_from_slice(&(card.name.len() as u16).to_le_bytes());
     bytes.extend_from_slice(&card.name);
+    bytes.push(provider.len() as u8);
+    bytes.extend_from_slice(provider);
     bytes.extend_from_slice(path);
     to_hex(&bytes)
 }
@@ -214,7 +222,12 @@ fn decode_card(rank: Rank, card: &str) -> Result<Card> {
     if name_len == 0 || name_len > rest.len() {
         return Err(malformed());
     }
-    let (name, path) = rest.split_at(name_len);
+    let (name, rest) = rest.split_at(name_len);
+    let (&provider_len, rest) = rest.split_first().ok_or_else(malformed)?;
+    if usize::from(provider_len) > rest.len() {
+        return Err(malformed());
+    }
+    let (provider, path) = rest.split_at(usize::from(provider_len));
     let directory = (!path.is_empty())
         .then(|| String::from_utf8(path.to_vec()).map(PathBuf::from))
         .transpose()
@@ -225,14 +238,26 @@ fn decode_card(rank: Rank, card: &str) -> Result<Card> {
         process: Process::from_bytes(&process),
         directory,
         agreed,
+        provider: String::from_utf8_lossy(provider).into_owned(),
     })
 }
 
-/// The first setting of [`AGREED`] in which a card differs from this rank's, as the error
-/// that fails the join.
+/// The first setting of [`AGREED`], or the provider, in which a card differs from this
+/// rank's, as the error that fails the join.
 fn disagreement(rank: Rank, cards: &[Card]) -> Option<Error> {
-    let own = cards.get(rank as usize)?.agreed;
+    let own_card = cards.get(rank as usize)?;
+    let own = own_card.agreed;
     cards.iter().zip(0..).find_map(|(card, other)| {
+        if card.provider != own_card.provider {
+            // Else an address of the other provider is refused by this rank's address vector
+            // (shm beside tcp) or taken and never answered, failing the join after
+            // GASPI_OP_TIMEOUT_MS with a bare timeout (sockets or udp beside tcp).
+            return Some(Error::Config(format!(
+                "GASPI_PROVIDER gives {:?} on rank {other} but {:?} on rank {rank}: every \
+                 rank of the job must have the same",
+                card.provider, own_card.provider
+            )));
+        }
         let i = (0..AGREED.len()).find(|&i| card.agreed[i] != own[i])?;
         let (name, _, show) = AGREED[i];
         Some(Error::Config(format!(
@@ -338,6 +363,7 @@ impl Context {
             process: Process::current(),
             directory: direct.path().map(PathBuf::from),
             agreed: AGREED.map(|(_, value, _)| value(&config)),
+            provider: ep.caps().provider.clone(),
         };
         let cards = match pmi.as_mut() {
             Some(pmi) => {
@@ -575,9 +601,11 @@ mod tests {
                 process,
                 directory: directory.clone(),
                 agreed: [65_536, 16, 1 << 20, 32, 1],
+                provider: "tcp;ofi_rxm".into(),
             };
             let back = decode_card(3, &encode_card(&card)).expect("decodes");
             assert_eq!(back.agreed, card.agreed);
+            assert_eq!(back.provider, "tcp;ofi_rxm");
             assert_eq!(back.name, b"\x01\x02name");
             assert_eq!(
                 (back.region.base, back.region.key),

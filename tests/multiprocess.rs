@@ -1376,6 +1376,38 @@ fn intranode_disagreement_3_shm() {
     intranode_disagreement("shm");
 }
 
+/// Rank 1 of a tcp job of 3 opens shm (`GASPI_PROVIDER`, which endpoints of the other
+/// provider cannot reach): no rank joins the job, and each says which provider runs where.
+#[test]
+fn provider_disagreement_3_tcp() {
+    let selftest = common::selftest_path();
+    let selftest = selftest
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let script = r#"[ "$PMI_RANK" = 1 ] && export GASPI_PROVIDER=shm; exec "$0" "$@""#;
+    let job = gaspirun(
+        3,
+        "tcp",
+        common::JOB_TIMEOUT_S,
+        std::path::Path::new("sh"),
+        &["-c", script, selftest, "atomics"],
+    );
+    assert!(!job.status.success(), "the job ran\n{}", job.report());
+    assert!(
+        !job.stdout.contains("ok atomics"),
+        "a rank joined\n{}",
+        job.report()
+    );
+    // gaspirun ends the job once one rank fails, so the others may not get to say it.
+    assert!(
+        job.stderr
+            .contains(r#"GASPI_PROVIDER gives "shm" on rank 1 but "tcp"#)
+            || job.stderr.contains(r#"but "shm" on rank 1: every rank"#),
+        "no rank named the setting\n{}",
+        job.report()
+    );
+}
+
 #[test]
 fn mixed_hosts_integrity_4_tcp() {
     mixed_hosts("integrity", "tcp");
