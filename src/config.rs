@@ -79,7 +79,7 @@ pub struct Config {
     pub progress_thread: bool,
     /// Ignore the provider's write-after-write ordering even when granted and use the
     /// ordering-free notification path everywhere (`GASPI_FORCE_UNORDERED=1`); for testing the
-    /// path that providers without ordering take.
+    /// path that providers without ordering take. Every rank must use the same value.
     pub force_unordered: bool,
     /// How ranks on the same host reach each other (`GASPI_INTRANODE=direct|fabric`, default
     /// `direct`); see [`Intranode`]. Every rank must use the same value.

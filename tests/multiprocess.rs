@@ -1327,43 +1327,55 @@ fn config_disagreement_3_shm() {
     config_disagreement("shm");
 }
 
-/// Rank 1 of 3 takes the other intra-node path (`GASPI_INTRANODE`, whichever the others
-/// run with): no rank joins the job, and each says which setting differs on which rank.
-fn intranode_disagreement(provider: &str) {
+/// Rank 1 of `ranks` runs `scenario` with `variable=other` where the others have `ours` (a
+/// setting every rank must have alike): no rank joins the job, and each says which setting
+/// differs on which rank.
+fn disagreement(
+    ranks: u32,
+    provider: &str,
+    scenario: &str,
+    variable: &str,
+    (ours, other): (&str, &str),
+) {
     let selftest = common::selftest_path();
     let selftest = selftest
         .to_str()
         .expect("the target directory is a UTF-8 path");
-    let (ours, other) = if common::direct_mode() {
-        ("direct", "fabric")
-    } else {
-        ("fabric", "direct")
-    };
-    let script =
-        format!(r#"[ "$PMI_RANK" = 1 ] && export GASPI_INTRANODE={other}; exec "$0" "$@""#);
+    let script = format!(r#"[ "$PMI_RANK" = 1 ] && export {variable}={other}; exec "$0" "$@""#);
     let job = gaspirun(
-        3,
+        ranks,
         provider,
         common::JOB_TIMEOUT_S,
         std::path::Path::new("sh"),
-        &["-c", &script, selftest, "atomics"],
+        &["-c", &script, selftest, scenario],
     );
     assert!(!job.status.success(), "the job ran\n{}", job.report());
     assert!(
-        !job.stdout.contains("ok atomics"),
+        !job.stdout.contains(&format!("ok {scenario}")),
         "a rank joined\n{}",
         job.report()
     );
     // gaspirun ends the job once one rank fails, so the others may not get to say it.
     assert!(
         job.stderr.contains(&format!(
-            "GASPI_INTRANODE is {other} on rank 1 but {ours} on rank"
+            "{variable} is {other} on rank 1 but {ours} on rank"
         )) || job.stderr.contains(&format!(
-            "GASPI_INTRANODE is {ours} on rank 0 but {other} on rank 1"
+            "{variable} is {ours} on rank 0 but {other} on rank 1"
         )),
         "no rank named the setting\n{}",
         job.report()
     );
+}
+
+/// Rank 1 of 3 takes the other intra-node path (`GASPI_INTRANODE`, whichever the others
+/// run with).
+fn intranode_disagreement(provider: &str) {
+    let values = if common::direct_mode() {
+        ("direct", "fabric")
+    } else {
+        ("fabric", "direct")
+    };
+    disagreement(3, provider, "atomics", "GASPI_INTRANODE", values);
 }
 
 #[test]
@@ -1374,6 +1386,12 @@ fn intranode_disagreement_3_tcp() {
 #[test]
 fn intranode_disagreement_3_shm() {
     intranode_disagreement("shm");
+}
+
+/// Rank 1 of 2 takes the ordering-free notification path (`GASPI_FORCE_UNORDERED=1`).
+#[test]
+fn unordered_disagreement_2_shm() {
+    disagreement(2, "shm", "order", "GASPI_FORCE_UNORDERED", ("0", "1"));
 }
 
 /// Rank 1 of a tcp job of 3 opens shm (`GASPI_PROVIDER`, which endpoints of the other
