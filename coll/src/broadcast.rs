@@ -197,7 +197,7 @@ impl<'c> Broadcast<'c> {
             me,
             max: max_bytes,
             staging,
-            batch: ctx.batch(),
+            batch: crate::batch(ctx),
             seq: 0,
             state: State::Idle,
             namespace: PhantomData,

@@ -163,6 +163,15 @@ impl<'a> Collectives<'a> {
     }
 }
 
+/// Operations each of this crate's batches holds in flight: as many as a runtime queue may.
+/// What the collectives post is bounded by their schedules and flow control (and a window's
+/// by its epoch), not by `GASPI_QUEUE_DEPTH`, which sizes the user's queues: a batch of that
+/// depth made valid collectives fail with `BatchFull` when the user chose a small one (at
+/// depth 8, a 5-rank exchange through the fabric).
+pub(crate) fn batch(ctx: &Context) -> gaspi::Batch<'_> {
+    ctx.batch_with_depth(65_536)
+}
+
 /// A group as its members know it: its id and its members (`ranks`, by member index), so
 /// that a group deleted and its id reused for other members is another group, alike on
 /// every member of either.

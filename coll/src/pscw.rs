@@ -411,7 +411,7 @@ impl<'c> Window<'c> {
             me,
             control,
             peers: vec![Peer::default(); ranks.len()],
-            batch: ctx.batch(),
+            batch: crate::batch(ctx),
             posts: vec![0; ranks.len()],
             starts: vec![0; ranks.len()],
             ranks,

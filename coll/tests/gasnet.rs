@@ -123,6 +123,15 @@ fn forced(ranks: u32, provider: &str, forced: &[(&str, &str)], named: &[(&str, &
     }
 }
 
+/// `ops` through the fabric with user queues one deep (`GASPI_QUEUE_DEPTH=1`): the
+/// collectives keep batches of their own, so the user's choice does not limit them.
+fn shallow_queues(provider: &str) {
+    let env = ["GASPI_QUEUE_DEPTH=1", "GASPI_INTRANODE=fabric"];
+    let job = gaspirun_with_env(&env, 3, provider, &example("gasnet_check"), &["ops"]);
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    check_ops(&job, 3);
+}
+
 /// A `GASPI_COLL_<OP>` that names no algorithm of its operation fails the call with
 /// `UnknownAlgorithm`; an empty one is unset, and the table decides.
 fn unforced(provider: &str) {
@@ -748,6 +757,7 @@ jobs! {
     ops_3_shm: ops(3, "shm");
     ops_4_tcp: ops(4, "tcp");
     ops_5_shm: ops(5, "shm");
+    shallow_queues_fabric_3_tcp: shallow_queues("tcp");
     ops_6_tcp: ops(6, "tcp");
     ops_7_shm: ops(7, "shm");
     ops_8_shm: ops(8, "shm");

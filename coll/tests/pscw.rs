@@ -93,6 +93,15 @@ fn epochs_with_env(env: &[&str], ranks: u32, provider: &str) {
     }
 }
 
+/// `epochs` through the fabric with user queues one deep: a window's batch is its own.
+fn shallow_queues(provider: &str) {
+    epochs_with_env(
+        &["GASPI_QUEUE_DEPTH=1", "GASPI_INTRANODE=fabric"],
+        3,
+        provider,
+    );
+}
+
 /// `nocheck`: repeated NOCHECK epochs around a ring neither end early (every block is there
 /// after each wait) nor hang.
 fn nocheck(ranks: u32, provider: &str) {
@@ -354,6 +363,7 @@ jobs! {
     epochs_9_shm: epochs(9, "shm");
     unordered_4_tcp: unordered(4, "tcp");
     unordered_4_shm: unordered(4, "shm");
+    shallow_queues_fabric_3_tcp: shallow_queues("tcp");
     nocheck_3_tcp: nocheck(3, "tcp");
     nocheck_3_shm: nocheck(3, "shm");
     double_3_tcp: double(3, "tcp");

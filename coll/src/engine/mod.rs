@@ -689,7 +689,7 @@ impl<'c> Engine<'c> {
                 changed: false,
             }),
             changes: Condvar::new(),
-            wakes: ctx.batch(),
+            wakes: crate::batch(ctx),
             known: (0..layout.members).map(|_| AtomicU64::new(0)).collect(),
             heard: (0..layout.members)
                 .map(|_| AtomicBool::new(false))
@@ -836,7 +836,7 @@ impl<'c> Engine<'c> {
                     run.renew(seq, Arc::clone(&plan), value, views);
                     run
                 }
-                None => Run::new(seq, Arc::clone(&plan), value, views, self.ctx.batch()),
+                None => Run::new(seq, Arc::clone(&plan), value, views, crate::batch(self.ctx)),
             };
             run.reducer = reducer;
             if let Output::Segment(range) = &dst {
