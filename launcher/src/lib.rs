@@ -50,5 +50,6 @@ pub fn main() -> u8 {
 /// Prints `gaspirun: <message>` to stderr. Write errors are ignored: a closed stderr must not
 /// become a panic that abandons a job half torn down.
 fn report(message: &str) {
+    let _combined = output::combined_lock();
     let _ = writeln!(io::stderr().lock(), "gaspirun: {message}");
 }

@@ -2,6 +2,10 @@
 //! prefixed with `[rank] `.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use nix::sys::stat::fstat;
 
 /// A line longer than this is forwarded in pieces, so a rank printing without newlines cannot
 /// make the launcher buffer without bound; another rank's lines may come between the pieces
@@ -84,6 +88,7 @@ fn framed(line: &[u8], prefix: Option<&str>) -> Vec<u8> {
 
 /// Writes one line with a single locked write, so lines of different ranks never mix.
 fn write_to(target: Target, out: &[u8]) {
+    let _combined = combined_lock();
     // Ignored: see `forward`.
     let _ = match target {
         Target::Stdout => {
@@ -92,6 +97,25 @@ fn write_to(target: Target, out: &[u8]) {
         }
         Target::Stderr => io::stderr().lock().write_all(out),
     };
+}
+
+/// Taken around every write while gaspirun's stdout and stderr are one file (`2>&1 | tee`):
+/// the two streams' own locks do not exclude each other, and the kernel cuts a write to a
+/// pipe that is longer than `PIPE_BUF` and waits for room, so a stderr line landed inside a
+/// long stdout line. Separate files keep separate locks: a stalled stdout must not stop
+/// gaspirun's reports on stderr.
+pub(crate) fn combined_lock() -> Option<MutexGuard<'static, ()>> {
+    static COMBINED: Mutex<()> = Mutex::new(());
+    static ONE_FILE: OnceLock<bool> = OnceLock::new();
+    let one_file = *ONE_FILE.get_or_init(|| {
+        match (fstat(io::stdout().as_fd()), fstat(io::stderr().as_fd())) {
+            (Ok(out), Ok(err)) => out.st_dev == err.st_dev && out.st_ino == err.st_ino,
+            // A closed stream is written to by nobody.
+            _ => false,
+        }
+    });
+    // The lock guards no data, so a writer that panicked left nothing inconsistent.
+    one_file.then(|| COMBINED.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 #[cfg(test)]

@@ -323,6 +323,71 @@ fn long_lines_of_different_ranks_never_mix() {
 }
 
 #[test]
+fn stdout_and_stderr_lines_never_mix_in_one_pipe() {
+    // `gaspirun ... 2>&1 | tee log`: rank 0's long stdout lines and rank 1's short stderr
+    // lines share one pipe that a slow reader empties. The streams' own locks do not exclude
+    // each other and the kernel cuts a write longer than PIPE_BUF that waits for room, so
+    // stderr lines landed inside stdout lines (28 to 43 of 20,300 lines, 2 of 2 runs).
+    const LEN: usize = 100_000;
+    let start = Instant::now();
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            r#"exec "$0" "$@" 2>&1"#,
+            GASPIRUN,
+            "-n",
+            "2",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            r#"if [ "$PMI_RANK" = 0 ]; then
+                 for i in $(seq 100); do head -c {LEN} /dev/zero | tr '\0' O; echo; done
+               else
+                 seq 20000 | sed 's/^/E/' >&2
+               fi"#
+        ))
+        .env_remove("GASPIRUN_TIMEOUT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the launcher starts");
+    let mut pipe = child.stdout.take().expect("stdout is piped");
+    let mut combined = Vec::new();
+    let mut chunk = [0u8; 3000];
+    loop {
+        match pipe.read(&mut chunk).expect("the pipe reads") {
+            0 => break,
+            n => combined.extend_from_slice(&chunk[..n]),
+        }
+        assert!(
+            start.elapsed() < HANG,
+            "gaspirun still writes after {HANG:?}"
+        );
+        // Slower than the ranks write, so that the pipe fills and writes wait for room.
+        thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(child.wait().expect("waiting works").code(), Some(0));
+    let long = format!("[0] {}", "O".repeat(LEN));
+    let mut counts = [0usize; 2];
+    for line in combined.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let line = String::from_utf8_lossy(line);
+        if line == long {
+            counts[0] += 1;
+        } else if line
+            .strip_prefix("[1] E")
+            .is_some_and(|n| n.parse::<u32>().is_ok())
+        {
+            counts[1] += 1;
+        } else {
+            let shown: String = line.chars().take(80).collect();
+            panic!("a mixed line of {} bytes: {shown}...", line.len());
+        }
+    }
+    assert_eq!(counts, [100, 20000]);
+}
+
+#[test]
 fn usage_errors_exit_with_2() {
     for args in [
         &["-n", "0", "true"][..],
