@@ -899,6 +899,26 @@ fn early_exit_wrapped(ranks: u32, provider: &str) {
     );
 }
 
+/// A job of one rank started by hand, without a launcher to clean up after it, that leaves
+/// with `process::exit(0)`, skipping every destructor: its segment files (in `/dev/shm`,
+/// which is memory) must not outlive it (before, its system, system table and directory
+/// files stayed until reboot).
+#[test]
+fn singleton_exit_leaves_no_files() {
+    let mut command = Command::new(common::selftest_path());
+    command.arg("early-exit");
+    let job = common::run(command, Duration::from_secs(60));
+    assert!(job.status.success(), "{}", job.report());
+    let pids = early_exit_pids(&job);
+    assert_eq!(pids.len(), 1, "{}", job.report());
+    let left = files_of(&pids);
+    assert!(
+        left.is_empty(),
+        "files left in /dev/shm: {left:?}\n{}",
+        job.report()
+    );
+}
+
 #[test]
 fn early_exit_wrapped_3_tcp() {
     early_exit_wrapped(3, "tcp");

@@ -30,7 +30,9 @@
 //! mapping stays valid after the unlink). A process that dies without running destructors
 //! leaves its files behind until the next reboot; the pid in the name is there so that a
 //! launcher or cleanup script can recognise files of dead processes and remove them. Calling
-//! `unlink` as early as possible keeps that window short.
+//! `unlink` as early as possible keeps that window short. A normal exit that skips destructors
+//! (`process::exit`, or a guard kept in a static) still removes the names: an `atexit` handler
+//! removes those this process created and still has.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -40,6 +42,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once, PoisonError};
 
 use crate::error::{Error, Result};
 use crate::range::to_u64;
@@ -58,6 +61,57 @@ const NAME_ATTEMPTS: usize = 16;
 
 /// Source of the `<n>` part of file names, unique within this process.
 static NEXT_FILE_NUMBER: AtomicU64 = AtomicU64::new(0);
+
+/// The names this process created and has not removed, with the creating pid, removed when
+/// the process exits normally (`exit`, or a return from `main`). Neither runs the destructors
+/// of what statics or other threads hold, nor of what a `process::exit` skipped, so a context
+/// kept to the end left its files in `/dev/shm` (memory) until reboot, with no launcher to
+/// remove them (a job of one rank, started by hand). Abnormal ends still leave them (see
+/// "Lifetime and crashes").
+static LIVE: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
+
+/// Registers [`remove_live_names`] with `atexit`, once per process.
+static AT_EXIT: Once = Once::new();
+
+/// Notes a name this process created, to be removed at exit if still there.
+fn note_live(path: &Path, pid: u32) {
+    AT_EXIT.call_once(|| {
+        // SAFETY: `remove_live_names` never unwinds into `exit`: it locks without waiting,
+        // removes files and ignores failures, none of which panics. A failed registration
+        // leaves names behind at such an exit, as without one.
+        unsafe {
+            libc::atexit(remove_live_names);
+        }
+    });
+    LIVE.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((path.to_path_buf(), pid));
+}
+
+/// Forgets a name this process removed.
+fn note_removed(path: &Path) {
+    let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(at) = live.iter().position(|(p, _)| p == path) {
+        live.swap_remove(at);
+    }
+}
+
+/// Removes the names this process created and still has, at its exit. Names a forked child
+/// inherited stay (they are its parent's, whose peers may still open them); names another
+/// thread is registering at the moment of the exit are left, as after a crash, rather than
+/// the exit waiting for its lock.
+extern "C" fn remove_live_names() {
+    let mut live = match LIVE.try_lock() {
+        Ok(live) => live,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    let me = std::process::id();
+    for (path, _) in live.iter().filter(|(_, pid)| *pid == me) {
+        let _ = std::fs::remove_file(path);
+    }
+    live.clear();
+}
 
 /// A shared-memory file created by this process, unlinked when dropped.
 #[derive(Debug)]
@@ -120,6 +174,7 @@ impl ShmFile {
                 .open(&path);
             match opened {
                 Ok(file) => {
+                    note_live(&path, owner_pid);
                     // The guard exists before `set_len` so that a failure unlinks the file.
                     let guard = ShmFile {
                         path: Some(path),
@@ -158,6 +213,7 @@ impl ShmFile {
                 })
             }
         }
+        note_removed(path);
         self.path = None;
         Ok(())
     }
@@ -174,6 +230,7 @@ impl Drop for ShmFile {
             // Nothing useful can be done about a failure here; the file is at worst left behind
             // like after a crash (see the module documentation).
             let _ = std::fs::remove_file(path);
+            note_removed(path);
         }
     }
 }
