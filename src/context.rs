@@ -576,6 +576,9 @@ impl Drop for Context {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::Release);
+        // Peers may still be writing into this rank's segments (writes they did not wait for
+        // before their finalize): their memory stays mapped until the endpoint is closed.
+        self.inner.ep.keep_memory_until_closed();
         // Stop the progress thread before the endpoint closes.
         self.progress.take();
         self.watcher.take();

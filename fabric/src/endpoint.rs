@@ -19,8 +19,9 @@ use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
+use gaspi_segments::SegmentMemory;
 use gaspi_sys as sys;
 
 use crate::info::{self, Info};
@@ -31,6 +32,11 @@ use crate::{check, fabric_error, Capabilities, Error, Result};
 pub(crate) struct Domain {
     fabric: *mut sys::fid_fabric,
     domain: *mut sys::fid_domain,
+    /// Set by [`Endpoint::keep_memory_until_closed`]: the memory of regions closed from then
+    /// on waits in `kept` and is released after the domain closes, which is after the
+    /// endpoint (it holds the domain).
+    keeping: AtomicBool,
+    kept: Mutex<Vec<SegmentMemory>>,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE; the pointers are only passed to libfabric
@@ -42,6 +48,17 @@ unsafe impl Sync for Domain {}
 impl Domain {
     pub(crate) fn as_ptr(&self) -> *mut sys::fid_domain {
         self.domain
+    }
+
+    /// Takes the memory of a region whose registration was closed: released now, or kept
+    /// until the domain closes (see [`Endpoint::keep_memory_until_closed`]).
+    pub(crate) fn release(&self, memory: SegmentMemory) {
+        if self.keeping.load(Ordering::Acquire) {
+            self.kept
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(memory);
+        }
     }
 }
 
@@ -234,6 +251,8 @@ impl<T> Endpoint<T> {
         let mut domain = Domain {
             fabric: ptr::null_mut(),
             domain: ptr::null_mut(),
+            keeping: AtomicBool::new(false),
+            kept: Mutex::new(Vec::new()),
         };
         // SAFETY: fi is a valid fi_info from fi_getinfo; each out-pointer is written only on
         // success, and whatever was opened is closed by Drop if a later step fails.
@@ -337,6 +356,17 @@ impl<T> Endpoint<T> {
 
     pub(crate) fn domain(&self) -> &Arc<Domain> {
         &self.domain
+    }
+
+    /// Keeps the memory of every region closed from now on mapped until this endpoint and
+    /// the domain are closed. For tearing down: a provider may still be receiving a peer's
+    /// write into a region when its registration closes, and write the rest while the
+    /// endpoint closes (seen over tcp: a rank crashed in `fi_close` of its endpoint, the
+    /// provider copying a write of a peer that had not waited for it into segment memory
+    /// already unmapped). Regions closed before this call, or while the context runs, release
+    /// their memory at once.
+    pub fn keep_memory_until_closed(&self) {
+        self.domain.keeping.store(true, Ordering::Release);
     }
 
     pub(crate) fn endpoint_fid(&self) -> *mut sys::fid {

@@ -2,6 +2,7 @@
 //! a [`Slice`] is a bounds-checked range of one, the only way an operation names local bytes.
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::ptr;
 use std::sync::Arc;
 
@@ -19,9 +20,9 @@ pub struct Region {
     key: u64,
     desc: *mut c_void,
     base: u64,
-    // Dropped after the registration is closed (see Drop), and before the domain.
-    memory: SegmentMemory,
-    _domain: Arc<Domain>,
+    // Handed to the domain after the registration is closed (see Drop).
+    memory: ManuallyDrop<SegmentMemory>,
+    domain: Arc<Domain>,
 }
 
 // SAFETY: a registration is an opaque provider handle of a domain opened with FI_THREAD_SAFE;
@@ -78,8 +79,8 @@ impl Region {
             key: 0,
             desc: ptr::null_mut(),
             base: ep.caps().rma_base(memory.as_ptr()),
-            memory,
-            _domain: Arc::clone(ep.domain()),
+            memory: ManuallyDrop::new(memory),
+            domain: Arc::clone(ep.domain()),
         };
         if ep.caps().mr_endpoint {
             // SAFETY: mr and the endpoint are open; FI_MR_ENDPOINT requires bind then enable.
@@ -150,10 +151,13 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: mr was opened by fi_mr_reg and is closed exactly once, before the memory it
-        // covers is released (fields drop after this).
+        // covers is released.
         unsafe {
             sys::fi_close(&mut (*self.mr).fid);
         }
+        // SAFETY: taken once, here, and not used again: the region is being dropped.
+        let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
+        self.domain.release(memory);
     }
 }
 

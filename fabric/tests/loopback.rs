@@ -194,3 +194,45 @@ fn bad_ranges_and_atomic_words_are_refused() {
         other => panic!("a 16-byte result word: {other:?}"),
     }
 }
+
+/// Whether this process maps the file at `path` (`/proc/self/maps` names a mapping's file).
+fn mapped(path: &std::path::Path) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    let path = path.to_str().expect("a UTF-8 path");
+    maps.lines().any(|line| line.contains(path))
+}
+
+/// A region closed after `keep_memory_until_closed` keeps its memory mapped until the endpoint
+/// is gone (a provider may still write a peer's data into it while the endpoint closes); one
+/// closed before releases it at once.
+#[test]
+fn memory_outlives_the_endpoint_once_kept() {
+    let l = open("shm");
+    let region = |name: &str| {
+        let memory = SegmentMemory::allocate(LEN, name).expect("segment memory");
+        let path = memory
+            .shm_path()
+            .expect("a shared-memory file")
+            .to_path_buf();
+        (
+            Region::register(&l.ep, memory, 8).expect("registering"),
+            path,
+        )
+    };
+    let (early, early_path) = region("fabric-early");
+    assert!(mapped(&early_path));
+    drop(early);
+    assert!(!mapped(&early_path), "closed before: released at once");
+    let (late, late_path) = region("fabric-late");
+    l.ep.keep_memory_until_closed();
+    drop(late);
+    assert!(
+        mapped(&late_path),
+        "closed after: kept while the endpoint is open"
+    );
+    drop(l);
+    assert!(
+        !mapped(&late_path),
+        "released once the endpoint and domain closed"
+    );
+}
