@@ -170,6 +170,21 @@ impl SegmentMemory {
         })
     }
 
+    /// Uses memory that lives for the rest of the process (a static buffer, or one leaked with
+    /// [`Box::leak`]) as segment memory, like [`bind`](Self::bind) but safe: such memory is
+    /// never freed or moved, and the exclusive borrow is given up for good, so no reference
+    /// into it remains.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroSize`] if `memory` is empty.
+    pub fn bind_static(memory: &'static mut [u8]) -> Result<SegmentMemory> {
+        // SAFETY: the slice is valid for reads and writes of its length within one
+        // allocation, for ever (`'static`); it is never freed or moved; and the only
+        // reference to it was moved in here and ends with this call.
+        unsafe { SegmentMemory::bind(memory.as_mut_ptr(), memory.len()) }
+    }
+
     /// Length of the segment in bytes; never zero.
     // A segment is never empty, so an `is_empty` would always return false.
     #[allow(clippy::len_without_is_empty)]

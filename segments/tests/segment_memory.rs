@@ -376,3 +376,21 @@ fn another_mapping_of_a_segment_file_shares_its_bytes() {
         Err(gaspi_segments::Error::Io { .. })
     ));
 }
+
+#[test]
+fn static_memory_binds_safely() {
+    let memory: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
+    let at = memory.as_ptr();
+    let seg = SegmentMemory::bind_static(memory).expect("bind");
+    assert!(seg.is_bound());
+    assert_eq!((seg.as_ptr().cast_const(), seg.len()), (at, 64));
+    assert!(seg.shm_path().is_none());
+    seg.write(3, b"abc").expect("write");
+    let mut back = [0u8; 3];
+    seg.read(3, &mut back).expect("read");
+    assert_eq!(&back, b"abc");
+    assert!(matches!(
+        SegmentMemory::bind_static(Box::leak(Vec::new().into_boxed_slice())),
+        Err(gaspi_segments::Error::ZeroSize)
+    ));
+}
