@@ -131,7 +131,7 @@ type Shown = fn(u32) -> String;
 /// a rank that finds another's different fails to join, naming both (otherwise a passive
 /// message one rank sends and the other cannot take breaks the connection over tcp, which
 /// then takes a live rank for a dead one).
-const AGREED: [(&str, Setting, Shown); 6] = [
+const AGREED: [(&str, Setting, Shown); 7] = [
     ("GASPI_NOTIFICATIONS", |c| c.notifications, number),
     ("GASPI_PASSIVE_MAX_BYTES", |c| c.passive_max_bytes, number),
     // At most 16 MiB (validated).
@@ -157,6 +157,9 @@ const AGREED: [(&str, Setting, Shown); 6] = [
         |c| u32::from(c.force_unordered),
         number,
     ),
+    // Provider atomics and those the target's progress engine executes do not exclude each
+    // other on one word (see `Config::atomics`): a rank of each kind would race.
+    ("GASPI_ATOMICS", |c| u32::from(c.atomics), number),
 ];
 
 fn number(value: u32) -> String {
@@ -610,7 +613,7 @@ mod tests {
                 region,
                 process,
                 directory: directory.clone(),
-                agreed: [65_536, 16, 1 << 20, 32, 1, 0],
+                agreed: [65_536, 16, 1 << 20, 32, 1, 0, 0],
                 provider: "tcp;ofi_rxm".into(),
             };
             let back = decode_card(3, &encode_card(&card)).expect("decodes");

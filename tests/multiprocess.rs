@@ -1414,6 +1414,13 @@ fn unordered_disagreement_2_shm() {
     disagreement(2, "shm", "order", "GASPI_FORCE_UNORDERED", ("0", "1"));
 }
 
+/// Rank 1 of 2 runs atomics as provider atomics (`GASPI_ATOMICS=1`), which do not exclude the
+/// progress engine's on one word.
+#[test]
+fn atomics_disagreement_2_tcp() {
+    disagreement(2, "tcp", "atomics", "GASPI_ATOMICS", ("0", "1"));
+}
+
 /// Rank 1 of a tcp job of 3 opens shm (`GASPI_PROVIDER`, which endpoints of the other
 /// provider cannot reach): no rank joins the job, and each says which provider runs where.
 #[test]
