@@ -38,6 +38,12 @@ const DRAIN_GRACE: Duration = Duration::from_secs(1);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Exit status when the time limit ends the job (as timeout(1) uses).
 const TIMEOUT_STATUS: u8 = 124;
+/// Exit status when gaspirun's stdout or stderr is a pipe nobody reads any more: that of a
+/// program killed by SIGPIPE (128 + 13), as the shell reports for `mpiexec ... | head`.
+const BROKEN_PIPE_STATUS: u8 = 141;
+/// How long gaspirun waits at its end for its last reports to be written: a stderr that nobody
+/// empties must not keep it (and the job's time limit) waiting for ever.
+const REPORT_WAIT: Duration = Duration::from_secs(1);
 /// Exit status for failures of gaspirun itself.
 const INTERNAL_ERROR: u8 = 1;
 /// How long a rank whose PMI connection closed without finalize may take to exit before the
@@ -58,6 +64,8 @@ enum Event {
     Exited(u32, Exit),
     /// One forwarded output stream reached end of file.
     OutputClosed,
+    /// gaspirun's own stdout or stderr is a pipe whose reader is gone.
+    OutputBroken(Target),
     /// gaspirun received a terminating signal.
     Signal(Signal),
 }
@@ -110,6 +118,54 @@ struct Job {
     /// Removes the ranks' files should gaspirun be killed (see the `guard` module); `None`
     /// when it could not be started, which only loses that cleanup.
     guard: Option<Guard>,
+    /// Writes gaspirun's reports off the main thread.
+    reporter: Reporter,
+}
+
+/// gaspirun's reports on stderr, written by a thread of their own: a stderr that nobody
+/// empties (`(gaspirun ... 2>&1) | slow-reader`) blocked the main thread in the middle of a
+/// teardown, so that neither the SIGKILL after the grace nor the time limit came.
+struct Reporter {
+    /// `None` when no thread could be had: reports are then written in place.
+    lines: Option<Sender<String>>,
+    /// Says when the thread has written every report.
+    written: Receiver<()>,
+}
+
+impl Reporter {
+    fn start() -> Reporter {
+        let (lines, queued) = mpsc::channel::<String>();
+        let (done, written) = mpsc::channel();
+        let started = thread::Builder::new().spawn(move || {
+            for line in queued {
+                report(&line);
+            }
+            // The receiver is gone only when gaspirun stopped waiting.
+            let _ = done.send(());
+        });
+        Reporter {
+            lines: started.is_ok().then_some(lines),
+            written,
+        }
+    }
+
+    fn say(&self, message: String) {
+        match &self.lines {
+            Some(lines) => {
+                // The thread ends only once the sender is dropped, in `finish`.
+                let _ = lines.send(message);
+            }
+            None => report(&message),
+        }
+    }
+
+    /// Waits at most `wait` for the reports said so far to be written.
+    fn finish(self, wait: Duration) {
+        if let Some(lines) = self.lines {
+            drop(lines);
+            let _ = self.written.recv_timeout(wait);
+        }
+    }
 }
 
 /// Runs the job `options` describes and returns gaspirun's exit status.
@@ -150,6 +206,7 @@ pub(crate) fn run(options: Options) -> u8 {
         output_abandoned: false,
         // Before the first rank: a rank started unguarded could leave its files behind.
         guard: Guard::start().ok(),
+        reporter: Reporter::start(),
     };
     // Events that arrive while ranks are started; the event loop takes them first, in order.
     let mut held = Vec::new();
@@ -258,7 +315,11 @@ impl Job {
         let prefix = self.tag_output.then(|| format!("[{rank}] "));
         let events = self.events.clone();
         thread::Builder::new().spawn(move || {
-            output::forward(source, target, prefix);
+            let broken = events.clone();
+            output::forward(source, target, prefix, move || {
+                // The receiver only goes away when gaspirun is exiting anyway.
+                let _ = broken.send(Event::OutputBroken(target));
+            });
             // The receiver only goes away when gaspirun is exiting anyway.
             let _ = events.send(Event::OutputClosed);
         })?;
@@ -266,14 +327,15 @@ impl Job {
         Ok(())
     }
 
-    /// Between two rank starts: fails the job on a terminating signal or when its time limit
-    /// has passed. Other events wait in `held` for the event loop, so that they are judged as
+    /// Between two rank starts: fails the job on a terminating signal, a broken output pipe,
+    /// or when its time limit has passed. Other events wait in `held` for the event loop, so that they are judged as
     /// they were before, with every rank started (a rank that exits early is not taken for
     /// the last one running).
     fn interrupt_launch(&mut self, received: &Receiver<Event>, held: &mut Vec<Event>) {
         while let Ok(event) = received.try_recv() {
             match event {
-                Event::Signal(_) => self.handle(event),
+                // Both end the job.
+                Event::Signal(_) | Event::OutputBroken(_) => self.handle(event),
                 other => held.push(other),
             }
         }
@@ -330,7 +392,9 @@ impl Job {
         if let Some(guard) = self.guard.take() {
             guard.dismiss();
         }
-        self.failure.unwrap_or(0)
+        let status = self.failure.unwrap_or(0);
+        self.reporter.finish(REPORT_WAIT);
+        status
     }
 
     /// The pid of `rank`'s gaspi process when it is not the process gaspirun started (a
@@ -406,6 +470,13 @@ impl Job {
                 self.check_barrier();
             }
             Event::OutputClosed => self.open_outputs -= 1,
+            Event::OutputBroken(target) => self.fail(
+                BROKEN_PIPE_STATUS,
+                format!(
+                    "cannot write to its {}: the pipe's reader is gone (broken pipe)",
+                    target.name()
+                ),
+            ),
             Event::Signal(signal) => {
                 let name = signal.as_str();
                 if self.ending {
@@ -523,20 +594,21 @@ impl Job {
             1 => "the other rank keeps running (--keep-going)",
             _ => "the other ranks keep running (--keep-going)",
         };
-        report(&format!("{message}; {others}"));
+        self.reporter.say(format!("{message}; {others}"));
         self.failure.get_or_insert(status);
     }
 
-    /// Records the first failure, reports it, and starts tearing the job down.
+    /// Records the first failure, starts tearing the job down, and reports it; the ranks are
+    /// signalled first, so that a report that cannot be written at once never delays them.
     fn fail(&mut self, status: u8, message: String) {
         if self.ending {
             return;
         }
-        report(&format!("{message}; terminating the job"));
         self.failure.get_or_insert(status);
         self.ending = true;
         self.signal_all(Signal::SIGTERM);
         self.kill_at = Some(Instant::now() + KILL_GRACE);
+        self.reporter.say(format!("{message}; terminating the job"));
     }
 
     /// Sends `signal` to the process group of every rank, including ranks that already exited:
@@ -599,7 +671,8 @@ impl Job {
                 self.output_abandoned = true;
                 self.drain_until = None;
             } else {
-                report("all ranks exited; killing processes they left behind");
+                self.reporter
+                    .say("all ranks exited; killing processes they left behind".to_owned());
                 self.signal_all(Signal::SIGKILL);
                 self.leftovers_killed = true;
                 self.drain_until = Some(now + DRAIN_GRACE);

@@ -49,16 +49,21 @@ When a rank exits with a non-zero status, is killed by a signal, calls PMI
 abort, exits without PMI finalize while others still run, or the time limit
 passes, gaspirun stops the whole job (SIGTERM, then
 SIGKILL) and says on stderr which rank failed and why. With --keep-going only
-PMI abort, the time limit, a signal to gaspirun, and ranks left waiting in a
-PMI barrier that a dead rank can never enter stop the job; other failures are
-reported and the job runs until every rank has ended.
+PMI abort, the time limit, a signal to gaspirun, a closed
+output pipe, and ranks left waiting in a PMI barrier that a dead rank can
+never enter stop the job; other failures are reported and the job runs until
+every rank has ended.
+
+When gaspirun's stdout or stderr is a pipe whose reader is gone (`gaspirun ...
+| head`), it ends the job as above, as a program killed by SIGPIPE would.
 
 Exit status: 0 when every rank exits 0; otherwise (with --keep-going too)
-the status of the first failure: the rank's exit status, 128+N for a rank killed by signal N, the PMI
-abort code, 124 when the time limit passed, 126/127 when the program cannot be
-started, 1 for a rank that exited 0 without PMI finalize and for errors of
-gaspirun itself (a PMI protocol error, no thread or process to be had), 2 for
-usage errors.
+the status of the first failure: the rank's exit status, 128+N for a rank
+killed by signal N, the PMI abort code, 124 when the time limit passed, 128+N
+for signal N to gaspirun, 141 for a closed output pipe, 126/127 when the
+program cannot be started, 1 for a rank that exited 0 without PMI finalize and
+for errors of gaspirun itself (a PMI protocol error, no thread or process to be
+had), 2 for usage errors.
 ";
 
 /// Where the ranks' stdout and stderr go.

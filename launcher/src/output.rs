@@ -26,12 +26,42 @@ pub(crate) enum Target {
     Stderr,
 }
 
+impl Target {
+    /// The stream's name, for messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Target::Stdout => "stdout",
+            Target::Stderr => "stderr",
+        }
+    }
+}
+
 /// Copies `source` to `target` until end of file. With `prefix`, every line starts with it and
 /// ends with a newline; without, bytes pass unchanged but for a newline after a last line that
-/// has none, which would otherwise run into another rank's. Write errors (gaspirun's stdout
-/// closed) are ignored and reading goes on, so the rank never blocks on a full pipe.
-pub(crate) fn forward(source: impl Read, target: Target, prefix: Option<String>) {
-    split_lines(source, prefix.as_deref(), |line| write_to(target, line));
+/// has none, which would otherwise run into another rank's. When `target` is a pipe whose
+/// reader is gone (`gaspirun ... | head`), `on_broken` is called, once: the job is to end as a
+/// program killed by SIGPIPE would (Rust ignores the signal, so the write only fails with
+/// EPIPE). Reading goes on, discarding what follows, so that a rank never blocks on a full
+/// pipe before the teardown reaches it; other write errors (a full disk) lose only the line.
+pub(crate) fn forward(
+    source: impl Read,
+    target: Target,
+    prefix: Option<String>,
+    on_broken: impl FnOnce(),
+) {
+    let mut on_broken = Some(on_broken);
+    split_lines(source, prefix.as_deref(), |line| {
+        if on_broken.is_none() {
+            return;
+        }
+        if let Err(e) = write_to(target, line) {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                if let Some(on_broken) = on_broken.take() {
+                    on_broken();
+                }
+            }
+        }
+    });
 }
 
 /// Calls `sink` with every line of `source` (prefixed when `prefix` is given), and with pieces
@@ -87,16 +117,15 @@ fn framed(line: &[u8], prefix: Option<&str>) -> Vec<u8> {
 }
 
 /// Writes one line with a single locked write, so lines of different ranks never mix.
-fn write_to(target: Target, out: &[u8]) {
+fn write_to(target: Target, out: &[u8]) -> io::Result<()> {
     let _combined = combined_lock();
-    // Ignored: see `forward`.
-    let _ = match target {
+    match target {
         Target::Stdout => {
             let mut stdout = io::stdout().lock();
             stdout.write_all(out).and_then(|()| stdout.flush())
         }
         Target::Stderr => io::stderr().lock().write_all(out),
-    };
+    }
 }
 
 /// Taken around every write while gaspirun's stdout and stderr are one file (`2>&1 | tee`):

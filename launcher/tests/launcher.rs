@@ -539,3 +539,102 @@ fn pmi_client_works_under_mpiexec_hydra() {
         assert_eq!(run.sorted_stdout(), ["ok 0 3", "ok 1 3", "ok 2 3"]);
     }
 }
+
+/// Waits at most `bound` for `child` to exit; kills it and fails the test when it does not.
+fn exit_within(child: &mut std::process::Child, bound: Duration, what: &str) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting works") {
+            return status.code();
+        }
+        if start.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: gaspirun still runs after {bound:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_closed_output_pipe_ends_the_job_as_sigpipe_would() {
+    // `gaspirun -n 2 yes | head -2` ran until killed (still at 15 s) while mpiexec.hydra ends
+    // at once with 141: gaspirun ignored its failing writes and kept reading the ranks.
+    for stream in ["stdout", "stderr"] {
+        let script = if stream == "stdout" { "yes" } else { "yes >&2" };
+        let mut command = Command::new(GASPIRUN);
+        command
+            .args(["-n", "2", "sh", "-c", script])
+            .env_remove("GASPIRUN_TIMEOUT")
+            .stdin(Stdio::null());
+        let mut child = if stream == "stdout" {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped())
+        } else {
+            command.stdout(Stdio::null()).stderr(Stdio::piped())
+        }
+        .spawn()
+        .expect("the launcher starts");
+        let pid = child.id();
+        let mut closed: Box<dyn Read> = if stream == "stdout" {
+            Box::new(child.stdout.take().expect("stdout is piped"))
+        } else {
+            Box::new(child.stderr.take().expect("stderr is piped"))
+        };
+        let mut first = [0u8; 64];
+        closed.read_exact(&mut first).expect("the ranks print");
+        drop(closed);
+        let start = Instant::now();
+        let status = exit_within(&mut child, Duration::from_secs(20), stream);
+        assert_eq!(status, Some(141), "{stream}");
+        assert!(start.elapsed() < Duration::from_secs(10), "{stream}");
+        assert_eq!(processes_of_job(pid), Vec::<String>::new(), "{stream}");
+        if stream == "stdout" {
+            // The other stream, still open, has the report.
+            let mut errors = String::new();
+            child
+                .stderr
+                .take()
+                .expect("stderr is piped")
+                .read_to_string(&mut errors)
+                .expect("stderr reads");
+            assert!(
+                errors.contains("cannot write to its stdout")
+                    && errors.contains("(broken pipe); terminating the job"),
+                "{errors}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_time_limit_holds_while_nobody_reads_the_output() {
+    // `(gaspirun -n 1 --timeout 3 yes 2>&1) | sleep 15` ended after 15 s: the main thread
+    // blocked writing the time-limit message to the full pipe before it signalled the ranks.
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            r#"exec "$0" "$@" 2>&1"#,
+            GASPIRUN,
+            "-n",
+            "1",
+            "--timeout",
+            "1",
+            "yes",
+        ])
+        .env_remove("GASPIRUN_TIMEOUT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the launcher starts");
+    let pid = child.id();
+    // Never read while gaspirun runs: the pipe stays full.
+    let pipe = child.stdout.take().expect("stdout is piped");
+    let start = Instant::now();
+    let status = exit_within(&mut child, Duration::from_secs(20), "stalled output");
+    let elapsed = start.elapsed();
+    drop(pipe);
+    assert_eq!(status, Some(124));
+    // The limit, the wait for output that cannot drain (twice DRAIN_GRACE) and for the report.
+    assert!(elapsed < Duration::from_secs(8), "{elapsed:?}");
+    assert_eq!(processes_of_job(pid), Vec::<String>::new());
+}
