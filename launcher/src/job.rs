@@ -66,7 +66,7 @@ enum Event {
     OutputClosed,
     /// gaspirun's own stdout or stderr is a pipe whose reader is gone.
     OutputBroken(Target),
-    /// gaspirun received a terminating signal.
+    /// gaspirun received a signal that ends the job or is passed on to the ranks.
     Signal(Signal),
 }
 
@@ -328,13 +328,13 @@ impl Job {
     }
 
     /// Between two rank starts: fails the job on a terminating signal, a broken output pipe,
-    /// or when its time limit has passed. Other events wait in `held` for the event loop, so that they are judged as
-    /// they were before, with every rank started (a rank that exits early is not taken for
-    /// the last one running).
+    /// or when its time limit has passed; passes forwarded signals on. Other events wait in
+    /// `held` for the event loop, so that they are judged as they were before, with every
+    /// rank started (a rank that exits early is not taken for the last one running).
     fn interrupt_launch(&mut self, received: &Receiver<Event>, held: &mut Vec<Event>) {
         while let Ok(event) = received.try_recv() {
             match event {
-                // Both end the job.
+                // Taken at once: they end the job, or reach the ranks started so far (USR1, USR2).
                 Event::Signal(_) | Event::OutputBroken(_) => self.handle(event),
                 other => held.push(other),
             }
@@ -477,6 +477,7 @@ impl Job {
                     target.name()
                 ),
             ),
+            Event::Signal(signal) if signals::is_forwarded(signal) => self.signal_all(signal),
             Event::Signal(signal) => {
                 let name = signal.as_str();
                 if self.ending {

@@ -49,13 +49,16 @@ When a rank exits with a non-zero status, is killed by a signal, calls PMI
 abort, exits without PMI finalize while others still run, or the time limit
 passes, gaspirun stops the whole job (SIGTERM, then
 SIGKILL) and says on stderr which rank failed and why. With --keep-going only
-PMI abort, the time limit, a signal to gaspirun, a closed
+PMI abort, the time limit, a signal to gaspirun that ends jobs, a closed
 output pipe, and ranks left waiting in a PMI barrier that a dead rank can
 never enter stop the job; other failures are reported and the job runs until
 every rank has ended.
 
-When gaspirun's stdout or stderr is a pipe whose reader is gone (`gaspirun ...
-| head`), it ends the job as above, as a program killed by SIGPIPE would.
+SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGALRM sent to gaspirun end the job as
+above (a second one: SIGKILL at once); SIGUSR1 and SIGUSR2 are passed on to
+every rank's process group. When gaspirun's stdout or stderr is a pipe whose
+reader is gone (`gaspirun ... | head`), it ends the job as above, as a program
+killed by SIGPIPE would.
 
 Exit status: 0 when every rank exits 0; otherwise (with --keep-going too)
 the status of the first failure: the rank's exit status, 128+N for a rank

@@ -556,6 +556,14 @@ fn exit_within(child: &mut std::process::Child, bound: Duration, what: &str) -> 
     }
 }
 
+fn send_signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -{signal} {pid}: {sent}");
+}
+
 #[test]
 fn a_closed_output_pipe_ends_the_job_as_sigpipe_would() {
     // `gaspirun -n 2 yes | head -2` ran until killed (still at 15 s) while mpiexec.hydra ends
@@ -637,4 +645,73 @@ fn the_time_limit_holds_while_nobody_reads_the_output() {
     // The limit, the wait for output that cannot drain (twice DRAIN_GRACE) and for the report.
     assert!(elapsed < Duration::from_secs(8), "{elapsed:?}");
     assert_eq!(processes_of_job(pid), Vec::<String>::new());
+}
+
+#[test]
+fn usr1_and_usr2_reach_the_ranks_and_quit_and_alrm_end_the_job_in_order() {
+    // These signals killed gaspirun outright, without a word, and its ranks died of their
+    // parent-death SIGKILL without the SIGTERM that lets them clean up.
+    let script = r#"trap 'echo usr1 $PMI_RANK' USR1; trap 'echo usr2 $PMI_RANK' USR2
+        trap 'echo term $PMI_RANK; exit 0' TERM; echo ready
+        while :; do sleep 100 & wait $!; done"#;
+    for (ending, number) in [("QUIT", 3), ("ALRM", 14)] {
+        let mut child = Command::new(GASPIRUN)
+            .args(["-n", "2", "--no-prefix", "sh", "-c", script])
+            .env_remove("GASPIRUN_TIMEOUT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the launcher starts");
+        let pid = child.id();
+        let (lines, received) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Waits for every line of `want`, as many times as it is there, in any order.
+        let expect = |want: &[&str]| {
+            let mut pending: Vec<&str> = want.to_vec();
+            let mut seen = Vec::new();
+            let until = Instant::now() + Duration::from_secs(20);
+            while !pending.is_empty() {
+                let left = until.saturating_duration_since(Instant::now());
+                match received.recv_timeout(left) {
+                    Ok(line) => {
+                        if let Some(at) = pending.iter().position(|p| *p == line) {
+                            pending.remove(at);
+                        }
+                        seen.push(line);
+                    }
+                    Err(_) => panic!("{ending}: waited for {pending:?}, saw {seen:?}"),
+                }
+            }
+        };
+        expect(&["ready", "ready"]);
+        send_signal(pid, "USR1");
+        expect(&["usr1 0", "usr1 1"]);
+        send_signal(pid, "USR2");
+        expect(&["usr2 0", "usr2 1"]);
+        send_signal(pid, ending);
+        expect(&["term 0", "term 1"]);
+        let status = exit_within(&mut child, Duration::from_secs(20), ending);
+        assert_eq!(status, Some(128 + number), "{ending}");
+        let mut errors = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr is piped")
+            .read_to_string(&mut errors)
+            .expect("stderr reads");
+        assert!(
+            errors.contains(&format!("received SIG{ending}; terminating the job")),
+            "{errors}"
+        );
+    }
 }
