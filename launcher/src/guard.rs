@@ -5,7 +5,7 @@
 //! module), and tears the job down in order on every signal it can catch. SIGKILL it cannot
 //! catch: the ranks then die of their parent-death signal, and nobody would remove their
 //! files, which fill the tmpfs and, once a pid is reused, meet a process that is not their
-//! owner. So gaspirun first starts a guard (itself again, told by [`GUARD_ENV`]) in a process
+//! owner. So gaspirun first starts a guard (itself again, told by [`is_guard`]) in a process
 //! group of its own, which a signal to gaspirun's group (Ctrl-C) does not reach, with nothing
 //! of the job's output (a test harness reading gaspirun's output to its end must not wait for
 //! the guard). Over a pipe it tells the guard the pid of every process whose files are the
@@ -25,9 +25,22 @@ use nix::sys::prctl;
 
 use super::leftovers;
 
-/// The environment variable that makes `gaspirun` run as the guard of the gaspirun that
-/// started it (internal: the guard reads that gaspirun's pipe on its standard input).
-pub(crate) const GUARD_ENV: &str = "GASPIRUN_GUARD";
+/// The environment variable that, with [`GUARD_NAME`], makes `gaspirun` run as the guard of
+/// the gaspirun that started it (internal: the guard reads that gaspirun's pipe on its
+/// standard input).
+const GUARD_ENV: &str = "GASPIRUN_GUARD";
+
+/// The `argv[0]` the guard is started with. The variable alone was honoured from a user's
+/// environment: `GASPIRUN_GUARD=1 gaspirun -n 2 prog` ran nothing and exited 0.
+const GUARD_NAME: &str = "gaspirun-guard";
+
+/// Whether this process is a guard that a gaspirun started.
+pub(crate) fn is_guard() -> bool {
+    std::env::var_os(GUARD_ENV).is_some()
+        && std::env::args_os()
+            .next()
+            .is_some_and(|name| name == GUARD_NAME)
+}
 
 /// What gaspirun writes once it has torn its job down itself.
 const DONE: &str = "done";
@@ -55,6 +68,7 @@ impl Guard {
     /// Starts the guard of this gaspirun.
     pub(crate) fn start() -> io::Result<Guard> {
         let mut child = Command::new(std::env::current_exe()?)
+            .arg0(GUARD_NAME)
             .env(GUARD_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

@@ -23,7 +23,7 @@ const USAGE_ERROR: u8 = 2;
 
 /// Runs `gaspirun` with this process's command line and returns its exit status.
 pub fn main() -> u8 {
-    if std::env::var_os(guard::GUARD_ENV).is_some() {
+    if guard::is_guard() {
         guard::serve(io::stdin().lock());
         return 0;
     }

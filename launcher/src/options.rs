@@ -41,6 +41,8 @@ Options:
   -h, --help                print this help
   -V, --version             print the version
 
+An option that takes a value may be given once; empty values are refused.
+
 Each rank gets PMI_FD, PMI_RANK, PMI_SIZE, PMI_JOBID, MPI_LOCALNRANKS and
 MPI_LOCALRANKID; all other variables are inherited. Rank 0 reads gaspirun's
 stdin unless that is a terminal; the other ranks read /dev/null.
@@ -149,14 +151,23 @@ pub(crate) fn parse(
                 .ok_or_else(|| format!("option {name} needs a value"))
         };
         match name.as_str() {
-            "-n" | "--np" => ranks = Some(parse_ranks(&value()?)?),
-            "--provider" => provider = Some(value()?),
-            "--timeout" => timeout = Some(parse_timeout("--timeout", &value()?)?),
+            "-n" | "--np" => set_once(&mut ranks, "-n/--np", parse_ranks(&value()?)?)?,
+            "--provider" => set_once(&mut provider, "--provider", parse_provider(value()?)?)?,
+            "--timeout" => set_once(
+                &mut timeout,
+                "--timeout",
+                parse_timeout("--timeout", &value()?)?,
+            )?,
             "--keep-going" => keep_going = true,
             "--tag-output" => set_output(&mut output, Output::Tagged)?,
             "--no-prefix" => set_output(&mut output, Output::Raw)?,
             "--separate-output" => {
-                set_output(&mut output, Output::Separate(PathBuf::from(value()?)))?
+                let dir = value()?;
+                if dir.is_empty() {
+                    // Would have written the files into the current directory.
+                    return Err("--separate-output needs a directory, not an empty name".into());
+                }
+                set_output(&mut output, Output::Separate(PathBuf::from(dir)))?
             }
             "-h" | "--help" => return Ok(Parsed::Help),
             "-V" | "--version" => return Ok(Parsed::Version),
@@ -183,6 +194,27 @@ pub(crate) fn parse(
         program,
         args: args.collect(),
     }))
+}
+
+/// Stores the value of an option that may be given once: a second one, which the last would
+/// silently have won, is refused (as `mpiexec.hydra` refuses a second `-n`).
+fn set_once<T>(slot: &mut Option<T>, option: &str, value: T) -> Result<(), String> {
+    if slot.is_some() {
+        return Err(format!("option {option} given more than once"));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// An empty provider is refused: `GASPI_PROVIDER=` counts as unset, so `--provider=$P` with
+/// `P` unset silently ran on the default provider.
+fn parse_provider(name: OsString) -> Result<OsString, String> {
+    if name.is_empty() {
+        return Err(
+            "--provider needs a libfabric provider name (tcp, shm, ...), not an empty one".into(),
+        );
+    }
+    Ok(name)
 }
 
 fn parse_ranks(text: &OsString) -> Result<u32, String> {
@@ -289,6 +321,14 @@ mod tests {
             &["-n", "2", "--no-prefix=yes", "prog"],
             &["-n", "2", "--keep-going=1", "prog"],
             &["-n", "2", "--"],
+            &["-n", "2", "-n", "3", "prog"],
+            &["-n2", "--np=2", "prog"],
+            &["-n", "2", "--provider", "tcp", "--provider=shm", "prog"],
+            &["-n", "2", "--timeout", "1", "--timeout", "2", "prog"],
+            &["-n", "2", "--provider=", "prog"],
+            &["-n", "2", "--provider", "", "prog"],
+            &["-n", "2", "--separate-output", "", "prog"],
+            &["-n", "2", "--separate-output=", "prog"],
         ] {
             assert!(
                 parse(bad.iter().map(OsString::from), None).is_err(),

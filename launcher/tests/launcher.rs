@@ -396,6 +396,13 @@ fn usage_errors_exit_with_2() {
         &["true"],
         &["-n", "2", "--no-such-flag", "true"],
         &["-n", "two", "true"],
+        // Given twice, the last silently won; empty values meant the default provider and the
+        // current directory.
+        &["-n", "2", "-n", "3", "true"],
+        &["-n", "2", "--provider", "tcp", "--provider", "shm", "true"],
+        &["-n", "2", "--timeout", "1", "--timeout", "2", "true"],
+        &["-n", "2", "--provider=", "true"],
+        &["-n", "2", "--separate-output", "", "true"],
     ] {
         let run = gaspirun(args);
         assert_eq!(run.status, Some(2), "{args:?}: {}", run.stderr);
@@ -405,6 +412,19 @@ fn usage_errors_exit_with_2() {
     assert_eq!(help.status, Some(0));
     assert!(help.stdout.contains("Usage: gaspirun -n N"));
     assert!(help.stdout.contains("--no-prefix"));
+}
+
+#[test]
+fn the_guards_variable_in_the_users_environment_is_not_obeyed() {
+    // It made gaspirun act as a guard: read stdin, run nothing, exit 0.
+    let run = finish(
+        Command::new(GASPIRUN)
+            .args(["-n", "2", "sh", "-c", "echo hi $PMI_RANK"])
+            .env_remove("GASPIRUN_TIMEOUT")
+            .env("GASPIRUN_GUARD", "1"),
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(run.sorted_stdout(), ["[0] hi 0", "[1] hi 1"]);
 }
 
 #[test]
