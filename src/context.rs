@@ -285,6 +285,11 @@ impl Context {
     /// Started by `gaspirun`, `mpiexec.hydra` or `srun --mpi=pmi2`, the process learns its rank
     /// through PMI; started alone, it is rank 0 of a job of one.
     ///
+    /// A process joins its job once: under a launcher, a second `init` (while the first
+    /// context lives, or after it was finalized or dropped) fails with [`Error::Bootstrap`], as
+    /// PMI allows one connection per process. Started alone, each `init` makes a job of one of
+    /// its own, independent of the others.
+    ///
     /// # Errors
     /// As for [`init_with`](Self::init_with), and [`Error::Config`] for a bad `GASPI_*`
     /// variable.
