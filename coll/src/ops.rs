@@ -208,6 +208,19 @@ fn tree(op: &'static str, forced: Option<&str>, default: Tree) -> Result<(Tree, 
     Ok((tree, name))
 }
 
+/// The word of `tree` among those members must agree on, beside its name: every k-nomial tree
+/// wider than 16 is named `knomial`, so without its `k` members forcing `knomial17` and
+/// `knomial18` were not told they differ (at 19 members, one waited for a parent that never
+/// sent, every round). `Knomial(2)` is [`Tree::Binomial`], and its word too.
+fn tree_word(tree: Tree) -> u64 {
+    match tree {
+        Tree::Flat => 0,
+        Tree::Binomial => 2,
+        Tree::Knomial(k) => u64::from(k),
+        Tree::Pipelined { segment } => segment,
+    }
+}
+
 /// Mixes the words that members must agree on into a signature.
 pub(crate) fn signature(words: &[u64]) -> u64 {
     words.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| {
@@ -458,7 +471,7 @@ impl<'c> Team<'c> {
         let (algo, name) = tree("broadcast", self.choices().broadcast.as_deref(), default)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
-        let words = [1, u64::from(r), bytes];
+        let words = [1, u64::from(r), bytes, tree_word(algo)];
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
@@ -532,7 +545,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.rooted_tree(Rooted::Scatter, "scatter", bytes)?;
         let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
-        let words = [2, u64::from(r), bytes];
+        let words = [2, u64::from(r), bytes, tree_word(algo)];
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
@@ -595,7 +608,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.rooted_tree(Rooted::Scatter, "scatterv", largest)?;
         let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
-        let words = [3, u64::from(r), signature(counts)];
+        let words = [3, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
     }
 
@@ -649,7 +662,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.rooted_tree(Rooted::Gather, "gather", bytes)?;
         let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
-        let words = [4, u64::from(r), bytes];
+        let words = [4, u64::from(r), bytes, tree_word(algo)];
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
     }
 
@@ -709,7 +722,7 @@ impl<'c> Team<'c> {
         let (algo, name) = self.rooted_tree(Rooted::Gather, "gatherv", largest)?;
         let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
-        let words = [5, u64::from(r), signature(counts)];
+        let words = [5, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
     }
 
@@ -1001,5 +1014,25 @@ impl<'c> Team<'c> {
             src,
             dst,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Overrides that differ only in a `k` above 16 share a name but not their words; the
+    /// two spellings of the binomial tree share both.
+    #[test]
+    fn wide_knomial_trees_differ_in_their_words() {
+        let forced = |name| tree("broadcast", Some(name), Tree::Flat).expect("a known tree");
+        let ((k17, name17), (k18, name18)) = (forced("knomial17"), forced("knomial18"));
+        assert_eq!(name17, name18);
+        assert_ne!(tree_word(k17), tree_word(k18));
+        let ((two, name2), (binomial, name)) = (forced("knomial2"), forced("binomial"));
+        assert_eq!((name2, tree_word(two)), (name, tree_word(binomial)));
+        let (k16, name16) = forced("knomial16");
+        assert_eq!(name16, "knomial16");
+        assert_ne!(tree_word(k16), tree_word(k17));
     }
 }

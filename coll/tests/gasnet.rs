@@ -166,6 +166,34 @@ fn unforced(provider: &str) {
     }
 }
 
+/// Rank 0 forces `GASPI_COLL_BROADCAST=knomial17` and the others `knomial18`: trees that
+/// differ only in a `k` above 16, which `Handle::algorithm` names alike (`knomial`). The
+/// algorithm is part of what members agree on, so a broadcast fails with `Mismatch`, as for
+/// any two names, though at this size both trees are flat (before the fix the job ran; at 19
+/// ranks, where the trees differ, a member timed out in every round and nobody was told).
+fn wide_knomial_disagreement(ranks: u32, provider: &str) {
+    let program = example("gasnet_check");
+    let program = program
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let script =
+        r#"k=18; [ "$PMI_RANK" = 0 ] && k=17; GASPI_COLL_BROADCAST=knomial$k exec "$0" "$@""#;
+    let job = gaspirun(
+        ranks,
+        provider,
+        JOB_TIMEOUT_S,
+        Path::new("sh"),
+        &["-c", script, program, "ops"],
+    );
+    assert!(!job.status.success(), "the job ran\n{}", job.report());
+    assert!(
+        job.stderr
+            .contains("called another collective, or with other arguments"),
+        "no member was told of the mismatch\n{}",
+        job.report()
+    );
+}
+
 /// `large`: operations of up to 4 MiB per block, run as many pieces through small lanes (an
 /// exchangev streamed in chunks), deliver what the serial reference says; so do an
 /// exchangev whose chunks land while its member syncs another collective, two such
@@ -787,6 +815,8 @@ jobs! {
         ("broadcast", "flat"), ("scatterv", "flat"), ("gatherv", "flat"),
     ]);
     unforced_2_tcp: unforced("tcp");
+    wide_knomial_disagreement_3_shm: wide_knomial_disagreement(3, "shm");
+    wide_knomial_disagreement_2_tcp: wide_knomial_disagreement(2, "tcp");
     two_hosts_large_4_tcp: large_on(Hosts::Two, 4, "tcp");
     many_4_tcp: many(4, "tcp");
     many_4_shm: many(4, "shm");
