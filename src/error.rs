@@ -352,7 +352,7 @@ pub enum Error {
     /// The provider failed an operation towards a rank that is not known to be dead (a
     /// registration that went away, a transport error); `rank` is `u32::MAX` when the
     /// endpoint itself failed.
-    #[error("an operation towards rank {rank} failed: {reason}")]
+    #[error("{}: {reason}", operation_failed(.rank))]
     OperationFailed {
         /// The target rank of the operation.
         rank: Rank,
@@ -507,6 +507,16 @@ impl Error {
     }
 }
 
+/// What failed, for [`Error::OperationFailed`] towards `rank`: `u32::MAX` is no rank but the
+/// endpoint itself, which a message naming "rank 4294967295" would hide.
+fn operation_failed(rank: &Rank) -> String {
+    if *rank == u32::MAX {
+        "the endpoint of this rank failed".to_owned()
+    } else {
+        format!("an operation towards rank {rank} failed")
+    }
+}
+
 impl From<gaspi_fabric::Error> for Error {
     fn from(e: gaspi_fabric::Error) -> Self {
         match e {
@@ -549,3 +559,28 @@ impl From<gaspi_pmi::Error> for Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_failure_names_the_endpoint_not_a_rank() {
+        let endpoint = Error::OperationFailed {
+            rank: u32::MAX,
+            reason: "Input/output error".into(),
+        };
+        assert_eq!(
+            endpoint.to_string(),
+            "the endpoint of this rank failed: Input/output error"
+        );
+        let towards = Error::OperationFailed {
+            rank: 3,
+            reason: "Input/output error".into(),
+        };
+        assert_eq!(
+            towards.to_string(),
+            "an operation towards rank 3 failed: Input/output error"
+        );
+    }
+}
