@@ -302,8 +302,8 @@ impl Context {
     /// # Errors
     /// [`Error::Config`] for an invalid configuration; [`Error::Bootstrap`] when the PMI
     /// conversation fails; [`Error::ProviderUnavailable`] / [`Error::Fabric`] when the
-    /// provider cannot be opened; [`Error::Timeout`] when the other ranks do not meet this one
-    /// within [`Config::op_timeout`].
+    /// provider cannot be opened; [`Error::InitTimeout`] when the other ranks do not meet this
+    /// one within [`Config::op_timeout`].
     pub fn init_with(config: Config) -> Result<Context> {
         config.validate()?;
         let mut pmi = PmiClient::from_env()?;
@@ -459,7 +459,16 @@ impl Context {
         ctx.inner.passive.post_all(&ctx.inner);
         ctx.publish_area(&*ctx.inner.groups.committed(GROUP_ALL)?)?;
         // The first fabric-level barrier proves every endpoint reachable before user code runs.
-        ctx.barrier(Timeout::from(ctx.inner.config.op_timeout))?;
+        // Its timeout is not the caller's, and init cannot be called again: a bare `Timeout`
+        // would neither say what timed out nor which setting to raise.
+        let op_timeout = ctx.inner.config.op_timeout;
+        ctx.barrier(Timeout::from(op_timeout))
+            .map_err(|e| match e {
+                Error::Timeout => Error::InitTimeout {
+                    timeout_ms: u64::try_from(op_timeout.as_millis()).unwrap_or(u64::MAX),
+                },
+                other => other,
+            })?;
         Ok(ctx)
     }
 

@@ -449,6 +449,19 @@ pub enum Error {
     #[error("protocol violation: {0}")]
     Protocol(String),
 
+    /// [`Context::init`](crate::Context::init) did not meet every rank of the job in its first
+    /// barrier within [`Config::op_timeout`](crate::Config::op_timeout)
+    /// (`GASPI_OP_TIMEOUT_MS`). Unlike [`Error::Timeout`] nothing continues it: no context
+    /// was made.
+    #[error(
+        "Context::init timed out: not every rank of the job was reachable within {timeout_ms} \
+         ms (set GASPI_OP_TIMEOUT_MS to wait longer)"
+    )]
+    InitTimeout {
+        /// `GASPI_OP_TIMEOUT_MS`, the time init waited.
+        timeout_ms: u64,
+    },
+
     /// [`Context::finalize`](crate::Context::finalize) timed out before every rank arrived. The
     /// context is handed back unchanged: call `finalize` on it again to continue.
     #[error("finalize timed out before every rank arrived; the context is returned for a retry")]
@@ -563,6 +576,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_init_timeout_names_its_variable() {
+        let error = Error::InitTimeout { timeout_ms: 1 };
+        assert_eq!(
+            error.to_string(),
+            "Context::init timed out: not every rank of the job was reachable within 1 ms (set \
+             GASPI_OP_TIMEOUT_MS to wait longer)"
+        );
+        assert!(
+            !error.is_timeout(),
+            "init cannot be called again to continue"
+        );
+    }
 
     #[test]
     fn an_endpoint_failure_names_the_endpoint_not_a_rank() {

@@ -1453,6 +1453,30 @@ fn provider_disagreement_3_tcp() {
     );
 }
 
+/// `GASPI_OP_TIMEOUT_MS=1` through the fabric over tcp: 5 ranks do not all meet in init's
+/// first barrier within a millisecond (4 ranks timed out in 6 of 6 runs), and a rank that
+/// gives up says what timed out and which variable to raise (before the fix: a bare
+/// `timed out`).
+#[test]
+fn init_timeout_names_its_variable_5_tcp() {
+    let job = common::gaspirun_with_env(
+        &["GASPI_OP_TIMEOUT_MS=1", "GASPI_INTRANODE=fabric"],
+        5,
+        "tcp",
+        &common::selftest_path(),
+        &["order"],
+    );
+    assert!(!job.status.success(), "the job ran\n{}", job.report());
+    assert!(
+        job.stderr.contains(
+            "joining the job failed: Context::init timed out: not every rank of the job was \
+             reachable within 1 ms (set GASPI_OP_TIMEOUT_MS to wait longer)"
+        ),
+        "no rank named the timeout\n{}",
+        job.report()
+    );
+}
+
 #[test]
 fn mixed_hosts_integrity_4_tcp() {
     mixed_hosts("integrity", "tcp");
