@@ -594,12 +594,12 @@ impl Queues {
         self.active_count()
     }
 
-    /// Records `error` on every queue (the endpoint itself failed).
-    pub(crate) fn fail_all(&self, error: &Error) {
+    /// Records on every queue that the endpoint itself failed, for `reason`.
+    pub(crate) fn fail_all(&self, reason: &str) {
         for (_, q) in &self.queues {
             q.fail(Error::OperationFailed {
                 rank: u32::MAX,
-                reason: error.to_string(),
+                reason: reason.to_owned(),
             });
         }
     }

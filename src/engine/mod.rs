@@ -160,7 +160,7 @@ impl Inner {
             Err(e) => {
                 // A failing completion queue means the endpoint itself is broken: every wait
                 // runs into its own deadline, so the failure is recorded for all queues.
-                self.queues.fail_all(&Error::from(e));
+                self.queues.fail_all(&Error::from(e).to_string());
                 self.events.notify_all();
                 true
             }
@@ -188,10 +188,7 @@ impl Inner {
                         self.finish(op, Err(&failure));
                     }
                     // Not attributable to any operation of ours: every queue learns of it.
-                    None => self.queues.fail_all(&Error::OperationFailed {
-                        rank: self.rank,
-                        reason: failure.message,
-                    }),
+                    None => self.queues.fail_all(&failure.message),
                 }
             }
             // An injected write, where the provider reports those (rxm), tagged with its
