@@ -14,8 +14,10 @@ use crate::wire::{Table, WireNotification};
 /// A range of a segment on some rank, resolved (its descriptor read) and checked once.
 ///
 /// Offsets passed with a target are relative to the start of its range. Operations through a
-/// target skip the lookup of the segment that operations by id make, until the segment's
-/// rank announces that it deleted one of its segments (see [`Context::segment_delete`]):
+/// target of a rank reached through the fabric skip the lookup of the segment that operations
+/// by id make (towards a rank reached directly they read its directory, as those do), until
+/// the segment's rank announces that it deleted one of its segments (see
+/// [`Context::segment_delete`]):
 /// from then on they look the segment up as operations by id do, so a target goes on naming
 /// segment `id` of its rank. Towards a segment made anew they reach the new segment (an
 /// [`Error::OutOfBounds`] when the range no longer fits it); towards a segment that is gone
@@ -95,7 +97,14 @@ impl Target {
     pub(crate) fn dest(&self, inner: &Inner, offset: u64, len: u64) -> Result<Dest> {
         self.check(offset, len)?;
         let at = self.start + offset;
-        if inner.descriptors.deletions(self.rank) == self.deletions {
+        // A same-host peer's news of a deletion comes through the fabric, and a
+        // synchronisation that went direct (the barrier of the segment's re-creation) can
+        // overtake it: a fabric write with the old descriptor then reached the deleted memory
+        // while its notification was set in the new table. The peer's directory, read by
+        // `Inner::dest`, says what holds now.
+        if inner.descriptors.deletions(self.rank) == self.deletions
+            && !inner.direct.reaches(self.rank)
+        {
             return place(inner, self.rank, self.segment(), &self.descriptor, at, len)
                 .map(Dest::Ready);
         }

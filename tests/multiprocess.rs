@@ -645,6 +645,19 @@ fn unmapped_3_shm() {
     unmapped(3, "shm");
 }
 
+/// `unmapped` without a progress thread: nothing reads a peer's news of a deletion before the
+/// direct synchronisation of the re-binding ends, so a target kept across it must find the new
+/// segment without that news.
+#[test]
+fn unmapped_without_progress_thread_2_tcp() {
+    common::selftest_with_env(&["GASPI_PROGRESS_THREAD=0"], "unmapped", 2, "tcp");
+}
+
+#[test]
+fn unmapped_without_progress_thread_2_shm() {
+    common::selftest_with_env(&["GASPI_PROGRESS_THREAD=0"], "unmapped", 2, "shm");
+}
+
 /// `stress` with `threads` writer threads per sending (even) rank, each streaming through a
 /// ring of its own, and as many receiving threads per receiving (odd) rank, all waiting on
 /// every ring: every receiver verified megabytes per thread, not a token amount, and no slot

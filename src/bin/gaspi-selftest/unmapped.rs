@@ -9,7 +9,9 @@
 //! atomic; every received byte, notification value and counter is checked. Then every rank
 //! deletes a segment its left neighbour has already written into (so the neighbour holds a
 //! mapping or descriptor of it), creates it again larger, and the neighbour's next write lands
-//! in the new memory, beyond the old size.
+//! in the new memory, beyond the old size. Last, every rank deletes another unmapped segment
+//! and binds new memory as it while its left neighbour keeps a `Target` of it: the
+//! neighbour's next write through that target lands in the new memory.
 
 use gaspi::{local, remote, Context, Notification, QueueId, SegmentId, SegmentMemory, Timeout};
 
@@ -21,6 +23,10 @@ const SRC: SegmentId = 1;
 const UNMAPPED: SegmentId = 2;
 /// Deleted and created again.
 const RENEWED: SegmentId = 3;
+/// Unmapped, deleted and bound again while the left neighbour keeps a `Target` of it.
+const REBOUND: SegmentId = 4;
+/// Times `REBOUND` is bound anew, each with a target resolved before.
+const REBINDINGS: u32 = 8;
 const QUEUE: QueueId = 0;
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
 
@@ -58,10 +64,12 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     read_back_from_unmapped(ctx, me, right)?;
     count_with_atomics(ctx, right)?;
     renewed_segment_is_mapped_anew(ctx, me, left, right)?;
+    kept_target_reaches_rebound_segment(ctx, me, left, right)?;
     Ok(Report {
         summary: format!(
-            "write_notify, read and atomics into a segment peers cannot map, and a write into \
-             a re-created segment beyond its old size, all landed ({} KiB each way)",
+            "write_notify, read and atomics into a segment peers cannot map, a write into a \
+             re-created segment beyond its old size, and one through a target kept across a \
+             re-binding, all landed ({} KiB each way)",
             LEN >> 10
         ),
         data,
@@ -202,4 +210,67 @@ fn renewed_segment_is_mapped_anew(ctx: &Context, me: u32, left: u32, right: u32)
     )?;
     ctx.wait(QUEUE, TIMEOUT)
         .doing(|| "completing the late write")
+}
+
+/// Binds `len` bytes of fresh memory that no other process can map as segment `id`.
+fn bind_unmapped(ctx: &Context, id: SegmentId, len: u64) -> Outcome {
+    let memory = SegmentMemory::allocate(len as usize, "rebound")
+        .and_then(|mut memory| memory.unlink_shm().map(|()| memory))
+        .map_err(|e| Failure(format!("memory for segment {id}: {e}")))?;
+    ctx.segment_bind(id, memory, TIMEOUT)
+        .doing(|| format!("segment_bind({id})"))
+}
+
+/// This rank deletes `REBOUND` and binds new memory as it while its left neighbour keeps a
+/// `Target` of it: the neighbour's next write through the target lands in the new memory.
+///
+/// The news of the deletion travels through the fabric, the re-binding's synchronisation
+/// between same-host ranks goes direct and can overtake it (mostly over shm, often over tcp,
+/// hence several rounds): a target that trusted its descriptor until the news came wrote into
+/// the deleted registration, and its notification appeared in the new table without the data,
+/// or never.
+fn kept_target_reaches_rebound_segment(ctx: &Context, me: u32, left: u32, right: u32) -> Outcome {
+    bind_unmapped(ctx, REBOUND, LEN)?;
+    let src = ctx.segment(SRC).doing(|| "a handle of SRC")?;
+    let batch = ctx.batch();
+    for round in 0..REBINDINGS {
+        let kept = ctx
+            .target(right, REBOUND, TIMEOUT)
+            .doing(|| format!("round {round}: resolving the right neighbour's REBOUND"))?;
+        ctx.barrier(TIMEOUT)
+            .doing(|| format!("round {round}: barrier before the re-binding"))?;
+        ctx.segment_delete(REBOUND)
+            .doing(|| format!("round {round}: segment_delete(REBOUND)"))?;
+        bind_unmapped(ctx, REBOUND, LEN)?;
+        ctx.segment_write(SRC, 0, &pattern(me + 2000 + round, LEN))
+            .doing(|| format!("round {round}: filling SRC"))?;
+        let note = Notification {
+            id: 0,
+            value: me + 1,
+        };
+        batch
+            .write_notify(&src, 0, &kept, 0, LEN, note)
+            .doing(|| format!("round {round}: write_notify through the kept target"))?;
+        let id = ctx
+            .notify_waitsome(REBOUND, 0, 1, TIMEOUT)
+            .doing(|| format!("round {round}: waiting for the left neighbour's write"))?;
+        let value = ctx.notify_reset(REBOUND, id).doing(|| "resetting it")?;
+        ensure!(
+            value == left + 1,
+            "round {round}: notification {id} in the new REBOUND carried {value}, want {}",
+            left + 1
+        );
+        let mut got = vec![0; LEN as usize];
+        ctx.segment_read(REBOUND, 0, &mut got)
+            .doing(|| "reading the new REBOUND")?;
+        compare(
+            format_args!("round {round}: the write from rank {left} through its kept target"),
+            &got,
+            &pattern(left + 2000 + round, LEN),
+        )?;
+        batch
+            .wait(TIMEOUT)
+            .doing(|| format!("round {round}: completing the write through the kept target"))?;
+    }
+    Ok(())
 }
