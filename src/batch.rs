@@ -141,12 +141,15 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let local = src.local();
         local.check(inner.rank, src_offset, size)?;
-        let dest = dst.dest(inner, dst_offset, size)?;
+        dst.check(dst_offset, size)?;
         if let Some(peer) = inner.mapped(Some(&self.queue), dst.rank, dst.table)? {
             let offset = dst.start + dst_offset;
             inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
             return inner.notify_behind(&self.queue, dst.rank, &peer, dst.table, data);
         }
+        // Only the fabric needs the target's address (towards a rank reached directly, its
+        // lookup reads the peer's directory again).
+        let dest = dst.dest(inner, dst_offset, size)?;
         inner.post_on(
             &self.queue,
             Request {
@@ -275,13 +278,14 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let local = dst.local();
         local.check(inner.rank, dst_offset, size)?;
-        let source = src.dest(inner, src_offset, size)?;
+        src.check(src_offset, size)?;
         if let Some(peer) = inner.mapped(Some(&self.queue), src.rank, src.table)? {
             let offset = src.start + src_offset;
             return inner.direct_read(
                 local, dst_offset, src.rank, &peer, src.table, offset, size, None,
             );
         }
+        let source = src.dest(inner, src_offset, size)?;
         inner.post_on(
             &self.queue,
             Request {
