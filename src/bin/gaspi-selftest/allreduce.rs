@@ -403,12 +403,8 @@ fn misuse(ctx: &Context) -> Outcome<String> {
     if ctx.size() < 2 {
         return Ok("misuse refused".into());
     }
-    let g = ctx.group_create().doing(|| "group_create")?;
-    ctx.group_add(g, 0).doing(|| "group_add")?;
-    ctx.group_add(g, 1).doing(|| "group_add")?;
+    let g = ranks_0_and_1(ctx)?;
     if me <= 1 {
-        ctx.group_commit(g, TIMEOUT)
-            .doing(|| "committing ranks 0 and 1")?;
         let len = 4 + me as usize;
         let partner = 1 - me;
         match ctx.allreduce(
@@ -434,6 +430,18 @@ fn misuse(ctx: &Context) -> Outcome<String> {
     Ok(done)
 }
 
+/// A group of ranks 0 and 1, made on every rank (as groups are) and committed by its members.
+fn ranks_0_and_1(ctx: &Context) -> Outcome<GroupId> {
+    let g = ctx.group_create().doing(|| "group_create")?;
+    ctx.group_add(g, 0).doing(|| "group_add")?;
+    ctx.group_add(g, 1).doing(|| "group_add")?;
+    if ctx.rank() <= 1 {
+        ctx.group_commit(g, TIMEOUT)
+            .doing(|| "committing ranks 0 and 1")?;
+    }
+    Ok(g)
+}
+
 /// Ranks 0 and 1 reduce one element with a user operator that panics on rank 0 (a
 /// single-step run: both sent their data before either folds). The panic reaches rank 0's
 /// caller, and the group goes on: its next allreduce, barrier and deletion work on both
@@ -448,12 +456,8 @@ fn panicking_user_op(ctx: &Context) -> Outcome<String> {
     // commit must not reach one of them before its deletion (see `group_delete`).
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier before the panicking operator")?;
-    let g = ctx.group_create().doing(|| "group_create")?;
-    ctx.group_add(g, 0).doing(|| "group_add")?;
-    ctx.group_add(g, 1).doing(|| "group_add")?;
+    let g = ranks_0_and_1(ctx)?;
     if me <= 1 {
-        ctx.group_commit(g, TIMEOUT)
-            .doing(|| "committing ranks 0 and 1")?;
         let op = UserOp::new(move |acc: &mut [u64], other: &[u64]| {
             assert!(me != 0, "the operator panics on rank 0");
             acc[0] += other[0];

@@ -13,6 +13,8 @@
 //! and binds new memory as it while its left neighbour keeps a `Target` of it: the
 //! neighbour's next write through that target lands in the new memory.
 
+use std::fmt::Display;
+
 use gaspi::{local, remote, Context, Notification, QueueId, SegmentId, SegmentMemory, Timeout};
 
 use crate::check::{compare, ensure, fill_pattern, seed, Data, Doing, Failure, Outcome, Report};
@@ -92,22 +94,12 @@ fn write_notify_into_unmapped(ctx: &Context, me: u32, left: u32, right: u32) -> 
     };
     ctx.write_notify(local(SRC, 0), remote(right, UNMAPPED, 0), LEN, note, QUEUE)
         .doing(|| "write_notify into the right neighbour's unmapped segment")?;
-    let id = ctx
-        .notify_waitsome(UNMAPPED, 0, 1, TIMEOUT)
-        .doing(|| "waiting for the left neighbour's notification")?;
-    let value = ctx.notify_reset(UNMAPPED, id).doing(|| "resetting it")?;
-    ensure!(
-        value == left + 1,
-        "notification {id} from rank {left} carried {value}, want {}",
-        left + 1
-    );
-    let mut got = vec![0; LEN as usize];
-    ctx.segment_read(UNMAPPED, 0, &mut got)
-        .doing(|| "reading what arrived")?;
-    compare(
-        format_args!("data from rank {left} in the unmapped segment"),
-        &got,
+    take_arrival(
+        ctx,
+        UNMAPPED,
+        (left + 1, 0),
         &pattern(left, LEN),
+        format_args!("the write from rank {left} into the unmapped segment"),
     )?;
     ctx.wait(QUEUE, TIMEOUT)
         .doing(|| "completing the write_notify")
@@ -195,21 +187,40 @@ fn renewed_segment_is_mapped_anew(ctx: &Context, me: u32, left: u32, right: u32)
         QUEUE,
     )
     .doing(|| "write_notify beyond the old size of the right neighbour's RENEWED")?;
-    let id = ctx
-        .notify_waitsome(RENEWED, 0, 1, TIMEOUT)
-        .doing(|| "waiting for the left neighbour's late write")?;
-    let value = ctx.notify_reset(RENEWED, id).doing(|| "resetting it")?;
-    ensure!(value == 7, "the late write's notification carried {value}");
-    let mut got = vec![0; 64];
-    ctx.segment_read(RENEWED, LATE_AT, &mut got)
-        .doing(|| "reading the late write")?;
-    compare(
-        format_args!("the late write from rank {left} in the new RENEWED"),
-        &got,
+    take_arrival(
+        ctx,
+        RENEWED,
+        (7, LATE_AT),
         &pattern(left + 1000, 64),
+        format_args!("the late write from rank {left} into the new RENEWED"),
     )?;
     ctx.wait(QUEUE, TIMEOUT)
         .doing(|| "completing the late write")
+}
+
+/// Waits for notification 0 of `segment`, resets it, and checks `what`: that it carried
+/// `value` and that the bytes at `offset` are `want`.
+fn take_arrival(
+    ctx: &Context,
+    segment: SegmentId,
+    (value, offset): (u32, u64),
+    want: &[u8],
+    what: impl Display,
+) -> Outcome {
+    let id = ctx
+        .notify_waitsome(segment, 0, 1, TIMEOUT)
+        .doing(|| format!("waiting for {what}"))?;
+    let got_value = ctx
+        .notify_reset(segment, id)
+        .doing(|| format!("resetting the notification of {what}"))?;
+    ensure!(
+        got_value == value,
+        "{what}: notification {id} carried {got_value}, want {value}"
+    );
+    let mut got = vec![0; want.len()];
+    ctx.segment_read(segment, offset, &mut got)
+        .doing(|| format!("reading {what}"))?;
+    compare(&what, &got, want)
 }
 
 /// Binds `len` bytes of fresh memory that no other process can map as segment `id`.
@@ -251,22 +262,12 @@ fn kept_target_reaches_rebound_segment(ctx: &Context, me: u32, left: u32, right:
         batch
             .write_notify(&src, 0, &kept, 0, LEN, note)
             .doing(|| format!("round {round}: write_notify through the kept target"))?;
-        let id = ctx
-            .notify_waitsome(REBOUND, 0, 1, TIMEOUT)
-            .doing(|| format!("round {round}: waiting for the left neighbour's write"))?;
-        let value = ctx.notify_reset(REBOUND, id).doing(|| "resetting it")?;
-        ensure!(
-            value == left + 1,
-            "round {round}: notification {id} in the new REBOUND carried {value}, want {}",
-            left + 1
-        );
-        let mut got = vec![0; LEN as usize];
-        ctx.segment_read(REBOUND, 0, &mut got)
-            .doing(|| "reading the new REBOUND")?;
-        compare(
-            format_args!("round {round}: the write from rank {left} through its kept target"),
-            &got,
+        take_arrival(
+            ctx,
+            REBOUND,
+            (left + 1, 0),
             &pattern(left + 2000 + round, LEN),
+            format_args!("round {round}: the write from rank {left} through its kept target"),
         )?;
         batch
             .wait(TIMEOUT)
