@@ -1318,35 +1318,14 @@ fn mixed_hosts(scenario: &str, provider: &str) {
 }
 
 /// Rank 1 of 3 runs with another `GASPI_PASSIVE_MAX_BYTES` (a setting every rank must have
-/// alike): no rank joins the job, and each says which setting differs on which rank.
+/// alike).
 fn config_disagreement(provider: &str) {
-    let selftest = common::selftest_path();
-    let selftest = selftest
-        .to_str()
-        .expect("the target directory is a UTF-8 path");
-    let script = r#"[ "$PMI_RANK" = 1 ] && export GASPI_PASSIVE_MAX_BYTES=16; exec "$0" "$@""#;
-    let job = gaspirun(
+    disagreement(
         3,
         provider,
-        common::JOB_TIMEOUT_S,
-        std::path::Path::new("sh"),
-        &["-c", script, selftest, "integrity"],
-    );
-    assert!(!job.status.success(), "the job ran\n{}", job.report());
-    assert!(
-        !job.stdout.contains("ok integrity"),
-        "a rank joined\n{}",
-        job.report()
-    );
-    // gaspirun ends the job once one rank fails, so the others may not get to say it.
-    assert!(
-        job.stderr
-            .contains("GASPI_PASSIVE_MAX_BYTES is 16 on rank 1 but 65536 on rank")
-            || job
-                .stderr
-                .contains("GASPI_PASSIVE_MAX_BYTES is 65536 on rank 0 but 16 on rank 1"),
-        "no rank named the setting\n{}",
-        job.report()
+        "integrity",
+        "GASPI_PASSIVE_MAX_BYTES",
+        ("65536", "16"),
     );
 }
 
@@ -1360,21 +1339,14 @@ fn config_disagreement_3_shm() {
     config_disagreement("shm");
 }
 
-/// Rank 1 of `ranks` runs `scenario` with `variable=other` where the others have `ours` (a
-/// setting every rank must have alike): no rank joins the job, and each says which setting
-/// differs on which rank.
-fn disagreement(
-    ranks: u32,
-    provider: &str,
-    scenario: &str,
-    variable: &str,
-    (ours, other): (&str, &str),
-) {
+/// Runs `scenario` on `ranks` ranks, rank 1 with `setting` (`VARIABLE=value`) exported, and
+/// checks that no rank joined the job.
+fn rank_1_differs(ranks: u32, provider: &str, scenario: &str, setting: &str) -> common::Finished {
     let selftest = common::selftest_path();
     let selftest = selftest
         .to_str()
         .expect("the target directory is a UTF-8 path");
-    let script = format!(r#"[ "$PMI_RANK" = 1 ] && export {variable}={other}; exec "$0" "$@""#);
+    let script = format!(r#"[ "$PMI_RANK" = 1 ] && export {setting}; exec "$0" "$@""#);
     let job = gaspirun(
         ranks,
         provider,
@@ -1388,6 +1360,20 @@ fn disagreement(
         "a rank joined\n{}",
         job.report()
     );
+    job
+}
+
+/// Rank 1 of `ranks` runs `scenario` with `variable=other` where the others have `ours` (a
+/// setting every rank must have alike): no rank joins the job, and each says which setting
+/// differs on which rank.
+fn disagreement(
+    ranks: u32,
+    provider: &str,
+    scenario: &str,
+    variable: &str,
+    (ours, other): (&str, &str),
+) {
+    let job = rank_1_differs(ranks, provider, scenario, &format!("{variable}={other}"));
     // gaspirun ends the job once one rank fails, so the others may not get to say it.
     assert!(
         job.stderr.contains(&format!(
@@ -1438,24 +1424,7 @@ fn atomics_disagreement_2_tcp() {
 /// provider cannot reach): no rank joins the job, and each says which provider runs where.
 #[test]
 fn provider_disagreement_3_tcp() {
-    let selftest = common::selftest_path();
-    let selftest = selftest
-        .to_str()
-        .expect("the target directory is a UTF-8 path");
-    let script = r#"[ "$PMI_RANK" = 1 ] && export GASPI_PROVIDER=shm; exec "$0" "$@""#;
-    let job = gaspirun(
-        3,
-        "tcp",
-        common::JOB_TIMEOUT_S,
-        std::path::Path::new("sh"),
-        &["-c", script, selftest, "atomics"],
-    );
-    assert!(!job.status.success(), "the job ran\n{}", job.report());
-    assert!(
-        !job.stdout.contains("ok atomics"),
-        "a rank joined\n{}",
-        job.report()
-    );
+    let job = rank_1_differs(3, "tcp", "atomics", "GASPI_PROVIDER=shm");
     // gaspirun ends the job once one rank fails, so the others may not get to say it.
     assert!(
         job.stderr

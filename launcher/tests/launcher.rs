@@ -576,6 +576,18 @@ fn exit_within(child: &mut std::process::Child, bound: Duration, what: &str) -> 
     }
 }
 
+/// What `child` wrote on its piped stderr, to the end.
+fn stderr_to_end(child: &mut std::process::Child) -> String {
+    let mut errors = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr is piped")
+        .read_to_string(&mut errors)
+        .expect("stderr reads");
+    errors
+}
+
 fn send_signal(pid: u32, signal: &str) {
     let sent = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
@@ -618,13 +630,7 @@ fn a_closed_output_pipe_ends_the_job_as_sigpipe_would() {
         assert_eq!(processes_of_job(pid), Vec::<String>::new(), "{stream}");
         if stream == "stdout" {
             // The other stream, still open, has the report.
-            let mut errors = String::new();
-            child
-                .stderr
-                .take()
-                .expect("stderr is piped")
-                .read_to_string(&mut errors)
-                .expect("stderr reads");
+            let errors = stderr_to_end(&mut child);
             assert!(
                 errors.contains("cannot write to its stdout")
                     && errors.contains("(broken pipe); terminating the job"),
@@ -722,13 +728,7 @@ fn usr1_and_usr2_reach_the_ranks_and_quit_and_alrm_end_the_job_in_order() {
         expect(&["term 0", "term 1"]);
         let status = exit_within(&mut child, Duration::from_secs(20), ending);
         assert_eq!(status, Some(128 + number), "{ending}");
-        let mut errors = String::new();
-        child
-            .stderr
-            .take()
-            .expect("stderr is piped")
-            .read_to_string(&mut errors)
-            .expect("stderr reads");
+        let errors = stderr_to_end(&mut child);
         assert!(
             errors.contains(&format!("received SIG{ending}; terminating the job")),
             "{errors}"
