@@ -93,6 +93,13 @@ use gaspi::{Context, Deadline, GroupId, Library, Rank, SegmentId};
 ///
 /// The namespace is a [`gaspi::Library`] named [`LIBRARY`](Self::LIBRARY); the collective
 /// objects it builds borrow it, so it outlives them.
+///
+/// A context has one at a time, so the parts of a program that use collectives share it:
+/// their constructors ([`Team`], [`Window`], [`Alltoallv`], [`Broadcast`], splits) are
+/// collective creations in this one namespace, and the ones over a group (or team) come in
+/// the same order on every member of it. Two threads that make collective objects over the
+/// same group at once must agree on that order between themselves; objects over disjoint
+/// groups may be made concurrently.
 #[derive(Debug)]
 pub struct Collectives<'a> {
     ctx: &'a Context,
