@@ -5,7 +5,8 @@
 //! context notifies one shared event count, so that one wait can watch ranges of several
 //! segments at once ([`Context::notify_wait_any`]).
 
-use gaspi_notifications::{Deadline, NotificationTable, Timeout};
+use gaspi_notifications::{Deadline, NotificationTable, TableRange, Timeout};
+use smallvec::SmallVec;
 
 use crate::context::Context;
 use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
@@ -167,35 +168,35 @@ impl Context {
         for &rank in senders {
             self.check_rank(rank)?;
         }
-        // Validates every range; what is already set is returned without watching anyone.
+        // Validates every range once, for every look; what is already set is returned
+        // without watching anyone.
+        let mut watched: SmallVec<[TableRange<'_>; 4]> = SmallVec::with_capacity(ranges.len());
         let mut first = None;
         for (range, r) in ranges.iter().enumerate() {
-            let set = r
+            let view = r
                 .table
-                .first_set(r.begin, r.num)
+                .range(r.begin, r.num)
                 .map_err(|e| self.notification_error(r.segment, e))?;
-            first = first.or(set.map(|id| Arrival { range, id }));
+            first = first.or(view.first_set().map(|id| Arrival { range, id }));
+            watched.push(view);
         }
         if let Some(arrival) = first {
             return Ok(arrival);
         }
         let me = self.rank();
+        let views = &watched[..];
         let scan = || {
-            let set = ranges.iter().enumerate().find_map(|(range, r)| {
-                // Validated above; a range cannot turn invalid while borrowed.
-                let id = r.table.first_set(r.begin, r.num).ok().flatten()?;
-                Some(Arrival { range, id })
-            });
-            // A segment deleted meanwhile ends the wait: nothing will be set in it.
-            match set {
-                Some(arrival) => Some(Ok(arrival)),
-                None => ranges.iter().find(|r| r.table.is_closed()).map(|r| {
-                    Err(Error::UnknownSegment {
-                        rank: me,
-                        segment: r.segment,
-                    })
-                }),
+            for (range, view) in views.iter().enumerate() {
+                if let Some(id) = view.first_set() {
+                    return Some(Ok(Arrival { range, id }));
+                }
             }
+            // A segment deleted meanwhile ends the wait: nothing will be set in it.
+            let closed = ranges.iter().find(|r| r.table.is_closed())?;
+            Some(Err(Error::UnknownSegment {
+                rank: me,
+                segment: closed.segment,
+            }))
         };
         self.inner.watched_until_on(
             &self.inner.arrivals,

@@ -31,7 +31,7 @@ mod words;
 
 pub use error::{Error, Result};
 pub use event::{EventCount, Key, Wake};
-pub use table::NotificationTable;
+pub use table::{NotificationTable, TableRange};
 pub use timeout::{Deadline, Slice, Timeout};
 pub use wait::{set_oversubscribed, wait_until, Progress};
 pub use words::Words;

@@ -192,8 +192,26 @@ impl NotificationTable {
     /// [`Error::EmptyRange`] if `num == 0`, [`Error::OutOfRange`] (carrying `begin + num`) if
     /// the range extends beyond the table.
     pub fn first_set(&self, begin: u32, num: u32) -> Result<Option<u32>> {
+        Ok(self.range(begin, num)?.first_set())
+    }
+
+    /// The range `begin..begin + num`, validated once, for a caller that looks at it again
+    /// and again (a wait over several tables polling each): its looks skip the validation and
+    /// find the table's words without a call through shared memory's [`Words`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyRange`] and [`Error::OutOfRange`] as for [`first_set`](Self::first_set).
+    pub fn range(&self, begin: u32, num: u32) -> Result<TableRange<'_>> {
         let end = self.range_end(begin, num)?;
-        Ok(self.scan(begin, end))
+        let (slots, summary) = self.parts();
+        Ok(TableRange {
+            table: self,
+            slots,
+            summary,
+            begin,
+            end,
+        })
     }
 
     /// Waits until some notification in `begin..begin + num` is set and returns its id (the
@@ -217,8 +235,8 @@ impl NotificationTable {
         timeout: impl Into<Deadline>,
         progress: impl Progress,
     ) -> Result<u32> {
-        let end = self.range_end(begin, num)?;
-        let poll = || match self.scan(begin, end) {
+        let range = self.range(begin, num)?;
+        let poll = || match range.first_set() {
             Some(id) => Some(Ok(id)),
             None => self.is_closed().then_some(Err(Error::Closed)),
         };
@@ -261,19 +279,41 @@ impl NotificationTable {
             }),
         }
     }
+}
 
-    /// The lowest set id in the non-empty, validated range `begin..end`: directly for a short
-    /// range, else visiting only chunks whose summary bit is set.
-    fn scan(&self, begin: u32, end: u32) -> Option<u32> {
-        if end - begin <= DIRECT_SCAN_MAX {
-            return self.first_nonzero(begin, end);
+/// A validated range of a [`NotificationTable`], from [`NotificationTable::range`].
+#[derive(Debug, Clone, Copy)]
+pub struct TableRange<'a> {
+    table: &'a NotificationTable,
+    slots: &'a [AtomicU32],
+    summary: Summary<'a>,
+    begin: u32,
+    end: u32,
+}
+
+impl TableRange<'_> {
+    /// The lowest id of the range whose notification is set, if any, without consuming it
+    /// (as [`NotificationTable::first_set`]): directly for a short range, else visiting only
+    /// chunks whose summary bit is set.
+    #[inline]
+    pub fn first_set(&self) -> Option<u32> {
+        // Inline, the look at a short range is a handful of instructions in a waiter's loop;
+        // called, it cost as many again.
+        if self.end - self.begin <= DIRECT_SCAN_MAX {
+            return self.first_nonzero(self.begin, self.end);
         }
+        self.first_marked()
+    }
+
+    /// [`first_set`](Self::first_set) of a range longer than [`DIRECT_SCAN_MAX`].
+    #[inline(never)]
+    fn first_marked(&self) -> Option<u32> {
+        let (begin, end) = (self.begin, self.end);
         let last = chunk_of(end - 1);
         let mut next = chunk_of(begin);
-        let summary = self.parts().1;
-        while let Some(chunk) = summary.next_marked(next, last) {
+        while let Some(chunk) = self.summary.next_marked(next, last) {
             let chunk_begin = chunk_start(chunk);
-            let chunk_end = chunk_begin.saturating_add(CHUNK_LEN).min(self.len);
+            let chunk_end = chunk_begin.saturating_add(CHUNK_LEN).min(self.table.len);
             let (lo, hi) = (chunk_begin.max(begin), chunk_end.min(end));
             if let Some(id) = self.first_nonzero(lo, hi) {
                 return Some(id);
@@ -291,21 +331,23 @@ impl NotificationTable {
 
     /// Clears the mark of a chunk that looked empty, unless a `set` raced with the look.
     fn unmark_stale(&self, chunk: usize, lo: u32, hi: u32) -> Option<u32> {
-        let summary = self.parts().1;
-        summary.unmark(chunk);
+        self.summary.unmark(chunk);
         // A `set` may have stored into the chunk after our look but marked before our unmark;
         // the unmark's Acquire makes its store visible to this second look.
         let id = self.first_nonzero(lo, hi)?;
-        summary.mark(chunk);
+        self.summary.mark(chunk);
         // While the chunk was unmarked another scanner may have skipped it and gone to sleep
         // after the setter's notification; it needs a notification after the re-mark.
-        self.event.notify_all();
+        self.table.event.notify_all();
         Some(id)
     }
 
+    #[inline]
     fn first_nonzero(&self, lo: u32, hi: u32) -> Option<u32> {
-        let slots = self.parts().0;
-        (lo..hi).find(|&id| slots[id as usize].load(Ordering::Acquire) != 0)
+        let slots = &self.slots[lo as usize..hi as usize];
+        let at = slots.iter().position(|s| s.load(Ordering::Acquire) != 0)?;
+        // The position is below `hi - lo`, a u32.
+        Some(lo + at as u32)
     }
 }
 
@@ -384,6 +426,25 @@ mod tests {
         assert_eq!(table.first_set(71, LEN - 71)?, Some(40_000));
         assert_eq!(table.first_set(40_001, LEN - 40_001)?, None);
         assert_eq!(table.first_set(65, 1)?, Some(65));
+        Ok(())
+    }
+
+    #[test]
+    fn a_range_is_validated_once_and_sees_later_sets() -> Result<()> {
+        let table = NotificationTable::new(LEN);
+        assert!(matches!(table.range(5, 0), Err(Error::EmptyRange { .. })));
+        assert!(matches!(
+            table.range(LEN - 1, 2),
+            Err(Error::OutOfRange { id, .. }) if id == u64::from(LEN) + 1
+        ));
+        let short = table.range(60, 10)?;
+        let long = table.range(0, LEN)?;
+        assert_eq!((short.first_set(), long.first_set()), (None, None));
+        table.set(40_000, 1)?;
+        table.set(65, 2)?;
+        assert_eq!((short.first_set(), long.first_set()), (Some(65), Some(65)));
+        table.reset(65)?;
+        assert_eq!((short.first_set(), long.first_set()), (None, Some(40_000)));
         Ok(())
     }
 
