@@ -92,6 +92,9 @@ struct Request {
     offset: u64,
     op: AtomicOp,
     notify: Option<(NotificationId, u32)>,
+    /// For a library segment's target, the segment it names (see [`Descriptor`]'s
+    /// incarnation): the owner refuses a word of another one behind the same local id.
+    incarnation: Option<u32>,
 }
 
 impl Request {
@@ -119,6 +122,7 @@ impl Request {
         let (id, value) = self.notify.unwrap_or((0, 0));
         b[32..36].copy_from_slice(&id.to_le_bytes());
         b[36..40].copy_from_slice(&value.to_le_bytes());
+        b[40..44].copy_from_slice(&self.incarnation.unwrap_or(0).to_le_bytes());
         b
     }
 
@@ -144,6 +148,7 @@ impl Request {
             offset: word(8),
             op,
             notify: (b[3] & 2 != 0).then(|| (half(32), half(36))),
+            incarnation: Some(half(40)).filter(|&i| i != 0),
         })
     }
 }
@@ -155,6 +160,7 @@ pub(crate) struct Pending {
     offset: u64,
     op: AtomicOp,
     notify: Option<(NotificationId, u32)>,
+    incarnation: Option<u32>,
     slot: u16,
     phase: Mutex<Phase>,
     scheduled: AtomicBool,
@@ -236,7 +242,8 @@ impl Pending {
             return false;
         }
         let key = self.table.descriptor().unwrap_or(DescKey::Segment(0));
-        let target = match check_target(inner, self.rank, key, self.offset, 8, known) {
+        let incarnation = self.incarnation;
+        let target = match check_target(inner, self.rank, key, self.offset, 8, incarnation, known) {
             Ok(target) => target,
             Err(Error::UnknownSegment { .. }) => {
                 drop(phase);
@@ -371,7 +378,7 @@ impl Atomics {
         let Some(r) = Request::decode(request) else {
             return;
         };
-        let (old, status) = execute(inner, r.table, r.offset, r.op, r.notify);
+        let (old, status) = execute(inner, r.table, r.incarnation, r.offset, r.op, r.notify);
         let mut bytes = [0u8; crate::outbox::MAX_BYTES];
         bytes[..8].copy_from_slice(&old.to_ne_bytes());
         bytes[8..].copy_from_slice(&status.to_ne_bytes());
@@ -395,11 +402,13 @@ impl Atomics {
 fn execute(
     inner: &Inner,
     table: Table,
+    incarnation: Option<u32>,
     offset: u64,
     op: AtomicOp,
     notify: Option<(NotificationId, u32)>,
 ) -> (u64, u64) {
-    let Some(seg) = inner.segments.get(table) else {
+    let seg = inner.segments.get(table);
+    let Some(seg) = seg.filter(|s| incarnation.is_none_or(|i| i == s.incarnation)) else {
         return (0, NO_SEGMENT);
     };
     let memory = seg.region.as_ref().map(|r| r.memory());
@@ -448,12 +457,15 @@ fn execute_on(
 }
 
 impl Inner {
-    /// Starts an atomic on the word at `offset` of the segment behind `table` on `rank`,
-    /// taking an atomic slot (waiting for one until `deadline`).
+    /// Starts an atomic on the word at `offset` of the segment behind `table` on `rank` (with
+    /// an `incarnation`, a library segment's target: of that segment only), taking an atomic
+    /// slot (waiting for one until `deadline`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start_atomic(
         &self,
         rank: Rank,
         table: Table,
+        incarnation: Option<u32>,
         offset: u64,
         op: AtomicOp,
         notify: Option<(NotificationId, u32)>,
@@ -476,7 +488,12 @@ impl Inner {
         // atomic to the owner, through the fabric.
         let direct = match provider || rank == self.rank {
             true => false,
-            false => self.mapped(None, rank, table)?.is_some(),
+            false => match self.mapped(None, rank, table)? {
+                Some(peer) if incarnation.is_some_and(|i| i != peer.descriptor.incarnation) => {
+                    return Err(Error::UnknownSegment { rank, segment });
+                }
+                peer => peer.is_some(),
+            },
         };
         let slot = self.watched_until(
             || std::iter::once(rank),
@@ -495,7 +512,12 @@ impl Inner {
         // The mapping is lent again now that the slot is taken, rather than across the wait
         // for it: a loan held that long would hold back the release of replaced mappings.
         let direct = match direct {
-            true => match self.mapped(None, rank, table) {
+            true => match self.mapped(None, rank, table).and_then(|peer| match peer {
+                Some(p) if incarnation.is_some_and(|i| i != p.descriptor.incarnation) => {
+                    Err(Error::UnknownSegment { rank, segment })
+                }
+                peer => Ok(peer),
+            }) {
                 Ok(peer) => peer,
                 Err(e) => {
                     self.system.atomics.give(slot);
@@ -511,6 +533,7 @@ impl Inner {
             offset,
             op,
             notify,
+            incarnation,
             slot,
             phase: Mutex::new(Phase::InFlight),
             scheduled: AtomicBool::new(false),
@@ -519,7 +542,7 @@ impl Inner {
         if provider {
             self.start_provider_atomic(&pending)?;
         } else if rank == self.rank {
-            let (old, status) = execute(self, table, offset, op, notify);
+            let (old, status) = execute(self, table, incarnation, offset, op, notify);
             pending.finish(self, status_result(status, old));
         } else if let Some(peer) = direct {
             // A CPU atomic on the owner's memory, like every target-executed atomic: atomic
@@ -536,6 +559,7 @@ impl Inner {
                 offset,
                 op,
                 notify,
+                incarnation,
             };
             if let Err(e) = self.send_internal(rank, &request.encode()) {
                 lock(&self.atomics.waiting)[usize::from(slot)] = None;
@@ -826,6 +850,7 @@ impl Context {
         let pending = self.inner.start_atomic(
             remote.rank,
             Table::User(remote.segment),
+            None,
             remote.offset,
             op,
             notify,
@@ -858,6 +883,7 @@ mod tests {
                 offset: u64::MAX - 7,
                 op: AtomicOp::FetchAdd(5),
                 notify: None,
+                incarnation: None,
             },
             Request {
                 slot: 0,
@@ -868,6 +894,7 @@ mod tests {
                     new: u64::MAX,
                 },
                 notify: Some((7, 1)),
+                incarnation: Some(u32::MAX),
             },
         ] {
             assert_eq!(Request::decode(&r.encode()), Some(r));

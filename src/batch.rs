@@ -126,6 +126,12 @@ impl Batch<'_> {
         if size == 0 {
             return self.notify(table, notification);
         }
+        // The notification goes by the table's id, behind the data: its segment is checked
+        // here, as `notify` checks it.
+        table.still_named(&self.ctx.inner)?;
+        if table.incarnation().is_some() && !self.ctx.inner.direct.reaches(table.rank) {
+            table.dest(&self.ctx.inner, 0, 0)?;
+        }
         self.write_with(src, src_offset, dst, dst_offset, size, Some(wire))
     }
 
@@ -143,6 +149,7 @@ impl Batch<'_> {
         local.check(inner.rank, src_offset, size)?;
         dst.check(dst_offset, size)?;
         if let Some(peer) = inner.mapped(Some(&self.queue), dst.rank, dst.table)? {
+            dst.names(&peer.descriptor)?;
             let offset = dst.start + dst_offset;
             inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
             return inner.notify_behind(&self.queue, dst.rank, &peer, dst.table, data);
@@ -213,6 +220,7 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let size = data.len() as u64;
         dst.check(dst_offset, size)?;
+        dst.still_named(inner)?;
         let offset = dst.start + dst_offset;
         if inner.store_directly(&self.queue, dst.rank, dst.table, offset, data, n)? {
             return Ok(());
@@ -255,6 +263,7 @@ impl Batch<'_> {
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
         let inner = &self.ctx.inner;
+        table.still_named(inner)?;
         if inner.notify_directly(Some(&self.queue), table.rank, wire)? {
             return Ok(());
         }
@@ -280,6 +289,7 @@ impl Batch<'_> {
         local.check(inner.rank, dst_offset, size)?;
         src.check(src_offset, size)?;
         if let Some(peer) = inner.mapped(Some(&self.queue), src.rank, src.table)? {
+            src.names(&peer.descriptor)?;
             let offset = src.start + src_offset;
             return inner.direct_read(
                 local, dst_offset, src.rank, &peer, src.table, offset, size, None,

@@ -367,6 +367,7 @@ impl Context {
                     key: 0,
                     size: 0,
                     notifications: system_table.table.len(),
+                    incarnation: 0,
                 },
                 data: None,
                 table: system_table.words.path(),

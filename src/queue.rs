@@ -49,11 +49,13 @@ pub(crate) enum Label {
 pub(crate) enum Dest {
     /// Resolved and checked.
     Ready(RemoteTarget),
-    /// `offset..offset + size` of the registration behind `key`, once `lookup` has answered.
+    /// `offset..offset + size` of the registration behind `key`, once `lookup` has answered
+    /// (and, for a target of a library segment, found the same `incarnation`).
     Pending {
         key: DescKey,
         offset: u64,
         size: u64,
+        incarnation: Option<u32>,
         lookup: Arc<Lookup>,
     },
 }
@@ -354,38 +356,44 @@ impl Queue {
 
 /// The target of `dest`, once known and checked; `None` while its lookup is in flight.
 fn resolve(inner: &Inner, rank: Rank, dest: &mut Dest) -> Result<Option<RemoteTarget>> {
-    let (key, offset, size, known) = match dest {
+    let (key, offset, size, incarnation, known) = match dest {
         Dest::Ready(target) => return Ok(Some(*target)),
         Dest::Pending {
             key,
             offset,
             size,
+            incarnation,
             lookup,
         } => match lookup.outcome() {
             None => return Ok(None),
-            Some(known) => (*key, *offset, *size, known?),
+            Some(known) => (*key, *offset, *size, *incarnation, known?),
         },
     };
-    let target = check_target(inner, rank, key, offset, size, known)?;
+    let target = check_target(inner, rank, key, offset, size, incarnation, known)?;
     *dest = Dest::Ready(target);
     Ok(Some(target))
 }
 
-/// Checks `offset..offset + size` against what is known of `key` on `rank`.
+/// Checks `offset..offset + size` against what is known of `key` on `rank`; with an
+/// `incarnation` (a library segment's target), the segment must still be that one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn check_target(
     inner: &Inner,
     rank: Rank,
     key: DescKey,
     offset: u64,
     size: u64,
+    incarnation: Option<u32>,
     known: Known,
 ) -> Result<RemoteTarget> {
     let segment = match key {
         DescKey::Segment(id) | DescKey::Library(id) | DescKey::Area(id) => id,
     };
     match known {
-        Known::Present(d) => place(inner, rank, segment, &d, offset, size),
-        Known::Absent => Err(Error::UnknownSegment { rank, segment }),
+        Known::Present(d) if incarnation.is_none_or(|i| i == d.incarnation) => {
+            place(inner, rank, segment, &d, offset, size)
+        }
+        Known::Present(_) | Known::Absent => Err(Error::UnknownSegment { rank, segment }),
     }
 }
 

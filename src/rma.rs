@@ -444,12 +444,34 @@ impl Inner {
     /// Where `offset..offset + size` of `key` on `rank` is: checked now if the descriptor is
     /// known, else once its lookup (started here) answers.
     pub(crate) fn dest(&self, rank: Rank, key: DescKey, offset: u64, size: u64) -> Result<Dest> {
+        self.dest_of(rank, key, None, offset, size)
+    }
+
+    /// [`dest`](Self::dest), and with an `incarnation` (a library segment's target) only
+    /// while `key` is still that segment: [`Error::UnknownSegment`] once it is another.
+    pub(crate) fn dest_of(
+        &self,
+        rank: Rank,
+        key: DescKey,
+        incarnation: Option<u32>,
+        offset: u64,
+        size: u64,
+    ) -> Result<Dest> {
         Ok(match self.resolve_later(rank, key)? {
-            Ok(known) => Dest::Ready(check_target(self, rank, key, offset, size, known)?),
+            Ok(known) => Dest::Ready(check_target(
+                self,
+                rank,
+                key,
+                offset,
+                size,
+                incarnation,
+                known,
+            )?),
             Err(lookup) => Dest::Pending {
                 key,
                 offset,
                 size,
+                incarnation,
                 lookup,
             },
         })
@@ -544,7 +566,8 @@ impl Inner {
         let Some(known) = self.known_now(remote.rank, key) else {
             return Ok(false);
         };
-        let Ok(target) = check_target(self, remote.rank, key, remote.offset, size, known) else {
+        let Ok(target) = check_target(self, remote.rank, key, remote.offset, size, None, known)
+        else {
             return Ok(false);
         };
         self.fabric_taken(q, remote.rank);

@@ -8,7 +8,7 @@
 //! segment through the descriptor this rank publishes in its system region (see
 //! `engine::lookup`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gaspi_fabric::{Region, Slice};
@@ -37,6 +37,8 @@ pub(crate) struct LocalSegment {
     pub(crate) table_words: Arc<ShmWords>,
     /// The collective creation finished (user segments: every rank has it).
     pub(crate) synced: AtomicBool,
+    /// Which of this rank's segments it is (see [`Descriptor::incarnation`]).
+    pub(crate) incarnation: u32,
 }
 
 impl LocalSegment {
@@ -143,12 +145,14 @@ impl LocalSegment {
                 key: r.key(),
                 size: r.len() as u64,
                 notifications,
+                incarnation: self.incarnation,
             },
             None => Descriptor {
                 base: 0,
                 key: 0,
                 size: 0,
                 notifications,
+                incarnation: self.incarnation,
             },
         }
     }
@@ -189,6 +193,8 @@ pub(crate) struct Segments {
     changes: Mutex<()>,
     /// Registration keys, unique per domain for as long as the process runs.
     next_key: AtomicU64,
+    /// The incarnation of the next segment made (see [`Descriptor::incarnation`]).
+    next_incarnation: AtomicU32,
 }
 
 impl Segments {
@@ -197,12 +203,18 @@ impl Segments {
             slots: Slots::new(512),
             changes: Mutex::new(()),
             next_key: AtomicU64::new(0x1000),
+            next_incarnation: AtomicU32::new(1),
         }
     }
 
     /// A registration key no other registration of this process uses.
     pub(crate) fn next_key(&self) -> u64 {
         self.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A new incarnation: 0 (the runtime's own registrations) only after 2^32 segments.
+    fn next_incarnation(&self) -> u32 {
+        self.next_incarnation.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The entry behind `table`, lent.
@@ -406,6 +418,7 @@ impl Inner {
             notifications: shared.table,
             table_words: shared.words,
             synced: AtomicBool::new(false),
+            incarnation: self.segments.next_incarnation(),
         })
     }
 

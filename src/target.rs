@@ -22,8 +22,11 @@ use crate::wire::{Table, WireNotification};
 /// segment `id` of its rank. Towards a segment made anew they reach the new segment (an
 /// [`Error::OutOfBounds`] when the range no longer fits it); towards a segment that is gone
 /// they fail with [`Error::UnknownSegment`], at the call or, through the fabric when the
-/// answer takes a lookup, at the wait of the operation's batch. An operation posted before
-/// the news of a deletion arrived may still reach the deleted segment: as for every
+/// answer takes a lookup, at the wait of the operation's batch. A target of a library
+/// segment names that segment, not its local id (which the rank's next library segment, of
+/// any library, takes once it is deleted): once it is gone, operations through the target
+/// fail as towards a segment that is gone, also when its id is taken. An operation posted
+/// before the news of a deletion arrived may still reach the deleted segment: as for every
 /// operation, deletions must be synchronised with the ranks that write into the segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
@@ -108,7 +111,52 @@ impl Target {
             return place(inner, self.rank, self.segment(), &self.descriptor, at, len)
                 .map(Dest::Ready);
         }
-        inner.dest(self.rank, self.table.segment_key()?, at, len)
+        inner.dest_of(
+            self.rank,
+            self.table.segment_key()?,
+            self.incarnation(),
+            at,
+            len,
+        )
+    }
+
+    /// For a library segment, the segment itself: its local id passes to the rank's next
+    /// library segment (of any library) once it is deleted, and an operation through this
+    /// target must not reach that one. A user segment's target follows its id instead.
+    pub(crate) fn incarnation(&self) -> Option<u32> {
+        matches!(self.table, Table::Library(_)).then_some(self.descriptor.incarnation)
+    }
+
+    /// Whether `found`, the segment behind this target's id now, is the one it names.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`] when it is another library segment.
+    pub(crate) fn names(&self, found: &Descriptor) -> Result<()> {
+        match self.incarnation() {
+            Some(i) if i != found.incarnation => Err(Error::UnknownSegment {
+                rank: self.rank,
+                segment: self.segment(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`names`](Self::names) for a target that an operation reaches directly by its id
+    /// (a notification, a write out of ordinary memory) without lending the segment here.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`] when the library segment is gone or another.
+    pub(crate) fn still_named(&self, inner: &Inner) -> Result<()> {
+        if self.incarnation().is_none() || !inner.direct.reaches(self.rank) {
+            return Ok(());
+        }
+        match inner.known_now(self.rank, self.table.segment_key()?) {
+            Some(Known::Present(found)) => self.names(&found),
+            _ => Err(Error::UnknownSegment {
+                rank: self.rank,
+                segment: self.segment(),
+            }),
+        }
     }
 
     /// `n` for this target's table, checked.
@@ -230,6 +278,7 @@ impl Context {
         let pending = self.inner.start_atomic(
             target.rank,
             target.table,
+            target.incarnation(),
             target.start + offset,
             op,
             notify,

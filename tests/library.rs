@@ -223,6 +223,20 @@ fn library(ranks: u32, provider: &str) {
         // Libraries creating and dropping segments at once, every round's data in place.
         assert_eq!(num("churn_rounds"), 300, "rank {rank}: churn");
         expect("after_abandoned", "Ok".into());
+        // A library's target kept past its segment's deletion reaches nothing, not the
+        // segment of another library that took its local id.
+        if rank == 0 {
+            expect("stale_untouched", "true".into());
+        } else {
+            let id = data.get("stale_write").to_owned();
+            assert!(
+                id.starts_with("UnknownSegment(0,"),
+                "rank {rank}: {id}\n{}",
+                job.report()
+            );
+            expect("stale_notify", id.clone());
+            expect("stale_atomic", id.clone());
+        }
     }
 }
 

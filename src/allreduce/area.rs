@@ -76,6 +76,7 @@ impl ReduceArea {
                 key: self.region.key(),
                 size: self.region.len() as u64,
                 notifications: 0,
+                incarnation: 0,
             },
             data: self.region.memory().shm_path(),
             table: None,

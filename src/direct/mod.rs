@@ -133,7 +133,8 @@ const NOTIFICATIONS: usize = 1;
 const BASE: usize = 2;
 const KEY: usize = 4;
 const SIZE: usize = 6;
-const DATA_PATH: usize = 8;
+const INCARNATION: usize = 8;
+const DATA_PATH: usize = 9;
 const TABLE_PATH: usize = DATA_PATH + PATH_WORDS;
 const ENTRY_WORDS: usize = TABLE_PATH + PATH_WORDS;
 const DIRECTORY_WORDS: usize = HEADER + ENTRIES * ENTRY_WORDS;
@@ -208,6 +209,7 @@ fn read_entry(words: &[AtomicU32], slot: Slot) -> Option<Entry> {
                 key: load_u64(words, at + KEY),
                 size: load_u64(words, at + SIZE),
                 notifications: words[at + NOTIFICATIONS].load(Ordering::Relaxed),
+                incarnation: words[at + INCARNATION].load(Ordering::Relaxed),
             },
             data: load_path(words, at + DATA_PATH),
             table: load_path(words, at + TABLE_PATH),
@@ -406,6 +408,7 @@ impl Direct {
         store_u64(words, at + BASE, d.base);
         store_u64(words, at + KEY, d.key);
         store_u64(words, at + SIZE, d.size);
+        words[at + INCARNATION].store(d.incarnation, Ordering::Relaxed);
         store_path(words, at + DATA_PATH, entry.data);
         store_path(words, at + TABLE_PATH, entry.table);
         words[at + STATE].store(generation << 1 | 1, Ordering::Release);
@@ -452,6 +455,7 @@ mod tests {
             key: 2,
             size: 4096,
             notifications: 100,
+            incarnation: 7,
         };
         own.publish(
             slot,

@@ -69,17 +69,22 @@ pub(crate) struct Descriptor {
     pub(crate) size: u64,
     /// Notifications in the segment's table (0 for an allreduce area, which has none).
     pub(crate) notifications: u32,
+    /// Which of the rank's segments it is: another for every segment the rank makes (0 for
+    /// the runtime's own registrations). A library segment's local id passes to the rank's
+    /// next library segment once it is deleted, of any library: the incarnation tells them
+    /// apart.
+    pub(crate) incarnation: u32,
 }
 
 impl Descriptor {
     /// Encodes as the descriptor published in the system region: the last word is non-zero
-    /// for a present descriptor and carries the table size.
+    /// for a present descriptor and carries the table size and the incarnation.
     pub(crate) fn to_words(self) -> [u64; 4] {
         [
             self.base,
             self.key,
             self.size,
-            (u64::from(self.notifications) << 1) | 1,
+            (u64::from(self.incarnation) << 32) | (u64::from(self.notifications) << 1) | 1,
         ]
     }
 
@@ -89,7 +94,8 @@ impl Descriptor {
             base: words[0],
             key: words[1],
             size: words[2],
-            notifications: (words[3] >> 1) as u32,
+            notifications: (words[3] as u32) >> 1,
+            incarnation: (words[3] >> 32) as u32,
         })
     }
 }
@@ -459,6 +465,7 @@ mod tests {
             key: 42,
             size: 1 << 20,
             notifications: 1 << 23,
+            incarnation: u32::MAX,
         };
         assert_eq!(Descriptor::from_words(d.to_words()), Some(d));
         assert_eq!(Descriptor::from_words([1, 2, 3, 0]), None);

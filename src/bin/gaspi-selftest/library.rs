@@ -32,6 +32,13 @@
 //!    no other rank joins, and drops the library after the creation's timeout, more often than
 //!    a rank has library ids: each dropped library must give its segment back, so that a
 //!    creation of every rank afterwards succeeds (`after_abandoned`).
+//! 7. **A library's stale target.** Library `stale-x` makes a segment over `GROUP_ALL`, and
+//!    rank 0 drops its part while the others keep theirs and a target of it, as a library
+//!    whose teardown is not synchronised does; rank 0's next library segment, of library
+//!    `stale-y` over a team of rank 0 alone, takes the same local id. A write with a
+//!    notification, a notification and an atomic that notifies, through the kept target, must
+//!    each fail with `UnknownSegment` naming rank 0's old id, and `stale-y`'s segment must
+//!    stay untouched (`stale_untouched`).
 //!
 //! The observations go to the data line (see `tests/library.rs`, which judges them).
 
@@ -192,6 +199,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     group_snapshot(ctx, &a, &mut data)?;
     churn(ctx, &mut data)?;
     abandoned(ctx, &mut data)?;
+    stale(ctx, &mut data)?;
     // No rank drops its library segments (at the end of this function) while another may
     // still write into them.
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
@@ -306,6 +314,92 @@ fn abandoned(ctx: &Context, data: &mut Data) -> Outcome {
         "a creation after rank 0's abandoned ones: {}",
         outcome(&made)
     );
+    Ok(())
+}
+
+/// Phase 7: the words and notification `stale-x`'s kept target aims at.
+const STALE_LEN: u64 = 256;
+const STALE_ID: u32 = 1;
+
+/// Phase 7, see the module documentation.
+fn stale(ctx: &Context, data: &mut Data) -> Outcome {
+    let me = ctx.rank();
+    let x = ctx.library("stale-x").doing(|| "registering stale-x")?;
+    let y = ctx.library("stale-y").doing(|| "registering stale-y")?;
+    let old = x
+        .segment_create(GROUP_ALL, STALE_LEN, NOTES, TIMEOUT)
+        .doing(|| "stale-x's segment")?;
+    let kept = old
+        .target(0, TIMEOUT)
+        .doing(|| "stale-x's target on rank 0")?;
+    let mine_id = local_id(ctx, &old, "stale-x's segment")?;
+    ctx.barrier(TIMEOUT).doing(|| "barrier before the drop")?;
+    let mut new = None;
+    if me == 0 {
+        drop(old);
+        let alone = y.team(&[0], TIMEOUT).doing(|| "stale-y's team")?;
+        let seg = y
+            .segment_create(&alone, STALE_LEN, NOTES, TIMEOUT)
+            .doing(|| "stale-y's segment")?;
+        let new_id = local_id(ctx, &seg, "stale-y's segment")?;
+        // Without the reuse there is nothing to check: the ids are the lowest free ones.
+        ensure!(
+            new_id == mine_id,
+            "stale-y's segment took local id {new_id}, not stale-x's old {mine_id}"
+        );
+        new = Some(seg);
+    }
+    ctx.barrier(TIMEOUT).doing(|| "barrier after the reuse")?;
+    if me != 0 {
+        // Rank 0's local id of the segment, as the kept target names it.
+        let old_id = match kept.range(kept.len() + 1, 0) {
+            Err(Error::OutOfBounds { segment, .. }) => segment,
+            other => return Err(Failure(format!("a range past stale-x's end: {other:?}"))),
+        };
+        let mine = y
+            .team(&[me], TIMEOUT)
+            .and_then(|alone| y.segment_create(&alone, STALE_LEN, NOTES, TIMEOUT))
+            .doing(|| "stale-y's source segment")?;
+        let batch = ctx.batch();
+        let note = Notification {
+            id: STALE_ID,
+            value: 1,
+        };
+        let write = batch
+            .write_notify(&mine, 0, &kept, 0, STALE_LEN, note)
+            .and_then(|()| batch.wait(TIMEOUT));
+        let notify = batch.notify(&kept, note).and_then(|()| batch.wait(TIMEOUT));
+        let atomic = ctx
+            .atomic_fetch_add_at(&kept, 0, 1, Some(note))
+            .and_then(|request| request.wait(TIMEOUT));
+        let want = format!("UnknownSegment(0,{old_id})");
+        for (key, got) in [
+            ("stale_write", outcome(&write)),
+            ("stale_notify", outcome(&notify)),
+            ("stale_atomic", outcome(&atomic)),
+        ] {
+            ensure!(
+                got == want,
+                "{key} through a kept target: {got} (want {want})"
+            );
+            data.put(key, got);
+        }
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the stale operations")?;
+    if let Some(seg) = new {
+        let bytes = read(&seg, 0, STALE_LEN, "stale-y's segment")?;
+        let noted = seg
+            .notify_peek(STALE_ID)
+            .doing(|| "stale-y's notification")?;
+        let untouched = bytes.iter().all(|&b| b == 0) && noted == 0;
+        ensure!(
+            untouched,
+            "stale-y's segment got a stale target's operations: notification {noted}, bytes {:?}",
+            &bytes[..8]
+        );
+        data.put("stale_untouched", untouched);
+    }
     Ok(())
 }
 
