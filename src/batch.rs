@@ -263,8 +263,7 @@ impl Batch<'_> {
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
         let inner = &self.ctx.inner;
-        table.still_named(inner)?;
-        if inner.notify_directly(Some(&self.queue), table.rank, wire)? {
+        if inner.notify_directly_to(Some(&self.queue), table.rank, wire, table.incarnation())? {
             return Ok(());
         }
         // Only the fabric needs the target's address.

@@ -187,6 +187,20 @@ impl Inner {
         rank: Rank,
         n: WireNotification,
     ) -> Result<bool> {
+        self.notify_directly_to(q, rank, n, None)
+    }
+
+    /// [`notify_directly`](Self::notify_directly), with an `incarnation` (a library segment's
+    /// target, see `Target::incarnation`) into that segment only: [`Error::UnknownSegment`]
+    /// once another segment has its id. Checked on the mapping the notification goes
+    /// through, so it costs no look of its own.
+    pub(crate) fn notify_directly_to(
+        &self,
+        q: Option<&Queue>,
+        rank: Rank,
+        n: WireNotification,
+        incarnation: Option<u32>,
+    ) -> Result<bool> {
         if n.table == Table::System && q.is_none() && self.direct.reaches(rank) {
             if let Some(dead) = self.health.known(rank) {
                 return Err(dead);
@@ -199,6 +213,12 @@ impl Inner {
         let Some(peer) = self.direct_to(q, rank, n.table)? else {
             return Ok(false);
         };
+        if incarnation.is_some_and(|i| i != peer.descriptor.incarnation) {
+            return Err(Error::UnknownSegment {
+                rank,
+                segment: n.table.id(),
+            });
+        }
         if peer.table.is_none() {
             return Ok(false);
         }
