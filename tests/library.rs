@@ -237,6 +237,8 @@ fn library(ranks: u32, provider: &str) {
             expect("stale_notify", id.clone());
             expect("stale_atomic", id.clone());
         }
+        // Each creation of a library registered again pairs with its own messages.
+        expect("reregistered", "Ok".into());
     }
 }
 

@@ -54,10 +54,17 @@ use rendezvous::{Allgather, WIDTH};
 /// Where a creation's value carries its agreement word.
 const AGREED: std::ops::Range<usize> = 8..16;
 
-/// The names of the libraries registered with a context.
+/// The names of the libraries registered with a context, and the creation counts of the
+/// names whose library was dropped.
 #[derive(Default)]
 pub(crate) struct Libraries {
     names: Mutex<HashSet<String>>,
+    /// A library registered again under a name continues its predecessor's sequences: the
+    /// rendezvous keys of its creations are made of the name, the scope and the count, and
+    /// a count that began again at 0 gave a creation the key of its predecessor's first one
+    /// over the scope, whose message from a member ahead replaced, in a slower member's
+    /// mailbox, the one that member had not taken yet.
+    dropped: Mutex<HashMap<String, HashMap<u64, Count>>>,
 }
 
 /// The ranks a library collective runs over.
@@ -181,7 +188,9 @@ impl std::fmt::Debug for Library<'_> {
 impl Context {
     /// Registers a library under `name` (local: every rank that uses it registers it, under
     /// the same name). The name identifies its collectives across ranks, so it must be the
-    /// same on every rank and unique among the libraries of a context.
+    /// same on every rank and unique among the libraries of a context. A library registered
+    /// under the name of one dropped before continues that one's creation sequences, so its
+    /// creations pair with the members' creations of the same number over each scope.
     ///
     /// # Errors
     /// [`Error::LibraryExists`] when a library of this name is registered (and not dropped).
@@ -192,12 +201,15 @@ impl Context {
                 name: name.to_owned(),
             });
         }
+        let counts = lock(&self.inner.libraries.dropped)
+            .remove(name)
+            .unwrap_or_default();
         Ok(Library {
             ctx: self,
             state: Arc::new(State {
                 name: name.to_owned(),
                 key: fnv1a(name.bytes()),
-                counts: Mutex::new(HashMap::new()),
+                counts: Mutex::new(counts),
                 pending: Mutex::new(HashMap::new()),
             }),
         })
@@ -217,7 +229,11 @@ impl Drop for Library<'_> {
         for seg in abandoned.into_iter().filter_map(|c| c.segment) {
             self.ctx.inner.drop_library_segment(seg.table);
         }
-        lock(&self.ctx.inner.libraries.names).remove(&self.state.name);
+        let mut counts = std::mem::take(&mut *lock(&self.state.counts));
+        counts.retain(|_, count| count.live());
+        let libraries = &self.ctx.inner.libraries;
+        lock(&libraries.dropped).insert(self.state.name.clone(), counts);
+        lock(&libraries.names).remove(&self.state.name);
     }
 }
 

@@ -39,6 +39,11 @@
 //!    notification, a notification and an atomic that notifies, through the kept target, must
 //!    each fail with `UnknownSegment` naming rank 0's old id, and `stale-y`'s segment must
 //!    stay untouched (`stale_untouched`).
+//! 8. **A library registered again.** Ranks 0 and 1 make a team of the two in library
+//!    `again`; rank 0 completes it, drops the library, registers it again and starts the same
+//!    team creation, all before rank 1, which started the first, takes rank 0's message of
+//!    it (a passive message behind rank 0's second one tells rank 1 when). Rank 1 must
+//!    complete both creations (`reregistered`), each with its own message.
 //!
 //! The observations go to the data line (see `tests/library.rs`, which judges them).
 
@@ -200,6 +205,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     churn(ctx, &mut data)?;
     abandoned(ctx, &mut data)?;
     stale(ctx, &mut data)?;
+    reregistered(ctx, &mut data)?;
     // No rank drops its library segments (at the end of this function) while another may
     // still write into them.
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
@@ -399,6 +405,75 @@ fn stale(ctx: &Context, data: &mut Data) -> Outcome {
             &bytes[..8]
         );
         data.put("stale_untouched", untouched);
+    }
+    Ok(())
+}
+
+/// Phase 8: what rank 1 waits for its second team creation before it calls it timed out,
+/// well after rank 0 sent its part.
+const REREGISTERED_WAIT: Timeout = Timeout::Millis(5_000);
+
+/// Phase 8: the library and the pair its teams are made of.
+const AGAIN: &str = "again";
+const PAIR: [Rank; 2] = [0, 1];
+
+/// Phase 8: completes (or continues) the first team of `lib`, drops the library and
+/// registers it again.
+fn registered_again<'c>(ctx: &'c Context, lib: Library<'c>, me: Rank) -> Outcome<Library<'c>> {
+    lib.team(&PAIR, TIMEOUT)
+        .doing(|| format!("rank {me}'s first team of library again"))?;
+    drop(lib);
+    ctx.library(AGAIN)
+        .doing(|| format!("registering again a second time on rank {me}"))
+}
+
+/// Phase 8, see the module documentation.
+fn reregistered(ctx: &Context, data: &mut Data) -> Outcome {
+    let me = ctx.rank();
+    let first = match me {
+        1 => {
+            let lib = ctx.library(AGAIN).doing(|| "registering again on rank 1")?;
+            // Its part leaves now; rank 0 joins after the barrier.
+            let started = lib.team(&PAIR, Timeout::Test);
+            ensure!(
+                matches!(&started, Err(e) if e.is_timeout()),
+                "rank 1's first team of library again, before rank 0 joins: {}",
+                outcome(&started)
+            );
+            Some(lib)
+        }
+        _ => None,
+    };
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before rank 0 joins library again")?;
+    match me {
+        0 if ctx.size() > 1 => {
+            let lib = ctx.library(AGAIN).doing(|| "registering again on rank 0")?;
+            let lib = registered_again(ctx, lib, me)?;
+            let started = lib.team(&PAIR, Timeout::Test);
+            ensure!(
+                matches!(&started, Err(e) if e.is_timeout()),
+                "rank 0's second team of library again, before rank 1 joins: {}",
+                outcome(&started)
+            );
+            ctx.passive_send(1, b"second", TIMEOUT)
+                .doing(|| "telling rank 1 that the second creation started")?;
+            let made = lib.team(&PAIR, TIMEOUT);
+            data.outcome("reregistered", &made);
+            made.doing(|| "rank 0's second team of library again")?;
+        }
+        1 => {
+            let (from, _) = ctx
+                .passive_receive(TIMEOUT)
+                .doing(|| "waiting for rank 0's second creation")?;
+            ensure!(from == 0, "a passive message from rank {from}, not rank 0");
+            let lib = first.ok_or_else(|| Failure("rank 1 lost its library".into()))?;
+            let lib = registered_again(ctx, lib, me)?;
+            let made = lib.team(&PAIR, REREGISTERED_WAIT);
+            data.outcome("reregistered", &made);
+            made.doing(|| "rank 1's second team of library again")?;
+        }
+        _ => data.put("reregistered", "Ok"),
     }
     Ok(())
 }
