@@ -529,10 +529,13 @@ impl Context {
     /// Ends this rank's participation: waits for all ranks (collective, bounded by `timeout`),
     /// stops the progress thread and releases every registration and the endpoint.
     ///
-    /// The wait is two barriers of every rank. The first names any rank that died before it;
-    /// after the second, each rank leaves while others may still be in it, so its waits watch
-    /// only the partner each round waits for: a rank that finished finalize and left the job
-    /// is not taken for a dead one.
+    /// First it waits until this rank's operations through the fabric have completed, those
+    /// never waited for included (writes on any queue, a dropped batch's, non-blocking atomics,
+    /// passive sends): leaving the job with them in flight cut them off, and a peer took the
+    /// rank that left for a dead one. Then two barriers of every rank. The first names any
+    /// rank that died before it; after the second, each rank leaves while others may still be
+    /// in it, so its waits watch only the partner each round waits for: a rank that finished
+    /// finalize and left the job is not taken for a dead one.
     ///
     /// On timeout nothing is released: [`Error::FinalizeTimeout`] hands the context back, and
     /// calling `finalize` on it again continues the same synchronisation. When a rank has died

@@ -619,15 +619,17 @@ impl Context {
     }
 
     /// The synchronisation of [`finalize`](Self::finalize), bounded by `deadline` and
-    /// resumable like a barrier: a barrier of every rank, then a second one after which each
-    /// rank may leave the job. A rank that completes the second leaves while others may still
-    /// wait in it; their waits watch only the partners they wait for (see [`Watch`]), so such
-    /// a departure is not taken for a death, while the first barrier still names any rank
-    /// dead before the exit began.
+    /// resumable like a barrier: this rank's operations drained (see `Inner::drain`), a
+    /// barrier of every rank, then a second one after which each rank may leave the job. A
+    /// rank that completes the second leaves while others may still wait in it; their waits
+    /// watch only the partners they wait for (see [`Watch`]), so such a departure is not
+    /// taken for a death, while the first barrier still names any rank dead before the exit
+    /// began.
     pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
         let g = self.inner.groups.committed(GROUP_ALL)?;
         self.synchronise(&g, Purpose::Exit, deadline, |state, deadline| {
             if !self.inner.leaving.load(Ordering::Acquire) {
+                self.inner.drain(deadline)?;
                 self.run(&g, state, deadline, Watch::Members)?;
                 self.inner.leaving.store(true, Ordering::Release);
             }

@@ -442,6 +442,34 @@ fn exit_8_tcp() {
     exits("tcp");
 }
 
+/// Jobs of the `unwaited` scenario each test runs.
+const UNWAITED_JOBS: usize = 6;
+
+/// Finalize right after writes nobody waited for, through the fabric: no rank may take one
+/// that finalized and left for a dead one. Before finalize drained them, 7 of 12 such 2-rank
+/// jobs over tcp failed with `RankFailed` naming a rank that had finalized (its connection
+/// reset, or its process ended while a peer waited in the exit barrier).
+fn unwaited(ranks: u32, provider: &str) {
+    for _ in 0..UNWAITED_JOBS {
+        common::selftest_with_env(&["GASPI_INTRANODE=fabric"], "unwaited", ranks, provider);
+    }
+}
+
+#[test]
+fn unwaited_2_tcp() {
+    unwaited(2, "tcp");
+}
+
+#[test]
+fn unwaited_4_tcp() {
+    unwaited(4, "tcp");
+}
+
+#[test]
+fn unwaited_3_shm() {
+    unwaited(3, "shm");
+}
+
 #[test]
 fn provider_atomics_2_tcp() {
     provider_atomics(2, "tcp");

@@ -16,6 +16,7 @@ use gaspi_notifications::{Deadline, EventCount, Slice, Timeout};
 use super::Op;
 use crate::context::Inner;
 use crate::error::{Error, Rank, Result};
+use crate::sync::Ordering;
 
 /// How long a watched wait sleeps at most before it looks at the health of its ranks again.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -160,6 +161,27 @@ impl Inner {
         poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
         self.watched_until_on(&self.events, ranks, deadline, poll)
+    }
+
+    /// Waits, bounded by `deadline`, until no operation of this rank is in flight or waiting to
+    /// be posted (writes the user never waited for, a dropped batch's, sends), watching every
+    /// rank. Finalize drains so before its synchronisation: its notifications travel behind
+    /// those operations, and a rank that leaves the job closes its endpoint with them unsent
+    /// (over tcp the peers' connections reset, and a peer still waiting in the exit barrier
+    /// took the rank for a dead one).
+    ///
+    /// # Errors
+    /// [`Error::RankFailed`] naming a dead rank; [`Error::Timeout`].
+    pub(crate) fn drain(&self, deadline: Deadline) -> Result<()> {
+        self.watched_until(
+            || 0..self.size,
+            deadline,
+            || {
+                let idle = self.engine.in_flight.load(Ordering::Acquire) == 0
+                    && !self.engine.has_retries();
+                idle.then_some(())
+            },
+        )
     }
 
     /// [`watched_until`](Self::watched_until) for a condition whose changes `event` announces.

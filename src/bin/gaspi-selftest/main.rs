@@ -43,6 +43,7 @@ mod stress;
 mod threads;
 mod timeouts;
 mod unmapped;
+mod unwaited;
 mod victim;
 
 use std::process::ExitCode;
@@ -101,6 +102,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::KilledTarget => killed_target::run(&ctx),
         Scenario::Unmapped => unmapped::run(&ctx),
         Scenario::Exit => exit::run(&ctx),
+        Scenario::Unwaited => unwaited::run(&ctx),
         Scenario::Linger => Err(linger::run(&ctx)),
     };
     let outcome = outcome.and_then(|mut report| {

@@ -129,6 +129,9 @@ Scenarios:
   exit         a few barriers, then finalize: ranks that finish it leave the
                job while others may still wait in it, which must not be taken
                for a death (run many times on a loaded machine)
+  unwaited     every rank writes megabytes into every other rank on two
+               queues and finalizes without waiting for them: finalize must
+               succeed everywhere (run through the fabric: GASPI_INTRANODE=fabric)
   linger       every rank prints its pid once all have joined, then sleeps
                60 s without finalize, for a test to kill gaspirun itself: the
                JOB IS EXPECTED TO BE KILLED, and nothing of it may be left
@@ -159,11 +162,12 @@ pub enum Scenario {
     KilledTarget,
     Unmapped,
     Exit,
+    Unwaited,
     Linger,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 21] = [
+    const ALL: [Scenario; 22] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -184,6 +188,7 @@ impl Scenario {
         Scenario::KilledTarget,
         Scenario::Unmapped,
         Scenario::Exit,
+        Scenario::Unwaited,
         Scenario::Linger,
     ];
 
@@ -210,6 +215,7 @@ impl Scenario {
             Scenario::KilledTarget => "killed-target",
             Scenario::Unmapped => "unmapped",
             Scenario::Exit => "exit",
+            Scenario::Unwaited => "unwaited",
             Scenario::Linger => "linger",
         }
     }
