@@ -787,7 +787,14 @@ impl<'a> Segment<'a> {
     /// a member; [`Error::UnknownSegment`] when `rank` has no such segment; [`Error::Timeout`];
     /// [`Error::RankFailed`].
     pub fn target(&self, rank: Rank, timeout: Timeout) -> Result<crate::Target> {
-        let table = self.shared.table_on(rank)?;
-        self.ctx.resolve_target(rank, table, timeout)
+        let (table, incarnation) = self.shared.table_on(rank)?;
+        let target = self.ctx.resolve_target(rank, table, timeout)?;
+        match incarnation {
+            Some(i) if i != target.descriptor.incarnation => Err(Error::UnknownSegment {
+                rank,
+                segment: table.id(),
+            }),
+            _ => Ok(target),
+        }
     }
 }

@@ -239,6 +239,20 @@ fn library(ranks: u32, provider: &str) {
         }
         // Each creation of a library registered again pairs with its own messages.
         expect("reregistered", "Ok".into());
+        // A creation paired with a part another member abandoned reaches nothing of the
+        // library segment that took the abandoned part's local id.
+        match rank {
+            0 => expect("leftover_untouched", "true".into()),
+            1 => {
+                let got = data.get("leftover_target").to_owned();
+                assert!(
+                    got.starts_with("UnknownSegment(0,"),
+                    "rank 1: {got}\n{}",
+                    job.report()
+                );
+            }
+            _ => {}
+        }
     }
 }
 

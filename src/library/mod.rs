@@ -54,6 +54,13 @@ use rendezvous::{Allgather, WIDTH};
 /// Where a creation's value carries its agreement word.
 const AGREED: std::ops::Range<usize> = 8..16;
 
+/// Where a segment creation's value carries the incarnation of the member's segment (see
+/// [`Placement`]).
+const INCARNATION: std::ops::Range<usize> = 2..6;
+
+/// A member's local id of a library segment, and the incarnation of its segment there.
+type Part = (u8, u32);
+
 /// The names of the libraries registered with a context, and the creation counts of the
 /// names whose library was dropped.
 #[derive(Default)]
@@ -565,7 +572,7 @@ impl<'a> Library<'a> {
         // A member's local id may be one its segment of an earlier creation had, whose
         // descriptor this rank may still have cached: the news of that deletion travels apart
         // and may not be here yet. Every member has published its new segment by now.
-        for (index, &id) in ids.iter().enumerate() {
+        for (index, &(id, _)) in ids.iter().enumerate() {
             inner
                 .descriptors
                 .forget(rank_at(index), DescKey::Library(id));
@@ -641,6 +648,9 @@ impl<'a> Library<'a> {
                 let mut value = call.value;
                 value[0] = segment.as_ref().map_or(0, |s| s.id());
                 value[1] = kind as u8 | if refused.is_some() { REFUSED } else { 0 };
+                if let Some(s) = &segment {
+                    value[INCARNATION].copy_from_slice(&s.incarnation.to_le_bytes());
+                }
                 Creation {
                     call,
                     gather: Allgather::new(key, value),
@@ -677,7 +687,14 @@ impl<'a> Library<'a> {
                 rank: resolved.members.rank_at(index as u32).unwrap_or(inner.rank),
             });
         }
-        let ids = values.iter().map(|v| v[0]).collect();
+        let ids = values
+            .iter()
+            .map(|v| {
+                let mut incarnation = [0; 4];
+                incarnation.copy_from_slice(&v[INCARNATION]);
+                (v[0], u32::from_le_bytes(incarnation))
+            })
+            .collect();
         Ok(Rendezvous {
             key,
             created: creation.segment.map(|seg| (seg, ids)),
@@ -690,8 +707,8 @@ impl<'a> Library<'a> {
 /// What a rendezvous ended with.
 struct Rendezvous {
     key: u64,
-    /// The segment installed, with every member's local id of it.
-    created: Option<(Arc<LocalSegment>, Vec<u8>)>,
+    /// The segment installed, with every member's local id and incarnation of it.
+    created: Option<(Arc<LocalSegment>, Vec<Part>)>,
     /// Every member's value, by member index.
     values: Vec<[u8; WIDTH]>,
     /// Why this member could not make its part.
@@ -751,8 +768,12 @@ impl Team<'_> {
 /// Where a library segment is on each member.
 pub(crate) struct Placement {
     members: Members,
-    /// Each member's local id of the segment, by member index.
-    ids: Vec<u8>,
+    /// Each member's local id of the segment, by member index, with the incarnation of the
+    /// segment the member made (see `Descriptor::incarnation`): a creation that met a message
+    /// left over from one a member abandoned (it timed out and dropped its library) names a
+    /// segment of that member which is gone, and whose id another library's segment may
+    /// have taken since; a target of that member must not reach the other one.
+    ids: Vec<Part>,
     inner: Weak<Inner>,
 }
 
@@ -772,15 +793,16 @@ impl Shared {
         }
     }
 
-    /// The table of the same segment on `rank`.
-    pub(crate) fn table_on(&self, rank: Rank) -> Result<Table> {
+    /// The table of the same segment on `rank`, and for a library segment the incarnation
+    /// the segment there must have (see [`Placement`]).
+    pub(crate) fn table_on(&self, rank: Rank) -> Result<(Table, Option<u32>)> {
         match &self.library {
-            None => Ok(self.local.table),
+            None => Ok((self.local.table, None)),
             Some(p) => {
                 let index = p.members.index_of(rank).ok_or(Error::NotInScope { rank })?;
                 p.ids
                     .get(index as usize)
-                    .map(|&id| Table::Library(id))
+                    .map(|&(id, incarnation)| (Table::Library(id), Some(incarnation)))
                     .ok_or_else(|| Error::Protocol("library segment ids are incomplete".into()))
             }
         }

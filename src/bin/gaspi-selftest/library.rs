@@ -44,6 +44,14 @@
 //!    team creation, all before rank 1, which started the first, takes rank 0's message of
 //!    it (a passive message behind rank 0's second one tells rank 1 when). Rank 1 must
 //!    complete both creations (`reregistered`), each with its own message.
+//! 9. **A creation's leftover.** Over a team of ranks 0 and 1, rank 0 alone starts a segment
+//!    creation of library `leftover` and abandons it (a test, then drops the library); its
+//!    part reaches rank 1 all the same. Rank 0's next segment, of another library, takes the
+//!    freed local id. Both then register `leftover` again and create: rank 1's creation pairs
+//!    with rank 0's leftover part (rank 0's is one further and times out), so it names rank
+//!    0's segment that is gone: a target of it there must be `UnknownSegment`
+//!    (`leftover_target`), never the other library's segment, which stays untouched
+//!    (`leftover_untouched`).
 //!
 //! The observations go to the data line (see `tests/library.rs`, which judges them).
 
@@ -206,6 +214,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     abandoned(ctx, &mut data)?;
     stale(ctx, &mut data)?;
     reregistered(ctx, &mut data)?;
+    leftover(ctx, &mut data)?;
     // No rank drops its library segments (at the end of this function) while another may
     // still write into them.
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
@@ -301,11 +310,10 @@ fn abandoned(ctx: &Context, data: &mut Data) -> Outcome {
                 .library("abandoned")
                 .doing(|| format!("registering abandoned library {i}"))?;
             let made = lib.segment_create(GROUP_ALL, CHURN_LEN, 1, Timeout::Test);
-            ensure!(
-                matches!(&made, Err(e) if e.is_timeout()),
-                "abandoned creation {i}, which no other rank joins: {}",
-                outcome(&made)
-            );
+            timed_out(
+                &made,
+                format!("abandoned creation {i}, which no other rank joins"),
+            )?;
         }
     }
     ctx.barrier(TIMEOUT)
@@ -435,11 +443,10 @@ fn reregistered(ctx: &Context, data: &mut Data) -> Outcome {
             let lib = ctx.library(AGAIN).doing(|| "registering again on rank 1")?;
             // Its part leaves now; rank 0 joins after the barrier.
             let started = lib.team(&PAIR, Timeout::Test);
-            ensure!(
-                matches!(&started, Err(e) if e.is_timeout()),
-                "rank 1's first team of library again, before rank 0 joins: {}",
-                outcome(&started)
-            );
+            timed_out(
+                &started,
+                "rank 1's first team of library again, before rank 0 joins",
+            )?;
             Some(lib)
         }
         _ => None,
@@ -451,11 +458,10 @@ fn reregistered(ctx: &Context, data: &mut Data) -> Outcome {
             let lib = ctx.library(AGAIN).doing(|| "registering again on rank 0")?;
             let lib = registered_again(ctx, lib, me)?;
             let started = lib.team(&PAIR, Timeout::Test);
-            ensure!(
-                matches!(&started, Err(e) if e.is_timeout()),
-                "rank 0's second team of library again, before rank 1 joins: {}",
-                outcome(&started)
-            );
+            timed_out(
+                &started,
+                "rank 0's second team of library again, before rank 1 joins",
+            )?;
             ctx.passive_send(1, b"second", TIMEOUT)
                 .doing(|| "telling rank 1 that the second creation started")?;
             let made = lib.team(&PAIR, TIMEOUT);
@@ -475,6 +481,100 @@ fn reregistered(ctx: &Context, data: &mut Data) -> Outcome {
         }
         _ => data.put("reregistered", "Ok"),
     }
+    Ok(())
+}
+
+/// Phase 9: what the creation that pairs with a leftover waits on the member one further.
+const LEFTOVER_WAIT: Timeout = Timeout::Millis(300);
+
+/// Phase 9, see the module documentation.
+fn leftover(ctx: &Context, data: &mut Data) -> Outcome {
+    let me = ctx.rank();
+    let pair_lib = ctx
+        .library("leftover-pair")
+        .doing(|| "registering leftover-pair")?;
+    let pair = match me {
+        0 | 1 if ctx.size() > 1 => Some(pair_lib.team(&PAIR, TIMEOUT).doing(|| "the pair")?),
+        _ => None,
+    };
+    let mut old_id = None;
+    if let (Some(pair), 0) = (&pair, me) {
+        let lib = ctx.library("leftover").doing(|| "registering leftover")?;
+        let started = lib.segment_create(pair, STALE_LEN, NOTES, Timeout::Test);
+        timed_out(
+            &started,
+            "rank 0's creation of leftover, which rank 1 does not join",
+        )?;
+        // The id the abandoned creation took is the lowest free one, as is the next.
+        let probe = lib
+            .team(&[0], TIMEOUT)
+            .and_then(|alone| lib.segment_create(&alone, STALE_LEN, NOTES, TIMEOUT))
+            .doing(|| "a segment beside the abandoned one")?;
+        old_id = Some(local_id(ctx, &probe, "the segment beside the abandoned one")? - 1);
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the abandoned creation")?;
+    let mut other = None;
+    if let Some(old_id) = old_id {
+        let lib = ctx
+            .library("leftover-other")
+            .doing(|| "registering leftover-other")?;
+        let seg = lib
+            .team(&[0], TIMEOUT)
+            .and_then(|alone| lib.segment_create(&alone, STALE_LEN, NOTES, TIMEOUT))
+            .doing(|| "leftover-other's segment")?;
+        let id = local_id(ctx, &seg, "leftover-other's segment")?;
+        ensure!(
+            id == old_id,
+            "leftover-other's segment took local id {id}, not the abandoned {old_id}"
+        );
+        other = Some(seg);
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the id was taken")?;
+    if let Some(pair) = &pair {
+        let lib = ctx
+            .library("leftover")
+            .doing(|| "registering leftover again")?;
+        let made = lib.segment_create(pair, STALE_LEN, NOTES, LEFTOVER_WAIT);
+        if me == 1 {
+            let seg = made.doing(|| "rank 1's creation, paired with the leftover")?;
+            let reached = seg.target(0, TIMEOUT).and_then(|target| {
+                let batch = ctx.batch();
+                let note = Notification {
+                    id: STALE_ID,
+                    value: 1,
+                };
+                batch.write_notify(&seg, 0, &target, 0, STALE_LEN, note)?;
+                batch.wait(TIMEOUT)
+            });
+            data.outcome("leftover_target", &reached);
+        } else {
+            timed_out(&made, "rank 0's creation one further than rank 1's")?;
+        }
+    }
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after the leftover's use")?;
+    if let Some(seg) = other {
+        let bytes = read(&seg, 0, STALE_LEN, "leftover-other's segment")?;
+        let noted = seg
+            .notify_peek(STALE_ID)
+            .doing(|| "leftover-other's notification")?;
+        data.put(
+            "leftover_untouched",
+            bytes.iter().all(|&b| b == 0) && noted == 0,
+        );
+    }
+    Ok(())
+}
+
+/// Checks that `result`, of a call that no other rank joins yet, is a timeout.
+fn timed_out<T>(result: &gaspi::Result<T>, what: impl std::fmt::Display) -> Outcome {
+    ensure!(
+        matches!(result, Err(e) if e.is_timeout()),
+        "{what}: {}",
+        outcome(result)
+    );
     Ok(())
 }
 
