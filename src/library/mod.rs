@@ -265,8 +265,9 @@ impl<'a> Library<'a> {
     ///
     /// # Errors
     /// [`Error::NotInGroup`] when this rank is not a member; [`Error::UnknownGroup`] /
-    /// [`Error::GroupNotCommitted`] for a bad group; [`Error::LibrarySegment`] for a table
-    /// size outside 1..=[`MAX_NOTIFICATIONS`] or memory that cannot be allocated;
+    /// [`Error::GroupNotCommitted`] for a bad group; [`Error::LibrarySegment`] for a `size`
+    /// of 0 (a table without memory is [`notifications_create`](Self::notifications_create)),
+    /// a table size outside 1..=[`MAX_NOTIFICATIONS`] or memory that cannot be allocated;
     /// [`Error::Limit`] when this rank has 255 library segments; on the other members, such
     /// a refusal as [`Error::LibraryRefused`] naming the member (the refusing member still
     /// takes part in the creation, so that every member fails and stays in step);
