@@ -322,6 +322,19 @@ fn long_lines_of_different_ranks_never_mix() {
     }
 }
 
+/// gaspirun with `args`, its stderr joined to its stdout in one pipe the test reads (as
+/// `gaspirun ... 2>&1 | ...`), no stdin, and no time limit from the environment.
+fn combined_output(args: &[&str]) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", r#"exec "$0" "$@" 2>&1"#, GASPIRUN])
+        .args(args)
+        .env_remove("GASPIRUN_TIMEOUT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    command
+}
+
 #[test]
 fn stdout_and_stderr_lines_never_mix_in_one_pipe() {
     // `gaspirun ... 2>&1 | tee log`: rank 0's long stdout lines and rank 1's short stderr
@@ -330,16 +343,7 @@ fn stdout_and_stderr_lines_never_mix_in_one_pipe() {
     // stderr lines landed inside stdout lines (28 to 43 of 20,300 lines, 2 of 2 runs).
     const LEN: usize = 100_000;
     let start = Instant::now();
-    let mut child = Command::new("sh")
-        .args([
-            "-c",
-            r#"exec "$0" "$@" 2>&1"#,
-            GASPIRUN,
-            "-n",
-            "2",
-            "sh",
-            "-c",
-        ])
+    let mut child = combined_output(&["-n", "2", "sh", "-c"])
         .arg(format!(
             r#"if [ "$PMI_RANK" = 0 ]; then
                  for i in $(seq 100); do head -c {LEN} /dev/zero | tr '\0' O; echo; done
@@ -347,9 +351,6 @@ fn stdout_and_stderr_lines_never_mix_in_one_pipe() {
                  seq 20000 | sed 's/^/E/' >&2
                fi"#
         ))
-        .env_remove("GASPIRUN_TIMEOUT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .spawn()
         .expect("the launcher starts");
     let mut pipe = child.stdout.take().expect("stdout is piped");
@@ -644,20 +645,7 @@ fn a_closed_output_pipe_ends_the_job_as_sigpipe_would() {
 fn the_time_limit_holds_while_nobody_reads_the_output() {
     // `(gaspirun -n 1 --timeout 3 yes 2>&1) | sleep 15` ended after 15 s: the main thread
     // blocked writing the time-limit message to the full pipe before it signalled the ranks.
-    let mut child = Command::new("sh")
-        .args([
-            "-c",
-            r#"exec "$0" "$@" 2>&1"#,
-            GASPIRUN,
-            "-n",
-            "1",
-            "--timeout",
-            "1",
-            "yes",
-        ])
-        .env_remove("GASPIRUN_TIMEOUT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+    let mut child = combined_output(&["-n", "1", "--timeout", "1", "yes"])
         .spawn()
         .expect("the launcher starts");
     let pid = child.id();
