@@ -351,17 +351,7 @@ fn stale(ctx: &Context, data: &mut Data) -> Outcome {
     let mut new = None;
     if me == 0 {
         drop(old);
-        let alone = y.team(&[0], TIMEOUT).doing(|| "stale-y's team")?;
-        let seg = y
-            .segment_create(&alone, STALE_LEN, NOTES, TIMEOUT)
-            .doing(|| "stale-y's segment")?;
-        let new_id = local_id(ctx, &seg, "stale-y's segment")?;
-        // Without the reuse there is nothing to check: the ids are the lowest free ones.
-        ensure!(
-            new_id == mine_id,
-            "stale-y's segment took local id {new_id}, not stale-x's old {mine_id}"
-        );
-        new = Some(seg);
+        new = Some(taking(ctx, &y, mine_id, "stale-y's segment")?);
     }
     ctx.barrier(TIMEOUT).doing(|| "barrier after the reuse")?;
     if me != 0 {
@@ -506,11 +496,8 @@ fn leftover(ctx: &Context, data: &mut Data) -> Outcome {
             "rank 0's creation of leftover, which rank 1 does not join",
         )?;
         // The id the abandoned creation took is the lowest free one, as is the next.
-        let probe = lib
-            .team(&[0], TIMEOUT)
-            .and_then(|alone| lib.segment_create(&alone, STALE_LEN, NOTES, TIMEOUT))
-            .doing(|| "a segment beside the abandoned one")?;
-        old_id = Some(local_id(ctx, &probe, "the segment beside the abandoned one")? - 1);
+        let (_, beside) = alone_on_0(ctx, &lib, "a segment beside the abandoned one")?;
+        old_id = Some(beside - 1);
     }
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after the abandoned creation")?;
@@ -519,16 +506,7 @@ fn leftover(ctx: &Context, data: &mut Data) -> Outcome {
         let lib = ctx
             .library("leftover-other")
             .doing(|| "registering leftover-other")?;
-        let seg = lib
-            .team(&[0], TIMEOUT)
-            .and_then(|alone| lib.segment_create(&alone, STALE_LEN, NOTES, TIMEOUT))
-            .doing(|| "leftover-other's segment")?;
-        let id = local_id(ctx, &seg, "leftover-other's segment")?;
-        ensure!(
-            id == old_id,
-            "leftover-other's segment took local id {id}, not the abandoned {old_id}"
-        );
-        other = Some(seg);
+        other = Some(taking(ctx, &lib, old_id, "leftover-other's segment")?);
     }
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after the id was taken")?;
@@ -566,6 +544,36 @@ fn leftover(ctx: &Context, data: &mut Data) -> Outcome {
         );
     }
     Ok(())
+}
+
+/// Phases 7 and 9: a segment of `lib` on rank 0 alone, and its local id.
+fn alone_on_0<'c>(
+    ctx: &'c Context,
+    lib: &Library<'c>,
+    what: &str,
+) -> Outcome<(Segment<'c>, SegmentId)> {
+    let seg = lib
+        .team(&[0], TIMEOUT)
+        .and_then(|alone| lib.segment_create(&alone, STALE_LEN, NOTES, TIMEOUT))
+        .doing(|| what.to_owned())?;
+    let id = local_id(ctx, &seg, what)?;
+    Ok((seg, id))
+}
+
+/// [`alone_on_0`], which must take local id `freed`, given up just before: without the
+/// reuse there is nothing to check (the ids are the lowest free ones).
+fn taking<'c>(
+    ctx: &'c Context,
+    lib: &Library<'c>,
+    freed: SegmentId,
+    what: &str,
+) -> Outcome<Segment<'c>> {
+    let (seg, id) = alone_on_0(ctx, lib, what)?;
+    ensure!(
+        id == freed,
+        "{what} took local id {id}, not the freed {freed}"
+    );
+    Ok(seg)
 }
 
 /// Checks that `result`, of a call that no other rank joins yet, is a timeout.
