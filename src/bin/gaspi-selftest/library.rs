@@ -392,15 +392,10 @@ fn stale(ctx: &Context, data: &mut Data) -> Outcome {
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after the stale operations")?;
     if let Some(seg) = new {
-        let bytes = read(&seg, 0, STALE_LEN, "stale-y's segment")?;
-        let noted = seg
-            .notify_peek(STALE_ID)
-            .doing(|| "stale-y's notification")?;
-        let untouched = bytes.iter().all(|&b| b == 0) && noted == 0;
+        let untouched = untouched(&seg, "stale-y's segment")?;
         ensure!(
             untouched,
-            "stale-y's segment got a stale target's operations: notification {noted}, bytes {:?}",
-            &bytes[..8]
+            "stale-y's segment got a stale target's operations"
         );
         data.put("stale_untouched", untouched);
     }
@@ -534,16 +529,22 @@ fn leftover(ctx: &Context, data: &mut Data) -> Outcome {
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after the leftover's use")?;
     if let Some(seg) = other {
-        let bytes = read(&seg, 0, STALE_LEN, "leftover-other's segment")?;
-        let noted = seg
-            .notify_peek(STALE_ID)
-            .doing(|| "leftover-other's notification")?;
         data.put(
             "leftover_untouched",
-            bytes.iter().all(|&b| b == 0) && noted == 0,
+            untouched(&seg, "leftover-other's segment")?,
         );
     }
     Ok(())
+}
+
+/// Phases 7 and 9: whether `seg` (`what`) still holds no byte and no notification
+/// [`STALE_ID`] of the stale operations aimed at it.
+fn untouched(seg: &Segment<'_>, what: &str) -> Outcome<bool> {
+    let bytes = read(seg, 0, STALE_LEN, what)?;
+    let noted = seg
+        .notify_peek(STALE_ID)
+        .doing(|| format!("{what}: its notification"))?;
+    Ok(bytes.iter().all(|&b| b == 0) && noted == 0)
 }
 
 /// Phases 7 and 9: a segment of `lib` on rank 0 alone, and its local id.
