@@ -220,9 +220,17 @@ impl Batch<'_> {
         let inner = &self.ctx.inner;
         let size = data.len() as u64;
         dst.check(dst_offset, size)?;
-        dst.still_named(inner)?;
         let offset = dst.start + dst_offset;
-        if inner.store_directly(&self.queue, dst.rank, dst.table, offset, data, n)? {
+        let incarnation = dst.incarnation();
+        if inner.store_directly(
+            &self.queue,
+            dst.rank,
+            dst.table,
+            offset,
+            data,
+            n,
+            incarnation,
+        )? {
             return Ok(());
         }
         Err(Error::Unsupported(format!(

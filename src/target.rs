@@ -142,7 +142,7 @@ impl Target {
     }
 
     /// [`names`](Self::names) for a target that an operation reaches directly by its id
-    /// (a notification, a write out of ordinary memory) without lending the segment here.
+    /// without lending the segment here (the table of a `write_notify_to`).
     ///
     /// # Errors
     /// [`Error::UnknownSegment`] when the library segment is gone or another.

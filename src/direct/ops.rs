@@ -132,7 +132,10 @@ impl Inner {
     /// Copies `data` (ordinary memory of this process) to `offset` of the segment behind
     /// `table` of `rank`, then sets `n`, all directly. `Ok(false)` when it cannot go directly
     /// (nothing was done then): the rank is not reached directly, `q` sends to it through the
-    /// fabric, or the segment is bound memory no other process maps.
+    /// fabric, or the segment is bound memory no other process maps. With an `incarnation`
+    /// (a library segment's target, see `Target::incarnation`), into that segment only:
+    /// [`Error::UnknownSegment`] once another has its id, checked on the mapping written.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn store_directly(
         &self,
         q: &Queue,
@@ -141,10 +144,17 @@ impl Inner {
         offset: u64,
         data: &[u8],
         n: Option<WireNotification>,
+        incarnation: Option<u32>,
     ) -> Result<bool> {
         let Some(peer) = self.mapped(Some(q), rank, table)? else {
             return Ok(false);
         };
+        if incarnation.is_some_and(|i| i != peer.descriptor.incarnation) {
+            return Err(Error::UnknownSegment {
+                rank,
+                segment: table.id(),
+            });
+        }
         let size = data.len() as u64;
         let memory = peer_memory(rank, &peer, table, offset, size)?;
         if size > 0 {
