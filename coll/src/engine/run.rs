@@ -127,8 +127,23 @@ pub(crate) struct Plan {
     sources: Vec<StepId>,
     /// The copies skipped and the puts out of the source instead (see the `elide` module).
     elision: Elision,
+    /// How each step reads the caller's source, worked out once: [`Run::finish`] counts
+    /// them on every step of every run.
+    reading: Vec<Reading>,
     /// The steps that read the caller's source.
     reads: u32,
+}
+
+/// How a step reads the caller's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Not at all.
+    Never,
+    /// Always: a copy out of it that the elision keeps.
+    Always,
+    /// Unless the run staged its source reads (see [`Run::stage_source_reads`]): a put or
+    /// fold out of it in place of skipped copies.
+    Unstaged,
 }
 
 impl Plan {
@@ -159,9 +174,10 @@ impl Plan {
         }
         let sources = schedule.sources();
         let elision = Elision::of(&schedule, direct);
-        let reads = (0..schedule.steps.len() as StepId)
-            .filter(|&id| reads_source(&schedule, &elision, id))
-            .count() as u32;
+        let reading: Vec<Reading> = (0..schedule.steps.len() as StepId)
+            .map(|id| reading(&schedule, &elision, id))
+            .collect();
+        let reads = reading.iter().filter(|&&r| r != Reading::Never).count() as u32;
         Plan {
             schedule,
             compact,
@@ -170,6 +186,7 @@ impl Plan {
             first_dependent,
             sources,
             elision,
+            reading,
             reads,
         }
     }
@@ -711,8 +728,10 @@ impl<'c> Run<'c> {
 
     fn finish(&mut self, id: StepId) {
         self.left -= 1;
-        if reads_source(&self.plan.schedule, &self.plan.elision, id) && !self.staged_read(id) {
-            self.reads_left -= 1;
+        match self.plan.reading[id as usize] {
+            Reading::Always => self.reads_left -= 1,
+            Reading::Unstaged if !self.staged => self.reads_left -= 1,
+            _ => {}
         }
         for &later in self.plan.dependents(id) {
             let w = &mut self.waiting[later as usize];
@@ -762,11 +781,6 @@ impl<'c> Run<'c> {
                 }
             }
         }
-    }
-
-    /// Whether step `id` is a put or fold out of the source whose bytes were staged.
-    fn staged_read(&self, id: StepId) -> bool {
-        self.staged && self.plan.elision.reads_source(id)
     }
 
     /// Stages the bytes of the puts and folds out of the source that are still to go, as
@@ -951,13 +965,13 @@ impl Kept {
     }
 }
 
-/// Whether step `id` of `schedule` reads the caller's source: a copy from it that `elision`
-/// keeps, or a put or fold out of it.
-fn reads_source(schedule: &Schedule, elision: &Elision, id: StepId) -> bool {
+/// How step `id` of `schedule` reads the caller's source: a copy from it that `elision`
+/// keeps always, a put or fold out of it unless staged.
+fn reading(schedule: &Schedule, elision: &Elision, id: StepId) -> Reading {
     match schedule.steps[id as usize].task {
-        Task::Copy { from, .. } => from.buf == Buf::Src && !elision.skipped(id),
-        Task::Put { .. } | Task::Fold { .. } => elision.reads_source(id),
-        _ => false,
+        Task::Copy { from, .. } if from.buf == Buf::Src && !elision.skipped(id) => Reading::Always,
+        Task::Put { .. } | Task::Fold { .. } if elision.reads_source(id) => Reading::Unstaged,
+        _ => Reading::Never,
     }
 }
 
