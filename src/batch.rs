@@ -18,14 +18,16 @@ use crate::target::Target;
 
 /// A set of operations posted together and waited for together.
 ///
-/// ```no_run
+/// ```
 /// # use gaspi::{Context, Notification, Timeout};
 /// # let ctx = Context::init()?;
+/// # ctx.segment_create(0, 8192, Timeout::Millis(10_000))?;
 /// let seg = ctx.segment(0)?;
 /// let right = seg.target((ctx.rank() + 1) % ctx.size(), Timeout::Millis(1_000))?;
 /// let batch = ctx.batch();
 /// batch.write_notify(&seg, 0, &right, 4096, 64, Notification { id: 0, value: 1 })?;
 /// batch.wait(Timeout::Millis(1_000))?;
+/// # assert_eq!(seg.notify_waitsome(0, 1, Timeout::Millis(10_000))?, 0);
 /// # Ok::<(), gaspi::Error>(())
 /// ```
 pub struct Batch<'a> {

@@ -139,13 +139,18 @@ impl Context {
     /// timeout passes its deadline as it is: nothing is converted, and the clock is read only
     /// when the call has to wait).
     ///
-    /// ```no_run
-    /// # use gaspi::{Context, Timeout};
+    /// ```
+    /// # use gaspi::{Context, Notification, Timeout};
     /// # let ctx = Context::init()?;
+    /// # let t = Timeout::Millis(10_000);
+    /// # ctx.segment_create(0, 4096, t)?;
+    /// # ctx.segment_create(1, 4096, t)?;
+    /// # ctx.notify((ctx.rank() + 1) % ctx.size(), 1, Notification { id: 101, value: 7 }, 0)?;
+    /// let left = (ctx.rank() + ctx.size() - 1) % ctx.size();
     /// let (a, b) = (ctx.segment(0)?, ctx.segment(1)?);
-    /// let got = ctx.notify_wait_any(&[a.range(0, 8), b.range(100, 4)], &[1, 2], Timeout::Millis(500))?;
+    /// let got = ctx.notify_wait_any(&[a.range(0, 8), b.range(100, 4)], &[left], Timeout::Millis(500))?;
     /// let value = [&a, &b][got.range].notify_reset(got.id)?;
-    /// # let _ = value;
+    /// # assert_eq!((got.range, got.id, value), (1, 101, 7));
     /// # Ok::<(), gaspi::Error>(())
     /// ```
     ///

@@ -109,10 +109,12 @@ struct Post {
 /// One round of a plan, shared by any number of threads (the handle is `Sync`): see
 /// [`Alltoallv::round`].
 ///
-/// ```no_run
+/// ```
 /// # use gaspi::{Context, Timeout, GROUP_ALL};
 /// # use gaspi_coll::{Alltoallv, Collectives};
 /// # let ctx = Context::init()?;
+/// # ctx.segment_create(0, 1 << 20, Timeout::Block)?; // blocks to send
+/// # ctx.segment_create(1, 1 << 20, Timeout::Block)?; // blocks received
 /// # let coll = Collectives::new(&ctx)?;
 /// # let mut a2a = Alltoallv::new(&coll, GROUP_ALL, Timeout::Block)?;
 /// # let plan = a2a.get_remote_offsets(1, 0, &[], Timeout::Block)?;
