@@ -773,8 +773,11 @@ impl Context {
     /// the old value once the atomic completed.
     ///
     /// # Errors
-    /// [`Error::InvalidRank`]; [`Error::Misaligned`]; [`Error::RankFailed`] for a rank known
-    /// dead; [`Error::Limit`] when all atomic slots are in flight (wait for one of them).
+    /// [`Error::InvalidRank`]; [`Error::Misaligned`]; [`Error::UnknownSegment`] when `remote`'s
+    /// rank, this one or one reached directly, has no such segment (through the fabric the
+    /// target refuses it, and the request's [`wait`](AtomicRequest::wait) reports it);
+    /// [`Error::RankFailed`] for a rank known dead; [`Error::Limit`] when all atomic slots are
+    /// in flight (wait for one of them).
     pub fn atomic_fetch_add_nb(&self, remote: Remote, value: u64) -> Result<AtomicRequest<'_>> {
         self.atomic(
             remote,

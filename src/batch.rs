@@ -65,8 +65,11 @@ impl Batch<'_> {
     /// target's range). Small writes are injected (complete at once), as on a queue.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] for either range; [`Error::BatchFull`]; [`Error::RankFailed`]
-    /// for a rank known dead; [`Error::OperationFailed`] when the provider refuses outright.
+    /// [`Error::OutOfBounds`] for either range; [`Error::UnknownSegment`] through a target
+    /// whose segment its rank deleted since (at the call once the deletion is known here,
+    /// as it always is on the direct path, else at [`wait`](Self::wait)); [`Error::BatchFull`];
+    /// [`Error::RankFailed`] for a rank known dead; [`Error::OperationFailed`] when the
+    /// provider refuses outright.
     pub fn write(
         &self,
         src: &Segment<'_>,
@@ -189,8 +192,9 @@ impl Batch<'_> {
     /// [`Error::Unsupported`] when the write cannot go directly: `dst` is on another host,
     /// `GASPI_INTRANODE=fabric` is set, `dst` is bound user memory that no other process can
     /// map, or this batch has an operation towards that rank in flight through the fabric
-    /// (which a direct write could overtake); [`Error::OutOfBounds`]; [`Error::RankFailed`]
-    /// for a rank known dead.
+    /// (which a direct write could overtake); [`Error::OutOfBounds`];
+    /// [`Error::UnknownSegment`] through a target whose segment its rank deleted since;
+    /// [`Error::RankFailed`] for a rank known dead.
     pub fn write_from(&self, data: &[u8], dst: &Target, dst_offset: u64) -> Result<()> {
         self.store(data, dst, dst_offset, None)
     }
@@ -269,7 +273,8 @@ impl Batch<'_> {
     ///
     /// # Errors
     /// [`Error::InvalidNotification`]; [`Error::ZeroNotificationValue`];
-    /// [`Error::BatchFull`]; [`Error::RankFailed`].
+    /// [`Error::UnknownSegment`] as for [`write`](Self::write); [`Error::BatchFull`];
+    /// [`Error::RankFailed`].
     pub fn notify(&self, table: &Target, notification: Notification) -> Result<()> {
         let wire = table.wire(notification)?;
         let inner = &self.ctx.inner;
@@ -330,7 +335,9 @@ impl Batch<'_> {
     /// dropped, and the batch stays usable.
     ///
     /// # Errors
-    /// [`Error::Timeout`]; [`Error::RankFailed`]; [`Error::OperationFailed`].
+    /// [`Error::Timeout`]; [`Error::RankFailed`]; [`Error::OperationFailed`];
+    /// [`Error::UnknownSegment`] for an operation accepted through a target whose segment,
+    /// as its lookup then found, its rank had deleted (see [`write`](Self::write)).
     pub fn wait(&self, timeout: Timeout) -> Result<()> {
         self.ctx.inner.wait_queue(&self.queue, timeout.deadline())
     }

@@ -283,6 +283,14 @@ fn segments_and_ranks(ctx: &Context, s: &Setup, checks: &mut u32) -> Outcome {
         ctx.atomic_fetch_add(remote(peer, NEVER, 0), 1, TIMEOUT),
         Error::UnknownSegment { rank, segment: NEVER } if rank == peer
     );
+    // At the call on the direct path, at the request's wait through the fabric.
+    expect_err!(
+        checks,
+        "a non-blocking atomic on a segment the peer does not have",
+        ctx.atomic_fetch_add_nb(remote(peer, NEVER, 0), 1)
+            .and_then(|request| request.wait(TIMEOUT)),
+        Error::UnknownSegment { rank, segment: NEVER } if rank == peer
+    );
     expect_err!(
         checks,
         "segment_create of a segment that exists",
