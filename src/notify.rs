@@ -157,8 +157,9 @@ impl Context {
     /// # Errors
     /// [`Error::EmptyNotificationRange`] and [`Error::InvalidNotification`] for a range beyond
     /// its table (checked before waiting), [`Error::Buffers`] for no ranges at all,
-    /// [`Error::InvalidRank`] for a sender outside the job; [`Error::RankFailed`];
-    /// [`Error::Timeout`].
+    /// [`Error::InvalidRank`] for a sender outside the job; [`Error::UnknownSegment`] for a
+    /// range of a user segment deleted before or during the wait, as for
+    /// [`notify_waitsome`](Self::notify_waitsome); [`Error::RankFailed`]; [`Error::Timeout`].
     pub fn notify_wait_any(
         &self,
         ranges: &[NotificationRange<'_>],
