@@ -28,8 +28,10 @@
 //!
 //! The sequence tag (the broadcast's number on this object, 1..=`u32::MAX`, wrapping) on every
 //! notification catches members that made different numbers of broadcasts; the root in the
-//! header catches members that passed different roots; the length in the header catches
-//! lengths that differ from the root's, at no extra cost.
+//! header catches members that passed different roots, where such a member's parent is the
+//! same in both roots' trees (elsewhere the member waits for a parent that serves another
+//! tree, until its timeout); the length in the header catches lengths that differ from the
+//! root's, at no extra cost.
 
 use std::marker::PhantomData;
 
@@ -237,8 +239,10 @@ impl<'c> Broadcast<'c> {
     /// # Errors
     /// [`Error::RootNotMember`]; [`Error::TooLarge`] when `buf` exceeds `max_bytes`;
     /// [`Error::InProgress`] when a broadcast with other arguments timed out and is still in
-    /// progress; [`Error::LengthMismatch`]; [`Error::RootMismatch`] and
-    /// [`Error::OutOfStep`] when members disagree on the root or the number of broadcasts;
+    /// progress; [`Error::LengthMismatch`]; [`Error::OutOfStep`] when members disagree on the
+    /// number of broadcasts; [`Error::RootMismatch`] when they disagree on the root and this
+    /// member's parent is the same in both roots' trees (else a timeout: see the crate's
+    /// "What a broadcast guarantees");
     /// [`Error::Aborted`] when an ancestor abandoned the broadcast; [`Error::Abandoned`];
     /// from the runtime: [`gaspi::Error::Timeout`], [`gaspi::Error::RankFailed`] naming a
     /// dead member, [`gaspi::Error::BatchFull`] and the provider's errors.

@@ -39,8 +39,12 @@
 //!   the death of a sibling is reported.
 //! * Members that disagree are told rather than corrupted: a length other than the root's
 //!   ([`Error::LengthMismatch`], detected from the header that travels with the data at no
-//!   extra cost), another root ([`Error::RootMismatch`]), another number of broadcasts
-//!   ([`Error::OutOfStep`]).
+//!   extra cost), another number of broadcasts ([`Error::OutOfStep`]), another root
+//!   ([`Error::RootMismatch`]) where the member's parent in the tree of its root sends it
+//!   the message of another root. Where the two roots' trees give the member different
+//!   parents (members that each take themselves for the root, say), nothing of the other
+//!   broadcast reaches the place it waits at: those members wait for each other until their
+//!   timeouts, with their buffers left alone.
 //!
 //! # Choices
 //! * Data is staged: the root copies its buffer into its library segment, every member

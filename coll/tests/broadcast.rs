@@ -256,7 +256,38 @@ fn dead_root(provider: &str) {
     );
 }
 
+/// Members that pass different roots (the example's `roots`): where both roots' trees give a
+/// member one parent, that member names the other root and keeps its buffer; members that
+/// each take themselves for the root are not told, and wait for each other until their
+/// timeouts.
+fn roots(provider: &str) {
+    let job = gaspirun(
+        4,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("broadcast"),
+        &["roots"],
+    );
+    let report = job.report();
+    assert!(job.status.success(), "the job failed\n{report}");
+    for rank in 0..4 {
+        let data = job.data("roots", rank);
+        let shared = match rank {
+            3 => "root_mismatch:0/2/2/untouched",
+            _ => "ok",
+        };
+        assert_eq!(data.get("shared_parent"), shared, "rank {rank}\n{report}");
+        assert_eq!(
+            data.get("self_rooted"),
+            "timeout/untouched",
+            "rank {rank}\n{report}"
+        );
+    }
+}
+
 jobs! {
+    roots_tcp: roots("tcp");
+    roots_shm: roots("shm");
     fault_dead_inner_member_tcp: dead_inner_member("tcp");
     fault_dead_inner_member_shm: dead_inner_member("shm");
     fault_dead_root_tcp: dead_root("tcp");

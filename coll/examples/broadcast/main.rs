@@ -27,6 +27,13 @@
 //! afterwards; the root sends `plan::fill(ROOT, 1)`), then meet in a group of survivors.
 //! `broadcast fault-known DEAD ROOT` does the same, but each survivor first waits until it
 //! knows the death, and then broadcasts again (`again`, as `outcome`, or `abandoned`).
+//!
+//! `broadcast roots` (4 ranks): members that pass different roots. First ranks 0 to 2
+//! broadcast from root 2 and rank 3 from root 0, whose trees both give rank 3 rank 2 as its
+//! parent; then, on a second object, every rank broadcasts from itself with [`ROOTS_WAIT`].
+//! Each reports `data roots rank R: shared_parent=...; self_rooted=...` (`ok`,
+//! `root_mismatch:<root>/<parent>/<got>`, `timeout`, or `error:<message>`, each with
+//! `/untouched` when the buffer still holds what it held before).
 
 #![forbid(unsafe_code)]
 
@@ -46,17 +53,21 @@ use plan::{Digest, Form, Step};
 
 const TIMEOUT: Timeout = Timeout::Millis(30_000);
 
+/// How long the members of `roots` that each take themselves for the root wait.
+const ROOTS_WAIT: Timeout = Timeout::Millis(1_000);
+
 type Outcome<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         [] => run(),
+        ["roots"] => roots(),
         [mode @ ("fault" | "fault-known"), dead, root] => match (dead.parse(), root.parse()) {
             (Ok(dead), Ok(root)) => fault(dead, root, mode == "fault-known"),
             _ => Err(format!("{mode} DEAD ROOT: ranks are numbers").into()),
         },
-        _ => Err("usage: broadcast [fault|fault-known DEAD ROOT]".into()),
+        _ => Err("usage: broadcast [roots | fault|fault-known DEAD ROOT]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -279,4 +290,48 @@ fn fault(dead: Rank, root: Rank, known: bool) -> Outcome<()> {
         Ok(()) | Err(gaspi::Error::RankFailed { .. }) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// `roots`, see the module documentation.
+fn roots() -> Outcome<()> {
+    let ctx = Context::init()?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    if n != 4 {
+        return Err(format!("roots: a job of 4 ranks, not {n}").into());
+    }
+    let coll = Collectives::new(&ctx)?;
+    let ended = |result: Result<(), Error>, buf: &[u8], before: &[u8]| {
+        let how = match result {
+            Ok(()) => "ok".to_owned(),
+            Err(Error::RootMismatch {
+                root, parent, got, ..
+            }) => format!("root_mismatch:{root}/{parent}/{got}"),
+            Err(e) if e.is_timeout() => "timeout".to_owned(),
+            Err(e) => format!("error:{e}"),
+        };
+        match buf == before {
+            true => format!("{how}/untouched"),
+            false => how,
+        }
+    };
+    let mut shared = Broadcast::new(&coll, GROUP_ALL, plan::FAULT_LEN as u64, TIMEOUT)?;
+    let root = if me == n - 1 { 0 } else { 2 };
+    let before = plan::initial(me, plan::FAULT_LEN);
+    let mut data = before.clone();
+    if me == root {
+        plan::fill(root, 0, &mut data);
+    }
+    let shared_parent = ended(shared.broadcast(root, &mut data, TIMEOUT), &data, &before);
+    ctx.barrier(TIMEOUT)?;
+    let mut own = Broadcast::new(&coll, GROUP_ALL, plan::FAULT_LEN as u64, TIMEOUT)?;
+    let mut data = before.clone();
+    let self_rooted = ended(own.broadcast(me, &mut data, ROOTS_WAIT), &data, &before);
+    // Nobody drops an object while a member may still look at it.
+    ctx.barrier(TIMEOUT)?;
+    println!("data roots rank {me}: shared_parent={shared_parent}; self_rooted={self_rooted}");
+    drop(own);
+    drop(shared);
+    drop(coll);
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
 }
