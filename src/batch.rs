@@ -51,7 +51,8 @@ impl Context {
     }
 
     /// A new, empty batch holding at most `depth` operations before posting returns
-    /// [`Error::BatchFull`].
+    /// [`Error::BatchFull`]; a `depth` of 0 holds one, as a batch that could hold nothing
+    /// would refuse every operation.
     pub fn batch_with_depth(&self, depth: u32) -> Batch<'_> {
         Batch {
             ctx: self,
