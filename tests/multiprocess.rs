@@ -960,6 +960,68 @@ fn singleton_exit_leaves_no_files() {
     );
 }
 
+/// Whether this process may give a command a mount namespace of its own with a tmpfs over
+/// `/dev/shm` (root, or a container granting `CAP_SYS_ADMIN`), as [`small_dev_shm`] does.
+fn can_mount_dev_shm() -> bool {
+    Command::new("unshare")
+        .args(["-m", "--propagation", "private", "mount", "-t", "tmpfs"])
+        .args(["-o", "size=1m", "gaspi-test", "/dev/shm"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A job of 4 ranks over tcp whose `/dev/shm` is a tmpfs of 8 MiB, less than their segments
+/// of the `integrity` scenario at 1 MiB (over 2 MiB a rank): a rank whose file does not fit
+/// takes the temporary directory instead, and every rank checks every byte it received.
+/// Before, each rank saw all the space free when it created its sparse segment files, and the
+/// first writer of a page beyond the space died of SIGBUS. Nothing stays behind in either
+/// directory. Skipped, saying why, where no mount namespace can be made.
+#[test]
+fn small_dev_shm() {
+    if !can_mount_dev_shm() {
+        eprintln!("small_dev_shm skipped: cannot mount a tmpfs over /dev/shm in a mount namespace of its own (`unshare -m` needs root or CAP_SYS_ADMIN)");
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("small-dev-shm-test-{}", std::process::id()));
+    std::fs::create_dir(&tmp).expect("a temporary directory of the test's own");
+    let ranks = 4;
+    let mut command = Command::new("unshare");
+    command
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount -t tmpfs -o size=8m gaspi-test /dev/shm || exit 99
+             TMPDIR=\"$1\" \"$2\" -n \"$4\" --provider tcp --timeout 120 \"$3\" integrity --max-size 1048576
+             status=$?
+             echo \"left in /dev/shm: [$(ls -A /dev/shm)]\"
+             exit $status",
+        )
+        .arg("sh")
+        .arg(&tmp)
+        .arg(common::gaspirun_path())
+        .arg(common::selftest_path())
+        .arg(ranks.to_string());
+    let job = common::run(command, Duration::from_secs(150));
+    let left_in_tmp: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("the test's temporary directory")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&tmp);
+    job.assert_every_rank(ranks, |r| format!("ok integrity rank {r}: "));
+    assert!(
+        job.stdout.contains("left in /dev/shm: []"),
+        "files left in the job's /dev/shm\n{}",
+        job.report()
+    );
+    assert!(
+        left_in_tmp.is_empty(),
+        "files left in {}: {left_in_tmp:?}\n{}",
+        tmp.display(),
+        job.report()
+    );
+}
+
 #[test]
 fn early_exit_wrapped_3_tcp() {
     early_exit_wrapped(3, "tcp");

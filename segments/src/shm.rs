@@ -5,15 +5,19 @@
 //! # Where
 //!
 //! `/dev/shm` (tmpfs, so the pages never go to disk), falling back to [`std::env::temp_dir`]
-//! when `/dev/shm` does not exist, cannot be written, or reports less free space than the
-//! segment needs. The free-space check exists because tmpfs files are sparse: an oversized
-//! segment would otherwise be created successfully and then kill the process with `SIGBUS` on
-//! first touch of a page tmpfs cannot supply (a real risk in containers, whose `/dev/shm` is
-//! often only 64 MiB). The check is a snapshot, so a concurrent consumer of the same tmpfs can
-//! still cause `SIGBUS` later; reserving the space up front (`fallocate`) would close that gap
-//! but would also zero every page at creation, making large segments expensive to create.
-//! Note that a disk-backed temporary directory works but lets the kernel write dirty segment
-//! pages back to disk.
+//! when `/dev/shm` does not exist, cannot be written, or cannot hold the file. A file meant for
+//! memory every rank writes is *reserved* at creation ([`Space::Reserved`], `fallocate`): tmpfs
+//! files are otherwise sparse, so a file that fit when it was created could kill the process
+//! that first touches one of its pages with `SIGBUS` once the file system has filled up (the
+//! ranks of a host create their segments at the same moment, each seeing all the space free:
+//! measured, 4 ranks with 2 MiB of segments each in an 8 MiB `/dev/shm` died of `SIGBUS` at
+//! their first write). Reserving allocates the pages (tmpfs zeroes them at first touch), about
+//! 0.35 s per GiB on tmpfs; disk file systems reserve blocks without writing them. A file system
+//! that cannot reserve (`EOPNOTSUPP`) gets a sparse file, as does a file created
+//! [`Space::Sparse`]: for those, the free space reported before creation is the only check, so a
+//! concurrent consumer of the same file system can still cause `SIGBUS` later. Note that a
+//! disk-backed temporary directory works but lets the kernel write dirty segment pages back to
+//! disk.
 //!
 //! # Name
 //!
@@ -40,6 +44,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
@@ -58,6 +63,17 @@ const MAX_NAME_FRAGMENT: usize = 64;
 /// A name can already be taken only by a file left behind by a dead process that had the same
 /// pid (pid reuse, or another pid namespace sharing `/dev/shm`), so a handful of tries suffices.
 const NAME_ATTEMPTS: usize = 16;
+
+/// Whether a new file's storage is allocated when it is created (see "Where").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    /// Allocated at creation: a file system without room refuses the file then, instead of
+    /// a write into it crashing the writer later.
+    Reserved,
+    /// Allocated page by page as the memory is first touched; only the free space at creation
+    /// is checked. For large areas of which little is ever touched.
+    Sparse,
+}
 
 /// Source of the `<n>` part of file names, unique within this process.
 static NEXT_FILE_NUMBER: AtomicU64 = AtomicU64::new(0);
@@ -123,21 +139,32 @@ pub(crate) struct ShmFile {
 }
 
 impl ShmFile {
-    /// Creates a new, zero-filled file of `len` bytes for the segment called `name`.
+    /// Creates a new, zero-filled file of `len` bytes for the segment called `name`, its
+    /// storage allocated as `space` says.
     ///
     /// Returns the guard that owns the name and the open file, which the caller maps and may
     /// then close.
-    pub(crate) fn create(name: &str, len: usize) -> Result<(ShmFile, File)> {
-        Self::create_in(&[PathBuf::from(SHM_DIR), std::env::temp_dir()], name, len)
+    pub(crate) fn create(name: &str, len: usize, space: Space) -> Result<(ShmFile, File)> {
+        Self::create_in(
+            &[PathBuf::from(SHM_DIR), std::env::temp_dir()],
+            name,
+            len,
+            space,
+        )
     }
 
     /// Like [`ShmFile::create`], trying the directories `dirs` in order.
-    fn create_in(dirs: &[PathBuf], name: &str, len: usize) -> Result<(ShmFile, File)> {
+    fn create_in(
+        dirs: &[PathBuf],
+        name: &str,
+        len: usize,
+        space: Space,
+    ) -> Result<(ShmFile, File)> {
         let fragment = file_name_fragment(name);
         let mut failures = Vec::new();
         let mut last_error = io::Error::from_raw_os_error(libc::ENOENT);
         for dir in dirs {
-            match Self::create_in_dir(dir, &fragment, len) {
+            match Self::create_in_dir(dir, &fragment, len, space) {
                 Ok(created) => return Ok(created),
                 Err(err) => {
                     failures.push(format!("{}: {err}", dir.display()));
@@ -155,7 +182,12 @@ impl ShmFile {
     }
 
     /// Creates the file in `dir` and sizes it to `len` bytes.
-    fn create_in_dir(dir: &Path, fragment: &str, len: usize) -> io::Result<(ShmFile, File)> {
+    fn create_in_dir(
+        dir: &Path,
+        fragment: &str,
+        len: usize,
+        space: Space,
+    ) -> io::Result<(ShmFile, File)> {
         if let Some(free) = free_bytes(dir) {
             if free < to_u64(len) {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
@@ -175,12 +207,15 @@ impl ShmFile {
             match opened {
                 Ok(file) => {
                     note_live(&path, owner_pid);
-                    // The guard exists before `set_len` so that a failure unlinks the file.
+                    // The guard exists before the sizing so that a failure unlinks the file.
                     let guard = ShmFile {
                         path: Some(path),
                         owner_pid,
                     };
-                    file.set_len(to_u64(len))?;
+                    match space {
+                        Space::Reserved => reserve(&file, len)?,
+                        Space::Sparse => file.set_len(to_u64(len))?,
+                    }
                     return Ok((guard, file));
                 }
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last_error = err,
@@ -235,6 +270,27 @@ impl Drop for ShmFile {
     }
 }
 
+/// Sizes the new, empty `file` to `len` bytes with its storage allocated, or sparse where the
+/// file system cannot allocate ahead.
+fn reserve(file: &File, len: usize) -> io::Result<()> {
+    let size = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: `fallocate` reads and writes no memory of this process; the descriptor is
+        // open for as long as `file` is borrowed.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            // tmpfs gives up an allocation a signal interrupted, and releases what it took.
+            Some(libc::EINTR) => {}
+            Some(libc::EOPNOTSUPP) => return file.set_len(to_u64(len)),
+            _ => return Err(err),
+        }
+    }
+}
+
 /// Reduces a caller-chosen segment name to characters that are safe in a file name.
 fn file_name_fragment(name: &str) -> String {
     name.chars()
@@ -285,8 +341,13 @@ mod tests {
     fn unusable_directories_are_skipped() {
         let missing = PathBuf::from("/nonexistent-gaspi-segments-test-dir");
         let fallback = std::env::temp_dir();
-        let (guard, file) =
-            ShmFile::create_in(&[missing, fallback.clone()], "fallback", 4096).expect("fallback");
+        let (guard, file) = ShmFile::create_in(
+            &[missing, fallback.clone()],
+            "fallback",
+            4096,
+            Space::Reserved,
+        )
+        .expect("fallback");
         let path = guard.path().expect("not unlinked").to_path_buf();
         assert_eq!(path.parent(), Some(fallback.as_path()));
         assert_eq!(file.metadata().expect("metadata").len(), 4096);
@@ -295,9 +356,34 @@ mod tests {
     }
 
     #[test]
+    fn reserved_files_are_allocated_in_either_directory_and_sparse_ones_are_not() {
+        use std::os::unix::fs::MetadataExt;
+        let len = 1 << 20;
+        for dir in [PathBuf::from(SHM_DIR), std::env::temp_dir()] {
+            let dirs = [dir.clone()];
+            let (_reserved, file) =
+                ShmFile::create_in(&dirs, "reserved", len, Space::Reserved).expect("reserved");
+            let meta = file.metadata().expect("metadata");
+            assert_eq!(meta.len(), to_u64(len));
+            // `st_blocks` counts 512-byte units, whatever the file system's block size.
+            assert!(
+                meta.blocks() * 512 >= to_u64(len),
+                "{}: {} blocks",
+                dir.display(),
+                meta.blocks()
+            );
+            let (_sparse, file) =
+                ShmFile::create_in(&dirs, "sparse", len, Space::Sparse).expect("sparse");
+            let meta = file.metadata().expect("metadata");
+            assert_eq!((meta.len(), meta.blocks()), (to_u64(len), 0));
+        }
+    }
+
+    #[test]
     fn too_little_free_space_is_an_error_not_a_sigbus() {
         let dirs = [std::env::temp_dir()];
-        let err = ShmFile::create_in(&dirs, "huge", usize::MAX).expect_err("cannot fit");
+        let err =
+            ShmFile::create_in(&dirs, "huge", usize::MAX, Space::Sparse).expect_err("cannot fit");
         assert!(
             matches!(&err, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
             "{err:?}"
@@ -306,7 +392,7 @@ mod tests {
 
     #[test]
     fn unlink_removes_the_name_once() {
-        let (mut guard, _file) = ShmFile::create("unlink", 1).expect("create");
+        let (mut guard, _file) = ShmFile::create("unlink", 1, Space::Reserved).expect("create");
         let path = guard.path().expect("not unlinked").to_path_buf();
         assert!(path.exists());
         guard.unlink().expect("unlink");

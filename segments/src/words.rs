@@ -10,7 +10,7 @@ use memmap2::MmapRaw;
 
 use crate::error::{Error, Result};
 use crate::memory::{map_existing, map_new};
-use crate::shm::ShmFile;
+use crate::shm::{ShmFile, Space};
 
 /// Bytes per word.
 const WORD: usize = std::mem::size_of::<AtomicU32>();
@@ -31,7 +31,8 @@ pub struct SharedWords {
 
 impl SharedWords {
     /// Creates a file of `count` zeroed words, named after `name` (see the `shm` module for
-    /// where and how), and maps it.
+    /// where and how), its storage reserved as [`SegmentMemory::allocate`](crate::SegmentMemory::allocate)
+    /// reserves a segment's, and maps it.
     ///
     /// # Errors
     ///
@@ -42,7 +43,7 @@ impl SharedWords {
         if bytes == 0 {
             return Err(Error::ZeroSize);
         }
-        let (file, map) = map_new(name, bytes)?;
+        let (file, map) = map_new(name, bytes, Space::Reserved)?;
         Ok(SharedWords {
             map,
             len: count,

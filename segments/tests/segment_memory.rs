@@ -222,6 +222,30 @@ fn the_shm_file_lives_exactly_as_long_as_the_segment() {
 }
 
 #[test]
+fn a_segment_file_has_its_storage_allocated_before_any_write() {
+    use std::os::unix::fs::MetadataExt;
+    // A sparse file on a file system that fills up kills the first writer of a page with
+    // SIGBUS; all of it must be allocated while creation can still fail.
+    let len = 1 << 20;
+    let seg = SegmentMemory::allocate(len, "reserved").expect("allocate");
+    let path = seg.shm_path().expect("allocated segments have a file");
+    let meta = std::fs::metadata(path).expect("file exists");
+    // `st_blocks` counts 512-byte units, whatever the file system's block size.
+    assert!(
+        meta.blocks() * 512 >= len as u64,
+        "{}: {} of {len} bytes allocated",
+        path.display(),
+        meta.blocks() * 512
+    );
+    let mut bytes = vec![1u8; len];
+    seg.read(0, &mut bytes).expect("read");
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "a new segment reads as zeros"
+    );
+}
+
+#[test]
 fn segments_with_the_same_name_get_distinct_files() {
     let a = SegmentMemory::allocate(1, "twin/../x").expect("allocate a");
     let b = SegmentMemory::allocate(1, "twin/../x").expect("allocate b");

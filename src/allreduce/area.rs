@@ -59,7 +59,10 @@ impl ReduceArea {
             return Ok(None);
         }
         let len = 2 * 2 * slots as usize * chunk;
-        let memory = SegmentMemory::allocate(len, &format!("reduce{group}"))
+        // Sparse: the area is sized for the longest runs of the largest schedule (32 MiB for 8
+        // members at the default chunk), of which a group's allreduces mostly touch little;
+        // reserving it would make every committed group cost all of it in memory.
+        let memory = SegmentMemory::allocate_sparse(len, &format!("reduce{group}"))
             .map_err(Error::segment(rank, 0))?;
         Ok(Some(ReduceArea {
             region: Region::register(ep, memory, key)?,
