@@ -303,7 +303,8 @@ impl Context {
     /// [`Error::Config`] for an invalid configuration; [`Error::Bootstrap`] when the PMI
     /// conversation fails; [`Error::ProviderUnavailable`] / [`Error::Fabric`] when the
     /// provider cannot be opened; [`Error::InitTimeout`] when the other ranks do not meet this
-    /// one within [`Config::op_timeout`].
+    /// one within [`Config::op_timeout`], or [`Error::Limit`] instead when this process has no
+    /// file descriptor left by then (its peers' connections need them).
     pub fn init_with(config: Config) -> Result<Context> {
         config.validate()?;
         let mut pmi = PmiClient::from_env()?;
@@ -463,11 +464,11 @@ impl Context {
         // Its timeout is not the caller's, and init cannot be called again: a bare `Timeout`
         // would neither say what timed out nor which setting to raise.
         let op_timeout = ctx.inner.config.op_timeout;
+        let timeout_ms = u64::try_from(op_timeout.as_millis()).unwrap_or(u64::MAX);
         ctx.barrier(Timeout::from(op_timeout))
             .map_err(|e| match e {
-                Error::Timeout => Error::InitTimeout {
-                    timeout_ms: u64::try_from(op_timeout.as_millis()).unwrap_or(u64::MAX),
-                },
+                Error::Timeout => descriptors_short(ctx.inner.rank, ctx.inner.size, timeout_ms)
+                    .unwrap_or(Error::InitTimeout { timeout_ms }),
                 other => other,
             })?;
         Ok(ctx)
@@ -612,6 +613,32 @@ impl Drop for Context {
             let _ = pmi.finalize();
         }
     }
+}
+
+/// The error of an init whose first barrier timed out while this process has fewer file
+/// descriptors free than it has peers, or `None` while it has enough. Over tcp a connection
+/// to each peer takes a descriptor on both sides, and libfabric keeps retrying to accept one
+/// it has no descriptor for rather than failing, so a timeout is all the barrier sees, on the
+/// rank that ran out and on the peers it never answered (measured: 4 ranks over tcp through
+/// the fabric with `ulimit -n 16` timed out after `GASPI_OP_TIMEOUT_MS`, naming no cause).
+fn descriptors_short(rank: Rank, size: u32, timeout_ms: u64) -> Option<Error> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current?;
+    // Reading the directory takes a descriptor itself: with none left, none are free.
+    let open = match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => u64::try_from(entries.count()).map_or(limit, |n| n.saturating_sub(1)),
+        Err(e) if e.raw_os_error() == Some(libc::EMFILE) => limit,
+        Err(_) => return None,
+    };
+    let free = limit.saturating_sub(open);
+    let peers = u64::from(size) - 1;
+    (free < peers).then(|| {
+        Error::Limit(format!(
+            "rank {rank}: {free} of the {limit} file descriptors the process may open \
+             (RLIMIT_NOFILE) are free, fewer than one for each of its {peers} peers' \
+             connections, and Context::init did not meet every rank within {timeout_ms} ms; \
+             raise `ulimit -n`"
+        ))
+    })
 }
 
 #[cfg(test)]

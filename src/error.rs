@@ -335,7 +335,8 @@ pub enum Error {
     #[error("invalid list operation: {0}")]
     InvalidList(String),
 
-    /// A resource limit was reached (segments, queues).
+    /// A resource limit was reached (segments, queues; at init, the process's file
+    /// descriptors, when they ran out while its first barrier waited for connections).
     #[error("limit reached: {0}")]
     Limit(String),
 

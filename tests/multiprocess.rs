@@ -1022,6 +1022,36 @@ fn small_dev_shm() {
     );
 }
 
+/// A job of 4 ranks over tcp through the fabric whose ranks may open only 16 file
+/// descriptors: too few for their connections. Every rank that fails at init says that its
+/// descriptors ran out; before, they waited for `GASPI_OP_TIMEOUT_MS` and reported an
+/// `InitTimeout`, naming no cause, while libfabric retried accepting the connections.
+#[test]
+fn too_few_file_descriptors_are_named_at_init() {
+    let selftest = common::selftest_path();
+    let script = format!(
+        "ulimit -n 16 && GASPI_INTRANODE=fabric GASPI_OP_TIMEOUT_MS=3000 exec {} integrity \
+         --max-size 4096",
+        selftest.display()
+    );
+    let job = gaspirun(4, "tcp", 60, std::path::Path::new("sh"), &["-c", &script]);
+    assert!(!job.status.success(), "{}", job.report());
+    let failures: Vec<&str> = job
+        .stderr
+        .lines()
+        .filter(|l| l.contains("joining the job failed"))
+        .collect();
+    assert!(!failures.is_empty(), "{}", job.report());
+    for failure in failures {
+        assert!(
+            failure.contains("file descriptors the process may open (RLIMIT_NOFILE) are free")
+                || failure.contains("Too many open files"),
+            "{failure}\n{}",
+            job.report()
+        );
+    }
+}
+
 #[test]
 fn early_exit_wrapped_3_tcp() {
     early_exit_wrapped(3, "tcp");
