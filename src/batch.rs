@@ -15,6 +15,7 @@ use crate::queue::{Kind, Label, Queue, Request};
 use crate::rma::Notification;
 use crate::segment::Segment;
 use crate::target::Target;
+use crate::wire::WireNotification;
 
 /// A set of operations posted together and waited for together.
 ///
@@ -79,7 +80,7 @@ impl Batch<'_> {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
-        self.write_with(src, src_offset, dst, dst_offset, size, None)
+        self.write_with(src, src_offset, dst, dst_offset, size, None, None)
     }
 
     /// Writes like [`write`](Self::write), then sets `notification` in the target segment's
@@ -101,7 +102,7 @@ impl Batch<'_> {
         if size == 0 {
             return self.notify(dst, notification);
         }
-        self.write_with(src, src_offset, dst, dst_offset, size, Some(wire))
+        self.write_with(src, src_offset, dst, dst_offset, size, Some(wire), None)
     }
 
     /// Writes like [`write`](Self::write), then sets `notification` in the table of another
@@ -132,15 +133,25 @@ impl Batch<'_> {
         if size == 0 {
             return self.notify(table, notification);
         }
-        // The notification goes by the table's id, behind the data: its segment is checked
-        // here, as `notify` checks it.
-        table.still_named(&self.ctx.inner)?;
-        if table.incarnation().is_some() && !self.ctx.inner.direct.reaches(table.rank) {
-            table.dest(&self.ctx.inner, 0, 0)?;
+        // Two targets of one library segment id from different segments: one is stale, and
+        // either way the operation is refused as towards a segment that is gone (the write
+        // checks `dst` alone, and a notification in `dst`'s table goes along with it).
+        if table.table == dst.table {
+            if table.incarnation() != dst.incarnation() {
+                return Err(Error::UnknownSegment {
+                    rank: table.rank,
+                    segment: table.segment(),
+                });
+            }
+            return self.write_with(src, src_offset, dst, dst_offset, size, Some(wire), None);
         }
-        self.write_with(src, src_offset, dst, dst_offset, size, Some(wire))
+        let other = Some(table);
+        self.write_with(src, src_offset, dst, dst_offset, size, Some(wire), other)
     }
 
+    /// Writes, then sets `data` (if any) in `dst`'s table, or in that of `other`, another
+    /// segment of `dst`'s rank.
+    #[allow(clippy::too_many_arguments)]
     fn write_with(
         &self,
         src: &Segment<'_>,
@@ -148,7 +159,8 @@ impl Batch<'_> {
         dst: &Target,
         dst_offset: u64,
         size: u64,
-        data: Option<crate::wire::WireNotification>,
+        data: Option<WireNotification>,
+        other: Option<&Target>,
     ) -> Result<()> {
         let inner = &self.ctx.inner;
         let local = src.local();
@@ -157,8 +169,19 @@ impl Batch<'_> {
         if let Some(peer) = inner.mapped(Some(&self.queue), dst.rank, dst.table)? {
             dst.names(&peer.descriptor)?;
             let offset = dst.start + dst_offset;
+            if let (Some(table), Some(wire)) = (other, data) {
+                let incarnation = table.incarnation();
+                let mapped = inner.other_table(&self.queue, dst.rank, wire, incarnation)?;
+                inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
+                return inner.notify_other_table(&self.queue, dst.rank, mapped, wire, incarnation);
+            }
             inner.direct_write(local, src_offset, dst.rank, &peer, dst.table, offset, size)?;
             return inner.notify_behind(&self.queue, dst.rank, &peer, dst.table, data);
+        }
+        // The notification goes by its table's id, behind the data: another table than
+        // `dst`'s is checked here, as `notify` checks it.
+        if let Some(table) = other.filter(|table| table.incarnation().is_some()) {
+            table.dest(inner, 0, 0)?;
         }
         // Only the fabric needs the target's address (towards a rank reached directly, its
         // lookup reads the peer's directory again).
@@ -222,7 +245,7 @@ impl Batch<'_> {
         data: &[u8],
         dst: &Target,
         dst_offset: u64,
-        n: Option<crate::wire::WireNotification>,
+        n: Option<WireNotification>,
     ) -> Result<()> {
         let inner = &self.ctx.inner;
         let size = data.len() as u64;

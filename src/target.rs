@@ -141,24 +141,6 @@ impl Target {
         }
     }
 
-    /// [`names`](Self::names) for a target that an operation reaches directly by its id
-    /// without lending the segment here (the table of a `write_notify_to`).
-    ///
-    /// # Errors
-    /// [`Error::UnknownSegment`] when the library segment is gone or another.
-    pub(crate) fn still_named(&self, inner: &Inner) -> Result<()> {
-        if self.incarnation().is_none() || !inner.direct.reaches(self.rank) {
-            return Ok(());
-        }
-        match inner.known_now(self.rank, self.table.segment_key()?) {
-            Some(Known::Present(found)) => self.names(&found),
-            _ => Err(Error::UnknownSegment {
-                rank: self.rank,
-                segment: self.segment(),
-            }),
-        }
-    }
-
     /// `n` for this target's table, checked.
     pub(crate) fn wire(&self, n: Notification) -> Result<WireNotification> {
         check_notification(self.rank, self.segment(), self.descriptor.notifications, n)?;

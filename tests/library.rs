@@ -235,6 +235,7 @@ fn library(ranks: u32, provider: &str) {
                 job.report()
             );
             expect("stale_notify", id.clone());
+            expect("stale_write_to", id.clone());
             expect("stale_atomic", id.clone());
         }
         // Each creation of a library registered again pairs with its own messages.

@@ -190,6 +190,49 @@ impl Inner {
         }
     }
 
+    /// The mapped table of another segment of `rank` than the one a direct write goes into,
+    /// for the write's notification `n`: lent before the data moves, so that a refusal leaves
+    /// the data unwritten, and set through after it with
+    /// [`notify_other_table`](Self::notify_other_table). With an `incarnation` (a library
+    /// segment's target, see `Target::incarnation`), that segment only:
+    /// [`Error::UnknownSegment`] once another has `n`'s table id, checked on this mapping.
+    /// `None`: the table is not mapped, and `n` goes through the fabric.
+    pub(crate) fn other_table(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        n: WireNotification,
+        incarnation: Option<u32>,
+    ) -> Result<Option<Loan<'_, PeerSegment>>> {
+        let Some(peer) = self.direct_to(Some(q), rank, n.table)? else {
+            return Ok(None);
+        };
+        if incarnation.is_some_and(|i| i != peer.descriptor.incarnation) {
+            return Err(Error::UnknownSegment {
+                rank,
+                segment: n.table.id(),
+            });
+        }
+        Ok(peer.table.is_some().then_some(peer))
+    }
+
+    /// Sets `n` after data that went directly, in `table` found by
+    /// [`other_table`](Self::other_table), or through the fabric without it.
+    pub(crate) fn notify_other_table(
+        &self,
+        q: &Queue,
+        rank: Rank,
+        table: Option<Loan<'_, PeerSegment>>,
+        n: WireNotification,
+        incarnation: Option<u32>,
+    ) -> Result<()> {
+        if let Some(peer) = table {
+            return self.direct_notify(rank, &peer, n);
+        }
+        let check = self.dest_of(rank, n.table.segment_key()?, incarnation, 0, 0)?;
+        self.notify_on(q, rank, check, n)
+    }
+
     /// Sets `n` in `rank`'s table directly; `Ok(false)`: use the fabric.
     pub(crate) fn notify_directly(
         &self,

@@ -36,9 +36,10 @@
 //!    rank 0 drops its part while the others keep theirs and a target of it, as a library
 //!    whose teardown is not synchronised does; rank 0's next library segment, of library
 //!    `stale-y` over a team of rank 0 alone, takes the same local id. A write with a
-//!    notification, a notification and an atomic that notifies, through the kept target, must
-//!    each fail with `UnknownSegment` naming rank 0's old id, and `stale-y`'s segment must
-//!    stay untouched (`stale_untouched`).
+//!    notification, a notification and an atomic that notifies, through the kept target, and
+//!    a write into a user segment notified in the kept target's table (`write_notify_to`),
+//!    must each fail with `UnknownSegment` naming rank 0's old id, and `stale-y`'s segment
+//!    must stay untouched (`stale_untouched`).
 //! 8. **A library registered again.** Ranks 0 and 1 make a team of the two in library
 //!    `again`; rank 0 completes it, drops the library, registers it again and starts the same
 //!    team creation, all before rank 1, which started the first, takes rank 0's message of
@@ -373,6 +374,12 @@ fn stale(ctx: &Context, data: &mut Data) -> Outcome {
             .write_notify(&mine, 0, &kept, 0, STALE_LEN, note)
             .and_then(|()| batch.wait(TIMEOUT));
         let notify = batch.notify(&kept, note).and_then(|()| batch.wait(TIMEOUT));
+        let user = ctx
+            .target(0, TO_USER_SEG, TIMEOUT)
+            .doing(|| "user segment 1 on rank 0")?;
+        let write_to = batch
+            .write_notify_to(&mine, 0, &user, 0, STALE_LEN, &kept, note)
+            .and_then(|()| batch.wait(TIMEOUT));
         let atomic = ctx
             .atomic_fetch_add_at(&kept, 0, 1, Some(note))
             .and_then(|request| request.wait(TIMEOUT));
@@ -380,6 +387,7 @@ fn stale(ctx: &Context, data: &mut Data) -> Outcome {
         for (key, got) in [
             ("stale_write", outcome(&write)),
             ("stale_notify", outcome(&notify)),
+            ("stale_write_to", outcome(&write_to)),
             ("stale_atomic", outcome(&atomic)),
         ] {
             ensure!(
