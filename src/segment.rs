@@ -272,6 +272,16 @@ impl Segments {
         self.entry(table).map(|e| f(&e.local))
     }
 
+    /// The segment behind `table`, lent under `loan`'s pin (an operation that holds a peer's
+    /// segment lent already): no pin of its own.
+    pub(crate) fn under<'b, U>(
+        &'b self,
+        table: Table,
+        loan: &'b Loan<'_, U>,
+    ) -> Option<&'b LocalSegment> {
+        loan.with(&self.slots, index(table)?).map(|e| &*e.local)
+    }
+
     /// Runs `f` on the notification table behind `table` without touching the segment's
     /// reference count: delivering a notification uses it. `f` must not block.
     pub(crate) fn with_table<R>(

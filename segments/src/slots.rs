@@ -82,6 +82,35 @@ impl<T> std::ops::Deref for Loan<'_, T> {
     }
 }
 
+impl<T> Loan<'_, T> {
+    /// The value in slot `index` of `slots` (any table), lent under this loan's pin for as
+    /// long as both: no pin of its own, where a second [`Slots::get`] while this loan lives
+    /// would look its thread up again. `None` when the slot is empty or out of range.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gaspi_segments::Slots;
+    ///
+    /// let (peers, mine) = (Slots::new(2), Slots::new(2));
+    /// peers.try_insert(0, Arc::new(7u32)).unwrap();
+    /// mine.try_insert(1, Arc::new(String::from("mine"))).unwrap();
+    /// let peer = peers.get(0).expect("present");
+    /// assert_eq!(peer.with(&mine, 1).map(String::as_str), Some("mine"));
+    /// assert!(peer.with(&mine, 0).is_none());
+    /// ```
+    pub fn with<'b, U: Send + Sync + 'static>(
+        &'b self,
+        slots: &'b Slots<U>,
+        index: usize,
+    ) -> Option<&'b U> {
+        let ptr = slots.slots.get(index)?.load(Ordering::Acquire);
+        // SAFETY: as in `Slots::get`: this loan's pin was taken before this load (when the
+        // loan was made), so a value the load saw is released no earlier than the pin is
+        // dropped; the reference borrows this loan (its pin) and the table.
+        unsafe { ptr.as_ref() }
+    }
+}
+
 impl<T: std::fmt::Debug> std::fmt::Debug for Loan<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.value.fmt(f)

@@ -60,13 +60,13 @@ impl Inner {
 
     /// Copies `size` bytes between this rank's user segment at `local` and `remote_offset` of
     /// `rank`'s mapped segment `peer` (of user segment `segment`): a read when `read`, which
-    /// then sets `then` locally.
+    /// then sets `then` locally. The local segment is lent under `peer`'s pin.
     #[allow(clippy::too_many_arguments)]
     fn transfer_directly(
         &self,
         local: Local,
         rank: Rank,
-        peer: &PeerSegment,
+        peer: &Loan<'_, PeerSegment>,
         segment: SegmentId,
         remote_offset: u64,
         size: u64,
@@ -74,19 +74,19 @@ impl Inner {
         then: Option<(NotificationId, u32)>,
     ) -> Result<()> {
         let table = Table::User(segment);
-        self.segments
-            .with_segment(Table::User(local.segment), |mine| {
-                if read {
-                    let (o, s) = (local.offset, remote_offset);
-                    self.direct_read(mine, o, rank, peer, table, s, size, then)
-                } else {
-                    self.direct_write(mine, local.offset, rank, peer, table, remote_offset, size)
-                }
-            })
+        let mine = self
+            .segments
+            .under(Table::User(local.segment), peer)
             .ok_or_else(|| Error::UnknownSegment {
                 rank: self.rank,
                 segment: local.segment,
-            })?
+            })?;
+        if read {
+            let (o, s) = (local.offset, remote_offset);
+            self.direct_read(mine, o, rank, peer, table, s, size, then)
+        } else {
+            self.direct_write(mine, local.offset, rank, peer, table, remote_offset, size)
+        }
     }
 
     /// Writes `size` bytes from `local` to `remote` directly, then sets `n` (directly too, or
