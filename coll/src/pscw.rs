@@ -1218,8 +1218,10 @@ impl<'c> Window<'c> {
             Some((n, due)) => {
                 let table = self.control_target(member, due)?;
                 self.reap()?;
-                self.batch
-                    .write_notify_to(&src, src_offset, &dst, dst_offset, size, &table, n)?;
+                self.with_room(due, || {
+                    self.batch
+                        .write_notify_to(&src, src_offset, &dst, dst_offset, size, &table, n)
+                })?;
             }
         }
         Ok(())
@@ -1283,7 +1285,21 @@ impl<'c> Window<'c> {
     fn notify(&mut self, member: u32, notification: Notification, due: &mut Due) -> Result<()> {
         let table = self.control_target(member, due)?;
         self.reap()?;
-        self.batch.notify(&table, notification)?;
+        self.with_room(due, || self.batch.notify(&table, notification))
+    }
+
+    /// Posts a `done` with `post`; when the epoch's writes fill the batch, waits within `due`
+    /// for them to complete (as `complete` does next anyway) and posts it then. A full batch
+    /// made `complete` fail with `BatchFull` at once, its targets never told (a window that
+    /// wrote 65,536 blocks of 4,100 bytes through shm to a target not driving progress yet).
+    fn with_room(&self, due: &mut Due, post: impl Fn() -> gaspi::Result<()>) -> Result<()> {
+        match post() {
+            Err(gaspi::Error::BatchFull { .. }) => {
+                self.batch.wait(due.left())?;
+                post()?;
+            }
+            other => other?,
+        }
         Ok(())
     }
 

@@ -354,6 +354,30 @@ fn kill(provider: &str) {
     assert_eq!(target.get("block2"), "ok", "{report}");
 }
 
+/// `full`: posting past a window's batch is `BatchFull`, and `complete` then waits for room
+/// to tell its target (before the fix it returned `BatchFull` in 3 of 4 epochs, the target
+/// never told).
+fn full(provider: &str) {
+    let job = job_with_env(
+        &["GASPI_INTRANODE=fabric", "GASPI_PROGRESS_THREAD=0"],
+        2,
+        provider,
+        &["full"],
+    );
+    let report = job.report();
+    let epoch = "BatchFull { depth: 65536 }/65536/Ok(())";
+    assert_eq!(
+        job.data("full", 0).get("rounds"),
+        [epoch; 3].join(","),
+        "{report}"
+    );
+    assert_eq!(
+        job.data("full", 1).get("rounds"),
+        ["Ok(())/ok"; 3].join(","),
+        "{report}"
+    );
+}
+
 jobs! {
     epochs_2_tcp: epochs(2, "tcp");
     epochs_2_shm: epochs(2, "shm");
@@ -384,6 +408,7 @@ jobs! {
     any_4_shm: any("shm");
     one_3_tcp: one("tcp");
     one_3_shm: one("shm");
+    full_fabric_2_shm: full("shm");
     kill_3_tcp: kill("tcp");
     kill_3_shm: kill("shm");
 }

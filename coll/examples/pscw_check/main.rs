@@ -52,6 +52,12 @@
 //! * `any`: ranks 1.. post to rank 0 one after the other, the highest first, each once the
 //!   one above it was served (a passive message tells it); rank 0 serves them with
 //!   `start_any` in the order their posts arrive (`order`).
+//! * `full` (2 ranks, through the fabric, without progress threads): 3 epochs in which rank 1
+//!   posts to rank 0, then makes no call for 1.5 s, so that nothing rank 0 writes to it
+//!   completes; rank 0 writes blocks of [`FULL_BLOCK`] bytes to it until the window's batch
+//!   is full, then completes, which must wait for room to tell rank 1 rather than fail:
+//!   `data full rank R: rounds=<epoch>,...`, each epoch on rank 0 `<the error that stopped
+//!   the writes>/<writes>/<complete>`, on rank 1 `<wait>/<the block: ok or wrong>`.
 //! * `kill` (3 ranks, under `gaspirun --keep-going`): rank 0 posts to ranks 1 and 2; rank 2
 //!   starts, writes and is killed (SIGKILL) before it completes; rank 1 completes, then starts
 //!   rank 2 (after a first epoch with it), which never posts to it again. Rank 0's wait and
@@ -111,9 +117,10 @@ fn main() -> ExitCode {
         ["xyzu"] => in_job(xyzu),
         ["any"] => in_job(any),
         ["one"] => in_job(one),
+        ["full"] => in_job(full),
         ["kill"] => kill(),
         _ => Err(
-            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | remade | any | one | kill".into(),
+            "usage: pscw_check epochs E | nocheck E | double E | threads | overlap | xyzu | errors | remade | any | one | full | kill".into(),
         ),
     };
     match result {
@@ -509,6 +516,60 @@ fn found_gone(ctx: &Context, coll: &Collectives<'_>) -> Outcome<String> {
     };
     ctx.barrier(TIMEOUT)?;
     Ok(seen)
+}
+
+/// The window segment of `full`, and its source.
+const FULL_WIN: gaspi::SegmentId = 5;
+const FULL_SRC: gaspi::SegmentId = 6;
+/// Bytes of each write in `full`: above the 4 KiB a window holds back, and above what shm
+/// injects, so every write stays in the batch until the target's progress completes it.
+const FULL_BLOCK: u64 = 4100;
+/// Writes `full` makes at most per epoch: more than a window's batch holds.
+const FULL_WRITES: u32 = 70_000;
+/// Epochs of `full`: whether a write completes anyway before `complete` looks (which gave
+/// the old code room) varies from run to run, so one epoch found the fault in 3 of 4 runs.
+const FULL_ROUNDS: u8 = 3;
+
+fn full(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
+    if ctx.size() != 2 {
+        return Err("full needs 2 ranks".into());
+    }
+    ctx.segment_create(FULL_WIN, FULL_BLOCK, TIMEOUT)?;
+    ctx.segment_create(FULL_SRC, FULL_BLOCK, TIMEOUT)?;
+    let byte = |round: u8, at: u64| (at as u8).wrapping_mul(7) ^ round;
+    let mut win = Window::new(coll, GROUP_ALL, FULL_WIN, TIMEOUT)?;
+    let mut seen = Vec::new();
+    for round in 0..FULL_ROUNDS {
+        if ctx.rank() == 0 {
+            let bytes: Vec<u8> = (0..FULL_BLOCK).map(|at| byte(round, at)).collect();
+            ctx.segment_write(FULL_SRC, 0, &bytes)?;
+            win.start(&[1], Assert::NONE, TIMEOUT)?;
+            let mut writes = 0;
+            let mut filled = "none".to_owned();
+            while writes < FULL_WRITES {
+                match win.write(FULL_SRC, 0, 1, 0, FULL_BLOCK) {
+                    Ok(()) => writes += 1,
+                    Err(e) => {
+                        filled = shown::<()>(Err(e));
+                        break;
+                    }
+                }
+            }
+            let completed = shown(win.complete(TIMEOUT));
+            seen.push(format!("{filled}/{writes}/{completed}"));
+        } else {
+            win.post(&[0], Assert::NONE, TIMEOUT)?;
+            std::thread::sleep(Duration::from_millis(1500));
+            let waited = shown(win.wait(TIMEOUT));
+            let mut got = vec![0; FULL_BLOCK as usize];
+            ctx.segment_read(FULL_WIN, 0, &mut got)?;
+            let right = got.iter().zip(0..).all(|(&b, at)| b == byte(round, at));
+            seen.push(format!("{waited}/{}", if right { "ok" } else { "wrong" }));
+        }
+        ctx.barrier(TIMEOUT)?;
+    }
+    println!("data full rank {}: rounds={}", ctx.rank(), seen.join(","));
+    Ok(())
 }
 
 /// Epochs of the second window in `threads`.
