@@ -327,6 +327,29 @@ struct Peer {
     gone: bool,
 }
 
+/// The control table of `rank` (a member whose table is `cached`, once looked up), looked up
+/// in `control`'s namespace within `due` by the first call: every later epoch finds it, so
+/// only that check is inline. A function of the fields it needs, so that the batch can post
+/// to the table it borrows without copying it.
+#[inline]
+fn control_table<'p>(
+    cached: &'p mut Option<Target>,
+    control: &Segment<'_>,
+    rank: Rank,
+    due: &mut Due,
+) -> Result<&'p Target> {
+    match cached {
+        Some(table) => Ok(table),
+        None => Ok(cached.insert(look_up_control(control, rank, due)?)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn look_up_control(control: &Segment<'_>, rank: Rank, due: &mut Due) -> Result<Target> {
+    Ok(control.target(rank, due.left())?)
+}
+
 /// A call's timeout, turned into a deadline when the call first has to wait or look something
 /// up. Most epochs find their posts and completions already there; reading the clock for
 /// each call would then cost more than the rest of such a check.
@@ -467,7 +490,7 @@ impl<'c> Window<'c> {
         let nocheck = assert.contains(Assert::NOCHECK);
         if !nocheck {
             for i in 0..self.origins.len() {
-                self.control_target(self.origins[i].member, &mut due)?;
+                self.resolve_control(self.origins[i].member, &mut due)?;
             }
         }
         for o in &mut self.origins {
@@ -687,10 +710,10 @@ impl<'c> Window<'c> {
         if size > Self::HELD_WRITE_MAX || self.ctx.reaches_directly(target) {
             return self.write_with(src, src_offset, target, dst_offset, size, None);
         }
-        let (i, dst) = self.ready(target)?;
+        let i = self.ready(target)?;
         let len = self.ctx.segment_size(src)?;
         crate::check_range(self.ctx.rank(), src, len, src_offset, size)?;
-        self.fit(i, dst, dst_offset, size)?;
+        self.fit(i, dst_offset, size)?;
         self.release_held(i)?;
         self.access[i].held = Some(Held {
             src,
@@ -730,16 +753,17 @@ impl<'c> Window<'c> {
         size: u64,
         notification: Option<Notification>,
     ) -> Result<()> {
-        let (i, dst) = self.ready(target)?;
-        let dst = self.fit(i, dst, dst_offset, size)?;
+        let i = self.ready(target)?;
+        self.fit(i, dst_offset, size)?;
         let src = self.ctx.segment(src)?;
         self.release_held(i)?;
         self.access[i].sent = true;
+        let dst = self.window(i)?;
         match notification {
-            None => self.batch.write(&src, src_offset, &dst, dst_offset, size)?,
+            None => self.batch.write(&src, src_offset, dst, dst_offset, size)?,
             Some(n) => self
                 .batch
-                .write_notify(&src, src_offset, &dst, dst_offset, size, n)?,
+                .write_notify(&src, src_offset, dst, dst_offset, size, n)?,
         }
         Ok(())
     }
@@ -756,17 +780,18 @@ impl<'c> Window<'c> {
         target: Rank,
         blocks: &[(u64, u64, u64)],
     ) -> Result<()> {
-        let (i, mut dst) = self.ready(target)?;
+        let i = self.ready(target)?;
         let segment = self.ctx.segment(src)?;
         for &(src_offset, dst_offset, size) in blocks {
             crate::check_range(self.ctx.rank(), src, segment.len(), src_offset, size)?;
-            dst = self.fit(i, dst, dst_offset, size)?;
+            self.fit(i, dst_offset, size)?;
         }
         self.release_held(i)?;
         self.access[i].sent = true;
+        let dst = self.window(i)?;
         for &(src_offset, dst_offset, size) in blocks {
             self.batch
-                .write(&segment, src_offset, &dst, dst_offset, size)?;
+                .write(&segment, src_offset, dst, dst_offset, size)?;
         }
         Ok(())
     }
@@ -880,8 +905,8 @@ impl<'c> Window<'c> {
             let failed = landing(&e);
             for &(member, _, n) in carried.iter().filter(|c| Some(c.1) == failed) {
                 // Not `notify`: its reaping would report the same failure again.
-                let table = self.control_target(member, due)?;
-                self.batch.notify(&table, n)?;
+                let (batch, table) = self.batch_to(member, due)?;
+                batch.notify(table, n)?;
             }
             return Err(e);
         }
@@ -910,7 +935,17 @@ impl<'c> Window<'c> {
     /// started on its own is served as soon as it posted, whoever else has not.
     /// A target found dead leaves the epoch ([`Stage::Dead`]; its death is kept in
     /// `access_lost`), and the others are waited for.
+    #[inline]
     fn await_posts(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
+        // `complete` mostly follows a `start` that took every post: then it only looks.
+        if self.pending(only).next().is_none() {
+            return Ok(());
+        }
+        self.take_posts_awaited(only, due)
+    }
+
+    #[inline(never)]
+    fn take_posts_awaited(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
         while self.take_posts(only)? {
             let missing = |ranks| Error::PostsMissing { ranks };
             if let Err(e) = self.sleep_or(self.pending(only), missing, due) {
@@ -1129,9 +1164,10 @@ impl<'c> Window<'c> {
             && self.access.iter().any(|a| a.stage == Stage::Pending)
     }
 
-    /// `target`'s place in the access epoch and window segment, when `target` is in the
-    /// epoch and has posted.
-    fn ready(&self, target: Rank) -> Result<(usize, Target)> {
+    /// `target`'s place in the access epoch, when `target` is in the epoch, has posted, and
+    /// its window segment is there.
+    #[inline]
+    fn ready(&self, target: Rank) -> Result<usize> {
         let i = match self.access.iter().position(|a| a.rank == target) {
             Some(i) if self.access[i].stage == Stage::Ready => i,
             Some(i) if self.access[i].stage == Stage::Pending => {
@@ -1150,47 +1186,67 @@ impl<'c> Window<'c> {
             _ => return Err(Error::NotStarted { rank: target }),
         };
         // Resolved by the start that added it.
-        let peer = self.peers[self.access[i].member as usize];
-        if peer.gone {
-            return Err(gaspi::Error::UnknownSegment {
+        let peer = &self.peers[self.access[i].member as usize];
+        match peer.window {
+            Some(_) if !peer.gone => Ok(i),
+            Some(_) => Err(gaspi::Error::UnknownSegment {
                 rank: target,
                 segment: self.segment,
             }
-            .into());
+            .into()),
+            None => Err(Error::NotStarted { rank: target }),
         }
-        Ok((i, peer.window.ok_or(Error::NotStarted { rank: target })?))
     }
 
-    /// `dst`, access target `i`'s window segment, when `offset..offset + size` lies in it;
-    /// else the segment looked up anew, if the range lies in that: made anew since the start
-    /// (larger), where the news of its deletion came after the start (see
-    /// [`Context::target_is_current`](gaspi::Context::target_is_current)). The lookup waits
-    /// for nothing: where it would, the range is refused as `dst` has it.
-    fn fit(&mut self, i: usize, dst: Target, offset: u64, size: u64) -> Result<Target> {
+    /// Access target `i`'s window segment, as its start (or a later [`fit`](Self::fit))
+    /// resolved it: borrowed, so that a write passes it on without a copy.
+    fn window(&self, i: usize) -> Result<&Target> {
+        let Access { member, rank, .. } = self.access[i];
+        match &self.peers[member as usize].window {
+            Some(window) => Ok(window),
+            None => Err(Error::NotStarted { rank }),
+        }
+    }
+
+    /// `Ok` when `offset..offset + size` lies in access target `i`'s window segment; else
+    /// when it lies in the segment looked up anew, which the window keeps from then on: made
+    /// anew since the start (larger), where the news of its deletion came after the start
+    /// (see [`Context::target_is_current`](gaspi::Context::target_is_current)). The lookup
+    /// waits for nothing: where it would, the range is refused as the window had it.
+    fn fit(&mut self, i: usize, offset: u64, size: u64) -> Result<()> {
+        let dst = self.window(i)?;
         let refused = match dst.range(offset, size) {
-            Ok(_) => return Ok(dst),
+            Ok(_) => return Ok(()),
             Err(e) => e,
         };
+        let dst = *dst;
         let member = self.access[i].member;
         let rank = self.ranks[member as usize];
         match self.ctx.target(rank, self.segment, Timeout::Test) {
             Ok(fresh) if fresh != dst => {
                 self.peers[member as usize].window = Some(fresh);
                 fresh.range(offset, size)?;
-                Ok(fresh)
+                Ok(())
             }
             _ => Err(refused.into()),
         }
     }
 
-    /// Posts the write held for access target `i`, if any, on its own.
+    /// Posts the write held for access target `i`, if any, on its own. Most calls find none
+    /// (nothing is held towards a target reached directly), so only that check is inline.
+    #[inline]
     fn release_held(&mut self, i: usize) -> Result<()> {
-        let a = self.access[i];
-        if let Some(held) = a.held {
-            self.post_held(a.member, held, None)?;
-            self.access[i].held = None;
-            self.access[i].sent = true;
+        match self.access[i].held {
+            Some(held) => self.post_released(i, held),
+            None => Ok(()),
         }
+    }
+
+    #[inline(never)]
+    fn post_released(&mut self, i: usize, held: Held) -> Result<()> {
+        self.post_held(self.access[i].member, held, None)?;
+        self.access[i].held = None;
+        self.access[i].sent = true;
         Ok(())
     }
 
@@ -1216,11 +1272,10 @@ impl<'c> Window<'c> {
         match done {
             None => self.batch.write(&src, src_offset, &dst, dst_offset, size)?,
             Some((n, due)) => {
-                let table = self.control_target(member, due)?;
                 self.reap()?;
-                self.with_room(due, || {
-                    self.batch
-                        .write_notify_to(&src, src_offset, &dst, dst_offset, size, &table, n)
+                let (batch, table) = self.batch_to(member, due)?;
+                with_room(batch, due, || {
+                    batch.write_notify_to(&src, src_offset, &dst, dst_offset, size, table, n)
                 })?;
             }
         }
@@ -1256,7 +1311,7 @@ impl<'c> Window<'c> {
         if window.is_some_and(|w| self.ctx.target_is_current(&w)) {
             return Ok(());
         }
-        self.control_target(member, due)?;
+        self.resolve_control(member, due)?;
         let rank = self.ranks[member as usize];
         let peer = &mut self.peers[member as usize];
         match self.ctx.target(rank, self.segment, due.left()) {
@@ -1270,37 +1325,31 @@ impl<'c> Window<'c> {
         Ok(())
     }
 
-    fn control_target(&mut self, member: u32, due: &mut Due) -> Result<Target> {
-        if let Some(target) = self.peers[member as usize].control {
-            return Ok(target);
-        }
-        let rank = self.ranks[member as usize];
-        let target = self.control.target(rank, due.left())?;
-        self.peers[member as usize].control = Some(target);
-        Ok(target)
+    /// Looks member `member`'s control table up within `due`, if no earlier call did.
+    fn resolve_control(&mut self, member: u32, due: &mut Due) -> Result<()> {
+        self.batch_to(member, due)?;
+        Ok(())
+    }
+
+    /// The window's batch and member `member`'s control table (looked up within `due` if no
+    /// earlier call did), borrowed together so that the batch posts to the table as it is
+    /// cached.
+    fn batch_to(&mut self, member: u32, due: &mut Due) -> Result<(&Batch<'c>, &Target)> {
+        let table = control_table(
+            &mut self.peers[member as usize].control,
+            &self.control,
+            self.ranks[member as usize],
+            due,
+        )?;
+        Ok((&self.batch, table))
     }
 
     /// Sets `notification` in member `member`'s control table, after this window's writes
     /// to it.
     fn notify(&mut self, member: u32, notification: Notification, due: &mut Due) -> Result<()> {
-        let table = self.control_target(member, due)?;
         self.reap()?;
-        self.with_room(due, || self.batch.notify(&table, notification))
-    }
-
-    /// Posts a `done` with `post`; when the epoch's writes fill the batch, waits within `due`
-    /// for them to complete (as `complete` does next anyway) and posts it then. A full batch
-    /// made `complete` fail with `BatchFull` at once, its targets never told (a window that
-    /// wrote 65,536 blocks of 4,100 bytes through shm to a target not driving progress yet).
-    fn with_room(&self, due: &mut Due, post: impl Fn() -> gaspi::Result<()>) -> Result<()> {
-        match post() {
-            Err(gaspi::Error::BatchFull { .. }) => {
-                self.batch.wait(due.left())?;
-                post()?;
-            }
-            other => other?,
-        }
-        Ok(())
+        let (batch, table) = self.batch_to(member, due)?;
+        with_room(batch, due, || batch.notify(table, notification))
     }
 
     /// Reaps the batch's completed operations when many are counted: notifications (and
@@ -1321,4 +1370,19 @@ impl<'c> Window<'c> {
     fn done_id(&self, member: u32) -> NotificationId {
         self.ranks.len() as u32 + member
     }
+}
+
+/// Posts a `done` with `post` on `batch`; when the epoch's writes fill the batch, waits within
+/// `due` for them to complete (as `complete` does next anyway) and posts it then. A full batch
+/// made `complete` fail with `BatchFull` at once, its targets never told (a window that wrote
+/// 65,536 blocks of 4,100 bytes through shm to a target not driving progress yet).
+fn with_room(batch: &Batch<'_>, due: &mut Due, post: impl Fn() -> gaspi::Result<()>) -> Result<()> {
+    match post() {
+        Err(gaspi::Error::BatchFull { .. }) => {
+            batch.wait(due.left())?;
+            post()?;
+        }
+        other => other?,
+    }
+    Ok(())
 }
