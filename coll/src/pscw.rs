@@ -52,6 +52,16 @@ fn landing(e: &Error) -> Option<Rank> {
     }
 }
 
+/// `Ok`, or the death `lost` kept for the call that ends its wait, taken. Most calls find
+/// none: they look before they move the error.
+#[inline]
+fn reported(lost: &mut Option<Error>) -> Result<()> {
+    if lost.is_none() {
+        return Ok(());
+    }
+    lost.take().map_or(Ok(()), Err)
+}
+
 /// The rank `e` names as dead.
 fn dead_rank(e: &Error) -> Option<Rank> {
     match e {
@@ -507,7 +517,9 @@ impl<'c> Window<'c> {
             for i in 0..self.origins.len() {
                 let Origin { member, tag, .. } = self.origins[i];
                 let told = self.notify(member, Notification { id, value: tag }, &mut due);
-                failed = failed.and(told);
+                if failed.is_ok() {
+                    failed = told;
+                }
             }
         }
         failed
@@ -927,8 +939,13 @@ impl<'c> Window<'c> {
         {
             self.matched = None;
         }
-        let lost = self.access_lost.take();
-        refused.or(lost).map_or(Ok(()), Err)
+        match refused {
+            Some(e) => {
+                self.access_lost = None;
+                Err(e)
+            }
+            None => reported(&mut self.access_lost),
+        }
     }
 
     /// Waits until no target of the access epoch (or `only` that one) is pending: a target
@@ -959,7 +976,7 @@ impl<'c> Window<'c> {
     /// call of the epoch found), reported: the calls that open an access epoch.
     fn posts_arrived(&mut self, only: Option<Rank>, due: &mut Due) -> Result<()> {
         self.await_posts(only, due)?;
-        self.access_lost.take().map_or(Ok(()), Err)
+        reported(&mut self.access_lost)
     }
 
     /// Takes `e`, when it names a target still pending (or `only` that one) as dead: the
@@ -1026,7 +1043,7 @@ impl<'c> Window<'c> {
             }
         }
         self.exposing = false;
-        self.exposure_lost.take().map_or(Ok(()), Err)
+        reported(&mut self.exposure_lost)
     }
 
     /// Takes `e`, when it names an origin the exposure epoch still waits for as dead: the
