@@ -659,7 +659,7 @@ impl<'c> Window<'c> {
             }
             // A member known dead posts no more: after the call that found it, none waits
             // for it.
-            let candidates: Vec<u32> = (0..self.ranks.len() as u32)
+            let candidates: SmallVec<[u32; 16]> = (0..self.ranks.len() as u32)
                 .filter(|&m| self.access.iter().all(|a| a.member != m))
                 .filter(|&m| self.ctx.known_failure([self.ranks[m as usize]]).is_none())
                 .collect();
@@ -1151,10 +1151,14 @@ impl<'c> Window<'c> {
                 let range = self.control.range(id, 1);
                 self.ctx.notify_wait_any(&[range], &[rank], timeout)?;
             }
+            // A halo's few neighbours fit on the stack: a wait allocates nothing.
             (first, second) => {
-                let (ids, senders): (Vec<NotificationId>, Vec<Rank>) =
-                    first.into_iter().chain(second).chain(waiting).unzip();
-                let ranges: Vec<_> = ids.iter().map(|&id| self.control.range(id, 1)).collect();
+                let (ranges, senders): (SmallVec<[_; 8]>, SmallVec<[Rank; 8]>) = first
+                    .into_iter()
+                    .chain(second)
+                    .chain(waiting)
+                    .map(|(id, rank)| (self.control.range(id, 1), rank))
+                    .unzip();
                 self.ctx.notify_wait_any(&ranges, &senders, timeout)?;
             }
         }
