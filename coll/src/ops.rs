@@ -84,13 +84,12 @@ impl Choices {
 /// The blocks an operation moves, for cutting it into pieces: the block sizes of the
 /// caller's source and destination (packed in order), the largest block of any member (the
 /// same on every member, so that members cut alike), a bound on any member's staging of the
-/// whole operation (by default the data-movement algorithms' [`stage_bound`]), and the
-/// alignment of cuts.
+/// whole operation (its algorithm's, the same on every member), and the alignment of cuts.
 pub(crate) struct Shape<'s> {
     src: Sizes<'s>,
     dst: Sizes<'s>,
     largest: u64,
-    bound: Option<u64>,
+    bound: u64,
     align: u64,
 }
 
@@ -120,13 +119,15 @@ impl Sizes<'_> {
 }
 
 impl<'s> Shape<'s> {
-    fn new(src: Sizes<'s>, dst: Sizes<'s>) -> Shape<'s> {
+    /// An operation that moves the blocks `src` and `dst`, staging at most `bound` bytes on
+    /// any member.
+    fn new(src: Sizes<'s>, dst: Sizes<'s>, bound: u64) -> Shape<'s> {
         let largest = src.largest().max(dst.largest());
         Shape {
             src,
             dst,
             largest,
-            bound: None,
+            bound,
             align: 1,
         }
     }
@@ -137,7 +138,7 @@ impl<'s> Shape<'s> {
             src: Sizes::Each(&[]),
             dst: Sizes::Each(&[]),
             largest: 0,
-            bound: Some(0),
+            bound: 0,
             align: 1,
         }
     }
@@ -149,7 +150,7 @@ impl<'s> Shape<'s> {
             src: Sizes::Same(1, len),
             dst: Sizes::Same(1, len),
             largest: len,
-            bound: Some(bound),
+            bound,
             align: align.max(1),
         }
     }
@@ -309,8 +310,7 @@ impl<'c> Team<'c> {
         // Whether to cut must not depend on the member: decided on the heaviest staging of
         // any member, which the bound spares computing in the common case.
         let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
-        let bound = shape.bound.unwrap_or_else(|| stage_bound(n, shape.largest));
-        if bound <= lane || heaviest(whole) <= lane {
+        if shape.bound <= lane || heaviest(whole) <= lane {
             let signature = signature(&all);
             // Only in the key: members' counts may differ (exchangev), their signatures not.
             for words in exact {
@@ -323,7 +323,7 @@ impl<'c> Team<'c> {
             // halves).
             let folds = reducer.is_some();
             let schedule = || {
-                let half = folds && (bound <= lane / 2 || heaviest(whole) <= lane / 2);
+                let half = folds && (shape.bound <= lane / 2 || heaviest(whole) <= lane / 2);
                 Ok((self.synchronised(build(me, whole), flags)?, half))
             };
             let prepared = Prepared::Keyed {
@@ -469,7 +469,11 @@ impl<'c> Team<'c> {
             Tree::Pipelined { segment: 64 << 10 }
         };
         let (algo, name) = tree("broadcast", self.choices().broadcast.as_deref(), default)?;
-        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(1, bytes));
+        let shape = Shape::new(
+            Sizes::Same(1, bytes),
+            Sizes::Same(1, bytes),
+            stage_bound(bytes),
+        );
         let build = |m: u32, cut: Cut| broadcast::broadcast(n, m, r, cut.of(bytes), algo);
         let words = [1, u64::from(r), bytes, tree_word(algo)];
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
@@ -543,7 +547,8 @@ impl<'c> Team<'c> {
             check_len(src.len(), bytes.saturating_mul(u64::from(n)))?;
         }
         let (algo, name) = self.rooted_tree(Rooted::Scatter, "scatter", bytes)?;
-        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes));
+        let every = stage_bound(bytes.saturating_mul(u64::from(n)));
+        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(1, bytes), every);
         let build = |m: u32, cut: Cut| scatter::scatter(n, m, r, cut.of(bytes), algo);
         let words = [2, u64::from(r), bytes, tree_word(algo)];
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
@@ -606,7 +611,11 @@ impl<'c> Team<'c> {
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) = self.rooted_tree(Rooted::Scatter, "scatterv", largest)?;
-        let shape = Shape::new(Sizes::Each(counts), Sizes::Same(1, counts[me as usize]));
+        let shape = Shape::new(
+            Sizes::Each(counts),
+            Sizes::Same(1, counts[me as usize]),
+            stage_bound(total),
+        );
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
@@ -660,7 +669,8 @@ impl<'c> Team<'c> {
             check_len(dst.len(), bytes.saturating_mul(u64::from(n)))?;
         }
         let (algo, name) = self.rooted_tree(Rooted::Gather, "gather", bytes)?;
-        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
+        let every = stage_bound(bytes.saturating_mul(u64::from(n)));
+        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes), every);
         let build = |m: u32, cut: Cut| gather::gather(n, m, r, cut.of(bytes), algo);
         let words = [4, u64::from(r), bytes, tree_word(algo)];
         self.move_data(&words, &[], flags, name, shape, build, lend, src, dst)
@@ -720,7 +730,11 @@ impl<'c> Team<'c> {
         }
         let largest = counts.iter().copied().max().unwrap_or(0);
         let (algo, name) = self.rooted_tree(Rooted::Gather, "gatherv", largest)?;
-        let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
+        let shape = Shape::new(
+            Sizes::Same(1, counts[me as usize]),
+            Sizes::Each(counts),
+            stage_bound(total),
+        );
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
@@ -784,7 +798,11 @@ impl<'c> Team<'c> {
         let total = bytes.saturating_mul(u64::from(n));
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
-        let shape = Shape::new(Sizes::Same(1, bytes), Sizes::Same(n, bytes));
+        let shape = Shape::new(
+            Sizes::Same(1, bytes),
+            Sizes::Same(n, bytes),
+            stage_bound(total),
+        );
         let build = |m: u32, cut: Cut| all::gather_all(n, m, cut.of(bytes), algo);
         self.move_data(&[6, bytes], &[], flags, name, shape, build, lend, src, dst)
     }
@@ -838,7 +856,11 @@ impl<'c> Team<'c> {
         let total = total(self.context().rank(), counts)?;
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
-        let shape = Shape::new(Sizes::Same(1, counts[me as usize]), Sizes::Each(counts));
+        let shape = Shape::new(
+            Sizes::Same(1, counts[me as usize]),
+            Sizes::Each(counts),
+            stage_bound(total),
+        );
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.move_data(
             &[7, signature(counts)],
@@ -914,7 +936,8 @@ impl<'c> Team<'c> {
             }
             None => (ExchangeAlgo::Pairwise, "pairwise"),
         };
-        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes));
+        let bound = all::exchange_stage_bound(n, bytes, algo);
+        let shape = Shape::new(Sizes::Same(n, bytes), Sizes::Same(n, bytes), bound);
         let build = |m: u32, cut: Cut| all::exchange(n, m, cut.of(bytes), algo);
         self.move_data(&[8, bytes], &[], flags, name, shape, build, lend, src, dst)
     }

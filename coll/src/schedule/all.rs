@@ -394,12 +394,22 @@ fn own_block(me: u32, bytes: u64) -> Schedule {
     s
 }
 
+/// A bound on any member's staging in an exchange of blocks of `bytes` among `n` by `algo`:
+/// pairwise stages the blocks it sends and receives, `2(n − 1)` of them; Bruck
+/// [`bruck_stage`].
+pub(crate) fn exchange_stage_bound(n: u32, bytes: u64, algo: ExchangeAlgo) -> u64 {
+    match algo {
+        ExchangeAlgo::Pairwise => (2 * u64::from(n - 1)).saturating_mul(bytes),
+        ExchangeAlgo::Bruck => bruck_stage(n, bytes),
+    }
+}
+
 /// The staging of Bruck's exchange of blocks of `bytes` among `n`, on every member: each
 /// block it forwards packed and received once per round that moves it (the block of offset
 /// `j` in every round whose bit `j` has set).
 pub(crate) fn bruck_stage(n: u32, bytes: u64) -> u64 {
     let forwarded: u64 = (1..n).map(|j| u64::from(j.count_ones())).sum();
-    2 * forwarded * bytes
+    (2 * forwarded).saturating_mul(bytes)
 }
 
 /// Bruck's exchange. Same layout on every member: per round, the area it packs into, then the
