@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use gaspi_fabric::{Region, Slice};
 use gaspi_notifications::{NotificationTable, Timeout};
 
-use crate::direct::{SharedTable, ShmWords};
-use gaspi_segments::{Loan, SegmentMemory, Slots};
+use crate::direct::SharedTable;
+use gaspi_segments::{Loan, SegmentMemory, SharedWords, Slots};
 
 use crate::context::{Context, Inner};
 use crate::dissemination::Purpose;
@@ -34,7 +34,7 @@ pub(crate) struct LocalSegment {
     /// In shared memory (its file in `table_words`), so that same-host peers set notifications
     /// directly (see `direct`).
     pub(crate) notifications: NotificationTable,
-    pub(crate) table_words: Arc<ShmWords>,
+    pub(crate) table_words: Arc<SharedWords>,
     /// The collective creation finished (user segments: every rank has it).
     pub(crate) synced: AtomicBool,
     /// Which of this rank's segments it is (see [`Descriptor::incarnation`]).

@@ -13,7 +13,9 @@
 use std::sync::Arc;
 
 use crate::sync::{fence, AtomicU32, Ordering};
-use crate::words::{Storage, Words};
+use gaspi_segments::SharedWords;
+
+use crate::words::Storage;
 use crate::Deadline;
 
 /// Index of the generation in an event count's words; the futex word.
@@ -92,7 +94,7 @@ impl EventCount {
     /// `EventCount` over the same words; they are one event count. Returns `None` when `words`
     /// is too short.
     #[must_use]
-    pub fn in_words(words: Arc<dyn Words>, at: usize) -> Option<Self> {
+    pub fn in_words(words: Arc<SharedWords>, at: usize) -> Option<Self> {
         Storage::shared(words, at, EVENT_WORDS).map(Self::over)
     }
 

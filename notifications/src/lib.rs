@@ -34,4 +34,3 @@ pub use event::{EventCount, Key, Wake};
 pub use table::{NotificationTable, TableRange};
 pub use timeout::{Deadline, Slice, Timeout};
 pub use wait::{set_oversubscribed, wait_until, Progress};
-pub use words::Words;

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use gaspi_segments::SharedWords;
+
 use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
 use crate::sync::{AtomicBool, AtomicU32, Ordering};
-use crate::words::{Storage, Words};
+use crate::words::Storage;
 use crate::{wait_until, Deadline, Error, EventCount, Progress, Result};
 
 /// Ranges of at most this many slots are scanned slot by slot, without the summary. Such a
@@ -81,7 +83,7 @@ impl NotificationTable {
     ///
     /// The words must be zero when the first table over them is built, and hold nothing else.
     #[must_use]
-    pub fn in_words(len: u32, words: Arc<dyn Words>, event: Arc<EventCount>) -> Option<Self> {
+    pub fn in_words(len: u32, words: Arc<SharedWords>, event: Arc<EventCount>) -> Option<Self> {
         let words = Storage::shared(words, 0, Self::words_for(len))?;
         Some(Self {
             words,
@@ -197,7 +199,7 @@ impl NotificationTable {
 
     /// The range `begin..begin + num`, validated once, for a caller that looks at it again
     /// and again (a wait over several tables polling each): its looks skip the validation and
-    /// find the table's words without a call through shared memory's [`Words`].
+    /// find the table's words once.
     ///
     /// # Errors
     ///
@@ -256,7 +258,7 @@ impl NotificationTable {
     }
 
     /// The slots and the summary, found with one look at the words (which may be another
-    /// process's memory, behind a call through [`Words`]).
+    /// process's memory, in [`SharedWords`]).
     fn parts(&self) -> (&[AtomicU32], Summary<'_>) {
         let (slots, summary) = self.words.get().split_at(self.len as usize);
         (slots, Summary::over(summary))
@@ -567,33 +569,27 @@ mod tests {
         Ok(())
     }
 
-    /// Words shared the way a shared-memory file shares them: by address.
-    struct Mapped(Box<[std::sync::atomic::AtomicU32]>);
-
-    impl Words for Mapped {
-        fn words(&self) -> &[std::sync::atomic::AtomicU32] {
-            &self.0
-        }
-    }
-
     #[test]
     fn tables_over_the_same_words_are_one_table() -> Result<()> {
         let len = 1000;
-        let words: Arc<dyn Words> = Arc::new(Mapped(
-            (0..NotificationTable::words_for(len) + 2)
-                .map(|_| std::sync::atomic::AtomicU32::new(0))
-                .collect(),
-        ));
         let at = NotificationTable::words_for(len);
-        let event = |w: &Arc<dyn Words>| {
+        let owned = SharedWords::allocate(at + 2, "table-test").expect("a shared-memory file");
+        let path = owned
+            .path()
+            .expect("created words have a path")
+            .to_path_buf();
+        // Two mappings of one file, as the owner's process and a writer's hold them.
+        let mine = Arc::new(owned);
+        let theirs = Arc::new(SharedWords::open(&path).expect("the file maps again"));
+        let event = |w: &Arc<SharedWords>| {
             Arc::new(EventCount::in_words(Arc::clone(w), at).expect("room for the event"))
         };
-        let owner = NotificationTable::in_words(len, Arc::clone(&words), event(&words))
+        let owner = NotificationTable::in_words(len, Arc::clone(&mine), event(&mine))
             .expect("room for the table");
-        let writer = NotificationTable::in_words(len, Arc::clone(&words), event(&words))
+        let writer = NotificationTable::in_words(len, Arc::clone(&theirs), event(&theirs))
             .expect("room for the table");
-        assert!(NotificationTable::in_words(len + 8, Arc::clone(&words), event(&words)).is_none());
-        assert!(EventCount::in_words(Arc::clone(&words), at + 1).is_none());
+        assert!(NotificationTable::in_words(len + 8, Arc::clone(&mine), event(&mine)).is_none());
+        assert!(EventCount::in_words(Arc::clone(&mine), at + 1).is_none());
         let owner = Arc::new(owner);
         let waiter = {
             let owner = Arc::clone(&owner);

@@ -1,31 +1,25 @@
 //! Owns where a table's or an event count's atomics live: in this process (a boxed array), or
-//! in memory other processes of the host map too ([`Words`]), so that a rank on the same host
-//! can set a notification and wake its waiters directly.
+//! in a shared-memory file other processes of the host map too ([`SharedWords`]), so that a
+//! rank on the same host can set a notification and wake its waiters directly.
+//!
+//! Under the loom model checker (`--cfg loom`) shared words are replaced by private ones: loom
+//! cannot see what another process does.
 
 use std::sync::Arc;
 
+use gaspi_segments::SharedWords;
+
 use crate::sync::AtomicU32;
 
-/// Memory holding `u32` atomics that other processes on this host may map and change at the
-/// same time (a shared-memory file, say). [`NotificationTable::in_words`] and
-/// [`EventCount::in_words`] place their state in it.
-///
-/// Under the loom model checker (`--cfg loom`) such memory is replaced by private words: loom
-/// cannot see what another process does.
-///
-/// [`NotificationTable::in_words`]: crate::NotificationTable::in_words
-/// [`EventCount::in_words`]: crate::EventCount::in_words
-pub trait Words: Send + Sync {
-    /// The words; the same slice on every call.
-    fn words(&self) -> &[std::sync::atomic::AtomicU32];
-}
-
-/// A run of words, owned or inside shared [`Words`].
+/// A run of words, owned or inside [`SharedWords`].
 pub(crate) enum Storage {
     Owned(Box<[AtomicU32]>),
+    /// The concrete mapping rather than a trait object: every set, reset and look at a table
+    /// finds its words through here, and a call through a vtable cost each of them about a
+    /// dozen instructions more than the two loads the mapping's slice is.
     #[cfg(not(loom))]
     Shared {
-        words: Arc<dyn Words>,
+        words: Arc<SharedWords>,
         start: usize,
         len: usize,
     },
@@ -38,7 +32,7 @@ impl Storage {
     }
 
     /// Words `start..start + len` of `words`, or `None` when `words` is shorter.
-    pub(crate) fn shared(words: Arc<dyn Words>, start: usize, len: usize) -> Option<Storage> {
+    pub(crate) fn shared(words: Arc<SharedWords>, start: usize, len: usize) -> Option<Storage> {
         let end = start.checked_add(len)?;
         if words.words().len() < end {
             return None;

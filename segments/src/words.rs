@@ -73,6 +73,7 @@ impl SharedWords {
     }
 
     /// The words.
+    #[inline]
     pub fn words(&self) -> &[AtomicU32] {
         // SAFETY: the mapping is page-aligned (so aligned for `AtomicU32`), at least
         // `len * 4` bytes long, and lives as long as `self`, which bounds the borrow. Its bytes

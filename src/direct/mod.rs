@@ -38,46 +38,31 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use gaspi_notifications::{EventCount, NotificationTable, Words};
+use gaspi_notifications::{EventCount, NotificationTable};
 use gaspi_segments::{Loan, SegmentMemory, SharedWords, Slots};
 
 use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
 use crate::wire::Table;
 
-/// Words in this process that other processes of the host map.
-#[derive(Debug)]
-pub(crate) struct ShmWords(SharedWords);
-
-impl Words for ShmWords {
-    fn words(&self) -> &[AtomicU32] {
-        self.0.words()
-    }
-}
-
-impl ShmWords {
-    /// `count` zeroed words in a new file named after `name`.
-    pub(crate) fn allocate(rank: Rank, count: usize, name: &str) -> Result<Arc<ShmWords>> {
-        SharedWords::allocate(count, name)
-            .map(|w| Arc::new(ShmWords(w)))
-            .map_err(Error::segment(rank, 0))
-    }
-
-    pub(crate) fn path(&self) -> Option<&Path> {
-        self.0.path()
-    }
+/// `count` zeroed words in a new file named after `name`, which other processes of the host
+/// map.
+pub(crate) fn allocate_words(rank: Rank, count: usize, name: &str) -> Result<Arc<SharedWords>> {
+    SharedWords::allocate(count, name)
+        .map(Arc::new)
+        .map_err(Error::segment(rank, 0))
 }
 
 /// A notification table in shared memory, with the file that holds it.
 pub(crate) struct SharedTable {
     pub(crate) table: NotificationTable,
-    pub(crate) words: Arc<ShmWords>,
+    pub(crate) words: Arc<SharedWords>,
 }
 
 impl SharedTable {
     /// A new table of `len` notifications of this rank, notifying `event` on every set.
     pub(crate) fn new(rank: Rank, len: u32, name: &str, event: &Arc<EventCount>) -> Result<Self> {
-        let words = ShmWords::allocate(rank, NotificationTable::words_for(len).max(1), name)?;
+        let words = allocate_words(rank, NotificationTable::words_for(len).max(1), name)?;
         let table = NotificationTable::in_words(len, words.clone(), Arc::clone(event))
             .ok_or_else(|| Error::Protocol("a new table file is too short".into()))?;
         Ok(SharedTable { table, words })
@@ -235,7 +220,7 @@ pub(crate) struct PeerSegment {
 
 /// A peer's directory, mapped.
 struct PeerDirectory {
-    words: Arc<ShmWords>,
+    words: Arc<SharedWords>,
     doorbell: Arc<EventCount>,
 }
 
@@ -257,7 +242,7 @@ impl Peer {
     fn directory(&self) -> Option<&PeerDirectory> {
         self.directory
             .get_or_init(|| {
-                let words = Arc::new(ShmWords(SharedWords::open(&self.path).ok()?));
+                let words = Arc::new(SharedWords::open(&self.path).ok()?);
                 if words.words().len() < DIRECTORY_WORDS {
                     return None;
                 }
@@ -287,7 +272,7 @@ impl Peer {
         };
         let memory = entry.data.and_then(|p| SegmentMemory::open(&p).ok());
         let table = entry.table.and_then(|p| {
-            let words: Arc<dyn Words> = Arc::new(ShmWords(SharedWords::open(&p).ok()?));
+            let words = Arc::new(SharedWords::open(&p).ok()?);
             let len = entry.descriptor.notifications;
             NotificationTable::in_words(len, words, Arc::clone(&directory.doorbell))
         });
@@ -327,7 +312,7 @@ impl<'a> Reached<'a> {
 
 /// This rank's directory and the peers it reaches directly.
 pub(crate) struct Direct {
-    own: Arc<ShmWords>,
+    own: Arc<SharedWords>,
     /// This rank's doorbell: every notification table of the rank notifies it.
     pub(crate) doorbell: Arc<EventCount>,
     /// Indexed by rank: `Some` for a peer on this host reached directly.
@@ -339,7 +324,7 @@ pub(crate) struct Direct {
 impl Direct {
     /// Creates this rank's directory (before bootstrap: its path goes into the card).
     pub(crate) fn new(rank: Rank) -> Result<Direct> {
-        let own = ShmWords::allocate(rank, DIRECTORY_WORDS, "directory")?;
+        let own = allocate_words(rank, DIRECTORY_WORDS, "directory")?;
         let doorbell = EventCount::in_words(own.clone(), DOORBELL)
             .ok_or_else(|| Error::Protocol("the directory file is too short".into()))?;
         Ok(Direct {
