@@ -39,6 +39,9 @@ pub struct Target {
     /// The deletions of `rank`'s segments this rank had heard of before resolving: while
     /// the count is the same, the descriptor is current without a look at the cache.
     pub(crate) deletions: u32,
+    /// The entries `rank` had withdrawn from its directory before resolving, when it is
+    /// reached directly: while the count is the same, the descriptor is the one published.
+    pub(crate) withdrawals: u32,
 }
 
 impl Target {
@@ -156,17 +159,23 @@ impl Context {
     /// segment as it is now; operations through it already follow the id (see [`Target`]),
     /// within the range it was resolved with.
     ///
-    /// For this rank's own segments and those of a rank reached directly it compares with the
-    /// segment as it is now. For a rank reached through the fabric it tells whether the rank
-    /// announced the deletion of one of its segments since (one load): the news travels with
-    /// that rank's other traffic, so a rank that made a segment anew and then synchronised
-    /// with this one has usually, but not certainly, been heard of.
+    /// For a rank reached directly (this one included) it tells whether the rank withdrew an
+    /// entry of its directory since (a segment deleted or made anew, a group's reduction area
+    /// deleted), as the directory counts them (one load): known here as soon as the deletion
+    /// returned there. For a rank reached through the fabric it tells
+    /// whether the rank announced the deletion of one of its segments since (one load): the
+    /// news travels with that rank's other traffic, so a rank that made a segment anew and
+    /// then synchronised with this one has usually, but not certainly, been heard of. For this
+    /// rank's own segments without the direct path it compares with the segment as it is now.
     pub fn target_is_current(&self, target: &Target) -> bool {
         let inner = &self.inner;
         if inner.descriptors.deletions(target.rank) != target.deletions {
             return false;
         }
-        if target.rank != self.rank() && !inner.direct.reaches(target.rank) {
+        if let Some(withdrawals) = inner.direct.withdrawals(target.rank) {
+            return withdrawals == target.withdrawals;
+        }
+        if target.rank != self.rank() {
             return true;
         }
         let Ok(key) = target.table.segment_key() else {
@@ -200,6 +209,7 @@ impl Context {
         // Counted before the descriptor is found: a deletion heard of in between makes the
         // target look again, rather than trust a descriptor the cache forgot.
         let deletions = self.inner.descriptors.deletions(rank);
+        let withdrawals = self.inner.direct.withdrawals(rank).unwrap_or(0);
         match self.inner.resolve(rank, key, timeout.deadline())? {
             Known::Present(descriptor) => Ok(Target {
                 rank,
@@ -208,6 +218,7 @@ impl Context {
                 start: 0,
                 len: descriptor.size,
                 deletions,
+                withdrawals,
             }),
             Known::Absent => Err(Error::UnknownSegment { rank, segment }),
         }

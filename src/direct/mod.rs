@@ -104,6 +104,10 @@ impl Slot {
 
 /// Where the doorbell (an [`EventCount`]) sits in a directory.
 const DOORBELL: usize = 0;
+/// Where a directory counts the entries its owner withdrew or replaced (after the doorbell's
+/// two words): a reader that finds the count as it was when it resolved a target knows, with
+/// one load, that the target's entry is still the one published.
+const WITHDRAWALS: usize = 2;
 /// Words before the first entry.
 const HEADER: usize = 16;
 /// User segments, library segments, the system table, allreduce areas.
@@ -369,6 +373,14 @@ impl Direct {
         self.peer(rank).is_some()
     }
 
+    /// How many entries `rank` withdrew from its directory or replaced so far, when it is
+    /// reached directly: one load. Read before an entry is, a count that has not changed
+    /// since says the entry has not either.
+    pub(crate) fn withdrawals(&self, rank: Rank) -> Option<u32> {
+        let words = self.peer(rank)?.directory.words.words();
+        Some(words[WITHDRAWALS].load(Ordering::Acquire))
+    }
+
     /// `rank`, when it is reached directly (its directory is mapped).
     fn peer(&self, rank: Rank) -> Option<Reached<'_>> {
         let peer = self.peers.get(rank as usize)?.as_ref()?;
@@ -384,6 +396,11 @@ impl Direct {
         let generation = (old >> 1).wrapping_add(1);
         // Even: readers retry or see it absent while the fields change.
         words[at + STATE].store(generation << 1, Ordering::Release);
+        if old & 1 == 1 {
+            // Counted after the entry is withdrawn: a reader that sees the new count and then
+            // looks the entry up finds it withdrawn or newer, never the one it replaces.
+            words[WITHDRAWALS].fetch_add(1, Ordering::Release);
+        }
         fence(Ordering::Release);
         let Some(entry) = entry else {
             return;
@@ -459,8 +476,13 @@ mod tests {
         assert_eq!(&got, b"hi");
         seen.table.as_ref().expect("table").set(7, 9).expect("set");
         assert_eq!(table.table.get(7), Ok(9));
+        assert_eq!(peer.withdrawals(0), Some(0));
         own.publish(slot, None);
         assert!(matches!(peer.segment(0, slot), Some(None)));
+        // Withdrawing an absent entry changes nothing a target could name.
+        own.publish(slot, None);
+        assert_eq!(peer.withdrawals(0), Some(1));
+        assert_eq!(peer.withdrawals(1), None);
         assert!(peer.segment(1, slot).is_none());
     }
 
