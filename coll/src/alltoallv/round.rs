@@ -506,7 +506,10 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(None)));
             };
             // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
-            let early = take_early(&mut ex.early, &mut ex.arrivals, run)?;
+            let early = match take_early(&mut ex.early, &mut ex.arrivals, run)? {
+                Some(rank) => Some(rank),
+                None => a2a.take_arrived(&mut ex.arrivals, run)?,
+            };
             let mut cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             if let Some(rank) = early {
                 // The arrival taken is handed out: a block that failed to clear stays
@@ -519,6 +522,44 @@ impl Alltoallv<'_> {
             }
             Ok((Some(cleared), Next::Wait(a2a.awaited(run))))
         })
+    }
+
+    /// A source of `run` not handed out whose block is in the table now, taken from it and
+    /// handed out: an arrival that is already there costs a look per source, not a wait.
+    /// The watcher may wait for the same notification outside the lock; whoever takes it
+    /// first has it, and the other finds it unset.
+    fn take_arrived(
+        &self,
+        arrivals: &mut HashMap<Rank, (u32, bool)>,
+        run: &mut Running,
+    ) -> Result<Option<Rank>> {
+        for i in 0..run.taken.len() {
+            if run.taken[i] {
+                continue;
+            }
+            let id = self.layout.data(run.plan.source_members[i]);
+            if self.control.notify_peek(id)? == 0 {
+                continue;
+            }
+            let value = self.control.notify_reset(id)?;
+            if value == 0 {
+                continue;
+            }
+            let rank = run.plan.sources[i].rank;
+            // A source writes again only with the credit for its last block, given after that
+            // block was handed out: the table holds this round's block, or one of another
+            // plan's round.
+            if value != run.tag {
+                return Err(Error::OutOfStep {
+                    rank,
+                    expected: run.tag,
+                    got: value,
+                });
+            }
+            take(run, arrivals, i, rank, value);
+            return Ok(Some(rank));
+        }
+        Ok(None)
     }
 
     /// What `run` waits for: the blocks of its sources not handed out, and the credits of its
@@ -757,6 +798,7 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(false)));
             };
             while take_early(&mut ex.early, &mut ex.arrivals, run)?.is_some() {}
+            while a2a.take_arrived(&mut ex.arrivals, run)?.is_some() {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             let ids = a2a.awaited(run);
             // Blocks other threads cleared may not be in the batch yet (this call's own are
