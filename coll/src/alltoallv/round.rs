@@ -8,6 +8,7 @@
 //! thread waited): it keeps it aside for that round, since the table no longer holds it.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
 
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
@@ -23,6 +24,11 @@ use std::time::Duration;
 /// receive segment made after the discovery): a lookup is a round trip, and its answer is no
 /// notification of the control table.
 const LOOKUP_POLL: Duration = Duration::from_millis(1);
+
+/// What a wait watches: the notifications of the sources and credits awaited, with their
+/// senders. Up to 16 (8 sources and 8 credits) are collected on the stack: a round at small
+/// sizes may wait for each arrival, and each wait allocated five vectors.
+type Awaited = SmallVec<[(NotificationId, Rank); 16]>;
 
 /// What a call of the proposal's form reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -564,9 +570,9 @@ impl Alltoallv<'_> {
 
     /// What `run` waits for: the blocks of its sources not handed out, and the credits of its
     /// waiting blocks, with the ranks expected to send them.
-    fn awaited(&self, run: &Running) -> Vec<(NotificationId, Rank)> {
+    fn awaited(&self, run: &Running) -> Awaited {
         let plan = &run.plan;
-        let mut ids = Vec::new();
+        let mut ids = Awaited::new();
         for (i, s) in plan.sources.iter().enumerate() {
             if !run.taken[i] {
                 ids.push((self.layout.data(plan.source_members[i]), s.rank));
@@ -676,11 +682,11 @@ impl Alltoallv<'_> {
         watcher: bool,
         deadline: Deadline,
     ) -> Result<()> {
-        let mut numbers: Vec<NotificationId> = ids.iter().map(|&(id, _)| id).collect();
+        let mut numbers: SmallVec<[NotificationId; 17]> = ids.iter().map(|&(id, _)| id).collect();
         if watcher {
             numbers.push(self.layout.wake());
         }
-        let senders: Vec<Rank> = ids.iter().map(|&(_, rank)| rank).collect();
+        let senders: SmallVec<[Rank; 16]> = ids.iter().map(|&(_, rank)| rank).collect();
         let ranges = self.ranges(&numbers);
         let got = self.ctx.notify_wait_any(&ranges, &senders, deadline)?;
         let Some(member) = self.layout.data_source(got.id) else {
@@ -715,11 +721,11 @@ impl Alltoallv<'_> {
     }
 
     /// Contiguous runs of `ids` as ranges of the control table.
-    fn ranges(&self, ids: &[NotificationId]) -> Vec<gaspi::NotificationRange<'_>> {
-        let mut sorted = ids.to_vec();
+    fn ranges(&self, ids: &[NotificationId]) -> SmallVec<[gaspi::NotificationRange<'_>; 8]> {
+        let mut sorted: SmallVec<[NotificationId; 17]> = SmallVec::from_slice(ids);
         sorted.sort_unstable();
         sorted.dedup();
-        let mut ranges = Vec::new();
+        let mut ranges = SmallVec::new();
         let mut i = 0;
         while i < sorted.len() {
             let begin = sorted[i];
@@ -734,7 +740,7 @@ impl Alltoallv<'_> {
     }
 
     pub(super) fn reset(&self, sources: &[Rank]) -> Result<()> {
-        let credits: Vec<(Rank, u32)> = {
+        let credits: SmallVec<[(Rank, u32); 8]> = {
             let mut ex = self.exchange();
             for (n, &rank) in sources.iter().enumerate() {
                 match ex.arrivals.get(&rank) {
@@ -858,7 +864,7 @@ struct Cleared {
 enum Next<T> {
     Done(T),
     /// Wait for one of these notifications, from these ranks.
-    Wait(Vec<(NotificationId, Rank)>),
+    Wait(Awaited),
 }
 
 /// Hands source `i` (`rank`, whose block carried `tag`) of `run` out.
