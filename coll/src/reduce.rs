@@ -171,7 +171,8 @@ impl<'c> Team<'c> {
     /// * The fold order is fixed by member index (the runtime's tree, see
     ///   [`gaspi::Context::allreduce`]): the result is bitwise identical on every member and in
     ///   every run with the same inputs and team size, floating point included, whichever
-    ///   algorithm the length selects.
+    ///   algorithm the length selects; but for the sign and payload of a NaN result, which
+    ///   the processor chooses (see [`gaspi::ReduceOp`]).
     /// * After [`gaspi::Error::Timeout`] from [`Handle::wait_sync`], call it again to
     ///   continue; `dst` is written only when the reduction completes here.
     /// * The operator, the element type, the length, the sync mode and the algorithm travel

@@ -1,5 +1,6 @@
 //! Allreduce over a group: every member contributes a vector and receives the element-wise
-//! reduction of all contributions, bitwise identical on every member.
+//! reduction of all contributions, bitwise identical on every member (a NaN's sign and payload
+//! excepted, see [`ReduceOp`]).
 //!
 //! A call runs the [schedule] of its length as a resumable state machine. Each step
 //! copies the part to send into the group's registered [area] and writes it into the
@@ -178,7 +179,8 @@ impl Context {
     /// as [`Error::CollectiveMismatch`] by the members that notice it. The reduction order is
     /// fixed by member index (see the `schedule` module), so the result is bitwise identical on
     /// every member and in every run with the same inputs and group size, floating point
-    /// included. Any length works: vectors longer than [`Config::reduce_chunk`](crate::Config)
+    /// included (but for the sign and payload of a NaN result, see [`ReduceOp`]). Any length
+    /// works: vectors longer than [`Config::reduce_chunk`](crate::Config)
     /// bytes are reduced chunk by chunk.
     ///
     /// After [`Error::Timeout`], call again with the same arguments to continue: the input is

@@ -12,7 +12,8 @@
 //! distance 1, 2, 4, … fold their adjacent ranges. Both algorithms below follow this same tree,
 //! so every element of the result is the same expression over the inputs on every member, in
 //! every run, whichever algorithm the length selects: results are bitwise identical, floating
-//! point included, and non-commutative operators see their operands in member order.
+//! point included (a NaN's sign and payload excepted: they are the processor's choice, see
+//! `ReduceOp`), and non-commutative operators see their operands in member order.
 //!
 //! # Algorithms
 //! * **Recursive doubling** (short vectors): `log2 p` steps, each exchanging the whole vector.

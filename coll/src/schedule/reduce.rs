@@ -9,7 +9,7 @@
 //! at distance 1, 2, 4, … fold their adjacent ranges. Both algorithms follow this same tree,
 //! so every element of the result is the same expression over the inputs on every member,
 //! whichever algorithm the length selects: results are bitwise identical, floating point
-//! included, and non-commutative operators see their operands in member order. At the end
+//! included (a NaN's sign and payload excepted, see `gaspi::ReduceOp`), and non-commutative operators see their operands in member order. At the end
 //! member `2i + 1` puts the result to member `2i`.
 //!
 //! # Algorithms
