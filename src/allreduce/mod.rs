@@ -176,7 +176,10 @@ impl Context {
     /// stores the result in `output` on every member (collective over the group).
     ///
     /// All members pass the same length, element type and operator; a difference is reported
-    /// as [`Error::CollectiveMismatch`] by the members that notice it. The reduction order is
+    /// as [`Error::CollectiveMismatch`] by the members that notice it (those that receive
+    /// from a member that differs), while the others wait until their timeout. An empty
+    /// vector takes no step: its call returns at once, and a member that passes a longer one
+    /// while another passes none waits until its timeout. The reduction order is
     /// fixed by member index (see the `schedule` module), so the result is bitwise identical on
     /// every member and in every run with the same inputs and group size, floating point
     /// included (but for the sign and payload of a NaN result, see [`ReduceOp`]). Any length
