@@ -178,8 +178,8 @@ impl Context {
     /// All members pass the same length, element type and operator; a difference is reported
     /// as [`Error::CollectiveMismatch`] by the members that notice it (those that receive
     /// from a member that differs), while the others wait until their timeout. An empty
-    /// vector takes no step: its call returns at once, and a member that passes a longer one
-    /// while another passes none waits until its timeout. The reduction order is
+    /// vector takes every step too (notifications without data), so a member passing one
+    /// while others pass more is found as any other difference is. The reduction order is
     /// fixed by member index (see the `schedule` module), so the result is bitwise identical on
     /// every member and in every run with the same inputs and group size, floating point
     /// included (but for the sign and payload of a NaN result, see [`ReduceOp`]). Any length
@@ -376,7 +376,8 @@ impl Context {
         let total = run.acc.len() / block;
         let per_chunk = area.chunk() / block;
         let table = &self.inner.system_notifications;
-        while run.chunk * per_chunk < total {
+        // An empty vector runs one chunk of no blocks (see `schedule::schedule`).
+        while run.chunk == 0 || run.chunk * per_chunk < total {
             let first = run.chunk * per_chunk;
             let blocks = per_chunk.min(total - first);
             let made_for = (
@@ -440,7 +441,7 @@ impl Context {
                     if *how == Fold::Copy {
                         area.received(me, at, 0, &mut run.acc.as_mut()[r.clone()])?;
                         run.pending.take(r);
-                    } else {
+                    } else if !r.is_empty() {
                         // Piece by piece through a scratch buffer that stays in the cache (as
                         // does the piece of the input taken in): a copy of the whole part
                         // would go through memory once more.

@@ -379,8 +379,8 @@ fn resumed_after_timeouts(ctx: &Context) -> Outcome<String> {
     Ok(format!("resumed after {timeouts} timeouts"))
 }
 
-/// Bad calls are refused with their own errors; ranks 0 and 1 disagree on a length and both
-/// notice.
+/// Bad calls are refused with their own errors; ranks 0 and 1 disagree on a length (4 against
+/// 5 elements, then 1 against none) and both notice.
 fn misuse(ctx: &Context) -> Outcome<String> {
     let me = ctx.rank();
     match ctx.allreduce(GROUP_ALL, &[1.0f64], &mut [0.0], ReduceOp::BitOr, TIMEOUT) {
@@ -400,29 +400,45 @@ fn misuse(ctx: &Context) -> Outcome<String> {
         Err(Error::UnknownGroup { group: 40 }) => {}
         other => return Err(Failure(format!("unknown group: {other:?}"))),
     }
+    // Every member's vector empty: the run's steps carry notifications alone.
+    ctx.allreduce(GROUP_ALL, &[] as &[u64], &mut [], ReduceOp::Sum, TIMEOUT)
+        .doing(|| "an allreduce of empty vectors")?;
     if ctx.size() < 2 {
         return Ok("misuse refused".into());
     }
-    let g = ranks_0_and_1(ctx)?;
-    if me <= 1 {
-        let len = 4 + me as usize;
-        let partner = 1 - me;
-        match ctx.allreduce(
-            g,
-            &vec![1u32; len],
-            &mut vec![0; len],
-            ReduceOp::Sum,
-            TIMEOUT,
-        ) {
-            Err(Error::CollectiveMismatch { group, rank }) if group == g && rank == partner => {}
-            other => return Err(Failure(format!("lengths 4 and 5: {other:?}"))),
+    // An empty vector against one element: before an empty vector took the schedule's
+    // steps, rank 1's call returned `Ok` at once, rank 0's waited until its timeout, and
+    // their next allreduces paired rank 0's first call with rank 1's second.
+    for lengths in [[4, 5], [1, 0]] {
+        // Well below `TIMEOUT`: a timeout here is a call whose difference went unnoticed.
+        let timeout = Timeout::Millis(10_000);
+        // After the last group's deletion on every member, before it is made anew (see
+        // `group_delete`).
+        ctx.barrier(TIMEOUT).doing(|| "barrier before the group")?;
+        let g = ranks_0_and_1(ctx)?;
+        if me <= 1 {
+            let len = lengths[me as usize];
+            let partner = 1 - me;
+            match ctx.allreduce(
+                g,
+                &vec![1u32; len],
+                &mut vec![0; len],
+                ReduceOp::Sum,
+                timeout,
+            ) {
+                Err(Error::CollectiveMismatch { group, rank }) if group == g && rank == partner => {
+                }
+                other => return Err(Failure(format!("lengths {lengths:?}: {other:?}"))),
+            }
         }
+        ctx.barrier(TIMEOUT)
+            .doing(|| "barrier after the mismatch")?;
+        ctx.group_delete(g)
+            .doing(|| "deleting the mismatched group")?;
     }
-    ctx.barrier(TIMEOUT)
-        .doing(|| "barrier after the mismatch")?;
-    ctx.group_delete(g)
-        .doing(|| "deleting the mismatched group")?;
-    let mut done = String::from("misuse refused; a length mismatch is named on both sides");
+    let mut done = String::from(
+        "misuse refused; length mismatches (an empty vector too) are named on both sides",
+    );
     if ctx.size() == 2 {
         calls_of_the_job_that_differ(ctx)?;
         done += "; so are segment_create against a barrier, and of different ids";
