@@ -177,8 +177,11 @@ impl<'c> Team<'c> {
     ///   continue; `dst` is written only when the reduction completes here.
     /// * The operator, the element type, the length, the sync mode and the algorithm travel
     ///   in every notification: a member that called with others (or another collective) is
-    ///   named ([`Error::Mismatch`]) before any of its data is folded, since every put waits
-    ///   for its receiver's credit, which carries them.
+    ///   named ([`Error::Mismatch`]) by the members that hear from it before any of its data
+    ///   is folded, since every put waits for its receiver's credit, which carries them; the
+    ///   members that do not hear from it wait until their timeout. A member passing an
+    ///   empty vector has nothing to exchange and completes at once (its partners wait until
+    ///   their timeout); the team's later collectives stay paired.
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for `src` and `dst` of different lengths;
