@@ -179,9 +179,9 @@ impl<'c> Team<'c> {
     ///   in every notification: a member that called with others (or another collective) is
     ///   named ([`Error::Mismatch`]) by the members that hear from it before any of its data
     ///   is folded, since every put waits for its receiver's credit, which carries them; the
-    ///   members that do not hear from it wait until their timeout. A member passing an
-    ///   empty vector has nothing to exchange and completes at once (its partners wait until
-    ///   their timeout); the team's later collectives stay paired.
+    ///   members that do not hear from it wait until their timeout. An empty vector takes
+    ///   every step too (its puts carry no data), so a member passing one where others pass
+    ///   more is found alike.
     ///
     /// # Errors
     /// [`Error::BufferTooShort`] for `src` and `dst` of different lengths;

@@ -109,12 +109,13 @@ fn late(ranks: u32, provider: &str) {
     }
 }
 
-/// `mismatch`: members that disagree on the length or the operator are told (`Mismatch`,
-/// found in the credit before any data moves), never all `Ok`, and nobody hangs.
+/// `mismatch`: members that disagree on the length (one passing an empty vector included)
+/// or the operator are told (`Mismatch`, found in the credit before any data moves), never
+/// all `Ok`, and nobody hangs.
 fn mismatch(ranks: u32, provider: &str) {
     let job = job(ranks, provider, "mismatch");
     let report = job.report();
-    for key in ["len", "op"] {
+    for key in ["len", "op", "empty"] {
         let kinds: Vec<String> = (0..ranks)
             .map(|r| job.data("mismatch", r).get(key).to_string())
             .collect();

@@ -42,7 +42,7 @@ mod support;
 
 use std::process::ExitCode;
 
-use gaspi::{Context, ReduceOp, Timeout, UserOp, GROUP_ALL};
+use gaspi::{Context, Element, ReduceOp, Timeout, UserOp, GROUP_ALL};
 use gaspi_coll::{Collectives, Flags, Handle, Team};
 
 use data::Digest;
@@ -249,32 +249,36 @@ fn kind(outcome: gaspi_coll::Result<()>) -> &'static str {
     }
 }
 
+/// How an allreduce of `src` with `op` ended here, where members may pass other arguments,
+/// on a team of its own, dropped only once every member is done with it: a member that
+/// failed early must not take its segment away from one still building the team.
+fn disagreeing<T: Element>(
+    coll: &Collectives<'_>,
+    src: &[T],
+    op: ReduceOp,
+) -> Outcome<&'static str> {
+    let team = Team::new(coll, GROUP_ALL, TIMEOUT)?;
+    let mut dst = src.to_vec();
+    let outcome = kind(team.allreduce(src, &mut dst, op, Flags::MY, Timeout::Millis(3_000)));
+    coll.context().barrier(TIMEOUT)?;
+    Ok(outcome)
+}
+
 fn mismatch() -> Outcome<()> {
     let ctx = Context::init()?;
     let first = ctx.rank() == 0;
-    let within = Timeout::Millis(3_000);
     {
         let coll = Collectives::new(&ctx)?;
-        // A team per case, dropped only once every member is done with it: a member that
-        // failed early must not take its segment away from one still building the team.
-        let len = {
-            let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
-            let src = vec![1i64; if first { 8 } else { 9 }];
-            let mut dst = vec![0i64; src.len()];
-            let len = kind(team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, within));
-            ctx.barrier(TIMEOUT)?;
-            len
-        };
-        let op = {
-            let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
-            let src = [1.5f64; 8];
-            let mut dst = [0.0; 8];
-            let op = if first { ReduceOp::Sum } else { ReduceOp::Max };
-            let op = kind(team.allreduce(&src, &mut dst, op, Flags::MY, within));
-            ctx.barrier(TIMEOUT)?;
-            op
-        };
-        println!("data mismatch rank {}: len={len}; op={op}", ctx.rank());
+        let len = disagreeing(&coll, &vec![1i64; if first { 8 } else { 9 }], ReduceOp::Sum)?;
+        let op = if first { ReduceOp::Sum } else { ReduceOp::Max };
+        let op = disagreeing(&coll, &[1.5f64; 8], op)?;
+        // An empty vector against 8 elements: it has steps to take too, so its partners
+        // learn of it, and it of them.
+        let empty = disagreeing(&coll, &vec![1i64; if first { 0 } else { 8 }], ReduceOp::Sum)?;
+        println!(
+            "data mismatch rank {}: len={len}; op={op}; empty={empty}",
+            ctx.rank()
+        );
     }
     ctx.barrier(TIMEOUT)?;
     ctx.finalize(TIMEOUT)?;

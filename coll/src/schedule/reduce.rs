@@ -126,9 +126,6 @@ pub(crate) fn allreduce(n: u32, me: u32, blocks: u64, block: u64, algo: Allreduc
         s.copy(Span::src(0, len), Span::dst(0, len), &[]);
         return s;
     }
-    if len == 0 {
-        return s;
-    }
     let levels = n.ilog2();
     let extra = n - (1 << levels);
     let last = slots(n) - 1;
