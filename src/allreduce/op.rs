@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 /// A built-in reduction operator.
 ///
 /// Sums and products of integers wrap on overflow. `Min`/`Max` of floats follow `f64::min` /
-/// `f64::max` (a NaN loses against a number).
+/// `f64::max` (a NaN loses against a number); of a `+0.0` and a `-0.0`, which they leave
+/// open, the allreduces keep the zero of the lower member in the fold order, on every member
+/// (measured at 2 to 8 members, through both allreduces, at every length).
 ///
 /// A float result that is a NaN is a NaN on every member, but its sign and payload are not
 /// part of the bitwise identity the allreduces promise: of two NaN operands, the processor
@@ -18,8 +20,10 @@ use crate::error::{Error, Result};
 /// and `*` commute) and picks differently in a vectorised loop and its remainder, and Rust
 /// leaves a NaN made of numbers (`∞ − ∞`, `0 · ∞`) unspecified. Measured: sums and products
 /// of NaNs with different payloads differ between the members of `Context::allreduce` at 2
-/// to 8 members, and between it and the team allreduce of `gaspi-coll`. Bitwise and logical operators take integer
-/// elements only; logical ones treat non-zero as true and produce 0 or 1.
+/// to 8 members, and between it and the team allreduce of `gaspi-coll`.
+///
+/// Bitwise and logical operators take integer elements only; logical ones treat non-zero as
+/// true and produce 0 or 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReduceOp {
@@ -457,6 +461,27 @@ mod tests {
             .expect("applies")
             .fold(r.as_ref(), o.as_mut(), true);
         elements::<T>(o.as_ref())[0]
+    }
+
+    #[test]
+    fn min_and_max_of_opposite_zeros_keep_the_left_one() {
+        // Every length through the vectorised loop and its remainder, in both operand forms.
+        for len in [1, 3, 8, 33] {
+            for op in [ReduceOp::Min, ReduceOp::Max] {
+                for (left, right) in [(0.0f64, -0.0f64), (-0.0, 0.0)] {
+                    let mut acc = vec![left; len];
+                    op.apply(&mut acc, &vec![right; len]).expect("applies");
+                    assert!(acc
+                        .iter()
+                        .all(|x| x.is_sign_negative() == left.is_sign_negative()));
+                    let mut acc = vec![right; len];
+                    op.apply_right(&vec![left; len], &mut acc).expect("applies");
+                    assert!(acc
+                        .iter()
+                        .all(|x| x.is_sign_negative() == left.is_sign_negative()));
+                }
+            }
+        }
     }
 
     #[test]
