@@ -604,8 +604,10 @@ impl<'c> Team<'c> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         check_len(counts.len(), u64::from(n))?;
-        check_len(dst.len(), counts[me as usize])?;
+        // The sum first: counts too large to add up are `TooLarge` on every member, also
+        // where one of them is this member's and its buffer is too short for it.
         let total = total(self.context().rank(), counts)?;
+        check_len(dst.len(), counts[me as usize])?;
         if me == r {
             check_len(src.len(), total)?;
         }
@@ -723,8 +725,10 @@ impl<'c> Team<'c> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me, r) = (self.size(), self.index(), self.root_index(root)?);
         check_len(counts.len(), u64::from(n))?;
-        check_len(src.len(), counts[me as usize])?;
+        // The sum first: counts too large to add up are `TooLarge` on every member, also
+        // where one of them is this member's and its buffer is too short for it.
         let total = total(self.context().rank(), counts)?;
+        check_len(src.len(), counts[me as usize])?;
         if me == r {
             check_len(dst.len(), total)?;
         }
@@ -852,8 +856,10 @@ impl<'c> Team<'c> {
         let (src, dst): (Input<'b>, Output<'b>) = (src.into(), dst.into());
         let (n, me) = (self.size(), self.index());
         check_len(counts.len(), u64::from(n))?;
-        check_len(src.len(), counts[me as usize])?;
+        // The sum first: counts too large to add up are `TooLarge` on every member, also
+        // where one of them is this member's and its buffer is too short for it.
         let total = total(self.context().rank(), counts)?;
+        check_len(src.len(), counts[me as usize])?;
         check_len(dst.len(), total)?;
         let (algo, name) = self.all_algo(total)?;
         let shape = Shape::new(

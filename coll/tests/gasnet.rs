@@ -565,6 +565,11 @@ fn errors(ranks: u32, provider: &str) {
             "TooLarge {{ rank: {rank}, len: {huge_sum}, max: {} }}",
             1u64 << 44
         );
+        let huge_own = format!(
+            "TooLarge {{ rank: {rank}, len: {}, max: {} }}",
+            u64::MAX,
+            1u64 << 44
+        );
         // The root (rank 0) finds its 8-byte source short of `ranks` blocks of 2^62 bytes; the
         // others find the range beyond their segment 1.
         let huge_range = if rank == 0 {
@@ -608,6 +613,7 @@ fn errors(ranks: u32, provider: &str) {
             ("dst_unknown_segment", unknown.as_str()),
             ("own_counts", own_counts.as_str()),
             ("huge_counts", huge_counts.as_str()),
+            ("huge_own", huge_own.as_str()),
             ("huge_range", huge_range.as_str()),
             ("src_range_beyond", beyond.as_str()),
         ] {

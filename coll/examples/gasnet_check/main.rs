@@ -1493,6 +1493,19 @@ fn errors(ctx: &Context, team: &Team<'_>) -> Outcome {
         "huge_counts={}",
         said(team.scatterv(&mut dst, root, &src, &huge, Flags::MY, TIMEOUT))
     ));
+    // Every count u64::MAX, this member's own too, which its 8-byte destination cannot hold:
+    // still `TooLarge` (the sum is checked first), alike on every member.
+    line.push(format!(
+        "huge_own={}",
+        said(team.scatterv(
+            &mut dst,
+            root,
+            &src,
+            &vec![u64::MAX; n as usize],
+            Flags::MY,
+            TIMEOUT
+        ))
+    ));
     // A destination range far beyond its segment, on members that do not check its length
     // against a source.
     let huge_range = SegmentRange::new(DST_SEG, 0, 1 << 62);
