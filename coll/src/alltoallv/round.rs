@@ -551,19 +551,7 @@ impl Alltoallv<'_> {
             if value == 0 {
                 continue;
             }
-            let rank = run.plan.sources[i].rank;
-            // A source writes again only with the credit for its last block, given after that
-            // block was handed out: the table holds this round's block, or one of another
-            // plan's round.
-            if value != run.tag {
-                return Err(Error::OutOfStep {
-                    rank,
-                    expected: run.tag,
-                    got: value,
-                });
-            }
-            take(run, arrivals, i, rank, value);
-            return Ok(Some(rank));
+            return take(run, arrivals, i, value).map(Some);
         }
         Ok(None)
     }
@@ -867,17 +855,28 @@ enum Next<T> {
     Wait(Awaited),
 }
 
-/// Hands source `i` (`rank`, whose block carried `tag`) of `run` out.
+/// Hands source `i` of `run` out, whose block carried `value`: [`Error::OutOfStep`] when
+/// that is not the run's tag. A source writes again only with the credit for its last block,
+/// given after that block was handed out: the table holds this round's block, or one of
+/// another plan's round.
 fn take(
     run: &mut Running,
     arrivals: &mut HashMap<Rank, (u32, bool)>,
     i: usize,
-    rank: Rank,
-    tag: u32,
-) {
+    value: u32,
+) -> Result<Rank> {
+    let rank = run.plan.sources[i].rank;
+    if value != run.tag {
+        return Err(Error::OutOfStep {
+            rank,
+            expected: run.tag,
+            got: value,
+        });
+    }
     run.taken[i] = true;
     run.remaining -= 1;
-    arrivals.insert(rank, (tag, false));
+    arrivals.insert(rank, (value, false));
+    Ok(rank)
 }
 
 /// A source of `run` whose block was kept aside, handed out.
@@ -894,16 +893,7 @@ fn take_early(
             continue;
         }
         if let Some(value) = early.remove(&s.rank) {
-            if value != run.tag {
-                return Err(Error::OutOfStep {
-                    rank: s.rank,
-                    expected: run.tag,
-                    got: value,
-                });
-            }
-            let rank = s.rank;
-            take(run, arrivals, i, rank, value);
-            return Ok(Some(rank));
+            return take(run, arrivals, i, value).map(Some);
         }
     }
     Ok(None)
