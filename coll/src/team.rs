@@ -628,7 +628,8 @@ pub struct Handle<'t, 'b> {
     /// Its runs have what they need of the source to move on without the handle.
     lent: bool,
     /// The outcome of a collective that the initiating call collected already (see
-    /// [`Lend::Late`]), for its first sync.
+    /// [`Engine::initiate`]), for its first sync: one lock, one pass and one wake-up check
+    /// fewer per call.
     outcome: Option<Result<()>>,
 }
 
@@ -644,9 +645,7 @@ pub(crate) enum Lend {
     /// source lent again. A large allreduce's folds then read the source where it is
     /// instead of a copy staged as the initiating call returns (a pass over half the
     /// vector), and a large collective's pieces waiting for a lane read it without a copy
-    /// of the whole source. A collective complete within the initiating call (see
-    /// [`Engine::initiate`]) is collected there, and its sync only reports the outcome: one
-    /// lock, one pass and one wake-up check fewer per call.
+    /// of the whole source.
     Late,
 }
 

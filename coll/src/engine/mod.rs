@@ -447,6 +447,10 @@ impl<R> Runs<R> {
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty() && self.stragglers.is_empty()
+    }
+
     /// How many runs the map may hold at most: its slots and stragglers.
     fn capacity(&self) -> usize {
         self.slots.len() + self.stragglers.len()
@@ -780,10 +784,11 @@ impl<'c> Engine<'c> {
     /// With `keep`, the runs get what they still need of the source as the call returns
     /// (see [`lend`](Self::lend)); without, the caller syncs them at once, lending the
     /// source again, and lends it to them before it returns without their completion or
-    /// drops them. Without `keep`, runs that complete in this call's pass (a team of one,
-    /// or a member whose part is puts that may go at once: an eager run's, a gathering run's
-    /// that skips its credits) are also collected here, under the same lock, and their
-    /// outcome returned: the caller's sync then has nothing left to do.
+    /// drops them. Runs that complete in this call (a team of one, or a member whose part is
+    /// puts that may go at once and signals already there: an eager run's, a gathering
+    /// run's that skips its credits) are also collected here, under the same lock, their
+    /// output delivered into `dst`, which the caller's handle holds until its sync, and
+    /// their outcome returned: that sync then has nothing left to do.
     pub(crate) fn initiate(
         &self,
         launches: &mut [Launch<'_>],
@@ -813,6 +818,16 @@ impl<'c> Engine<'c> {
             plans.push(self.plan(&mut state, &mut launch.prepared, parity)?);
         }
         let lanes = u64::from(self.layout.lanes);
+        // A collective of one run in an engine that holds no other (a blocking call's, in
+        // a program that syncs each collective before the next) needs nothing of the
+        // machinery that keeps runs apart: its steps are taken here, and it only enters the
+        // engine's books if it has to wait.
+        let alone = launches.len() == 1 && state.runs.is_empty();
+        let mut owner = Owner {
+            seqs: first..first + launches.len() as u64,
+            src,
+            dst,
+        };
         for ((seq, launch), plan) in (first..).zip(launches.iter_mut()).zip(plans) {
             let (signature, reducer, views) =
                 (launch.signature, launch.reducer.take(), launch.views.take());
@@ -839,7 +854,7 @@ impl<'c> Engine<'c> {
                 None => Run::new(seq, Arc::clone(&plan), value, views, crate::batch(self.ctx)),
             };
             run.reducer = reducer;
-            if let Output::Segment(range) = &dst {
+            if let Output::Segment(range) = &owner.dst {
                 run.dst_range = Some(*range);
                 if let Input::Segment(source) = &src {
                     run.overlapped = source.overlaps(range).then_some(*source);
@@ -856,35 +871,74 @@ impl<'c> Engine<'c> {
             if skip {
                 run.skip(&plan.schedule.credits);
             }
+            state.next = seq + 1;
+            if alone && state.lanes[lane].is_none() {
+                if let Some(outcome) = self.straight(&mut state, run, &mut owner) {
+                    // As a sync that returns does (see `drive`).
+                    state.trusting = None;
+                    self.tell(state)?;
+                    return Ok((owner.seqs, Some(outcome)));
+                }
+                continue;
+            }
             state.runs.insert(seq, run);
             state.queued[lane].push_back(seq);
-            state.next = seq + 1;
         }
-        let seqs = first..state.next;
-        let mut owner = Owner {
-            seqs: seqs.clone(),
-            src,
-            dst,
-        };
+        let seqs = owner.seqs.clone();
         let owners = std::slice::from_mut(&mut owner);
         let index = OwnerIndex::new(owners);
         self.pass(&mut state, owners, &index);
-        let outcome = match keep {
-            true => {
-                self.keep_source(&mut state, seqs.clone(), src);
-                None
-            }
-            false => {
-                let outcome = self.collect(&mut state, &mut owner);
-                if outcome.is_some() {
-                    // As a sync that returns does (see `drive`).
-                    state.trusting = None;
-                }
-                outcome
-            }
-        };
+        // Complete already, the runs deliver into the destination the handle holds: its
+        // sync then only reports the outcome, and nothing of the source need be kept.
+        let outcome = self.collect(&mut state, &mut owner);
+        match outcome {
+            // As a sync that returns does (see `drive`).
+            Some(_) => state.trusting = None,
+            None if keep => self.keep_source(&mut state, seqs.clone(), src),
+            None => {}
+        }
         self.tell(state)?;
         Ok((seqs, outcome))
+    }
+
+    /// Takes the steps of `run`, the engine's only one, whose lane is free, in the call
+    /// that initiates it with `owner`'s buffers, as a pass and a collect would: the outcome
+    /// if it completed, its output delivered and the run kept for renewal without ever
+    /// entering the engine's books; else `None`, with the run holding its lane in them, as
+    /// the pass that started it would have left it.
+    fn straight(
+        &self,
+        state: &mut State<'c>,
+        mut run: Box<Run<'c>>,
+        owner: &mut Owner<'_>,
+    ) -> Option<Result<()>> {
+        let seq = run.seq;
+        run.started = true;
+        if let Err(f) = run.advance(self, Some(owner)) {
+            if let Failure::Rank(..) = f {
+                state.dead = Some(f.clone());
+            }
+            run.failed = Some(f);
+        }
+        state.changed = true;
+        if !run.complete {
+            if run.failed.is_some() {
+                state.ended.push(seq);
+            }
+            state.runs.insert(seq, run);
+            state.lanes[self.layout.lane(seq) as usize] = Some(seq);
+            return None;
+        }
+        let outcome = run.deliver(self, &mut owner.dst).map_err(Error::from);
+        if run.reusable() && state.spare.len() < SPARE {
+            run.retire();
+            state.spare.push(run);
+        }
+        self.advance_freed(state);
+        if let Err(f @ Failure::Rank(..)) = self.publish(state, None, false) {
+            state.dead = Some(f);
+        }
+        Some(outcome)
     }
 
     /// Gives the runs of `seqs`, initiated without `keep`, what they still need of the
