@@ -846,12 +846,16 @@ impl<'c> Engine<'c> {
             state.clears[lane] = plan.compact && plan.schedule.gathering;
             state.compacts[lane] = plan.compact;
             let value = value(seq, signature);
+            let straight = alone && state.lanes[lane].is_none();
             let mut run = match state.spare.pop() {
                 Some(mut run) => {
-                    run.renew(seq, Arc::clone(&plan), value, views);
+                    run.renew(seq, Arc::clone(&plan), value, views, straight);
                     run
                 }
-                None => Run::new(seq, Arc::clone(&plan), value, views, crate::batch(self.ctx)),
+                None => {
+                    let batch = crate::batch(self.ctx);
+                    Run::new(seq, Arc::clone(&plan), value, views, batch, straight)
+                }
             };
             run.reducer = reducer;
             if let Output::Segment(range) = &owner.dst {
@@ -872,7 +876,7 @@ impl<'c> Engine<'c> {
                 run.skip(&plan.schedule.credits);
             }
             state.next = seq + 1;
-            if alone && state.lanes[lane].is_none() {
+            if straight {
                 if let Some(outcome) = self.straight(&mut state, run, &mut owner) {
                     // As a sync that returns does (see `drive`).
                     state.trusting = None;
@@ -901,11 +905,11 @@ impl<'c> Engine<'c> {
         Ok((seqs, outcome))
     }
 
-    /// Takes the steps of `run`, the engine's only one, whose lane is free, in the call
-    /// that initiates it with `owner`'s buffers, as a pass and a collect would: the outcome
-    /// if it completed, its output delivered and the run kept for renewal without ever
-    /// entering the engine's books; else `None`, with the run holding its lane in them, as
-    /// the pass that started it would have left it.
+    /// Walks `run` (see [`Run::walk`]), the engine's only one, whose lane is free, in the
+    /// call that initiates it with `owner`'s buffers, and collects it: the outcome if it
+    /// completed, its output delivered and the run kept for renewal without ever entering
+    /// the engine's books; else `None`, with the run booked and holding its lane in them,
+    /// for the pass that follows to take what else can go.
     fn straight(
         &self,
         state: &mut State<'c>,
@@ -914,7 +918,7 @@ impl<'c> Engine<'c> {
     ) -> Option<Result<()>> {
         let seq = run.seq;
         run.started = true;
-        if let Err(f) = run.advance(self, Some(owner)) {
+        if let Err(f) = run.walk(self, owner) {
             if let Failure::Rank(..) = f {
                 state.dead = Some(f.clone());
             }
@@ -922,6 +926,7 @@ impl<'c> Engine<'c> {
         }
         state.changed = true;
         if !run.complete {
+            run.book();
             if run.failed.is_some() {
                 state.ended.push(seq);
             }

@@ -132,6 +132,12 @@ pub(crate) struct Plan {
     reading: Vec<Reading>,
     /// The steps that read the caller's source.
     reads: u32,
+    /// Per step, whether [`Run::skip`] counts it done at the start: the credits that are
+    /// ready once those listed before them are done (a credit listed before one it waits
+    /// for is taken as any step is).
+    skipped: Vec<bool>,
+    /// How many steps `skipped` holds.
+    skips: usize,
 }
 
 /// How a step reads the caller's source.
@@ -178,7 +184,7 @@ impl Plan {
             .map(|id| reading(&schedule, &elision, id))
             .collect();
         let reads = reading.iter().filter(|&&r| r != Reading::Never).count() as u32;
-        Plan {
+        let mut plan = Plan {
             schedule,
             compact,
             waiting,
@@ -188,7 +194,32 @@ impl Plan {
             elision,
             reading,
             reads,
+            skipped: Vec::new(),
+            skips: 0,
+        };
+        plan.skipped = plan.skipped_credits();
+        plan.skips = plan.skipped.iter().filter(|&&s| s).count();
+        plan
+    }
+
+    /// Which steps [`Run::skip`] counts done, found as it finds them.
+    fn skipped_credits(&self) -> Vec<bool> {
+        let mut skipped = vec![false; self.schedule.steps.len()];
+        let mut waiting = self.waiting.clone();
+        let mut ready = self.sources.clone();
+        for &id in &self.schedule.credits {
+            if let Some(at) = ready.iter().position(|&r| r == id) {
+                ready.swap_remove(at);
+                skipped[id as usize] = true;
+                for &later in self.dependents(id) {
+                    waiting[later as usize] -= 1;
+                    if waiting[later as usize] == 0 {
+                        ready.push(later);
+                    }
+                }
+            }
         }
+        skipped
     }
 
     fn dependents(&self, id: StepId) -> &[StepId] {
@@ -207,9 +238,17 @@ pub(crate) struct Run<'c> {
     /// The value of every notification of this run: its tag mixed with the call's arguments,
     /// so that members that called with other arguments are told.
     pub(crate) value: u32,
-    /// Unfinished dependencies per step.
+    /// Unfinished dependencies per step, once [`booked`](Self::booked).
     waiting: Vec<u32>,
+    /// The steps ready to go, once [`booked`](Self::booked).
     ready: Vec<StepId>,
+    /// `waiting` and `ready` say where the run stands. A run [walked](Self::walk) in the
+    /// call that initiates it goes without them until a step has to wait.
+    booked: bool,
+    /// The steps before this one are done, for a run not booked.
+    walked: StepId,
+    /// Its credits count as done (see [`skip`](Self::skip)), for a run not booked.
+    skipping: bool,
     /// Steps not done.
     left: usize,
     /// Whether the run holds its lane.
@@ -268,18 +307,23 @@ pub(crate) struct Run<'c> {
 }
 
 impl<'c> Run<'c> {
-    /// Run `seq` of `plan`, posting its puts on `batch`.
+    /// Run `seq` of `plan`, posting its puts on `batch`; to be [walked](Self::walk) with
+    /// `walk`.
     pub(crate) fn new(
         seq: u64,
         plan: Arc<Plan>,
         value: u32,
         views: Option<Views>,
         batch: Batch<'c>,
+        walk: bool,
     ) -> Box<Run<'c>> {
         let mut run = Box::new(Run {
             seq,
             waiting: Vec::new(),
             ready: Vec::new(),
+            booked: false,
+            walked: 0,
+            skipping: false,
             left: 0,
             plan: Arc::clone(&plan),
             value,
@@ -305,15 +349,23 @@ impl<'c> Run<'c> {
             failed: None,
             complete: false,
         });
-        run.renew(seq, plan, value, views);
+        run.renew(seq, plan, value, views, walk);
         run
     }
 
     /// Makes this run, removed, [`reusable`](Self::reusable) and [retired](Self::retire),
     /// run `seq` of `plan` instead, in place: its vectors, batch and fold buffers serve
     /// again, so that a small collective runs without touching the allocator, and a run,
-    /// some hundred bytes, is never moved.
-    pub(crate) fn renew(&mut self, seq: u64, plan: Arc<Plan>, value: u32, views: Option<Views>) {
+    /// some hundred bytes, is never moved. A run to be [walked](Self::walk) (`walk`) is
+    /// renewed without its books.
+    pub(crate) fn renew(
+        &mut self,
+        seq: u64,
+        plan: Arc<Plan>,
+        value: u32,
+        views: Option<Views>,
+        walk: bool,
+    ) {
         // Every field is named, so that one added later cannot be left from the last run;
         // those `retire` cleared are `_`.
         let Run {
@@ -322,6 +374,9 @@ impl<'c> Run<'c> {
             value: run_value,
             waiting,
             ready,
+            booked,
+            walked,
+            skipping,
             left,
             started,
             needs,
@@ -347,10 +402,15 @@ impl<'c> Run<'c> {
         } = self;
         *run_seq = seq;
         *run_value = value;
-        waiting.clear();
-        waiting.extend_from_slice(&plan.waiting);
-        ready.clear();
-        ready.extend_from_slice(&plan.sources);
+        if !walk {
+            waiting.clear();
+            waiting.extend_from_slice(&plan.waiting);
+            ready.clear();
+            ready.extend_from_slice(&plan.sources);
+        }
+        *booked = !walk;
+        *walked = 0;
+        *skipping = false;
         *left = plan.schedule.steps.len();
         *reads_left = plan.reads;
         *dst_range = None;
@@ -391,12 +451,68 @@ impl<'c> Run<'c> {
     /// Counts the credit steps `credits` (in schedule order, each depending on earlier
     /// ones only) done at the start, as their receivers' do alike.
     pub(crate) fn skip(&mut self, credits: &[StepId]) {
+        if !self.booked {
+            self.skipping = true;
+            self.left -= self.plan.skips;
+            return;
+        }
         for &id in credits {
             if let Some(at) = self.ready.iter().position(|&r| r == id) {
                 self.ready.swap_remove(at);
                 self.finish(id);
             }
         }
+    }
+
+    /// Takes the steps of a run not booked in schedule order, which is a topological order,
+    /// for as long as each can go: in the call that initiates the run, whose `owner` lends
+    /// the caller's buffers, the steps of a run whose partners' signals are there already
+    /// go without working out which are ready. The run is [booked](Self::book) once a step
+    /// has to wait.
+    pub(crate) fn walk(
+        &mut self,
+        net: &impl Transport,
+        owner: &mut Owner<'_>,
+    ) -> Result<(), Failure> {
+        let steps = self.plan.schedule.steps.len() as StepId;
+        while self.walked < steps {
+            let id = self.walked;
+            if !(self.skipping && self.plan.skipped[id as usize]) {
+                if !self.take(net, id, Some(&mut *owner))? {
+                    return Ok(());
+                }
+                self.count(id);
+            }
+            self.walked += 1;
+        }
+        if self.left == 0 && self.batch.test().map_err(Failure::from)? {
+            self.complete = true;
+        }
+        Ok(())
+    }
+
+    /// Works out, for a run [walked](Self::walk) so far, which steps wait for which and
+    /// which are ready, as if it had advanced as usual.
+    pub(crate) fn book(&mut self) {
+        if std::mem::replace(&mut self.booked, true) {
+            return;
+        }
+        let plan = Arc::clone(&self.plan);
+        let (walked, skipping) = (self.walked as usize, self.skipping);
+        let done = |id: usize| id < walked || (skipping && plan.skipped[id]);
+        self.waiting.clear();
+        self.waiting.extend_from_slice(&plan.waiting);
+        for id in (0..plan.schedule.steps.len()).filter(|&id| done(id)) {
+            for &later in plan.dependents(id as StepId) {
+                self.waiting[later as usize] -= 1;
+            }
+        }
+        self.ready.clear();
+        self.ready.extend(
+            (0..plan.schedule.steps.len())
+                .filter(|&id| !done(id) && self.waiting[id] == 0)
+                .map(|id| id as StepId),
+        );
     }
 
     /// Takes every step it can; `owner` lends the caller's buffers when the call holds this
@@ -409,6 +525,7 @@ impl<'c> Run<'c> {
         if !self.started || self.complete || self.failed.is_some() {
             return Ok(false);
         }
+        self.book();
         // One sweep: a step made ready by one taken lands at the end of `ready`, which the
         // sweep reaches; a step that could not go waits for something from outside (a
         // notification, a publication, the source), which a sweep more would rarely find.
@@ -727,18 +844,23 @@ impl<'c> Run<'c> {
     }
 
     fn finish(&mut self, id: StepId) {
-        self.left -= 1;
-        match self.plan.reading[id as usize] {
-            Reading::Always => self.reads_left -= 1,
-            Reading::Unstaged if !self.staged => self.reads_left -= 1,
-            _ => {}
-        }
+        self.count(id);
         for &later in self.plan.dependents(id) {
             let w = &mut self.waiting[later as usize];
             *w -= 1;
             if *w == 0 {
                 self.ready.push(later);
             }
+        }
+    }
+
+    /// Counts step `id` done.
+    fn count(&mut self, id: StepId) {
+        self.left -= 1;
+        match self.plan.reading[id as usize] {
+            Reading::Always => self.reads_left -= 1,
+            Reading::Unstaged if !self.staged => self.reads_left -= 1,
+            _ => {}
         }
     }
 
