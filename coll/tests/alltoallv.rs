@@ -495,7 +495,46 @@ fn kill(provider: &str) {
     }
 }
 
+/// `jitter` on 3 ranks: rank 0 pauses before each reset while the others run flat out through
+/// plans of several block sizes; every rank must have been handed every block of
+/// every round, each the right bytes, and none may have changed before its reset.
+fn jitter(provider: &str) {
+    const RANKS: u32 = 3;
+    const ROUNDS: u64 = 300;
+    let rounds = ROUNDS.to_string();
+    let job = gaspirun(
+        RANKS,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("alltoallv_check"),
+        &["jitter", &rounds],
+    );
+    let report = job.report();
+    assert!(job.status.success(), "the job failed\n{report}");
+    for rank in 0..RANKS {
+        let data = job.data("jitter", rank);
+        assert_eq!(data.parse::<u64>("rounds"), ROUNDS, "rank {rank}\n{report}");
+        assert_eq!(
+            data.parse::<u64>("blocks"),
+            ROUNDS * u64::from(RANKS),
+            "rank {rank}: blocks handed out\n{report}"
+        );
+        assert_eq!(
+            data.parse::<u64>("wrong"),
+            0,
+            "rank {rank}: blocks with other bytes than their round's\n{report}"
+        );
+        assert_eq!(
+            data.parse::<u64>("overwritten"),
+            0,
+            "rank {rank}: blocks overwritten before their reset\n{report}"
+        );
+    }
+}
+
 jobs! {
+    jitter_tcp: jitter("tcp");
+    jitter_shm: jitter("shm");
     exchange_1_tcp: exchange(1, "tcp");
     exchange_1_shm: exchange(1, "shm");
     exchange_2_tcp: exchange(2, "tcp");

@@ -15,6 +15,9 @@
 //!   holds back its reset (see `late.rs`).
 //! * `errors`: every misuse, each reported by its variant, then rounds that still work (see
 //!   `errors.rs`).
+//! * `jitter ROUNDS`: fast senders against a slow receiver that pauses before each reset,
+//!   the rounds cycling through plans of several block sizes; every block checked
+//!   when handed out and again before its reset (see `jitter.rs`).
 //! * `kill`: the last rank is killed (SIGKILL) in the middle of a round; the survivors report
 //!   what the round told them (see `kill.rs`). Run it under `gaspirun --keep-going`.
 
@@ -27,6 +30,7 @@ mod check;
 mod data;
 mod errors;
 mod exchange;
+mod jitter;
 mod kill;
 mod late;
 mod plan;
@@ -50,6 +54,10 @@ fn main() -> ExitCode {
             Ok(long) => in_job(Context::init(), false, |ctx| exchange::run(ctx, long)),
             Err(_) => Err("exchange LONG: a number of rounds".into()),
         },
+        ["jitter", rounds] => match rounds.parse() {
+            Ok(rounds) => in_job(Context::init(), false, |ctx| jitter::run(ctx, rounds)),
+            Err(_) => Err("jitter ROUNDS: a number of rounds".into()),
+        },
         ["late"] => in_job(Context::init(), false, late::run),
         ["errors"] => in_job(Context::init(), false, errors::run),
         ["kill"] => {
@@ -58,7 +66,8 @@ fn main() -> ExitCode {
         ["kill_discovery"] => kill::config()
             .and_then(|config| in_job(Context::init_with(config), true, kill::discovery)),
         _ => Err(
-            "usage: alltoallv_check exchange LONG | late | errors | kill | kill_discovery".into(),
+            "usage: alltoallv_check exchange LONG | jitter ROUNDS | late | errors | kill | kill_discovery"
+                .into(),
         ),
     };
     match result {
