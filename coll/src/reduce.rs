@@ -230,6 +230,20 @@ impl<'c> Team<'c> {
     /// As for [`allreduce_nb`](Self::allreduce_nb); [`Error::PartialBlock`];
     /// [`gaspi::Error::Unsupported`] for a block of zero elements, [`gaspi::Error::Limit`]
     /// for one of more bytes than an address can count.
+    ///
+    /// # Panics
+    /// When the operator panics, the collective fails on this member, and the panic goes on
+    /// to the call that syncs its handle (for the blocking form, that call itself), with
+    /// the operator's payload, whichever thread of the team took the fold: the other calls
+    /// on the team, in this thread or others, and a dropped handle see nothing of it, and
+    /// this member's later collectives on the team run. The operator is not called again
+    /// for that collective. The other members are not told: those whose part needed this
+    /// member's steps after the fold (at two members too, when the sync mode or the
+    /// algorithm has steps after it) cannot complete it and time out, and, as after any
+    /// collective a member leaves unfinished, its lane stays taken on them, so that every
+    /// later collective on that lane (one in [`Capacity::lanes`](crate::Capacity)) times
+    /// out on every member. After such a panic, drop the team on every member and make
+    /// another.
     pub fn allreduce_with_nb<'t, 'b, T, F>(
         &'t self,
         src: &'b [T],
@@ -249,6 +263,9 @@ impl<'c> Team<'c> {
     ///
     /// # Errors
     /// As for [`allreduce_with_nb`](Self::allreduce_with_nb) and [`Handle::wait_sync`].
+    ///
+    /// # Panics
+    /// With the operator's panic, as [`allreduce_with_nb`](Self::allreduce_with_nb) says.
     pub fn allreduce_with<T, F>(
         &self,
         src: &[T],

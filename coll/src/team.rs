@@ -685,6 +685,12 @@ impl Handle<'_, '_> {
     ///
     /// # Errors
     /// As for [`try_sync`](Self::try_sync), and [`gaspi::Error::Timeout`].
+    ///
+    /// # Panics
+    /// With the panic of the collective's user operator (see
+    /// [`Team::allreduce_with_nb`]), here as in [`try_sync`](Self::try_sync) and the syncs
+    /// of sets, which keep the outcomes of the other handles that completed in the same
+    /// call for their next sync.
     pub fn wait_sync(&mut self, timeout: Timeout) -> Result<()> {
         if self.synced {
             return Err(Error::Synced);
@@ -694,14 +700,18 @@ impl Handle<'_, '_> {
         }
         let engine = self.engine;
         let mut outcome = [None];
-        let synced = engine.sync(
-            std::slice::from_mut(&mut self.owner()),
-            &mut outcome,
-            1,
-            timeout,
-        );
+        let mut owner = self.owner();
+        let synced = engine.sync(std::slice::from_mut(&mut owner), &mut outcome, 1, timeout);
+        let panic = owner.panic.take();
+        drop(owner);
         match (synced, outcome) {
-            (Ok(()), [Some(outcome)]) => self.synced_with(outcome),
+            (Ok(()), [Some(outcome)]) => {
+                let outcome = self.synced_with(outcome);
+                if let Some(panic) = panic {
+                    std::panic::resume_unwind(panic);
+                }
+                outcome
+            }
             (synced, _) => {
                 self.lend();
                 synced?;
@@ -732,6 +742,7 @@ impl Handle<'_, '_> {
             seqs: self.seqs.clone(),
             src: self.src,
             dst: self.dst.reborrow(),
+            panic: None,
         }
     }
 }
@@ -776,6 +787,10 @@ fn sync_set(handles: &mut [Handle<'_, '_>], enough: usize, timeout: Timeout) -> 
         .map(Handle::owner)
         .collect();
     let synced = engine.sync(&mut owners, &mut outcomes, enough, timeout);
+    let panicked = owners
+        .iter_mut()
+        .enumerate()
+        .find_map(|(k, o)| Some((k, o.panic.take()?)));
     drop(owners);
     let mut done = Vec::new();
     for (k, outcome) in outcomes.into_iter().enumerate() {
@@ -789,6 +804,17 @@ fn sync_set(handles: &mut [Handle<'_, '_>], enough: usize, timeout: Timeout) -> 
             }
             None => handles[open[k]].lend(),
         }
+    }
+    if let Some((k, panic)) = panicked {
+        // The panic goes on instead of this call's report: the other handles that completed
+        // keep their outcomes for their next sync, as if collected as they were initiated.
+        for (i, outcome) in done {
+            if i != open[k] {
+                handles[i].synced = false;
+                handles[i].outcome = Some(outcome);
+            }
+        }
+        std::panic::resume_unwind(panic);
     }
     Ok((done, synced))
 }

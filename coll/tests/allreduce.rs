@@ -130,6 +130,43 @@ fn mismatch(ranks: u32, provider: &str) {
     }
 }
 
+/// `panic`: rank 0's panicking operator, in its blocking call's sync, in its initiating
+/// call, and taken by another thread's allreduce while one thread holds the handle, reaches
+/// the call that syncs the collective with its message, and nowhere else (before, the
+/// handle's drop took the fold again while the panic unwound, which aborted the process);
+/// so does rank 0's own panic between initiating and syncing, whose dropped handle lets the
+/// collective finish for the others. At two members, whose folds come last, every other
+/// outcome is the sum; at more, a member that needed rank 0's later steps may time out, and
+/// nothing else happens: no other panic, no wrong sum, and every rank finalizes.
+fn panics(ranks: u32, provider: &str) {
+    let job = job(ranks, provider, "panic");
+    let report = job.report();
+    let panicking = ["sync", "initiate", "dropped", "thread_a", "pieces"];
+    let parts = [
+        "sync",
+        "sync_after",
+        "initiate",
+        "dropped",
+        "dropped_after",
+        "thread_a",
+        "thread_b",
+        "pieces",
+    ];
+    for rank in 0..ranks {
+        let data = job.data("panic", rank);
+        for part in parts {
+            let got = data.get(part);
+            let panics = rank == 0 && panicking.contains(&part);
+            let fine = match (panics, ranks) {
+                (true, _) => got == "Panicked",
+                (false, 2) if part != "pieces" => got == "Ok",
+                (false, _) => got == "Ok" || got == "Timeout",
+            };
+            assert!(fine, "rank {rank}: {part}={got}\n{report}");
+        }
+    }
+}
+
 jobs! {
     values_1_tcp: values(1, "tcp");
     values_2_tcp: values(2, "tcp");
@@ -151,4 +188,7 @@ jobs! {
     mismatch_2_tcp: mismatch(2, "tcp");
     mismatch_2_shm: mismatch(2, "shm");
     mismatch_5_shm: mismatch(5, "shm");
+    panic_2_tcp: panics(2, "tcp");
+    panic_2_shm: panics(2, "shm");
+    panic_4_shm: panics(4, "shm");
 }

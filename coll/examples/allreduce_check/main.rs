@@ -26,6 +26,18 @@
 //!   sums where the others take the maximum (`op`), each on a team of its own and within
 //!   3 s: `data mismatch rank R: len=<kind>; op=<kind>`, the kind `Mismatch`, `Timeout`,
 //!   `Other` or `Ok`.
+//! * `panic`: rank 0's user operator panics (the others' does not), each part on a team of
+//!   its own: in the blocking call's sync (`sync`, the others late), in its initiating call
+//!   (`initiate`, rank 0 late, eager), in a non-blocking one synced by one thread while
+//!   another thread's allreduce on the team moves it on (`thread_a` the syncing thread,
+//!   `thread_b` the other); and rank 0's own code panics between `allreduce_with_nb` and the
+//!   sync, dropping the handle as it unwinds (`dropped`); rank 0's operator panics in a
+//!   vector of `cases::LARGE` elements, which runs as pieces (`pieces`, where the others
+//!   need its later steps and time out). After `sync` and `dropped`, a sum
+//!   on the same team (`sync_after`, `dropped_after`): `data panic rank R: <part>=<kind>`,
+//!   the kind `Panicked` (rank 0's call panicked with the operator's message), `Ok` (the
+//!   sum of every member's vector), `Wrong`, `Timeout` or the error. A panic that escaped
+//!   elsewhere, or a second one while unwinding, ends the rank without its line.
 
 #![forbid(unsafe_code)]
 
@@ -56,7 +68,8 @@ fn main() -> ExitCode {
             ["many"] => many(),
             ["late"] => late(),
             ["mismatch"] => mismatch(),
-            _ => Err("usage: allreduce_check values|many|late|mismatch".into()),
+            ["panic"] => panics(),
+            _ => Err("usage: allreduce_check values|many|late|mismatch|panic".into()),
         }
     })
 }
@@ -279,6 +292,167 @@ fn mismatch() -> Outcome<()> {
             "data mismatch rank {}: len={len}; op={op}; empty={empty}",
             ctx.rank()
         );
+    }
+    ctx.barrier(TIMEOUT)?;
+    ctx.finalize(TIMEOUT)?;
+    Ok(())
+}
+
+/// The message of rank 0's panicking operator.
+const OPERATOR_PANICS: &str = "the operator panics on rank 0";
+
+/// The message of rank 0's code panicking between initiating and syncing.
+const CALLER_PANICS: &str = "the caller panics before its sync";
+
+/// A sum that panics on member 0 when `panics`.
+fn summing(me: u32, panics: bool) -> UserOp<impl Fn(&mut [i64], &[i64]) + Clone + Send> {
+    UserOp::new(move |acc: &mut [i64], other: &[i64]| {
+        assert!(!(panics && me == 0), "{OPERATOR_PANICS}");
+        for (a, b) in acc.iter_mut().zip(other) {
+            *a += b;
+        }
+    })
+}
+
+/// How a call that may panic ended here: `Panicked` for the panic with `message`, `Ok` when
+/// `dst` holds the sum of `1..=n` everywhere.
+fn ended(
+    called: std::thread::Result<gaspi_coll::Result<()>>,
+    message: &str,
+    dst: &[i64],
+    n: u32,
+) -> String {
+    let sum = i64::from(n * (n + 1) / 2);
+    match called {
+        Err(panic) => {
+            let said = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied());
+            match said {
+                Some(said) if said == message => "Panicked".to_string(),
+                said => format!("PanickedWith({said:?})"),
+            }
+        }
+        Ok(Ok(())) if dst.iter().all(|&x| x == sum) => "Ok".to_string(),
+        Ok(Ok(())) => "Wrong".to_string(),
+        Ok(Err(e)) if e.is_timeout() => "Timeout".to_string(),
+        Ok(Err(e)) => format!("{e:?}"),
+    }
+}
+
+/// Runs `part` on a team of its own, dropped once every member is done with it.
+fn on_team(coll: &Collectives<'_>, part: impl FnOnce(&Team<'_>) -> Outcome<()>) -> Outcome<()> {
+    let team = Team::new(coll, GROUP_ALL, TIMEOUT)?;
+    part(&team)?;
+    coll.context().barrier(TIMEOUT)?;
+    Ok(())
+}
+
+fn panics() -> Outcome<()> {
+    let ctx = Context::init()?;
+    let me = ctx.rank();
+    let late = || std::thread::sleep(std::time::Duration::from_millis(300));
+    // The others wait for rank 0's later steps at most this long (at more than 2 members).
+    let short = Timeout::Millis(3_000);
+    let mut line = Vec::new();
+    {
+        let coll = Collectives::new(&ctx)?;
+        let n = ctx.size();
+        let src = vec![i64::from(me) + 1; 4];
+        let catching = |call: &mut dyn FnMut() -> gaspi_coll::Result<()>| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+        };
+        let after = |team: &Team<'_>| {
+            let mut dst = vec![0; src.len()];
+            let summed = team.allreduce(&src, &mut dst, ReduceOp::Sum, Flags::MY, short);
+            ended(Ok(summed), "", &dst, n)
+        };
+        on_team(&coll, |team| {
+            let op = summing(me, true);
+            let mut dst = vec![0; src.len()];
+            if me != 0 {
+                late();
+            }
+            let called =
+                catching(&mut || team.allreduce_with(&src, &mut dst, &op, Flags::MY, short));
+            line.push(format!("sync={}", ended(called, OPERATOR_PANICS, &dst, n)));
+            line.push(format!("sync_after={}", after(team)));
+            Ok(())
+        })?;
+        on_team(&coll, |team| {
+            let op = summing(me, true);
+            let mut dst = vec![0; src.len()];
+            if me == 0 {
+                late();
+            }
+            let called =
+                catching(&mut || team.allreduce_with(&src, &mut dst, &op, Flags::EAGER, short));
+            line.push(format!(
+                "initiate={}",
+                ended(called, OPERATOR_PANICS, &dst, n)
+            ));
+            Ok(())
+        })?;
+        on_team(&coll, |team| {
+            let op = summing(me, false);
+            let mut dst = vec![0; src.len()];
+            let called = catching(&mut || {
+                let mut handle = team.allreduce_with_nb(&src, &mut dst, &op, Flags::MY)?;
+                assert!(me != 0, "{CALLER_PANICS}");
+                handle.wait_sync(short)
+            });
+            line.push(format!("dropped={}", ended(called, CALLER_PANICS, &dst, n)));
+            line.push(format!("dropped_after={}", after(team)));
+            Ok(())
+        })?;
+        on_team(&coll, |team| {
+            let op = summing(me, true);
+            let mut dst = vec![0; src.len()];
+            if me != 0 {
+                late();
+                let a = team.allreduce_with(&src, &mut dst, &op, Flags::MY, short);
+                line.push(format!("thread_a={}", ended(Ok(a), "", &dst, n)));
+                line.push(format!("thread_b={}", after(team)));
+                return Ok(());
+            }
+            let (initiated, go_on) = std::sync::mpsc::channel();
+            let (done, b_done) = std::sync::mpsc::channel();
+            let a = std::thread::scope(|s| {
+                let (src, dst, op) = (&src, &mut dst, &op);
+                let a = s.spawn(move || {
+                    let mut handle = team.allreduce_with_nb(src, dst, op, Flags::MY)?;
+                    initiated.send(()).map_err(|e| e.to_string())?;
+                    b_done.recv().map_err(|e| e.to_string())?;
+                    let synced = catching(&mut || handle.wait_sync(short));
+                    drop(handle);
+                    Outcome::Ok(synced)
+                });
+                go_on.recv().map_err(|e| e.to_string())?;
+                let mut sum = vec![0; src.len()];
+                let b = catching(&mut || {
+                    team.allreduce(src, &mut sum, ReduceOp::Sum, Flags::MY, short)
+                });
+                line.push(format!("thread_b={}", ended(b, "", &sum, n)));
+                done.send(()).map_err(|e| e.to_string())?;
+                a.join().map_err(|_| "thread a panicked")?
+            })?;
+            line.push(format!("thread_a={}", ended(a, OPERATOR_PANICS, &dst, n)));
+            Ok(())
+        })?;
+        on_team(&coll, |team| {
+            let op = summing(me, true);
+            let src = vec![i64::from(me) + 1; cases::LARGE];
+            let mut dst = vec![0; src.len()];
+            let called =
+                catching(&mut || team.allreduce_with(&src, &mut dst, &op, Flags::MY, short));
+            line.push(format!(
+                "pieces={}",
+                ended(called, OPERATOR_PANICS, &dst, n)
+            ));
+            Ok(())
+        })?;
+        println!("data panic rank {me}: {}", line.join("; "));
     }
     ctx.barrier(TIMEOUT)?;
     ctx.finalize(TIMEOUT)?;

@@ -827,6 +827,7 @@ impl<'c> Engine<'c> {
             seqs: first..first + launches.len() as u64,
             src,
             dst,
+            panic: None,
         };
         for ((seq, launch), plan) in (first..).zip(launches.iter_mut()).zip(plans) {
             let (signature, reducer, views) =
@@ -901,7 +902,19 @@ impl<'c> Engine<'c> {
             None if keep => self.keep_source(&mut state, seqs.clone(), src),
             None => {}
         }
-        self.tell(state)?;
+        if owner.panic.is_some() {
+            // The panic goes on from here (see below), and no handle is left to lend the
+            // source to the collective's other pieces, now orphans.
+            self.keep_source(&mut state, seqs.clone(), src);
+        }
+        let told = self.tell(state);
+        if let Some(panic) = owner.panic {
+            // The operator panicked in this call's pass over a collective it collected: no
+            // handle is there to sync it, so the panic goes on here (its failed runs are
+            // removed, the others orphaned).
+            std::panic::resume_unwind(panic);
+        }
+        told?;
         Ok((seqs, outcome))
     }
 
@@ -1151,6 +1164,9 @@ impl<'c> Engine<'c> {
                 }
                 (None, _) => run.deliver(self, &mut owner.dst).map_err(Error::from),
             };
+            if let Some(panic) = state.runs.get_mut(seq).and_then(|run| run.panic.take()) {
+                owner.panic.get_or_insert(panic);
+            }
             self.release(state, seq);
             if let Err(e) = outcome {
                 self.abandon(state, owner.seqs.clone());

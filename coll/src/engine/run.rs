@@ -12,6 +12,8 @@
 //! Folds take the run's own [`Reducer`], owned by the run, so that any thread may take them,
 //! and an orphaned run still folds for the other members.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use gaspi::{copy_bytes, Batch, Context, Notification, NotificationId, Rank};
@@ -32,6 +34,9 @@ pub(crate) struct Owner<'o> {
     pub(crate) seqs: std::ops::Range<u64>,
     pub(crate) src: Input<'o>,
     pub(crate) dst: Output<'o>,
+    /// The panic of the operator that failed a run of the collective, taken out of the run
+    /// as its failure was collected: the call syncing the handle goes on with it.
+    pub(crate) panic: Option<Box<dyn Any + Send>>,
 }
 
 /// Where a piece's views of the caller's buffers lie in them (see the `piece` module).
@@ -302,6 +307,9 @@ pub(crate) struct Run<'c> {
     /// The operator of the schedule's folds.
     pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) failed: Option<Failure>,
+    /// The panic of the operator in a fold, which failed the run: whichever thread took the
+    /// fold, only the call that syncs the handle goes on with it (see [`Owner::panic`]).
+    pub(crate) panic: Option<Box<dyn Any + Send>>,
     /// Every step is done and every put completed locally.
     pub(crate) complete: bool,
 }
@@ -347,6 +355,7 @@ impl<'c> Run<'c> {
             delivered: false,
             reducer: None,
             failed: None,
+            panic: None,
             complete: false,
         });
         run.renew(seq, plan, value, views, walk);
@@ -398,6 +407,7 @@ impl<'c> Run<'c> {
             delivered,
             reducer: _,
             failed: _,
+            panic: _,
             complete,
         } = self;
         *run_seq = seq;
@@ -446,6 +456,7 @@ impl<'c> Run<'c> {
         self.views = None;
         self.reducer = None;
         self.failed = None;
+        self.panic = None;
     }
 
     /// Counts the credit steps `credits` (in schedule order, each depending on earlier
@@ -766,23 +777,38 @@ impl<'c> Run<'c> {
                         in_memory(sourced[0], at, len).filter(|_| reducer.folds_right()),
                         in_memory(sourced[1], at, len),
                     );
-                    match sides {
+                    // A user operator may panic. Taken again, the fold would call it again
+                    // in whichever call passes next (a handle's drop while the panic unwinds
+                    // included, which aborted the process), and fold twice the pieces before
+                    // the one that panicked: the run fails instead, keeping the panic for
+                    // its handle's sync.
+                    let folded = match sides {
                         (_, Some(right)) => {
                             operand(left, sourced[0], at, acc.bytes_mut())?;
-                            reducer.fold(acc.bytes_mut(), right)
+                            guarded(|| reducer.fold(acc.bytes_mut(), right))
                         }
                         (Some(left), None) => {
                             operand(right, sourced[1], at, acc.bytes_mut())?;
-                            reducer.fold_right(left, acc.bytes_mut())
+                            guarded(|| reducer.fold_right(left, acc.bytes_mut()))
                         }
                         (None, None) => {
                             other.resize(len as usize);
                             operand(left, sourced[0], at, acc.bytes_mut())?;
                             operand(right, sourced[1], at, other.bytes_mut())?;
-                            reducer.fold(acc.bytes_mut(), other.bytes())
+                            guarded(|| reducer.fold(acc.bytes_mut(), other.bytes()))
+                        }
+                    };
+                    match folded {
+                        Ok(folded) => folded.map_err(Failure::Runtime)?,
+                        Err(panic) => {
+                            let failure = Failure::Runtime(format!(
+                                "the reduction operator panicked: {}",
+                                panic_message(&*panic)
+                            ));
+                            self.panic = Some(panic);
+                            return Err(failure);
                         }
                     }
-                    .map_err(Failure::Runtime)?;
                     net.write(seq, into.at + at, acc.bytes())?;
                     at += len;
                 }
@@ -1084,6 +1110,23 @@ impl Kept {
             Kept::Copy(copy) => Input::Memory(copy),
             Kept::Range(range) => Input::Segment(*range),
         }
+    }
+}
+
+/// `fold`, or the panic it ended with.
+fn guarded(
+    fold: impl FnOnce() -> Result<(), String>,
+) -> Result<Result<(), String>, Box<dyn Any + Send>> {
+    // What the fold was writing is never read again: its run fails.
+    std::panic::catch_unwind(AssertUnwindSafe(fold))
+}
+
+/// What a panic said, as the standard hook prints it.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    match (panic.downcast_ref::<String>(), panic.downcast_ref::<&str>()) {
+        (Some(said), _) => said,
+        (None, Some(said)) => said,
+        (None, None) => "a panic without a message",
     }
 }
 
