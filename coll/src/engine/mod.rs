@@ -341,6 +341,10 @@ struct State<'c> {
     senders: Vec<bool>,
     /// Plans of keyed schedules, per key and parity.
     plans: FxHashMap<Vec<u64>, [Option<Arc<Plan>>; 2]>,
+    /// The key last looked up and its entry of `plans`: a program repeating one collective
+    /// finds its plan by comparing the key, without hashing it.
+    last_key: Vec<u64>,
+    last_plans: [Option<Arc<Plan>>; 2],
     /// A member known dead: every run not complete fails naming it.
     dead: Option<Failure>,
     watcher: bool,
@@ -685,6 +689,8 @@ impl<'c> Engine<'c> {
                 told: vec![0; layout.members as usize],
                 senders: vec![false; layout.members as usize],
                 plans: FxHashMap::default(),
+                last_key: Vec::new(),
+                last_plans: [None, None],
                 dead: None,
                 watcher: false,
                 sleepers: 0,
@@ -1025,15 +1031,22 @@ impl<'c> Engine<'c> {
             }
             Prepared::Keyed { key, build } => (*key, *build),
         };
-        if let Some(Some(hit)) = state.plans.get(key).map(|p| &p[parity as usize]) {
+        let parity = parity as usize;
+        if state.last_key != key {
+            state.last_plans = state.plans.get(key).cloned().unwrap_or_default();
+            state.last_key.clear();
+            state.last_key.extend_from_slice(key);
+        }
+        if let Some(hit) = &state.last_plans[parity] {
             return Ok(hit.clone());
         }
         let (schedule, half) = build()?;
-        let entry = self.prepare(schedule, parity, half)?;
+        let entry = self.prepare(schedule, parity as u32, half)?;
         if state.plans.len() >= PLANS {
             state.plans.clear();
         }
-        state.plans.entry(key.to_vec()).or_default()[parity as usize] = Some(entry.clone());
+        state.plans.entry(key.to_vec()).or_default()[parity] = Some(entry.clone());
+        state.last_plans[parity] = Some(entry.clone());
         Ok(entry)
     }
 
