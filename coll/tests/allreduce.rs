@@ -135,9 +135,11 @@ fn mismatch(ranks: u32, provider: &str) {
 /// the call that syncs the collective with its message, and nowhere else (before, the
 /// handle's drop took the fold again while the panic unwound, which aborted the process);
 /// so does rank 0's own panic between initiating and syncing, whose dropped handle lets the
-/// collective finish for the others. At two members, whose folds come last, every other
-/// outcome is the sum; at more, a member that needed rank 0's later steps may time out, and
-/// nothing else happens: no other panic, no wrong sum, and every rank finalizes.
+/// collective finish for the others. At two members every other outcome is the sum, but
+/// where rank 0's fold may be taken before its put went: in its initiating call, late, when
+/// the partner's data is there first (seen through the fabric), and in pieces; there, and at
+/// more members, a member that needed rank 0's later steps may time out, and nothing else
+/// happens: no other panic, no wrong sum, and every rank finalizes.
 fn panics(ranks: u32, provider: &str) {
     let job = job(ranks, provider, "panic");
     let report = job.report();
@@ -159,7 +161,7 @@ fn panics(ranks: u32, provider: &str) {
             let panics = rank == 0 && panicking.contains(&part);
             let fine = match (panics, ranks) {
                 (true, _) => got == "Panicked",
-                (false, 2) if part != "pieces" => got == "Ok",
+                (false, 2) if !["initiate", "pieces"].contains(&part) => got == "Ok",
                 (false, _) => got == "Ok" || got == "Timeout",
             };
             assert!(fine, "rank {rank}: {part}={got}\n{report}");
