@@ -237,9 +237,10 @@ impl<'c> Team<'c> {
     /// the operator's payload, whichever thread of the team took the fold: the other calls
     /// on the team, in this thread or others, and a dropped handle see nothing of it, and
     /// this member's later collectives on the team run. The operator is not called again
-    /// for that collective. The other members are not told: those whose part needed this
-    /// member's steps after the fold (at two members too, when the sync mode or the
-    /// algorithm has steps after it) cannot complete it and time out, and, as after any
+    /// for that collective. The other members are not told: those whose part needed a step
+    /// of this member's not taken before the fold (its steps after it, and a put still held
+    /// back as the fold went: at two members too, e.g. through the fabric when this member
+    /// initiates last) cannot complete it and time out, and, as after any
     /// collective a member leaves unfinished, its lane stays taken on them, so that every
     /// later collective on that lane (one in [`Capacity::lanes`](crate::Capacity)) times
     /// out on every member. After such a panic, drop the team on every member and make
