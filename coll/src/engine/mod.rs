@@ -880,7 +880,7 @@ impl<'c> Engine<'c> {
             }
             run.signal_needs = run.needs.max((seq + 1).saturating_sub(2 * lanes));
             if skip {
-                run.skip(&plan.schedule.credits);
+                run.skip();
             }
             state.next = seq + 1;
             if straight {

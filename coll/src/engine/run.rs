@@ -207,7 +207,8 @@ impl Plan {
         plan
     }
 
-    /// Which steps [`Run::skip`] counts done, found as it finds them.
+    /// Which steps [`Run::skip`] counts done: the credits, in schedule order, that are ready
+    /// once those before them are done.
     fn skipped_credits(&self) -> Vec<bool> {
         let mut skipped = vec![false; self.schedule.steps.len()];
         let mut waiting = self.waiting.clone();
@@ -252,7 +253,7 @@ pub(crate) struct Run<'c> {
     booked: bool,
     /// The steps before this one are done, for a run not booked.
     walked: StepId,
-    /// Its credits count as done (see [`skip`](Self::skip)), for a run not booked.
+    /// Its plan's skipped credits count as done (see [`skip`](Self::skip)).
     skipping: bool,
     /// Steps not done.
     left: usize,
@@ -459,19 +460,14 @@ impl<'c> Run<'c> {
         self.panic = None;
     }
 
-    /// Counts the credit steps `credits` (in schedule order, each depending on earlier
-    /// ones only) done at the start, as their receivers' do alike.
-    pub(crate) fn skip(&mut self, credits: &[StepId]) {
-        if !self.booked {
-            self.skipping = true;
-            self.left -= self.plan.skips;
-            return;
-        }
-        for &id in credits {
-            if let Some(at) = self.ready.iter().position(|&r| r == id) {
-                self.ready.swap_remove(at);
-                self.finish(id);
-            }
+    /// Counts the credits its plan skips (see `Plan::skipped`) done at the start, as their
+    /// receivers' do alike: a booked run works its books out again with them done, so that
+    /// runs walked and booked skip by the one rule.
+    pub(crate) fn skip(&mut self) {
+        self.skipping = true;
+        self.left -= self.plan.skips;
+        if std::mem::replace(&mut self.booked, false) {
+            self.book();
         }
     }
 
