@@ -110,10 +110,17 @@ impl Context {
     /// every error at the call.
     ///
     /// A write from one of this rank's segments into an overlapping range of the same segment
-    /// (GASPI leaves it undefined) moves the bytes as `memmove` does on the direct path;
-    /// through the fabric the provider copies it in pieces of its own, and a large one (8 MiB
-    /// shifted forwards, measured over tcp and shm) does not: copy within a segment with
-    /// [`segment_read`](Self::segment_read) and [`segment_write`](Self::segment_write).
+    /// (GASPI leaves it undefined) moves the bytes as `memmove` does on the direct path, which
+    /// takes it when [`reaches_directly`](Self::reaches_directly) says so of this rank and the
+    /// segment is one the runtime allocated: a segment of bound memory
+    /// ([`segment_bind`](Self::segment_bind)) takes the fabric even towards this rank. Through
+    /// the fabric the provider copies it front to back in pieces of its own, which a range
+    /// shifted forwards by less than a piece overwrites before they are read: with libfabric
+    /// 1.17, writes shifted forwards by 1, 16 or 4,104 bytes came out wrong from 8 KiB on over
+    /// shm (4 KiB came out right) and at 8 MiB over tcp, reads so shifted from 3 MiB on over
+    /// shm and at 8 MiB over tcp; shifted backwards, both came out right. Copy within a
+    /// segment with [`segment_read`](Self::segment_read) and
+    /// [`segment_write`](Self::segment_write).
     ///
     /// # Errors
     /// [`Error::InvalidRank`], [`Error::UnknownSegment`], [`Error::OutOfBounds`] (local range,
@@ -191,7 +198,8 @@ impl Context {
     /// Reads `size` bytes from `remote` into `local`.
     ///
     /// Between overlapping ranges of one of this rank's segments, as [`write`](Self::write)
-    /// says: `memmove`'s outcome on the direct path, not always through the fabric.
+    /// says: `memmove`'s outcome on the direct path (not for bound memory, which takes the
+    /// fabric), not always through the fabric.
     ///
     /// # Errors
     /// As for [`write`](Self::write).

@@ -1,8 +1,9 @@
 //! A rank's writes and reads between two overlapping ranges of one of its own segments, on
 //! the direct path (a job of one rank, started without a launcher): they must move the bytes
-//! as `memmove` does, as through the fabric. The direct path reaches this rank's segment
-//! through a second mapping of the same pages, so a copy that judged overlap by address took
-//! the ranges for disjoint ones and copied overlapping memory as if it were not.
+//! as `memmove` does (through the fabric they need not, see `Context::write`). The direct
+//! path reaches this rank's segment through a second mapping of the same pages, so a copy
+//! that judged overlap by address took the ranges for disjoint ones and copied overlapping
+//! memory as if it were not.
 
 #![forbid(unsafe_code)]
 
