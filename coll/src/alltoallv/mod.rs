@@ -81,6 +81,11 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 /// * Every block travels as one notified write (`Batch::write_notify_to`); the runtime sends a
 ///   large one over tcp as a write followed by its notification, which streams there at full
 ///   speed (see [`gaspi::Config::split_notify`]).
+/// * A block to this rank itself is such a write too, so a source that overlaps its own
+///   receive range (the receive segment used as the source, an in-place transpose's
+///   diagonal shifted) lands as [`gaspi::Context::write`] says of overlapping ranges:
+///   as `memmove` would on the direct path, not through the fabric (over shm, 64 KiB
+///   shifted forwards by 1 byte left 65,274 bytes wrong); identical ranges came out right.
 /// * Plans used in alternation should have disjoint receive areas: a source's next block is
 ///   held back only until the receiver has reset that source's previous block, whatever plan
 ///   it belonged to.
