@@ -427,6 +427,22 @@ fn allsync_source(provider: &str) {
     }
 }
 
+/// The `allsync_*` scenarios in a job of one rank, which has no rank 1 to write into the
+/// root's range or to receive from rank 0: a usage error at once (before: `allsync_source`
+/// waited out its timeout, `allsync_dest` refused its own broadcast as a buffer too short).
+fn allsync_alone(provider: &str) {
+    for scenario in ["allsync_source", "allsync_dest"] {
+        let job = gaspirun(1, provider, 20, &example("gasnet_check"), &[scenario]);
+        let report = job.report();
+        assert_eq!(job.status.code(), Some(1), "{scenario}\n{report}");
+        assert!(
+            job.stderr
+                .contains(&format!("{scenario} needs 2 ranks or more")),
+            "{scenario}\n{report}"
+        );
+    }
+}
+
 /// `allsync_dest` on 3 ranks: after an `OUT_ALLSYNC` gather_all into segments synced on rank
 /// 0, the last member's range is written, though that member has not synced it yet.
 fn allsync_dest(provider: &str) {
@@ -832,6 +848,7 @@ jobs! {
     allsync_dest_3_tcp: allsync_dest("tcp");
     allsync_source_3_shm: allsync_source("shm");
     allsync_source_3_tcp: allsync_source("tcp");
+    allsync_alone_1_shm: allsync_alone("shm");
     crossed_teams_4_shm: crossed_teams("shm");
     crossed_teams_4_tcp: crossed_teams("tcp");
     crossed_eager_4_shm: crossed_eager("shm");

@@ -17,7 +17,7 @@ mod data;
 #[path = "../examples/pscw_check/pattern.rs"]
 mod pattern;
 
-use common::{example, gaspirun_casualty, gaspirun_with_env, jobs, Finished, PROVIDERS};
+use common::{example, gaspirun, gaspirun_casualty, gaspirun_with_env, jobs, Finished, PROVIDERS};
 use data::Digest;
 use gaspi::Rank;
 use pattern::Pattern;
@@ -274,6 +274,22 @@ fn remade(provider: &str) {
     }
 }
 
+/// Scenarios run on rank counts they do not support: `remade` on 3 ranks (whose third rank
+/// waited for a post until its timeout, and then the job failed with "timed out") and
+/// `errors` alone (which waited 30 s for a rank 1 and then failed on a range outside a
+/// segment) end at once with a usage error.
+fn unsupported_ranks(provider: &str) {
+    for (ranks, scenario, message) in [
+        (3, "remade", "remade needs 2 ranks"),
+        (1, "errors", "errors needs 2 ranks or more"),
+    ] {
+        let job = gaspirun(ranks, provider, 20, &example("pscw_check"), &[scenario]);
+        let report = job.report();
+        assert_eq!(job.status.code(), Some(1), "{scenario}\n{report}");
+        assert!(job.stderr.contains(message), "{scenario}\n{report}");
+    }
+}
+
 /// `any` on 4 ranks: rank 0 serves the targets with `start_any` in the order their posts
 /// arrive (the highest rank posts first, each lower one once the one above was served), and
 /// each got its data.
@@ -404,6 +420,7 @@ jobs! {
     errors_2_shm: errors("shm");
     remade_2_tcp: remade("tcp");
     remade_2_shm: remade("shm");
+    unsupported_ranks_tcp: unsupported_ranks("tcp");
     any_4_tcp: any("tcp");
     any_4_shm: any("shm");
     one_3_tcp: one("tcp");

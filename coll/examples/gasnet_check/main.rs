@@ -47,15 +47,17 @@
 //!   initiation order, so members wait in one team for members that wait in another while
 //!   eager puts wait for counts of freed stages: `data crossed_eager rank R: outcome;
 //!   digest` (the destinations in initiation order).
-//! * `allsync_source`: rank 0 broadcasts a range of its segment with `IN_ALLSYNC` and
-//!   `SRC_IN_SEGMENT`, non-blocking; after it initiated, rank 1 writes new bytes into that
-//!   range (notified) and only then enters: every member must receive the new bytes, which
-//!   `IN_ALLSYNC` reads only once everyone entered: `data allsync_source rank R: got`.
-//! * `allsync_dest`: a gather_all with `OUT_ALLSYNC` into a range of each member's segment
-//!   (`DST_IN_SEGMENT`), then a broadcast from rank 0, both non-blocking on the last member,
-//!   which waits for the broadcast first; rank 0 syncs the gather_all and, before it starts
-//!   the broadcast, reads the last member's range: `OUT_ALLSYNC` says it is written, though
-//!   the last member has not synced that handle yet (`remote`, on rank 0; `got` everywhere).
+//! * `allsync_source` (2 ranks or more): rank 0 broadcasts a range of its segment with
+//!   `IN_ALLSYNC` and `SRC_IN_SEGMENT`, non-blocking; after it initiated, rank 1 writes new
+//!   bytes into that range (notified) and only then enters: every member must receive the
+//!   new bytes, which `IN_ALLSYNC` reads only once everyone entered: `data allsync_source
+//!   rank R: got`.
+//! * `allsync_dest` (2 ranks or more): a gather_all with `OUT_ALLSYNC` into a range of each
+//!   member's segment (`DST_IN_SEGMENT`), then a broadcast from rank 0, both non-blocking on
+//!   the last member, which waits for the broadcast first; rank 0 syncs the gather_all and,
+//!   before it starts the broadcast, reads the last member's range: `OUT_ALLSYNC` says it is
+//!   written, though the last member has not synced that handle yet (`remote`, on rank 0;
+//!   `got` everywhere).
 //! * `threads`: 32 non-blocking gather_alls initiated by one thread, then synced by two
 //!   threads at once, each with half the handles (every other one), so one sleeps while the
 //!   other takes what it waits for: `data threads rank R: synced; digest`.
@@ -171,7 +173,7 @@ fn main() -> ExitCode {
         ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|crossed_eager|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|crossed_eager|overlap|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled|teams".into(),
         ),
     };
     match result {
@@ -883,6 +885,10 @@ fn allsync_source(ctx: &Context, team: &Team<'_>) -> Outcome {
     const AT: u64 = 4096;
     const WRITTEN: gaspi::NotificationId = 5;
     let me = ctx.rank();
+    // Rank 0 waits for rank 1's write: alone, it would wait until its timeout.
+    if ctx.size() < 2 {
+        return Err("allsync_source needs 2 ranks or more".into());
+    }
     let (old, new) = ([0xa5u8; BYTES as usize], [0x5au8; BYTES as usize]);
     if me == 0 {
         ctx.segment_write(SRC_SEG, AT, &old)?;
@@ -933,6 +939,11 @@ fn allsync_dest(ctx: &Context, team: &Team<'_>) -> Outcome {
     const AT: u64 = 8192;
     const HERE: u64 = 65536;
     let (n, me) = (team.size(), team.index());
+    // Rank 0 reads the last member's range and then roots a broadcast the last member only
+    // receives: they must be two.
+    if n < 2 {
+        return Err("allsync_dest needs 2 ranks or more".into());
+    }
     let last = me + 1 == n;
     let src = cases::block(7000, me, 0, BYTES);
     let total = BYTES * u64::from(n);

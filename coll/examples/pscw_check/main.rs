@@ -36,8 +36,8 @@
 //!   task) while the target serves 2. Each start must match the post meant for it: the target
 //!   clears its area before each post and checks it after each wait (`steps`, `received`,
 //!   `mismatches`, `digest`).
-//! * `errors`: windows made over different segments at once (`crossed`), every misuse on
-//!   ranks 0 and 1, a start and a wait that time out naming the rank
+//! * `errors` (2 ranks or more): windows made over different segments at once (`crossed`),
+//!   every misuse on ranks 0 and 1, a start and a wait that time out naming the rank
 //!   waited for and are then continued, and `test` (false, then true once, then an error);
 //!   a rank listed twice in a post and in a start counts once.
 //! * `remade` (2 ranks): the window's segment made anew, larger, between epochs, then deleted,
@@ -469,6 +469,10 @@ fn remade_epoch(
 /// ends on both sides.
 fn remade(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     let me = ctx.rank();
+    // Its epochs pair rank 0 with rank 1 alone: a third rank would wait for a post forever.
+    if ctx.size() != 2 {
+        return Err("remade needs 2 ranks".into());
+    }
     ctx.segment_create(REMADE, 4096, TIMEOUT)?;
     ctx.segment_delete(SRC)?;
     ctx.segment_create(SRC, 16384, TIMEOUT)?;
@@ -679,6 +683,9 @@ fn overlap(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
 
 fn errors(ctx: &Context, coll: &Collectives<'_>) -> Outcome {
     let (n, me) = (ctx.size(), ctx.rank());
+    if n < 2 {
+        return Err("errors needs 2 ranks or more".into());
+    }
     let mut seen: Vec<(&str, String)> = Vec::new();
     // Windows made in different orders on the members (over different segments here): each
     // member is told, and the next creation starts afresh.
