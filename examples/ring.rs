@@ -20,7 +20,10 @@ fn message(from: u32, lap: u32) -> Vec<u8> {
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("ring: {e}");
+        // One write: a rank killed mid-line (another rank failed first, so gaspirun ends
+        // the job) leaves no half message.
+        let line = format!("ring: {e}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         std::process::exit(1);
     }
 }

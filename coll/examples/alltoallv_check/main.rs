@@ -73,7 +73,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("alltoallv_check: {e}");
+            // One write: a rank killed mid-line (another rank failed first, so gaspirun ends
+            // the job) leaves no half message.
+            let line = format!("alltoallv_check: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             ExitCode::FAILURE
         }
     }

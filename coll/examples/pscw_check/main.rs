@@ -126,7 +126,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("pscw_check: {e}");
+            // One write: a rank killed mid-line (another rank failed first, so gaspirun ends
+            // the job) leaves no half message.
+            let line = format!("pscw_check: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             ExitCode::FAILURE
         }
     }

@@ -31,7 +31,10 @@ pub fn main_of(name: &str, run: impl FnOnce(&[String]) -> Outcome<()>) -> ExitCo
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{name}: {e}");
+            // One write: a rank killed mid-line (another rank failed first, so gaspirun ends
+            // the job) leaves no half message.
+            let line = format!("{name}: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             ExitCode::FAILURE
         }
     }
