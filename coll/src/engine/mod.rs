@@ -1762,12 +1762,24 @@ impl Transport for Engine<'_> {
         to: u32,
         at: u64,
         data: &[u8],
+        signal: Option<Notification>,
     ) -> std::result::Result<Stored, Failure> {
         let Some(target) = self.target(to)? else {
             return Ok(Stored::NotYet);
         };
-        match batch.write_from(data, target, self.layout.offset(seq) + at) {
-            Ok(()) => Ok(Stored::Done),
+        let at = self.layout.offset(seq) + at;
+        let (stored, carried) = match signal {
+            None => (batch.write_from(data, target, at), None),
+            Some(signal) => {
+                let (signal, carried) = self.carrying(seq, signal);
+                (batch.write_notify_from(data, target, at, signal), carried)
+            }
+        };
+        match stored {
+            Ok(()) => {
+                self.carried_to(to, carried);
+                Ok(Stored::Done)
+            }
             Err(gaspi::Error::Unsupported(_)) => Ok(Stored::Refused),
             Err(e) => Err(e.into()),
         }
