@@ -145,6 +145,9 @@ pub(crate) struct Plan {
     skipped: Vec<bool>,
     /// How many steps `skipped` holds.
     skips: usize,
+    /// Per fold, the copy of its result into the destination that it may carry out itself
+    /// (see [`delivering`]), and that copy's destination span.
+    delivers: Vec<Option<(StepId, Span)>>,
 }
 
 /// How a step reads the caller's source.
@@ -203,7 +206,9 @@ impl Plan {
             reads,
             skipped: Vec::new(),
             skips: 0,
+            delivers: Vec::new(),
         };
+        plan.delivers = delivering(&plan.schedule);
         plan.skipped = plan.skipped_credits();
         plan.skips = plan.skipped.iter().filter(|&&s| s).count();
         plan
@@ -307,6 +312,8 @@ pub(crate) struct Run<'c> {
     pub(crate) overlapped: Option<SegmentRange>,
     /// The deferred copies were carried out.
     delivered: bool,
+    /// The copy into the destination its fold carried out (see [`delivering`]).
+    delivered_by_fold: Option<StepId>,
     /// The operator of the schedule's folds.
     pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) failed: Option<Failure>,
@@ -356,6 +363,7 @@ impl<'c> Run<'c> {
             dst_range: None,
             overlapped: None,
             delivered: false,
+            delivered_by_fold: None,
             reducer: None,
             failed: None,
             panic: None,
@@ -408,6 +416,7 @@ impl<'c> Run<'c> {
             dst_range,
             overlapped,
             delivered,
+            delivered_by_fold,
             reducer: _,
             failed: _,
             panic: _,
@@ -437,6 +446,7 @@ impl<'c> Run<'c> {
         deferred.clear();
         *run_views = views;
         *delivered = false;
+        *delivered_by_fold = None;
         *complete = false;
     }
 
@@ -644,6 +654,8 @@ impl<'c> Run<'c> {
             },
             // Its puts take the bytes from the source themselves.
             Task::Copy { .. } if self.plan.elision.skipped(id) => {}
+            // Its fold wrote the destination.
+            Task::Copy { .. } if self.delivered_by_fold == Some(id) => {}
             Task::Copy { from, into } => {
                 let owner = owner.filter(|o| o.seqs.contains(&seq));
                 let (src_view, dst_view) = match &self.views {
@@ -735,7 +747,8 @@ impl<'c> Run<'c> {
                     true => [None; 2],
                     false => self.plan.elision.operands(id),
                 };
-                let src = match (&self.source, owner.filter(|o| o.seqs.contains(&seq))) {
+                let owner = owner.filter(|o| o.seqs.contains(&seq));
+                let src = match (&self.source, owner.as_deref()) {
                     _ if sourced == [None; 2] => None,
                     (Some(kept), _) => Some(kept.input()),
                     (None, Some(owner)) => Some(owner.src),
@@ -767,6 +780,21 @@ impl<'c> Run<'c> {
                 // through memory twice more); `into` is an operand or apart from both (see
                 // `Task::Fold`), so no piece's result lands on a piece still to be read.
                 let piece = (FOLD_PIECE / reducer.block()).max(1) * reducer.block();
+                // A result of one piece goes straight into the caller's destination when its
+                // copy there is the only step that reads it: through the stage, it was written
+                // and read again. Of one piece only, so that a panic of the operator leaves
+                // the destination untouched, as through the stage.
+                let deliver = match (self.plan.delivers[id as usize], owner) {
+                    (Some((copy, span)), Some(owner))
+                        if into.len <= piece && self.views.is_none() && !self.orphan =>
+                    {
+                        match &mut owner.dst {
+                            Output::Memory(out) => Some((copy, span, out)),
+                            Output::Segment(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
                 let mut at = 0;
                 while at < into.len {
                     let len = piece.min(into.len - at);
@@ -807,8 +835,16 @@ impl<'c> Run<'c> {
                             return Err(failure);
                         }
                     }
-                    net.write(seq, into.at + at, acc.bytes())?;
+                    if deliver.is_none() {
+                        net.write(seq, into.at + at, acc.bytes())?;
+                    }
                     at += len;
+                }
+                if let Some((copy, span, out)) = deliver {
+                    let at = range(out.len(), span)?;
+                    let out = &mut out[at];
+                    copy_bytes(out, acc.bytes());
+                    self.delivered_by_fold = Some(copy);
                 }
             }
         }
@@ -1146,6 +1182,41 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
     }
 }
 
+/// Per step, for a fold whose result only a copy into the destination reads, that copy
+/// and its destination span: the copy depends on the fold alone and copies exactly its
+/// result, and no other step reads or writes that stage range. A fold taken in a call that
+/// holds the handle then writes the destination itself (see [`Run::take`]).
+fn delivering(schedule: &Schedule) -> Vec<Option<(StepId, Span)>> {
+    let steps = &schedule.steps;
+    let touches = |task: &Task, span: Span| {
+        let overlaps =
+            |s: Span| s.buf == Buf::Stage && s.len > 0 && s.at < span.end() && span.at < s.end();
+        match *task {
+            Task::Put { from, len, .. } => overlaps(Span::stage(from, len)),
+            Task::Copy { from, into } => overlaps(from) || overlaps(into),
+            Task::Fold { left, right, into } => overlaps(left) || overlaps(right) || overlaps(into),
+            Task::Signal { .. } | Task::Wait { .. } => false,
+        }
+    };
+    let mut delivers = vec![None; steps.len()];
+    for (copy, step) in steps.iter().enumerate() {
+        let (Task::Copy { from, into }, [fold]) = (step.task, step.after.as_slice()) else {
+            continue;
+        };
+        let Task::Fold { into: result, .. } = steps[*fold as usize].task else {
+            continue;
+        };
+        let alone = steps
+            .iter()
+            .enumerate()
+            .all(|(other, s)| other == copy || other == *fold as usize || !touches(&s.task, from));
+        if from.buf == Buf::Stage && into.buf == Buf::Dst && from == result && alone {
+            delivers[*fold as usize] = Some((copy as StepId, into));
+        }
+    }
+    delivers
+}
+
 /// How step `id` of `schedule` reads the caller's source: a copy from it that `elision`
 /// keeps always, a put or fold out of it unless staged.
 fn reading(schedule: &Schedule, elision: &Elision, id: StepId) -> Reading {
@@ -1248,4 +1319,52 @@ fn range(len: usize, span: Span) -> Result<std::ops::Range<usize>, Failure> {
             len: len as u64,
             need: span.end(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::reduce::{allreduce, AllreduceAlgo};
+
+    /// The folds that deliver their result themselves, with the copies they stand for.
+    fn delivering_folds(schedule: &Schedule) -> Vec<(StepId, StepId)> {
+        delivering(schedule)
+            .iter()
+            .enumerate()
+            .filter_map(|(fold, d)| d.map(|(copy, _)| (fold as StepId, copy)))
+            .collect()
+    }
+
+    #[test]
+    fn a_doubling_allreduce_folds_its_result_into_the_destination() {
+        for n in [2, 4, 8] {
+            for me in 0..n {
+                let s = allreduce(n, me, 1, 8, AllreduceAlgo::Doubling);
+                let found = delivering_folds(&s);
+                assert_eq!(found.len(), 1, "n = {n}, member {me}");
+                let (fold, copy) = found[0];
+                let Task::Fold { into: result, .. } = s.steps[fold as usize].task else {
+                    panic!("step {fold} is no fold");
+                };
+                let Task::Copy { from, into } = s.steps[copy as usize].task else {
+                    panic!("step {copy} is no copy");
+                };
+                assert_eq!(
+                    (from, into),
+                    (result, Span::dst(0, 8)),
+                    "n = {n}, member {me}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_result_put_on_stays_in_the_stage() {
+        // At 3 members, member 1 puts the result to its pair after copying it out: the
+        // fold must leave it in the stage. Member 0 folds nothing; member 2 is alone.
+        let s = |me| allreduce(3, me, 1, 8, AllreduceAlgo::Doubling);
+        assert!(delivering_folds(&s(0)).is_empty());
+        assert!(delivering_folds(&s(1)).is_empty());
+        assert_eq!(delivering_folds(&s(2)).len(), 1);
+    }
 }
