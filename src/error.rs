@@ -300,6 +300,18 @@ pub enum Error {
         rank: Rank,
     },
 
+    /// The user operator of an allreduce ([`Context::allreduce_with`](crate::Context::allreduce_with))
+    /// panicked on member `rank` during the run, and this member's result depends on a fold
+    /// that member never finished: there is no result, and `output` is untouched. This member
+    /// took every step of the run with the others, so the group's next allreduce works.
+    #[error("allreduce on group {group}: the user operator panicked on rank {rank}; no result")]
+    OperatorPanicked {
+        /// The group id.
+        group: crate::GroupId,
+        /// The member whose operator panicked.
+        rank: Rank,
+    },
+
     /// Input and output buffers of a collective differ in length, or the length is not a whole
     /// number of the operator's blocks.
     #[error("collective buffers: {0}")]

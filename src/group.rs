@@ -560,6 +560,7 @@ impl Context {
         sync: impl FnOnce(&mut CollState, Deadline) -> Result<T>,
     ) -> Result<T> {
         let mut reduce = g.reduce_state(deadline)?;
+        self.finish_orphan(g, &mut reduce, deadline)?;
         if let Some(pending) = reduce.pending() {
             let busy = Error::CollectiveInProgress {
                 group: g.id,

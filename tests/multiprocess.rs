@@ -510,6 +510,13 @@ fn allreduce_small_chunks_5_tcp() {
     common::selftest_with_env(&["GASPI_REDUCE_CHUNK=4096"], "allreduce", 5, "tcp");
 }
 
+/// `allreduce` through the fabric between ranks of one host: its steps, a panicking user
+/// operator's notifications without data among them, go as `fi_writedata`.
+#[test]
+fn allreduce_fabric_4_tcp() {
+    common::selftest_with_env(&["GASPI_INTRANODE=fabric"], "allreduce", 4, "tcp");
+}
+
 /// The digest of the order-sensitive f64 sums of an `allreduce` job, the same on every rank.
 fn allreduce_digest(ranks: u32, provider: &str) -> String {
     let job = selftest("allreduce", ranks, provider);

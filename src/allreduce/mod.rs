@@ -75,9 +75,14 @@ pub(crate) struct ReduceState {
 }
 
 impl ReduceState {
-    /// The allreduce in flight, as [`Error::CollectiveInProgress`] names it.
+    /// The allreduce in flight, as [`Error::CollectiveInProgress`] names it; not a run that
+    /// waits for no caller (see [`Context::finish_orphan`]), which the next synchronisation
+    /// finishes instead of being refused.
     pub(crate) fn pending(&self) -> Option<&'static str> {
-        self.run.is_some().then_some("allreduce")
+        self.run
+            .as_ref()
+            .filter(|run| !run.orphan)
+            .map(|_| "allreduce")
     }
 
     /// Whether every notification partners sent this member for the group's allreduces was
@@ -100,6 +105,18 @@ impl ReduceState {
 pub(crate) struct Run {
     /// Operator, element type and length: a later call must match it to continue this run.
     signature: u64,
+    /// Bytes of one block of the operator: the schedule's unit, kept so that a run finished
+    /// by a call with other arguments (see `poisoned`) splits its chunks as it began them.
+    block: usize,
+    /// The member whose user operator panicked during this run, once this member learnt of
+    /// it (its own panic, or a partner's step marked so): the run goes on to its end with
+    /// notifications alone and folds nothing, so that every member takes all of its steps and
+    /// the group's next allreduce starts on clean slots, on the same epoch everywhere; its
+    /// end gives no result ([`Error::OperatorPanicked`]).
+    poisoned: Option<Rank>,
+    /// This member's own operator panicked in the run: no caller waits for its end, and the
+    /// group's next synchronisation finishes it.
+    orphan: bool,
     /// The vector being reduced, in native byte order, but for the bytes still `pending`
     /// (which are the input's); the result once every chunk ran.
     acc: Bytes,
@@ -119,10 +136,18 @@ pub(crate) struct Run {
 impl Run {
     /// A run of `input` with `signature`, renewing `spare` (a completed run) when there is
     /// one.
-    fn renew<T: Element>(spare: Option<Box<Run>>, signature: u64, input: &[T]) -> Box<Run> {
+    fn renew<T: Element>(
+        spare: Option<Box<Run>>,
+        signature: u64,
+        block: usize,
+        input: &[T],
+    ) -> Box<Run> {
         let mut run = spare.unwrap_or_else(|| {
             Box::new(Run {
                 signature,
+                block,
+                poisoned: None,
+                orphan: false,
                 acc: Bytes::default(),
                 pending: Pending::default(),
                 chunk: 0,
@@ -133,7 +158,8 @@ impl Run {
                 made_for: None,
             })
         });
-        run.signature = signature;
+        (run.signature, run.block) = (signature, block);
+        (run.poisoned, run.orphan) = (None, false);
         let len = std::mem::size_of_val(input);
         run.acc.resize(len);
         if len <= FOLD_PIECE {
@@ -157,6 +183,7 @@ impl std::fmt::Debug for Run {
             .field("chunk", &self.chunk)
             .field("step", &self.step)
             .field("sent", &self.sent)
+            .field("poisoned", &self.poisoned)
             .finish()
     }
 }
@@ -169,6 +196,19 @@ fn mix(words: &[u64]) -> u64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     })
+}
+
+/// The value of a step's notification that carries no data because `rank`'s user operator
+/// panicked during the run: even, where every run's tag is odd, and never 0 (ranks are below
+/// `MAX_RANKS`).
+fn poison(rank: Rank) -> u32 {
+    (rank + 1) << 1
+}
+
+/// The rank a step's notification value `value` names as poisoned (see [`poison`]), if it is
+/// such a value.
+fn poisoned_by(value: u32) -> Option<Rank> {
+    (value != 0 && value % 2 == 0).then(|| (value >> 1) - 1)
 }
 
 impl Context {
@@ -201,7 +241,9 @@ impl Context {
     /// allreduce of the group with other arguments is in flight (a barrier may be: GASPI
     /// lets one barrier and one allreduce of a group run at once);
     /// [`Error::CollectiveMismatch`] naming a member that called with other arguments;
-    /// [`Error::RankFailed`] naming a dead member.
+    /// [`Error::OperatorPanicked`] (from [`allreduce_with`](Self::allreduce_with) alone)
+    /// naming a member whose user operator panicked; [`Error::RankFailed`] naming a dead
+    /// member.
     pub fn allreduce<T: Element>(
         &self,
         group: GroupId,
@@ -221,10 +263,14 @@ impl Context {
     /// whole number of blocks; [`Error::Limit`] for a block larger than the allreduce chunk.
     ///
     /// # Panics
-    /// When the operator panics, the panic goes on to the caller, and this member gives the
-    /// run up as after an error: the group's later allreduces and `finalize` work. Members
-    /// whose part of the run needed this member's later steps cannot complete it (their calls
-    /// time out), as when any member leaves a collective unfinished.
+    /// When the operator panics, the panic goes on to the caller once this member took the
+    /// rest of the run's steps with notifications alone (under this call's timeout, without
+    /// calling the operator again): each member whose result needed this member's fold gets
+    /// [`Error::OperatorPanicked`] naming it when its call completes, the others their
+    /// result, and the group's later allreduces, barriers and `finalize` work on every
+    /// member. When the timeout passes first, the rest is taken by the group's next
+    /// allreduce on this member (whatever its arguments), or by its next `segment_create`,
+    /// commit or `finalize`, before their own synchronisation.
     pub fn allreduce_with<T: Element, F: Fn(&mut [T], &[T])>(
         &self,
         group: GroupId,
@@ -281,6 +327,7 @@ impl Context {
         // Waiting for another thread's collective of the group: a timeout here captured
         // nothing, so the next call starts afresh.
         let mut state = g.reduce_state(deadline)?;
+        self.finish_orphan(&g, &mut state, deadline)?;
         match &state.run {
             Some(run) if run.signature != signature => {
                 return Err(Error::CollectiveInProgress {
@@ -293,35 +340,45 @@ impl Context {
                 if let Some(pending) = state.held_by {
                     return Err(Error::CollectiveInProgress { group, pending });
                 }
-                state.run = Some(Run::renew(state.spare.take(), signature, input));
+                let block = folder.block_bytes();
+                state.run = Some(Run::renew(state.spare.take(), signature, block, input));
             }
         }
         let input: &[u8] = bytemuck::cast_slice(input);
-        // A user operator that panics leaves the run half folded: it is given up as after an
-        // error, so that the group's later allreduces and `finalize` are not refused for good,
-        // and the panic goes on to the caller. Nothing of the interrupted run is read again.
         let advanced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.advance(&g, index, &mut state, folder, input, deadline)
+            self.advance(&g, index, &mut state, Some(folder), input, deadline)
         }));
         let advanced = advanced.unwrap_or_else(|panic| {
-            self.give_up(&g, &mut state);
+            // A user operator that panicked left its step half folded. Giving the run up here
+            // left the partners that needed this member's later steps waiting for good (their
+            // runs, timed out, then refused the group's next allreduce and `finalize`): the
+            // run goes on instead, poisoned, under this call's deadline, and tells each of
+            // those partners in place of its data. The operator is not called again.
+            if let Some(run) = state.run.as_mut() {
+                // It runs only in a step's fold, after the step's notification was taken.
+                (run.step, run.sent) = (run.step + 1, false);
+                (run.poisoned, run.orphan) = (Some(self.rank()), true);
+            }
+            // A timeout leaves the rest to the group's next synchronisation.
+            let _ = self.finish_orphan(&g, &mut state, deadline);
             std::panic::resume_unwind(panic)
         });
         match advanced {
             Ok(()) => {
-                if let Some(mut run) = state.run.take() {
+                let Some(mut run) = state.run.take() else {
+                    return Ok(());
+                };
+                let poisoned = run.poisoned;
+                if poisoned.is_none() {
                     let len = run.acc.len();
                     run.pending.fill(0..len, input, run.acc.as_mut());
                     gaspi_segments::copy_bytes(
                         bytemuck::cast_slice_mut(output),
                         bytemuck::cast_slice(run.acc.as_ref()),
                     );
-                    // A vector longer than a chunk is not kept for the group's lifetime: its
-                    // own run dwarfs an allocation.
-                    let keep = SPARE_BYTES.max(self.inner.config.reduce_chunk);
-                    state.spare = (run.acc.capacity() <= keep).then_some(run);
                 }
-                Ok(())
+                self.keep_spare(&mut state, run);
+                poisoned.map_or(Ok(()), |rank| Err(Error::OperatorPanicked { group, rank }))
             }
             Err(Error::Timeout) => {
                 // The next call continues from the run alone: its input may be another.
@@ -333,6 +390,50 @@ impl Context {
             }
             Err(e) => {
                 self.give_up(&g, &mut state);
+                Err(e)
+            }
+        }
+    }
+
+    /// Keeps a completed run for the group's next allreduce, unless it is longer than a chunk:
+    /// such a run dwarfs an allocation.
+    fn keep_spare(&self, state: &mut ReduceState, run: Box<Run>) {
+        let keep = SPARE_BYTES.max(self.inner.config.reduce_chunk);
+        state.spare = (run.acc.capacity() <= keep).then_some(run);
+    }
+
+    /// Finishes the run in `state` that this member's panicking operator left in flight, if
+    /// there is one, before anything else of group `g` synchronises: it moves no data, but its
+    /// partners wait for its steps and the group's later runs for its slots. Bounded by
+    /// `deadline`; another thread's or a later call continues it.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; [`Error::RankFailed`] and the errors of a step, after which the
+    /// run is given up.
+    pub(crate) fn finish_orphan(
+        &self,
+        g: &Group,
+        state: &mut ReduceState,
+        deadline: Deadline,
+    ) -> Result<()> {
+        if !state.run.as_ref().is_some_and(|run| run.orphan) {
+            return Ok(());
+        }
+        let me = self.rank();
+        let index = g.members.index_of(me).ok_or_else(|| Error::NotInGroup {
+            group: g.id,
+            rank: me,
+        })?;
+        match self.advance(g, index, state, None, &[], deadline) {
+            Ok(()) => {
+                if let Some(run) = state.run.take() {
+                    self.keep_spare(state, run);
+                }
+                Ok(())
+            }
+            Err(Error::Timeout) => Err(Error::Timeout),
+            Err(e) => {
+                self.give_up(g, state);
                 Err(e)
             }
         }
@@ -356,13 +457,14 @@ impl Context {
     }
 
     /// Runs the remaining chunks of the run in `state`, whose pending bytes are `input`'s,
-    /// bounded by `deadline`.
+    /// bounded by `deadline`, folding with `folder` (none for a poisoned run, which folds
+    /// nothing and reads no input).
     fn advance(
         &self,
         g: &Group,
         index: u32,
         state: &mut ReduceState,
-        folder: &dyn Folder,
+        folder: Option<&dyn Folder>,
         input: &[u8],
         deadline: Deadline,
     ) -> Result<()> {
@@ -372,7 +474,7 @@ impl Context {
             return Ok(());
         };
         let me = self.rank();
-        let block = folder.block_bytes();
+        let block = run.block;
         let total = run.acc.len() / block;
         let per_chunk = area.chunk() / block;
         let table = &self.inner.system_notifications;
@@ -406,14 +508,16 @@ impl Context {
                 })?;
                 if let (Some(send), false) = (&step.send, run.sent) {
                     let r = bytes(send);
-                    // A part not changed yet goes out from the input itself.
-                    let data = if run.pending.all_in(&r) {
-                        &input[r]
-                    } else {
-                        run.pending.fill(r.clone(), input, run.acc.as_mut());
-                        &run.acc.as_ref()[r]
+                    let (data, value) = match run.poisoned {
+                        Some(rank) => (&[][..], poison(rank)),
+                        // A part not changed yet goes out from the input itself.
+                        None if run.pending.all_in(&r) => (&input[r], tag),
+                        None => {
+                            run.pending.fill(r.clone(), input, run.acc.as_mut());
+                            (&run.acc.as_ref()[r], tag)
+                        }
                     };
-                    let wire = WireNotification::system(slots + step.slot, tag);
+                    let wire = WireNotification::system(slots + step.slot, value);
                     let at = (bank, step.slot);
                     self.reduce_write(g, area, partner, at, data, wire, deadline)?;
                     run.sent = true;
@@ -430,34 +534,43 @@ impl Context {
                     // Consumed by the thread holding the group's allreduce state alone, and
                     // written again only two runs on (banks alternate, as for a
                     // dissemination): a load and a store take it.
-                    if table.take_exclusive(id).unwrap_or(0) != tag {
-                        return Err(Error::CollectiveMismatch {
-                            group: g.id,
-                            rank: partner,
-                        });
-                    }
-                    let r = bytes(recv);
-                    let at = (bank, step.slot);
-                    if *how == Fold::Copy {
-                        area.received(me, at, 0, &mut run.acc.as_mut()[r.clone()])?;
-                        run.pending.take(r);
-                    } else if !r.is_empty() {
-                        // Piece by piece through a scratch buffer that stays in the cache (as
-                        // does the piece of the input taken in): a copy of the whole part
-                        // would go through memory once more.
-                        let received_first = *how == Fold::ReceivedFirst;
-                        let piece = if r.len() <= FOLD_PIECE {
-                            r.len()
-                        } else {
-                            (FOLD_PIECE / block).max(1) * block
+                    let value = table.take_exclusive(id).unwrap_or(0);
+                    if value != tag {
+                        let Some(rank) = poisoned_by(value) else {
+                            return Err(Error::CollectiveMismatch {
+                                group: g.id,
+                                rank: partner,
+                            });
                         };
-                        for start in r.clone().step_by(piece) {
-                            let p = start..(start + piece).min(r.end);
-                            run.pending.fill(p.clone(), input, run.acc.as_mut());
-                            run.scratch.resize(p.len());
-                            area.received(me, at, start - r.start, run.scratch.as_mut())?;
-                            let own = &mut run.acc.as_mut()[p];
-                            folder.fold(run.scratch.as_ref(), own, received_first);
+                        // The partner's part carries no data: nothing of it can be folded,
+                        // and this member's later steps pass the news on.
+                        run.poisoned.get_or_insert(rank);
+                    }
+                    // Nothing is folded into a result that will not be given.
+                    if let Some(folder) = folder.filter(|_| run.poisoned.is_none()) {
+                        let r = bytes(recv);
+                        let at = (bank, step.slot);
+                        if *how == Fold::Copy {
+                            area.received(me, at, 0, &mut run.acc.as_mut()[r.clone()])?;
+                            run.pending.take(r);
+                        } else if !r.is_empty() {
+                            // Piece by piece through a scratch buffer that stays in the cache (as
+                            // does the piece of the input taken in): a copy of the whole part
+                            // would go through memory once more.
+                            let received_first = *how == Fold::ReceivedFirst;
+                            let piece = if r.len() <= FOLD_PIECE {
+                                r.len()
+                            } else {
+                                (FOLD_PIECE / block).max(1) * block
+                            };
+                            for start in r.clone().step_by(piece) {
+                                let p = start..(start + piece).min(r.end);
+                                run.pending.fill(p.clone(), input, run.acc.as_mut());
+                                run.scratch.resize(p.len());
+                                area.received(me, at, start - r.start, run.scratch.as_mut())?;
+                                let own = &mut run.acc.as_mut()[p];
+                                folder.fold(run.scratch.as_ref(), own, received_first);
+                            }
                         }
                     }
                 }

@@ -41,6 +41,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     done.push(resumed_after_timeouts(ctx)?);
     done.push(misuse(ctx)?);
     done.push(panicking_user_op(ctx)?);
+    done.push(panicking_user_op_of_every_rank(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
     Ok(Report {
         summary: done.join("; "),
@@ -507,6 +508,91 @@ fn panicking_user_op(ctx: &Context) -> Outcome<String> {
     ctx.group_delete(g)
         .doing(|| "deleting the panicking operator's group")?;
     Ok("a panicking user operator reaches its caller and the group goes on".into())
+}
+
+/// The last rank's user operator panics in allreduces of every rank, of one element and of
+/// enough for Rabenseifner (several chunks under a small `GASPI_REDUCE_CHUNK`). The panic
+/// reaches that rank's caller; every other rank gets the sum or `OperatorPanicked` naming
+/// the last rank, with its output untouched; and the next allreduce of every rank sums
+/// right. Before, a member whose part needed the panicking one's later steps timed out, and
+/// its run in flight then refused the group's next allreduce and `finalize` for good (at 4
+/// ranks: rank 2 of rank 0's panic). At 4 ranks the panicking rank's call also times out
+/// before the partner of its last step (rank 1) comes, and its next allreduce, of other
+/// arguments, takes that step before its own run.
+fn panicking_user_op_of_every_rank(ctx: &Context) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let last = n - 1;
+    if n < 2 {
+        return Ok("no partner for a panicking operator of every rank".into());
+    }
+    // Well below `TIMEOUT`: a member left waiting for the panicking one's steps times out.
+    let timeout = Timeout::Millis(10_000);
+    let op = UserOp::new(move |acc: &mut [u64], other: &[u64]| {
+        assert!(me != last, "the operator panics on the last rank");
+        for (a, o) in acc.iter_mut().zip(other) {
+            *a = a.wrapping_add(*o);
+        }
+    });
+    let input =
+        |len: usize| -> Vec<u64> { (0..len).map(|i| u64::from(me) * 1000 + i as u64).collect() };
+    let sum = |len: usize| -> Vec<u64> {
+        (0..len)
+            .map(|i| (0..n).map(|r| u64::from(r) * 1000 + i as u64).sum())
+            .collect()
+    };
+    let mut cases = vec![(1, timeout, 0), (3000, timeout, 0)];
+    if n == 4 {
+        // Rank 3 folds rank 2's part first, then sends to rank 1.
+        cases.push((1, Timeout::Millis(300), 1_500));
+    }
+    let mut named = 0;
+    for (len, timeout_of_last, delay_of_1) in cases {
+        ctx.barrier(TIMEOUT)
+            .doing(|| "barrier before a panicking operator of every rank")?;
+        if me == 1 && delay_of_1 > 0 {
+            std::thread::sleep(Duration::from_millis(delay_of_1));
+        }
+        let mut output = vec![7u64; len];
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let reduced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let t = if me == last { timeout_of_last } else { timeout };
+            ctx.allreduce_with(GROUP_ALL, &input(len), &mut output, &op, t)
+        }));
+        std::panic::set_hook(hook);
+        match reduced {
+            Err(_) if me == last => {}
+            Ok(Ok(())) if me != last && output == sum(len) => {}
+            Ok(Err(Error::OperatorPanicked { group, rank }))
+                if me != last && group == GROUP_ALL && rank == last && output == vec![7; len] =>
+            {
+                named += 1;
+            }
+            Ok(outcome) => {
+                return Err(Failure(format!(
+                    "{len} elements, the last rank's operator panicking: {outcome:?}, output \
+                     {:?}",
+                    &output[..output.len().min(4)]
+                )))
+            }
+            Err(_) => {
+                return Err(Failure(format!(
+                    "{len} elements: the operator panicked on rank {me}"
+                )))
+            }
+        }
+        ctx.allreduce(GROUP_ALL, &input(len), &mut output, ReduceOp::Sum, timeout)
+            .doing(|| "the allreduce of every rank after an operator panicked")?;
+        ensure!(
+            output == sum(len),
+            "{len} elements, the sum after the panic: {:?}",
+            &output[..output.len().min(4)]
+        );
+    }
+    Ok(format!(
+        "a panicking user operator of every rank reaches its caller, {named} calls here named \
+         its rank, and the next allreduces sum right"
+    ))
 }
 
 /// At 2 ranks, where each rank hears from the other directly: rank 0 makes a segment where
