@@ -533,7 +533,13 @@ impl Context {
     /// First it waits until this rank's operations through the fabric have completed, those
     /// never waited for included (writes on any queue, a dropped batch's, non-blocking atomics,
     /// passive sends): leaving the job with them in flight cut them off, and a peer took the
-    /// rank that left for a dead one. Then two barriers of every rank. The first names any
+    /// rank that left for a dead one. It does not report how they ended: an operation that
+    /// failed (towards a segment the peer lacks, say) is reported by the `wait` of its queue
+    /// (or its batch's or request's), as GASPI's `gaspi_wait` reports it, and one never
+    /// waited for is not reported at all: `finalize` then returns `Ok` (the failure concerns
+    /// data this rank no longer waits on, and refusing to end for it would leave the job
+    /// hanging on a program that never looks). Call `wait` on every queue used before
+    /// `finalize` to learn of such failures. Then two barriers of every rank. The first names any
     /// rank that died before it; after the second, each rank leaves while others may still be
     /// in it, so its waits watch only the partner each round waits for: a rank that finished
     /// finalize and left the job is not taken for a dead one.

@@ -150,12 +150,15 @@ pub enum Error {
         id: NotificationId,
     },
 
-    /// A queue id that does not exist.
-    #[error("queue {queue} does not exist ({count} queues)")]
+    /// A queue id that does not exist. `count` is how many queues exist (as
+    /// [`Context::queue_num`](crate::Context::queue_num) says), not a bound on their ids: after
+    /// a `queue_delete` of another than the highest, the ids that exist are not `0..count`
+    /// (`queue_create` takes the lowest free id again).
+    #[error("queue {queue} does not exist ({count} queues exist, not always ids 0..{count})")]
     InvalidQueue {
         /// The bad queue id.
         queue: QueueId,
-        /// Number of queues currently created.
+        /// Number of queues that exist, whatever their ids.
         count: u32,
     },
 

@@ -653,4 +653,23 @@ mod tests {
         qs.delete(1).expect("delete idle queue");
         assert!(qs.get(1).is_err());
     }
+
+    #[test]
+    fn a_missing_queue_names_how_many_exist_not_an_id_bound() {
+        let qs = Queues::new(4, 4, 2);
+        qs.delete(1).expect("delete idle queue 1");
+        let Err(missing) = qs.get(1) else {
+            panic!("queue 1 was deleted");
+        };
+        assert!(matches!(
+            missing,
+            Error::InvalidQueue { queue: 1, count: 3 }
+        ));
+        assert_eq!(
+            missing.to_string(),
+            "queue 1 does not exist (3 queues exist, not always ids 0..3)"
+        );
+        qs.get(3).expect("queue 3 is still there, above the count");
+        assert_eq!(qs.create().expect("create"), 1, "the lowest free id again");
+    }
 }
