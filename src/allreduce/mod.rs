@@ -269,8 +269,9 @@ impl Context {
     /// [`Error::OperatorPanicked`] naming it when its call completes, the others their
     /// result, and the group's later allreduces, barriers and `finalize` work on every
     /// member. When the timeout passes first, the rest is taken by the group's next
-    /// allreduce on this member (whatever its arguments), or by its next `segment_create`,
-    /// commit or `finalize`, before their own synchronisation.
+    /// allreduce on this member (whatever its arguments), and for [`GROUP_ALL`](crate::GROUP_ALL)
+    /// also by its next `segment_create` or `finalize`, before their own synchronisation
+    /// (deleting the group discards it).
     pub fn allreduce_with<T: Element, F: Fn(&mut [T], &[T])>(
         &self,
         group: GroupId,
