@@ -14,8 +14,8 @@
 //! A slot owns one strong count of its `Arc`. Replacing or removing the value moves that count
 //! to the table's retired list and defers its release to the epoch: it is dropped once every
 //! thread that was pinned when it was unlinked has unpinned, so a loan never outlives its value.
-//! The release runs on whichever thread collects the epoch's garbage next (inside some later
-//! pin), so a value's destructor must not take a lock that a thread holds while it takes a
+//! The release runs on the replacing thread before `replace` returns when no other thread is
+//! pinned, else on whichever thread collects the epoch's garbage next (inside some later pin), so a value's destructor must not take a lock that a thread holds while it takes a
 //! loan. What is still retired when the table itself is dropped is released then (no loan can
 //! be alive: loans borrow the table), so a value's destructor never runs later than its
 //! table's, even when the epoch's deferred work never runs again (at process exit).
@@ -26,6 +26,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use crossbeam_epoch::Guard;
 
 use crate::error::{Error, Result};
+
+/// How many pins of its own [`Slots::replace`] takes at most to move the epoch on and release
+/// the value it unlinked (see there).
+const RELEASE_TRIES: usize = 4;
 
 /// Values unlinked from their slot, each kept until no reader can hold it.
 struct Retired<T> {
@@ -221,6 +225,20 @@ impl<T: Send + Sync + 'static> Slots<T> {
         // Hand the release to the epoch's collection now rather than when this thread's bag
         // of deferred work fills up, which may be never.
         pin.flush();
+        drop(pin);
+        // The release may run once the epoch has moved on twice from the unlink, and the pin
+        // above held it back by one: a pin of this thread's own moves it on again and runs the
+        // release here when no other thread is pinned. Without it, the release waited for the
+        // epoch's next collection, about every hundred pins of some thread: a deleted segment
+        // kept its memory and its /dev/shm file after `segment_delete` returned, on a rank
+        // that went on waiting (seen 200 ms later, until 300 more lookups).
+        // A few tries: the epoch's walk over its threads may stall on one that is leaving.
+        for _ in 0..RELEASE_TRIES {
+            if !self.lock().values.iter().any(|(other, _)| *other == id) {
+                break;
+            }
+            crossbeam_epoch::pin().flush();
+        }
         Ok(Some(old))
     }
 
