@@ -557,9 +557,17 @@ impl Context {
     /// for a peer on this host) and releases everything as a drop does, so the process can exit
     /// normally.
     ///
+    /// An [`allreduce`](Self::allreduce) of `GROUP_ALL` that timed out and is in flight is
+    /// judged by the first barrier: until every rank is in it, `finalize` returns
+    /// [`Error::FinalizeRefused`] with [`Error::CollectiveInProgress`] when its timeout
+    /// passes (finish the allreduce, which partners may wait for, then call `finalize` again:
+    /// it continues); once every rank is in it, the run is given up, since no rank can take a
+    /// step of it any more (its partners failed it, with [`Error::CollectiveMismatch`] say).
+    ///
     /// # Errors
     /// [`Error::FinalizeTimeout`]; [`Error::FinalizeRefused`], which hands the context back
-    /// too, while a collective of `GROUP_ALL` that timed out is in flight (finish it first),
+    /// too, while a collective of `GROUP_ALL` that timed out is in flight (finish it first;
+    /// an allreduce as said above),
     /// or with [`Error::CollectiveMismatch`] naming a rank that called another collective of
     /// `GROUP_ALL` meanwhile (a `barrier`, say; the members can then agree again, e.g. both
     /// call `finalize`); [`Error::RankFailed`]; [`Error::Bootstrap`] when the PMI finalize

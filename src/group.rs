@@ -368,7 +368,7 @@ impl Context {
             &g,
             Purpose::Commit,
             timeout.deadline(),
-            |state, deadline| {
+            |state, _, deadline| {
                 if !state.closing {
                     state.start_pair(fingerprint(g.id, &g.members));
                     self.run(&g, state, deadline, Watch::Members)?;
@@ -534,7 +534,7 @@ impl Context {
     ) -> Result<()> {
         let g = self.inner.groups.committed(group)?;
         if purpose != Purpose::Barrier {
-            return self.synchronise(&g, purpose, deadline, |state, deadline| {
+            return self.synchronise(&g, purpose, deadline, |state, _, deadline| {
                 self.run(&g, state, deadline, Watch::Members)
             });
         }
@@ -550,18 +550,19 @@ impl Context {
     /// too, and told whether the call is left in flight.
     ///
     /// # Errors
-    /// [`Error::CollectiveInProgress`] while an allreduce of the group, or a run of another
-    /// purpose, is in flight (see [`claim`](Self::claim)); what `sync` returns.
+    /// [`Error::CollectiveInProgress`] while an allreduce of the group (but for an exit, which
+    /// judges it itself), or a run of another purpose, is in flight (see [`claim`](Self::claim)); what `sync` returns.
     fn synchronise<T>(
         &self,
         g: &Group,
         purpose: Purpose,
         deadline: Deadline,
-        sync: impl FnOnce(&mut CollState, Deadline) -> Result<T>,
+        sync: impl FnOnce(&mut CollState, &mut ReduceState, Deadline) -> Result<T>,
     ) -> Result<T> {
         let mut reduce = g.reduce_state(deadline)?;
         self.finish_orphan(g, &mut reduce, deadline)?;
-        if let Some(pending) = reduce.pending() {
+        // The exit judges a timed-out allreduce itself (see `exit_barrier`).
+        if let Some(pending) = reduce.pending().filter(|_| purpose != Purpose::Exit) {
             let busy = Error::CollectiveInProgress {
                 group: g.id,
                 pending,
@@ -570,7 +571,7 @@ impl Context {
         }
         let mut state = g.state(deadline)?;
         self.claim(g, &mut state, purpose)?;
-        let done = sync(&mut state, deadline);
+        let done = sync(&mut state, &mut reduce, deadline);
         reduce.held_by = state.holding();
         done
     }
@@ -628,10 +629,29 @@ impl Context {
     /// began.
     pub(crate) fn exit_barrier(&self, deadline: Deadline) -> Result<()> {
         let g = self.inner.groups.committed(GROUP_ALL)?;
-        self.synchronise(&g, Purpose::Exit, deadline, |state, deadline| {
+        self.synchronise(&g, Purpose::Exit, deadline, |state, reduce, deadline| {
             if !self.inner.leaving.load(Ordering::Acquire) {
-                self.inner.drain(deadline)?;
-                self.run(&g, state, deadline, Watch::Members)?;
+                let first = self
+                    .inner
+                    .drain(deadline)
+                    .and_then(|()| self.run(&g, state, deadline, Watch::Members));
+                match first {
+                    // Partners may still be in the timed-out allreduce, waiting for this
+                    // rank's steps: finishing it comes first.
+                    Err(Error::Timeout) => {
+                        return Err(reduce.pending().map_or(Error::Timeout, |pending| {
+                            Error::CollectiveInProgress {
+                                group: GROUP_ALL,
+                                pending,
+                            }
+                        }))
+                    }
+                    ran => ran?,
+                }
+                // Every rank is in finalize: none takes a step of an allreduce still in flight
+                // here (its partners failed it, after a `CollectiveMismatch` say), which could
+                // never complete, and refusing to end for it left this rank unable to end.
+                reduce.give_up_at_exit();
                 self.inner.leaving.store(true, Ordering::Release);
             }
             self.run(&g, state, deadline, Watch::Partners)

@@ -19,9 +19,11 @@
 //! GASPI lets one barrier and one allreduce of a group be in flight at once (17.1, §11.1),
 //! from two threads, or one after the other's timeout. A call after [`Error::Timeout`]
 //! continues where the last one stopped (GASPI's semantics). The synchronisations of other
-//! calls (`segment_create`, a commit, `finalize`) and an allreduce still exclude each other
+//! calls (`segment_create`, a commit) and an allreduce still exclude each other
 //! ([`Error::CollectiveInProgress`]): one completing between the other's timeout and its
-//! continuation would leave the members' later calls paired wrongly.
+//! continuation would leave the members' later calls paired wrongly. `finalize`, after which
+//! nothing pairs, refuses only until every rank is in it, then gives the run up (see
+//! `Context::finalize`).
 
 mod area;
 mod op;
@@ -89,6 +91,14 @@ impl ReduceState {
     /// taken: none is in flight, and none was given up.
     pub(crate) fn settled(&self) -> bool {
         self.run.is_none() && !self.given_up
+    }
+
+    /// Gives up the run in flight, if any, once every rank is in `finalize` (see
+    /// `Context::exit_barrier`).
+    pub(crate) fn give_up_at_exit(&mut self) {
+        if self.run.is_some() {
+            self.abandon();
+        }
     }
 
     /// Gives up the run in flight after an error that is not a timeout (members must
@@ -231,7 +241,11 @@ impl Context {
     /// Calls of the group's collectives from several threads of one rank are serialised, each
     /// within its own timeout (see [`group_barrier`](Self::group_barrier)): a call that timed
     /// out waiting for another thread's call captured nothing, and the next one starts afresh.
-    /// Bitwise and logical operators on floats are [`Error::Unsupported`].
+    /// Bitwise and logical operators on floats are [`Error::Unsupported`]. A run of
+    /// [`GROUP_ALL`](crate::GROUP_ALL) left in flight after a timeout is given up by
+    /// [`finalize`](Self::finalize) once every rank is in it (a run some member failed with
+    /// another error can never complete); before, `finalize` refuses while the run can still
+    /// be finished.
     ///
     /// # Errors
     /// [`Error::UnknownGroup`] / [`Error::GroupNotCommitted`]; [`Error::NotInGroup`];

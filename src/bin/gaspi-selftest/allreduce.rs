@@ -42,6 +42,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     done.push(misuse(ctx)?);
     done.push(panicking_user_op(ctx)?);
     done.push(panicking_user_op_of_every_rank(ctx)?);
+    // Last: the run it leaves in flight on some ranks is given up by `finalize` alone.
+    done.push(abandoned_by_a_mismatch(ctx)?);
     ctx.barrier(TIMEOUT).doing(|| "final barrier")?;
     Ok(Report {
         summary: done.join("; "),
@@ -624,4 +626,37 @@ fn calls_of_the_job_that_differ(ctx: &Context) -> Outcome<()> {
     )?;
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after segment_create of different ids")
+}
+
+/// Rank 0 passes 2 elements, the others 1, with a 2 s timeout: each rank fails, with
+/// `CollectiveMismatch` where it hears from a rank that differs, else with `Timeout`, its run
+/// left in flight for good (at 3 ranks, ranks 0 and 2). The job's barrier still works, and
+/// `finalize` (called next by `main`) must end every rank: before, it was refused on the
+/// ranks that timed out, on every call.
+fn abandoned_by_a_mismatch(ctx: &Context) -> Outcome<String> {
+    if ctx.size() < 2 {
+        return Ok("no mismatch at 1 rank".to_owned());
+    }
+    let len = if ctx.rank() == 0 { 2 } else { 1 };
+    let input = vec![1_u64; len];
+    let mut output = vec![0_u64; len];
+    let called = ctx.allreduce(
+        GROUP_ALL,
+        &input,
+        &mut output,
+        ReduceOp::Sum,
+        Timeout::Millis(2_000),
+    );
+    let failed = match called {
+        Err(Error::CollectiveMismatch { group, rank }) if group == GROUP_ALL => {
+            format!("CollectiveMismatch naming rank {rank}")
+        }
+        Err(Error::Timeout) => "Timeout".to_owned(),
+        other => {
+            return Err(Failure(format!(
+                "allreduce of {len} elements against others' 1: {other:?}"
+            )))
+        }
+    };
+    Ok(format!("mismatched allreduce failed with {failed}"))
 }
