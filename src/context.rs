@@ -34,7 +34,7 @@ use crate::queue::Queues;
 use crate::segment::Segments;
 use crate::system::{layout, System, SystemAddress};
 use crate::watch::Watcher;
-use crate::wire::{WireNotification, MAX_RANKS};
+use crate::wire::MAX_RANKS;
 
 /// Keys requested for the registrations made at init; later ones come from
 /// [`Segments::next_key`].
@@ -86,12 +86,6 @@ pub(crate) struct Inner {
 /// A rank's handle on the job: segments, notifications, queues and one-sided operations.
 ///
 /// All methods take `&self` and may be called from many threads at once.
-///
-/// Dropping a context without [`finalize`](Self::finalize) leaves the job: the drop tells
-/// every peer (best effort, within 100 ms, never panicking), and the peers take this rank for
-/// dead, naming it ([`Error::RankFailed`]) in their waits that need it, while its process may
-/// run on. A wait that began before the news fails at its next look at its ranks' health
-/// (within about a second), a later one at once.
 pub struct Context {
     // Declared before `inner` so the threads stop before the shared state can go away.
     progress: Option<ProgressThread>,
@@ -596,32 +590,7 @@ impl Context {
     }
 }
 
-/// How long a context dropped without `finalize` drives progress at most so that its
-/// departure reaches the peers: the drop must not hang on a peer that does not read.
-const DEPARTURE: std::time::Duration = std::time::Duration::from_millis(100);
-
 impl Inner {
-    /// Tells every peer not known dead that this rank leaves the job without `finalize`, best
-    /// effort within [`DEPARTURE`]: without it, a peer's waits that needed this rank went on
-    /// until its process exited (measured: 6 s of a process that ran on, for ever with
-    /// `Timeout::Block` while it runs), then said `RankFailed`. Its peers mark it dead
-    /// instead (see `wire::RANK_LEFT`), which fails those waits at once, naming it.
-    fn announce_departure(&self) {
-        let left = WireNotification::rank_left(self.rank);
-        for rank in (0..self.size).filter(|&r| r != self.rank) {
-            self.outbox.notify(self, rank, left);
-        }
-        let until = std::time::Instant::now() + DEPARTURE;
-        // Injected writes leave with the provider's progress (over tcp, its sockets'), which
-        // also posts those the outbox still holds.
-        while std::time::Instant::now() < until {
-            if !self.progress() && self.outbox.is_empty() {
-                break;
-            }
-            std::thread::yield_now();
-        }
-    }
-
     /// The PMI connection, once: whoever takes it (finalize or drop) finalizes it.
     fn take_pmi(&self) -> Option<PmiClient> {
         self.pmi.lock().unwrap_or_else(|e| e.into_inner()).take()
@@ -640,13 +609,6 @@ impl Inner {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        if !self
-            .inner
-            .leaving
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
-            self.inner.announce_departure();
-        }
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::Release);

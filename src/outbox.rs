@@ -65,11 +65,6 @@ impl Outbox {
 }
 
 impl Outbox {
-    /// Whether no write waits for room at the provider.
-    pub(crate) fn is_empty(&self) -> bool {
-        lock(&self.waiting).is_empty()
-    }
-
     /// Sends notification `wire` to `rank` as a notification-only write into its scratch
     /// word, through the outbox.
     pub(crate) fn notify(&self, inner: &Inner, rank: Rank, wire: WireNotification) {

@@ -72,12 +72,6 @@ pub(crate) const SEGMENT_GONE: NotificationId = (1 << ID_BITS) - 1;
 /// placed the result in that slot.
 pub(crate) const ATOMIC_REPLY: NotificationId = SEGMENT_GONE - 1;
 
-/// System notification id announcing that the sender dropped its context without
-/// `finalize` and left the job while its process may run on; the value is its rank + 1. The
-/// progress engine marks the rank dead, so that waits needing it fail at once instead of
-/// when the process exits.
-pub(crate) const RANK_LEFT: NotificationId = ATOMIC_REPLY - 1;
-
 const ID_BITS: u32 = 23;
 const ID_MASK: u64 = (1 << ID_BITS) - 1;
 
@@ -109,17 +103,6 @@ impl WireNotification {
             SEGMENT_GONE,
             ((rank << 9) | (library << 8) | u32::from(id)) + 1,
         )
-    }
-
-    /// "Rank `rank` left the job without `finalize`" (see [`RANK_LEFT`]).
-    pub(crate) fn rank_left(rank: Rank) -> Self {
-        // Ranks are below MAX_RANKS (checked at init), so the value is non-zero and fits.
-        Self::system(RANK_LEFT, rank + 1)
-    }
-
-    /// The rank of a [`rank_left`](Self::rank_left) notification.
-    pub(crate) fn left(self) -> Option<Rank> {
-        (self.is_system() && self.id == RANK_LEFT && self.value != 0).then(|| self.value - 1)
     }
 
     /// The slot of an [`ATOMIC_REPLY`] notification.
@@ -203,20 +186,6 @@ mod tests {
             Some((MAX_RANKS - 1, DescKey::Library(255)))
         );
         assert_eq!(WireNotification::system(3, 9).gone(), None);
-    }
-
-    #[test]
-    fn a_departure_names_its_rank_and_nothing_else_does() {
-        for rank in [0, 1, MAX_RANKS - 1] {
-            let left = WireNotification::decode(WireNotification::rank_left(rank).encode());
-            assert_eq!(left.left(), Some(rank));
-            assert_eq!((left.gone(), left.atomic_reply()), (None, None));
-        }
-        assert_eq!(WireNotification::system(RANK_LEFT - 1, 5).left(), None);
-        assert_eq!(
-            WireNotification::segment_gone(3, Table::User(1)).left(),
-            None
-        );
     }
 
     #[test]

@@ -510,23 +510,6 @@ fn allreduce_small_chunks_5_tcp() {
     common::selftest_with_env(&["GASPI_REDUCE_CHUNK=4096"], "allreduce", 5, "tcp");
 }
 
-/// `dropped`: a rank that drops its context without finalize and runs on is named by the
-/// others' barrier and finalize within seconds, not when its process exits.
-#[test]
-fn dropped_3_tcp() {
-    selftest("dropped", 3, "tcp");
-}
-
-#[test]
-fn dropped_3_shm() {
-    selftest("dropped", 3, "shm");
-}
-
-#[test]
-fn dropped_fabric_3_tcp() {
-    common::selftest_with_env(&["GASPI_INTRANODE=fabric"], "dropped", 3, "tcp");
-}
-
 /// `allreduce` through the fabric between ranks of one host: its steps, a panicking user
 /// operator's notifications without data among them, go as `fi_writedata`.
 #[test]

@@ -244,11 +244,6 @@ impl Inner {
             self.descriptors.forget_deleted(rank, segment);
         } else if let Some(slot) = n.atomic_reply() {
             self.atomics.replied(self, slot);
-        } else if let Some(rank) = n.left() {
-            self.mark_failed(
-                rank,
-                "it left the job without finalize (its Context was dropped)".into(),
-            );
         } else if n.is_system() {
             // Ids and values come from our own runtime on the peer, so they are in range.
             let _ = self.system_notifications.set(n.id, n.value);

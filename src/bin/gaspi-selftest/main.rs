@@ -25,7 +25,6 @@ mod atomics;
 mod check;
 mod crossed;
 mod dead_read;
-mod dropped;
 mod early_exit;
 mod errors;
 mod exit;
@@ -105,7 +104,6 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Exit => exit::run(&ctx),
         Scenario::Unwaited => unwaited::run(&ctx),
         Scenario::Linger => Err(linger::run(&ctx)),
-        Scenario::Dropped => dropped::run(&ctx),
     };
     let outcome = outcome.and_then(|mut report| {
         // Scenarios whose finalize is itself a check say what it showed; the others must
@@ -117,7 +115,6 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
                 dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?
             }
             Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data)?,
-            Scenario::Dropped => dropped::finalize_after_a_drop(ctx, &mut report.data)?,
             _ => {
                 ctx.finalize(FINALIZE_TIMEOUT).map_err(|e| {
                     Failure(format!("finalize failed after the checks passed: {e}"))

@@ -135,9 +135,6 @@ Scenarios:
   linger       every rank prints its pid once all have joined, then sleeps
                60 s without finalize, for a test to kill gaspirun itself: the
                JOB IS EXPECTED TO BE KILLED, and nothing of it may be left
-  dropped      the last rank drops its context without finalize while the
-               others wait in a barrier, and its process runs on 12 s: their
-               barrier and finalize must fail naming it within 4 s
 
 The provider comes from GASPI_PROVIDER (gaspirun --provider sets it).
 ";
@@ -167,11 +164,10 @@ pub enum Scenario {
     Exit,
     Unwaited,
     Linger,
-    Dropped,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 23] = [
+    const ALL: [Scenario; 22] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -194,7 +190,6 @@ impl Scenario {
         Scenario::Exit,
         Scenario::Unwaited,
         Scenario::Linger,
-        Scenario::Dropped,
     ];
 
     /// The subcommand naming this scenario.
@@ -222,7 +217,6 @@ impl Scenario {
             Scenario::Exit => "exit",
             Scenario::Unwaited => "unwaited",
             Scenario::Linger => "linger",
-            Scenario::Dropped => "dropped",
         }
     }
 
