@@ -557,12 +557,14 @@ impl Context {
     /// passes (finish the allreduce, which partners may wait for, then call `finalize` again:
     /// it continues); once every rank is in it, the run is given up, since no rank can take a
     /// step of it any more (its partners failed it, with [`Error::CollectiveMismatch`] say).
+    /// With [`Timeout::Block`](crate::Timeout::Block), a partner still waiting in that
+    /// allreduce and never calling `finalize` keeps this call waiting too: finish a timed-out
+    /// allreduce before a blocking `finalize`.
     ///
     /// # Errors
     /// [`Error::FinalizeTimeout`]; [`Error::FinalizeRefused`], which hands the context back
     /// too, while a collective of `GROUP_ALL` that timed out is in flight (finish it first;
-    /// an allreduce as said above),
-    /// or with [`Error::CollectiveMismatch`] naming a rank that called another collective of
+    /// an allreduce as said above), or with [`Error::CollectiveMismatch`] naming a rank that called another collective of
     /// `GROUP_ALL` meanwhile (a `barrier`, say; the members can then agree again, e.g. both
     /// call `finalize`); [`Error::RankFailed`]; [`Error::Bootstrap`] when the PMI finalize
     /// fails.

@@ -551,7 +551,8 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::CollectiveInProgress`] while an allreduce of the group (but for an exit, which
-    /// judges it itself), or a run of another purpose, is in flight (see [`claim`](Self::claim)); what `sync` returns.
+    /// judges it itself), or a run of another purpose, is in flight (see
+    /// [`claim`](Self::claim)); what `sync` returns.
     fn synchronise<T>(
         &self,
         g: &Group,
