@@ -183,6 +183,48 @@ fn fft_transpose(ranks: u32, provider: &str) {
     );
 }
 
+/// Counts of 0 are refused rather than raised, and a size the rank count does not divide is
+/// named as the default it is when the user did not pass it.
+fn refused(provider: &str) {
+    for (ranks, name, args, message) in [
+        (
+            1,
+            "fft_transpose",
+            &["--reps", "0"][..],
+            "--reps 0: must be at least 1",
+        ),
+        (
+            1,
+            "fft_transpose",
+            &["--threads", "0"],
+            "--threads 0: must be at least 1",
+        ),
+        (
+            1,
+            "threaded_reset",
+            &["--threads", "0"],
+            "--threads 0: must be at least 1",
+        ),
+        (
+            3,
+            "fft_transpose",
+            &[],
+            "the default --n 1024: not a positive multiple of the 3 ranks",
+        ),
+        (
+            3,
+            "fft_transpose",
+            &["--n", "100"],
+            "--n 100: not a positive multiple of the 3 ranks",
+        ),
+    ] {
+        let job = gaspirun(ranks, provider, 20, &example(name), args);
+        let report = job.report();
+        assert_eq!(job.status.code(), Some(1), "{name} {args:?}\n{report}");
+        assert!(job.stderr.contains(message), "{name} {args:?}\n{report}");
+    }
+}
+
 /// Whether two checksums agree to `tolerance` relative to the size of the values.
 fn agrees(a: &Checksum, b: &Checksum, tolerance: f64) -> bool {
     let energy = a.energy.max(b.energy);
@@ -255,4 +297,9 @@ fn fft_transpose_4_tcp() {
 #[test]
 fn fft_transpose_4_shm() {
     fft_transpose(4, "shm");
+}
+
+#[test]
+fn refused_options_tcp() {
+    refused("tcp");
 }

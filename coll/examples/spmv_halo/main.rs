@@ -188,7 +188,7 @@ fn run(args: &[String]) -> Outcome<()> {
     let (me, n) = (ctx.rank(), ctx.size());
     let grid = Grid::new(width, height, n, (px > 0).then_some(px)).ok_or_else(|| match px {
         0 => format!("a {width}x{height} grid cannot be split among {n} ranks"),
-        _ => format!("a {width}x{height} grid cannot be split {px} across among {n} ranks"),
+        _ => format!("a {width}x{height} grid cannot be split among {n} ranks, {px} across"),
     })?;
     let mut local = Local::new(grid, me, n);
 

@@ -77,6 +77,24 @@ impl Options {
                 .map_err(|_| format!("--{name} {text}: not a valid value").into()),
         }
     }
+
+    /// The value of option `name`, a count of at least 1 (0 is refused, not raised).
+    pub fn count(&self, name: &str, default: usize) -> Outcome<usize> {
+        match self.get(name, default)? {
+            0 => Err(format!("--{name} 0: must be at least 1").into()),
+            count => Ok(count),
+        }
+    }
+
+    /// How an error names option `name` with `value`: as the user passed it, or as a default
+    /// the user did not choose.
+    pub fn describe(&self, name: &str, value: impl std::fmt::Display) -> String {
+        if self.0.contains_key(name) {
+            format!("--{name} {value}")
+        } else {
+            format!("the default --{name} {value}")
+        }
+    }
 }
 
 /// The results of scoped threads, the first error (or panic) of any of them as the error.

@@ -52,7 +52,7 @@ fn main() -> ExitCode {
 fn run(args: &[String]) -> Outcome<()> {
     let options = Options::parse(args, &["rounds", "threads"])?;
     let rounds = options.get("rounds", pattern::ROUNDS)?;
-    let threads = options.get("threads", pattern::THREADS)?.max(1);
+    let threads = options.count("threads", pattern::THREADS)?;
     let ctx = Context::init()?;
     let (me, n) = (ctx.rank(), ctx.size());
     let coll = Collectives::new(&ctx)?;
