@@ -89,9 +89,12 @@ pub(super) struct Running {
     tag: u32,
     plan: Arc<PlanData>,
     source: SegmentId,
-    sends: Vec<Send>,
+    sends: SmallVec<[Send; 8]>,
+    /// Blocks in `sends` waiting for their credit or target: while none does, a decision
+    /// clears nothing without looking at them.
+    waiting: usize,
     /// Per source of the plan: whether its block was handed out.
-    taken: Vec<bool>,
+    taken: SmallVec<[bool; 8]>,
     /// Sources not handed out yet.
     remaining: usize,
 }
@@ -247,18 +250,23 @@ impl Alltoallv<'_> {
         source_offsets: &[u64],
     ) -> Result<u64> {
         let (number, begun) = self.begin_with(plan, source, Some(source_offsets))?;
-        if begun {
-            self.send_all(number, source_offsets)?;
+        if let Some((cleared, listeners)) = begun {
+            let posted = self.post(cleared);
+            self.changed(listeners)?;
+            posted?;
         }
         Ok(number)
     }
 
+    /// Begins a round, its blocks waiting from `offsets` when given (checked here, so the
+    /// round's first decision clears them under the same lock), or joins the one running:
+    /// its number, and for a round begun with its blocks, what they cleared, to post.
     fn begin_with(
         &self,
         plan: &Plan,
         source: SegmentId,
         offsets: Option<&[u64]>,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<(u64, Option<(Cleared, Listeners)>)> {
         let data = &plan.data;
         if data.owner != self.id {
             return Err(Error::ForeignPlan);
@@ -266,7 +274,7 @@ impl Alltoallv<'_> {
         let mut ex = self.exchange();
         if let Some(run) = &ex.running {
             if Arc::ptr_eq(&run.plan, data) && run.source == source {
-                return Ok((run.number, false));
+                return Ok((run.number, None));
             }
             return Err(Error::AlltoallvInProgress { group: self.group });
         }
@@ -281,18 +289,31 @@ impl Alltoallv<'_> {
         if !self.coll.begin_exchange(self.group_key) {
             return Err(Error::AlltoallvInProgress { group: self.group });
         }
+        let ex = &mut *ex;
         ex.rounds += 1;
         let number = ex.rounds;
-        ex.running = Some(Running {
+        let sends = match offsets {
+            Some(offsets) => offsets
+                .iter()
+                .map(|&offset| Send::Waiting(offset))
+                .collect(),
+            None => SmallVec::from_elem(Send::NotSent, data.destinations.len()),
+        };
+        let run = ex.running.insert(Running {
             number,
             tag: round_tag(number, data.seq),
             plan: Arc::clone(data),
             source,
-            sends: vec![Send::NotSent; data.destinations.len()],
-            taken: vec![false; data.sources.len()],
+            sends,
+            waiting: offsets.map_or(0, <[u64]>::len),
+            taken: SmallVec::from_elem(false, data.sources.len()),
             remaining: data.sources.len(),
         });
-        Ok((number, true))
+        if offsets.is_none() {
+            return Ok((number, None));
+        }
+        let cleared = self.cleared(&mut ex.owed, &mut ex.posting, run);
+        Ok((number, Some((cleared, ex.listeners()))))
     }
 
     /// This rank's receive segment exists and holds the plan's area: checked by the
@@ -380,6 +401,7 @@ impl Alltoallv<'_> {
             for &(index, offset) in &blocks {
                 run.sends[index] = Send::Waiting(offset);
             }
+            run.waiting += blocks.len();
             (
                 self.cleared(&mut ex.owed, &mut ex.posting, run),
                 ex.listeners(),
@@ -407,6 +429,9 @@ impl Alltoallv<'_> {
         posting: &mut u32,
         run: &mut Running,
     ) -> Cleared {
+        if run.waiting == 0 {
+            return Cleared::default();
+        }
         let mut posts = Vec::new();
         let mut looking = false;
         let mut failed = None;
@@ -450,34 +475,38 @@ impl Alltoallv<'_> {
             }
             owed.insert(rank, run.tag);
             run.sends[index] = Send::Posted;
+            run.waiting -= 1;
             posts.push(Post {
                 index,
                 offset,
                 target,
             });
         }
-        if !posts.is_empty() {
+        let posts = (!posts.is_empty()).then(|| {
             *posting += 1;
-        }
+            Posts {
+                blocks: posts,
+                tag: run.tag,
+                plan: Arc::clone(&run.plan),
+                source: run.source,
+            }
+        });
         Cleared {
             posts,
             looking,
             failed,
-            tag: run.tag,
-            plan: Arc::clone(&run.plan),
-            source: run.source,
         }
     }
 
     /// Posts the blocks `cleared`, then counts them out of `posting`, also when posting
     /// failed, telling a `finish` that waits for them; then reports the failure of a block
     /// that could not be cleared, if any.
-    fn post(&self, mut cleared: Cleared) -> Result<()> {
-        let failed = cleared.failed.take().map_or(Ok(()), Err);
-        if cleared.posts.is_empty() {
+    fn post(&self, cleared: Cleared) -> Result<()> {
+        let failed = cleared.failed.map_or(Ok(()), Err);
+        let Some(posts) = cleared.posts else {
             return failed;
-        }
-        let posted = self.write_blocks(&cleared);
+        };
+        let posted = self.write_blocks(&posts);
         let listeners = {
             let mut ex = self.exchange();
             ex.posting -= 1;
@@ -490,15 +519,15 @@ impl Alltoallv<'_> {
     }
 
     /// Writes the blocks `cleared` into their destinations, each with its notification.
-    fn write_blocks(&self, cleared: &Cleared) -> Result<()> {
-        let src = self.ctx.segment(cleared.source)?;
+    fn write_blocks(&self, posts: &Posts) -> Result<()> {
+        let src = self.ctx.segment(posts.source)?;
         let notification = Notification {
             id: self.layout.data(self.me),
-            value: cleared.tag,
+            value: posts.tag,
         };
-        for post in &cleared.posts {
-            let d = &cleared.plan.destinations[post.index];
-            let table = &cleared.plan.tables[post.index];
+        for post in &posts.blocks {
+            let d = &posts.plan.destinations[post.index];
+            let table = &posts.plan.tables[post.index];
             let data = &post.target;
             self.batch
                 .write_notify_to(&src, post.offset, data, 0, d.bytes, table, notification)?;
@@ -593,7 +622,7 @@ impl Alltoallv<'_> {
             // A block that failed to clear is reported as posting goes.
             let posted = cleared
                 .as_ref()
-                .is_some_and(|c| !c.posts.is_empty() || c.failed.is_some());
+                .is_some_and(|c| c.posts.is_some() || c.failed.is_some());
             let looking = cleared.as_ref().is_some_and(|c| c.looking);
             let ids = match next {
                 Next::Done(value) => {
@@ -794,15 +823,15 @@ impl Alltoallv<'_> {
             while take_early(&mut ex.early, &mut ex.arrivals, run)?.is_some() {}
             while a2a.take_arrived(&mut ex.arrivals, run)?.is_some() {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
-            let ids = a2a.awaited(run);
+            let awaits = run.remaining > 0 || run.waiting > 0;
             // Blocks other threads cleared may not be in the batch yet (this call's own are
             // posted before `drive` returns): the wait for the batch must come after theirs.
-            let own = u32::from(!cleared.posts.is_empty());
+            let own = u32::from(cleared.posts.is_some());
             let others = ex.posting > own;
             ex.finishing |= others;
-            let next = match ids.is_empty() && !others {
-                true => Next::Done(true),
-                false => Next::Wait(ids),
+            let next = match awaits || others {
+                true => Next::Wait(a2a.awaited(run)),
+                false => Next::Done(true),
             };
             Ok((Some(cleared), next))
         })?;
@@ -834,15 +863,22 @@ impl Exchange {
     }
 }
 
-/// Blocks cleared for posting, with what posting them needs.
+/// What a decision cleared: blocks for posting, if any, and why others stay waiting.
+#[derive(Default)]
 struct Cleared {
-    posts: Vec<Post>,
+    posts: Option<Posts>,
     /// A waiting block's target is being looked up, which no notification of the control
     /// table announces: a watcher polls for it (see [`LOOKUP_POLL`]).
     looking: bool,
     /// The first failure of a block that stays waiting, which [`post`](Alltoallv::post)
     /// reports.
     failed: Option<Error>,
+}
+
+/// Blocks cleared for posting (each counted in `posting` until posted), with what posting
+/// them needs.
+struct Posts {
+    blocks: Vec<Post>,
     tag: u32,
     plan: Arc<PlanData>,
     source: SegmentId,
