@@ -87,7 +87,8 @@ pub use team::{
     try_sync_all, try_sync_some, wait_sync_all, wait_sync_some, Capacity, Flags, Handle, Team,
 };
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashSet;
+use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use gaspi::{Context, Deadline, GroupId, Library, Rank, SegmentId};
@@ -109,7 +110,7 @@ pub struct Collectives<'a> {
     ctx: &'a Context,
     library: Library<'a>,
     /// Groups (by [`group_key`]) with an alltoallv round running: one per group at a time.
-    exchanging: Mutex<HashSet<u64>>,
+    exchanging: Mutex<FxHashSet<u64>>,
     /// Per group (by [`group_key`]), the teams made of it so far (see [`Team::id`]).
     teams: Mutex<HashMap<u64, u64>>,
 }
@@ -126,7 +127,7 @@ impl<'a> Collectives<'a> {
         Ok(Collectives {
             ctx,
             library: ctx.library(Self::LIBRARY)?,
-            exchanging: Mutex::new(HashSet::new()),
+            exchanging: Mutex::new(FxHashSet::default()),
             teams: Mutex::new(HashMap::new()),
         })
     }
