@@ -896,12 +896,22 @@ impl<'c> Engine<'c> {
             state.queued[lane].push_back(seq);
         }
         let seqs = owner.seqs.clone();
-        let owners = std::slice::from_mut(&mut owner);
-        let index = OwnerIndex::new(owners);
-        self.pass(&mut state, owners, &index);
-        // Complete already, the runs deliver into the destination the handle holds: its
-        // sync then only reports the outcome, and nothing of the source need be kept.
-        let outcome = self.collect(&mut state, &mut owner);
+        // A run walked here that waits where nothing else of it can go (still a walk, see
+        // `Run::walk`) is the engine's only one, and took all it could: a pass would only
+        // look again.
+        let walking = alone && state.runs.get(seqs.start).is_some_and(Run::walking);
+        let outcome = match walking {
+            true => None,
+            false => {
+                let owners = std::slice::from_mut(&mut owner);
+                let index = OwnerIndex::new(owners);
+                self.pass(&mut state, owners, &index);
+                // Complete already, the runs deliver into the destination the handle holds:
+                // its sync then only reports the outcome, and nothing of the source need
+                // be kept.
+                self.collect(&mut state, &mut owner)
+            }
+        };
         match outcome {
             // As a sync that returns does (see `drive`).
             Some(_) => state.trusting = None,
@@ -927,8 +937,9 @@ impl<'c> Engine<'c> {
     /// Walks `run` (see [`Run::walk`]), the engine's only one, whose lane is free, in the
     /// call that initiates it with `owner`'s buffers, and collects it: the outcome if it
     /// completed, its output delivered and the run kept for renewal without ever entering
-    /// the engine's books; else `None`, with the run booked and holding its lane in them,
-    /// for the pass that follows to take what else can go.
+    /// the engine's books; else `None`, with the run in the books (still a walk where it
+    /// waits at a step that every later one but a wait depends on, see [`Run::walk`]) and
+    /// holding its lane, for the pass that follows to take what else can go.
     fn straight(
         &self,
         state: &mut State<'c>,
@@ -937,7 +948,7 @@ impl<'c> Engine<'c> {
     ) -> Option<Result<()>> {
         let seq = run.seq;
         run.started = true;
-        if let Err(f) = run.walk(self, owner) {
+        if let Err(f) = run.walk(self, Some(owner)) {
             if let Failure::Rank(..) = f {
                 state.dead = Some(f.clone());
             }
@@ -945,8 +956,8 @@ impl<'c> Engine<'c> {
         }
         state.changed = true;
         if !run.complete {
-            run.book();
             if run.failed.is_some() {
+                run.book();
                 state.ended.push(seq);
             }
             state.runs.insert(seq, run);

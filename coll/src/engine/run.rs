@@ -148,7 +148,23 @@ pub(crate) struct Plan {
     /// Per fold, the copy of its result into the destination that it may carry out itself
     /// (see [`delivering`]), and that copy's destination span.
     delivers: Vec<Option<(StepId, Span)>>,
+    /// The steps a [walk](Run::walk) takes, in schedule order, for a run that keeps its
+    /// credits and for one that [skips](Run::skip) them: every step but the copies the
+    /// elision skips, which do nothing, and the skipped credits. Worked out once, a walk
+    /// passes them without taking them (each cost a step's dispatch on every call).
+    walks: [Vec<StepId>; 2],
+    /// Per step, how many copies the elision skips before it (and one entry more: all of
+    /// them), which a walk counts done as it passes them.
+    elided: Vec<u32>,
+    /// Per walk (as `walks`) and step, whether a walk that has to wait at the step may stay
+    /// a walk: every later step of the walk but a wait depends on it, so that nothing a
+    /// member may wait for could go before it (see [`Run::advance`]).
+    resumable: [Vec<bool>; 2],
 }
+
+/// Steps of the longest schedule whose walks may wait without booking: working out which
+/// steps depend on which costs a pass over the dependents per step.
+const RESUMABLE_STEPS: usize = 256;
 
 /// How a step reads the caller's source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,10 +223,30 @@ impl Plan {
             skipped: Vec::new(),
             skips: 0,
             delivers: Vec::new(),
+            walks: [Vec::new(), Vec::new()],
+            elided: Vec::new(),
+            resumable: [Vec::new(), Vec::new()],
         };
         plan.delivers = delivering(&plan.schedule);
         plan.skipped = plan.skipped_credits();
         plan.skips = plan.skipped.iter().filter(|&&s| s).count();
+        let steps = plan.schedule.steps.len() as StepId;
+        let elided = |id: StepId| {
+            matches!(plan.schedule.steps[id as usize].task, Task::Copy { .. })
+                && plan.elision.skipped(id)
+        };
+        plan.elided = std::iter::once(0)
+            .chain((0..steps).scan(0, |before, id| {
+                *before += u32::from(elided(id));
+                Some(*before)
+            }))
+            .collect();
+        plan.walks = [false, true].map(|skipping| {
+            (0..steps)
+                .filter(|&id| !(elided(id) || skipping && plan.skipped[id as usize]))
+                .collect()
+        });
+        plan.resumable = [0, 1].map(|order| plan.resumable(&plan.walks[order]));
         plan
     }
 
@@ -235,6 +271,35 @@ impl Plan {
         skipped
     }
 
+    /// Per step, whether a walk in `order` that waits at it may stay a walk: every step after
+    /// it in `order` but a wait depends on it, directly or not. A walk then takes nothing
+    /// later than a run booked would, but for waits, whose notifications stay set for it.
+    fn resumable(&self, order: &[StepId]) -> Vec<bool> {
+        let steps = self.schedule.steps.len();
+        let mut resumable = vec![false; steps];
+        if steps > RESUMABLE_STEPS {
+            return resumable;
+        }
+        let mut reached = vec![false; steps];
+        let mut stack = Vec::new();
+        for (at, &id) in order.iter().enumerate() {
+            reached.fill(false);
+            stack.push(id);
+            while let Some(step) = stack.pop() {
+                for &later in self.dependents(step) {
+                    if !std::mem::replace(&mut reached[later as usize], true) {
+                        stack.push(later);
+                    }
+                }
+            }
+            resumable[id as usize] = order[at + 1..].iter().all(|&later| {
+                reached[later as usize]
+                    || matches!(self.schedule.steps[later as usize].task, Task::Wait { .. })
+            });
+        }
+        resumable
+    }
+
     fn dependents(&self, id: StepId) -> &[StepId] {
         let (from, to) = (
             self.first_dependent[id as usize] as usize,
@@ -256,7 +321,8 @@ pub(crate) struct Run<'c> {
     /// The steps ready to go, once [`booked`](Self::booked).
     ready: Vec<StepId>,
     /// `waiting` and `ready` say where the run stands. A run [walked](Self::walk) in the
-    /// call that initiates it goes without them until a step has to wait.
+    /// call that initiates it goes without them until a step has to wait where a later
+    /// step could go first.
     booked: bool,
     /// The steps before this one are done, for a run not booked.
     walked: StepId,
@@ -484,30 +550,68 @@ impl<'c> Run<'c> {
     }
 
     /// Takes the steps of a run not booked in schedule order, which is a topological order,
-    /// for as long as each can go: in the call that initiates the run, whose `owner` lends
-    /// the caller's buffers, the steps of a run whose partners' signals are there already
-    /// go without working out which are ready. The run is [booked](Self::book) once a step
-    /// has to wait.
+    /// for as long as each can go, from where it stands: in the call that initiates the
+    /// run, whose owner lends the caller's buffers, and in the passes after it, so that the
+    /// steps of a small collective go without working out which are ready. A step that has
+    /// to wait leaves the run a walk when every later step but a wait depends on it (the
+    /// plan's `resumable`): nothing that a member may wait for could go before it. Otherwise
+    /// the run is [booked](Self::book) there.
     pub(crate) fn walk(
         &mut self,
         net: &impl Transport,
-        owner: &mut Owner<'_>,
+        mut owner: Option<&mut Owner<'_>>,
     ) -> Result<(), Failure> {
-        let steps = self.plan.schedule.steps.len() as StepId;
-        while self.walked < steps {
-            let id = self.walked;
-            if !(self.skipping && self.plan.skipped[id as usize]) {
-                if !self.take(net, id, Some(&mut *owner))? {
-                    return Ok(());
+        let order = usize::from(self.skipping);
+        let walk = &self.plan.walks[order];
+        let mut at = walk.partition_point(|&id| id < self.walked);
+        while let Some(&id) = self.plan.walks[order].get(at) {
+            self.pass_to(id);
+            // Its fold wrote the destination: nothing left to do.
+            if self.delivered_by_fold != Some(id) && !self.take(net, id, owner.as_deref_mut())? {
+                // A step after it that a member may wait for could go first: booked, the
+                // run takes it.
+                if !self.plan.resumable[order][id as usize] {
+                    self.book();
                 }
-                self.count(id);
+                return Ok(());
             }
-            self.walked += 1;
+            self.count(id);
+            self.walked = id + 1;
+            at += 1;
         }
+        self.pass_to(self.plan.schedule.steps.len() as StepId);
         if self.left == 0 && self.batch.test().map_err(Failure::from)? {
             self.complete = true;
         }
         Ok(())
+    }
+
+    /// Whether the run is a walk that waits (not booked, not over): see [`walk`](Self::walk).
+    pub(crate) fn walking(&self) -> bool {
+        !self.booked && self.started && !self.complete && self.failed.is_none()
+    }
+
+    /// The step a run not booked waits at, if any (see [`walk`](Self::walk)).
+    fn walking_at(&self) -> &[StepId] {
+        let walk = &self.plan.walks[usize::from(self.skipping)];
+        let at = walk.partition_point(|&id| id < self.walked);
+        walk.get(at..(at + 1).min(walk.len())).unwrap_or(&[])
+    }
+
+    /// Whether step `id` is still to be taken.
+    fn pending(&self, id: StepId) -> bool {
+        match self.booked {
+            true => self.waiting[id as usize] > 0 || self.ready.contains(&id),
+            false => id >= self.walked && !(self.skipping && self.plan.skipped[id as usize]),
+        }
+    }
+
+    /// Counts done the copies the elision skips from where the walk stands up to step `id`,
+    /// and moves the walk there.
+    fn pass_to(&mut self, id: StepId) {
+        let elided = &self.plan.elided;
+        self.left -= (elided[id as usize] - elided[self.walked as usize]) as usize;
+        self.walked = id;
     }
 
     /// Works out, for a run [walked](Self::walk) so far, which steps wait for which and
@@ -544,7 +648,19 @@ impl<'c> Run<'c> {
         if !self.started || self.complete || self.failed.is_some() {
             return Ok(false);
         }
-        self.book();
+        if !self.booked {
+            // A walk that waited where nothing else could go goes on as a walk: booking
+            // and sweeping cost more than the steps of a small collective.
+            let (walked, left) = (self.walked, self.left);
+            self.walk(net, owner.as_deref_mut())?;
+            let changed = (self.walked, self.left) != (walked, left) || self.complete;
+            if !self.booked {
+                return Ok(changed);
+            }
+            if changed {
+                return Ok(true);
+            }
+        }
         // One sweep: a step made ready by one taken lands at the end of `ready`, which the
         // sweep reaches; a step that could not go waits for something from outside (a
         // notification, a publication, the source), which a sweep more would rarely find.
@@ -947,7 +1063,11 @@ impl<'c> Run<'c> {
         if !self.started || self.complete || self.failed.is_some() {
             return;
         }
-        for &id in &self.ready {
+        let pending = match self.booked {
+            true => &self.ready[..],
+            false => self.walking_at(),
+        };
+        for &id in pending {
             match self.plan.schedule.steps[id as usize].task {
                 Task::Wait { signal, .. } => out.push(net.id(self.seq, signal)),
                 // A put or signal held back by flow control waits for its receiver's
@@ -973,8 +1093,7 @@ impl<'c> Run<'c> {
         let steps = &self.plan.schedule.steps;
         for (id, step) in steps.iter().enumerate() {
             if let Task::Wait { from, .. } = step.task {
-                let pending = self.waiting[id] > 0 || self.ready.contains(&(id as StepId));
-                if pending {
+                if self.pending(id as StepId) {
                     if let Some(sender) = senders.get_mut(from as usize) {
                         *sender = true;
                     }
@@ -1000,8 +1119,7 @@ impl<'c> Run<'c> {
         let mut staged = 0;
         for (id, step) in self.plan.schedule.steps.iter().enumerate() {
             let elision = &self.plan.elision;
-            let pending = self.waiting[id] > 0 || self.ready.contains(&(id as StepId));
-            if !elision.reads_source(id as StepId) || !pending {
+            if !elision.reads_source(id as StepId) || !self.pending(id as StepId) {
                 continue;
             }
             match step.task {
@@ -1356,6 +1474,64 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every member's plan of an 8 B recursive doubling at 2, 4 and 8 members, compact and
+    /// with every member reached directly.
+    fn doubling_plans() -> impl Iterator<Item = (u32, u32, Plan)> {
+        [2, 4, 8].into_iter().flat_map(|n| {
+            (0..n).map(move |me| {
+                let s = allreduce(n, me, 1, 8, AllreduceAlgo::Doubling);
+                (n, me, Plan::new(s, true, |_| true))
+            })
+        })
+    }
+
+    #[test]
+    fn a_walk_passes_skipped_copies_and_credits_and_counts_them() {
+        for (n, me, plan) in doubling_plans() {
+            let steps = plan.schedule.steps.len();
+            let elided: Vec<StepId> = (0..steps as StepId)
+                .filter(|&id| plan.elision.skipped(id))
+                .collect();
+            // The doubling's staging copy of the source goes with the puts.
+            assert_eq!(elided.len(), 1, "n = {n}, member {me}");
+            assert_eq!(plan.elided[steps], 1, "n = {n}, member {me}");
+            for (order, walk) in plan.walks.iter().enumerate() {
+                let passed =
+                    |id: StepId| elided.contains(&id) || (order == 1 && plan.skipped[id as usize]);
+                let expected: Vec<StepId> =
+                    (0..steps as StepId).filter(|&id| !passed(id)).collect();
+                assert_eq!(walk, &expected, "n = {n}, member {me}, order {order}");
+            }
+            assert!(plan.skips > 0, "n = {n}, member {me}");
+        }
+    }
+
+    #[test]
+    fn a_walk_waits_as_a_walk_only_where_nothing_else_can_go() {
+        // Each of the doubling's waits for data comes before the steps that need its fold.
+        for (n, me, plan) in doubling_plans() {
+            for &id in &plan.walks[1] {
+                if let Task::Wait { .. } = plan.schedule.steps[id as usize].task {
+                    assert!(
+                        plan.resumable[1][id as usize],
+                        "n = {n}, member {me}, step {id}"
+                    );
+                }
+            }
+        }
+        // A put that needs nothing of the wait before it must not wait behind it: its
+        // receiver may be what the wait waits for.
+        let mut s = Schedule::new();
+        s.stage = 16;
+        let wait = s.wait(1, 0, &[]);
+        let put = s.put(1, 0, 0, 8, 1, &[]);
+        let folded = s.fold(8, 0, 8, 8, &[wait, put]);
+        let plan = Plan::new(s, false, |_| true);
+        assert!(!plan.resumable[0][wait as usize]);
+        assert!(plan.resumable[0][put as usize]);
+        assert!(plan.resumable[0][folded as usize]);
     }
 
     #[test]
