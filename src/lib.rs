@@ -131,7 +131,10 @@ impl Context {
     }
 
     /// Operations a queue holds before posting returns [`Error::QueueFull`] (GASPI's
-    /// `gaspi_queue_size_max`).
+    /// `gaspi_queue_size_max`). Only operations through the fabric take room: one towards a
+    /// rank reached directly ([`reaches_directly`](Self::reaches_directly)) is complete when
+    /// its call returns, so a loop that posts until `QueueFull` and then waits may never see
+    /// it there.
     pub fn queue_size_max(&self) -> u32 {
         self.inner.queues.depth()
     }

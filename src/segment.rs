@@ -480,10 +480,11 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::SegmentExists`] when the segment exists (and its creation finished);
-    /// [`Error::Segment`] when the memory cannot be allocated (this rank made nothing and did
-    /// not enter the synchronisation: the other ranks wait in theirs until this rank calls
-    /// again, with a size it can allocate, or until their timeout, and another collective of
-    /// [`GROUP_ALL`](crate::GROUP_ALL) here meets theirs as [`Error::CollectiveMismatch`]);
+    /// [`Error::Segment`] when the memory cannot be allocated, a `size` of 0 included (this
+    /// rank made nothing and did not enter the synchronisation: the other ranks wait in theirs
+    /// until this rank calls again, with a size it can allocate, or until their timeout, and
+    /// another collective of [`GROUP_ALL`](crate::GROUP_ALL) here meets theirs as
+    /// [`Error::CollectiveMismatch`]);
     /// [`Error::Timeout`] as above;
     /// [`Error::RankFailed`] when a rank died; [`Error::CollectiveInProgress`] when a
     /// collective of [`GROUP_ALL`](crate::GROUP_ALL) that timed out is still in flight;
