@@ -3,6 +3,7 @@
 //! long as the value exists).
 
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::ptr::NonNull;
 
@@ -55,14 +56,34 @@ pub struct SegmentMemory {
     backing: Backing,
 }
 
+/// Which file a mapping shows: two mappings of one file are the same pages at two addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(metadata: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+        }
+    }
+}
+
 /// Who owns the memory behind a [`SegmentMemory`].
 enum Backing {
     /// Allocated by [`SegmentMemory::allocate`]. The mapping is declared first so that it is
     /// unmapped before the file's name is removed.
-    Shm { _map: MmapRaw, file: ShmFile },
+    Shm {
+        _map: MmapRaw,
+        file: ShmFile,
+        id: FileId,
+    },
     /// Another process's segment file, mapped by [`SegmentMemory::open`]; the file belongs to
     /// that process.
-    Mapped { _map: MmapRaw },
+    Mapped { _map: MmapRaw, id: FileId },
     /// Provided by the user through [`SegmentMemory::bind`]; nothing to release.
     Bound,
 }
@@ -125,14 +146,18 @@ impl SegmentMemory {
         if len == 0 {
             return Err(Error::ZeroSize);
         }
-        let (file, map) = map_new(name, len, space)?;
+        let (file, map, id) = map_new(name, len, space)?;
         // A successful mmap never yields null on Linux (the kernel keeps page 0 unmappable for
         // unprivileged processes); checked rather than assumed because it is free.
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or(Error::NullPointer)?;
         Ok(SegmentMemory {
             ptr,
             len,
-            backing: Backing::Shm { _map: map, file },
+            backing: Backing::Shm {
+                _map: map,
+                file,
+                id,
+            },
         })
     }
 
@@ -148,12 +173,12 @@ impl SegmentMemory {
     ///
     /// [`Error::Io`] if the file cannot be opened or mapped; [`Error::ZeroSize`] if it is empty.
     pub fn open(path: &Path) -> Result<SegmentMemory> {
-        let (map, len) = map_existing(path)?;
+        let (map, len, id) = map_existing(path)?;
         let ptr = NonNull::new(map.as_mut_ptr()).ok_or(Error::NullPointer)?;
         Ok(SegmentMemory {
             ptr,
             len,
-            backing: Backing::Mapped { _map: map },
+            backing: Backing::Mapped { _map: map, id },
         })
     }
 
@@ -256,6 +281,15 @@ impl SegmentMemory {
         }
     }
 
+    /// Whether `self` and `other` map all of one file, at two addresses or at one.
+    pub(crate) fn maps_same_file(&self, other: &SegmentMemory) -> bool {
+        let id = |memory: &SegmentMemory| match memory.backing {
+            Backing::Shm { id, .. } | Backing::Mapped { id, .. } => Some(id),
+            Backing::Bound => None,
+        };
+        self.len == other.len && id(self).is_some() && id(self) == id(other)
+    }
+
     /// Pointer to byte `offset` and `size` as a `usize`, if `offset..offset + size` lies within
     /// the segment; the pointer is then valid for reads and writes of `size` bytes.
     pub(crate) fn range_ptr(&self, offset: u64, size: u64) -> Result<(*mut u8, usize)> {
@@ -267,9 +301,17 @@ impl SegmentMemory {
 }
 
 /// Creates a shared-memory file of `len` bytes named after `name`, its storage allocated as
-/// `space` says, and maps it: the file's guard (which removes its name) and the mapping.
-pub(crate) fn map_new(name: &str, len: usize, space: Space) -> Result<(ShmFile, MmapRaw)> {
+/// `space` says, and maps it: the file's guard (which removes its name), the mapping and the
+/// file's identity.
+pub(crate) fn map_new(name: &str, len: usize, space: Space) -> Result<(ShmFile, MmapRaw, FileId)> {
     let (file, open_file) = ShmFile::create(name, len, space)?;
+    let metadata = open_file.metadata().map_err(|source| Error::Io {
+        context: format!(
+            "cannot stat shared-memory file {}",
+            file.path().unwrap_or(Path::new("?")).display()
+        ),
+        source,
+    })?;
     let map = MmapOptions::new()
         .len(len)
         .map_raw(&open_file)
@@ -280,11 +322,12 @@ pub(crate) fn map_new(name: &str, len: usize, space: Space) -> Result<(ShmFile, 
             ),
             source,
         })?;
-    Ok((file, map))
+    Ok((file, map, FileId::of(&metadata)))
 }
 
-/// Opens the existing file at `path` for reading and writing and maps all of it.
-pub(crate) fn map_existing(path: &Path) -> Result<(MmapRaw, usize)> {
+/// Opens the existing file at `path` for reading and writing and maps all of it: the mapping,
+/// its length and the file's identity.
+pub(crate) fn map_existing(path: &Path) -> Result<(MmapRaw, usize, FileId)> {
     let io = |what: &str, source| Error::Io {
         context: format!("cannot {what} shared-memory file {}", path.display()),
         source,
@@ -294,8 +337,8 @@ pub(crate) fn map_existing(path: &Path) -> Result<(MmapRaw, usize)> {
         .write(true)
         .open(path)
         .map_err(|e| io("open", e))?;
-    let len = file.metadata().map_err(|e| io("stat", e))?.len();
-    let len = usize::try_from(len).map_err(|_| Error::ZeroSize)?;
+    let metadata = file.metadata().map_err(|e| io("stat", e))?;
+    let len = usize::try_from(metadata.len()).map_err(|_| Error::ZeroSize)?;
     if len == 0 {
         return Err(Error::ZeroSize);
     }
@@ -303,7 +346,7 @@ pub(crate) fn map_existing(path: &Path) -> Result<(MmapRaw, usize)> {
         .len(len)
         .map_raw(&file)
         .map_err(|e| io("map", e))?;
-    Ok((map, len))
+    Ok((map, len, FileId::of(&metadata)))
 }
 
 impl fmt::Debug for SegmentMemory {

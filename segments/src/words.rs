@@ -43,7 +43,7 @@ impl SharedWords {
         if bytes == 0 {
             return Err(Error::ZeroSize);
         }
-        let (file, map) = map_new(name, bytes, Space::Reserved)?;
+        let (file, map, _) = map_new(name, bytes, Space::Reserved)?;
         Ok(SharedWords {
             map,
             len: count,
@@ -60,7 +60,7 @@ impl SharedWords {
     /// [`Error::Io`] if the file cannot be opened or mapped; [`Error::ZeroSize`] if it holds
     /// no whole word.
     pub fn open(path: &Path) -> Result<SharedWords> {
-        let (map, bytes) = map_existing(path)?;
+        let (map, bytes, _) = map_existing(path)?;
         let len = bytes / WORD;
         if len == 0 {
             return Err(Error::ZeroSize);

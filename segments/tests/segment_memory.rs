@@ -402,6 +402,40 @@ fn another_mapping_of_a_segment_file_shares_its_bytes() {
 }
 
 #[test]
+fn a_copy_between_two_mappings_of_one_file_moves_overlapping_bytes_as_memmove() {
+    const LEN: usize = 16384;
+    let owner = SegmentMemory::allocate(LEN, "alias").expect("allocate");
+    let path = owner.shm_path().expect("a file").to_path_buf();
+    // This process's own segment reached as a peer's: its file mapped a second time.
+    let again = SegmentMemory::open(&path).expect("open");
+    let start = pattern(LEN, 5);
+    // Destination ahead of the source by a few bytes, by a cache line, behind it, and apart.
+    for (src, dst, size) in [
+        (0, 1, 8192),
+        (0, 16, 8192),
+        (0, 64, 4096),
+        (1, 0, 8192),
+        (100, 0, 12000),
+        (0, 8192, 8192),
+    ] {
+        let mut expected = start.clone();
+        expected.copy_within(src..src + size, dst);
+        for (from, to) in [(&owner, &again), (&again, &owner)] {
+            owner.write(0, &start).expect("write");
+            from.copy_to(src as u64, to, dst as u64, size as u64)
+                .expect("copy");
+            let mut got = vec![0; LEN];
+            owner.read(0, &mut got).expect("read");
+            let wrong = got.iter().zip(&expected).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                wrong, 0,
+                "{size} bytes from {src} to {dst}: {wrong} bytes wrong"
+            );
+        }
+    }
+}
+
+#[test]
 fn static_memory_binds_safely() {
     let memory: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
     let at = memory.as_ptr();
