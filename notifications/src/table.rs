@@ -570,6 +570,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+    )]
     fn tables_over_the_same_words_are_one_table() -> Result<()> {
         let len = 1000;
         let at = NotificationTable::words_for(len);

@@ -338,6 +338,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates a shared-memory file: miri runs no statvfs or fallocate"
+    )]
     fn unusable_directories_are_skipped() {
         let missing = PathBuf::from("/nonexistent-gaspi-segments-test-dir");
         let fallback = std::env::temp_dir();
@@ -356,6 +360,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates a shared-memory file: miri runs no statvfs or fallocate"
+    )]
     fn reserved_files_are_allocated_in_either_directory_and_sparse_ones_are_not() {
         use std::os::unix::fs::MetadataExt;
         let len = 1 << 20;
@@ -380,6 +388,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates a shared-memory file: miri runs no statvfs or fallocate"
+    )]
     fn too_little_free_space_is_an_error_not_a_sigbus() {
         let dirs = [std::env::temp_dir()];
         let err =
@@ -391,6 +403,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates a shared-memory file: miri runs no statvfs or fallocate"
+    )]
     fn unlink_removes_the_name_once() {
         let (mut guard, _file) = ShmFile::create("unlink", 1, Space::Reserved).expect("create");
         let path = guard.path().expect("not unlinked").to_path_buf();

@@ -105,6 +105,10 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+    )]
     fn a_second_mapping_sees_the_same_words() -> Result<()> {
         let words = SharedWords::allocate(100, "words-test")?;
         assert_eq!(words.words().len(), 100);

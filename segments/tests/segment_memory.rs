@@ -14,6 +14,41 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// A segment for tests of access alone: allocated in a shared-memory file, or under miri
+/// (which cannot map files) heap memory bound for as long as the segment lives.
+struct Memory {
+    /// Declared first: dropped before the heap memory it may be bound to.
+    segment: SegmentMemory,
+    _heap: Vec<u64>,
+}
+
+impl std::ops::Deref for Memory {
+    type Target = SegmentMemory;
+
+    fn deref(&self) -> &SegmentMemory {
+        &self.segment
+    }
+}
+
+fn memory(len: usize, name: &str) -> Memory {
+    if !cfg!(miri) {
+        let segment = SegmentMemory::allocate(len, name).expect("allocate");
+        return Memory {
+            segment,
+            _heap: Vec::new(),
+        };
+    }
+    let mut heap = vec![0u64; len.div_ceil(8)];
+    // SAFETY: the vector's buffer holds at least `len` bytes, is never resized, and is freed
+    // only after the segment (field order); nothing but the segment touches it meanwhile.
+    let segment =
+        unsafe { SegmentMemory::bind(heap.as_mut_ptr().cast::<u8>(), len) }.expect("bind");
+    Memory {
+        segment,
+        _heap: heap,
+    }
+}
+
 fn page_size() -> usize {
     // SAFETY: `sysconf` only reads a system constant.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -21,6 +56,10 @@ fn page_size() -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn allocated_segments_round_trip_at_all_sizes() {
     for len in [1, 4 << 10, 1 << 20, 64 << 20] {
         let seg = SegmentMemory::allocate(len, "round-trip").expect("allocate");
@@ -44,7 +83,7 @@ fn allocated_segments_round_trip_at_all_sizes() {
 
 #[test]
 fn partial_accesses_touch_only_their_range() {
-    let seg = SegmentMemory::allocate(4096, "partial").expect("allocate");
+    let seg = memory(4096, "partial");
     seg.write(100, &[1, 2, 3]).expect("write");
     seg.fill(200, 4, 0xEE).expect("fill");
     seg.fill(4096, 0, 0xFF).expect("empty fill at the end");
@@ -59,7 +98,7 @@ fn partial_accesses_touch_only_their_range() {
 
 #[test]
 fn out_of_bounds_accesses_are_errors_and_change_nothing() {
-    let seg = SegmentMemory::allocate(64, "bounds").expect("allocate");
+    let seg = memory(64, "bounds");
     seg.fill(0, 64, 0x11).expect("fill");
 
     assert!(seg.check_range(0, 64).is_ok());
@@ -128,7 +167,7 @@ fn zero_size_and_null_are_rejected() {
 
 #[test]
 fn u64_words_are_atomic_and_must_be_aligned() {
-    let seg = SegmentMemory::allocate(64, "words").expect("allocate");
+    let seg = memory(64, "words");
     seg.write_u64(8, 0x0102_0304_0506_0708).expect("write_u64");
     assert_eq!(seg.read_u64(8).expect("read_u64"), 0x0102_0304_0506_0708);
     let mut bytes = [0u8; 8];
@@ -152,11 +191,13 @@ fn u64_words_are_atomic_and_must_be_aligned() {
 
 #[test]
 fn fetch_add_and_compare_swap_are_exact_under_contention() {
-    let seg = SegmentMemory::allocate(64, "rmw").expect("allocate");
+    // Fewer under miri, which runs each round a thousand times slower.
+    const ROUNDS: u64 = if cfg!(miri) { 100 } else { 10_000 };
+    let seg = memory(64, "rmw");
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
-                for _ in 0..10_000 {
+                for _ in 0..ROUNDS {
                     seg.fetch_add_u64(16, 1).expect("fetch_add");
                     // A CAS increment: retried until it wins.
                     let mut old = seg.read_u64(24).expect("read");
@@ -171,9 +212,12 @@ fn fetch_add_and_compare_swap_are_exact_under_contention() {
             });
         }
     });
-    assert_eq!(seg.read_u64(16).expect("read"), 40_000);
-    assert_eq!(seg.read_u64(24).expect("read"), 40_000);
-    assert_eq!(seg.compare_swap_u64(24, 7, 9).expect("failed cas"), 40_000);
+    assert_eq!(seg.read_u64(16).expect("read"), 4 * ROUNDS);
+    assert_eq!(seg.read_u64(24).expect("read"), 4 * ROUNDS);
+    assert_eq!(
+        seg.compare_swap_u64(24, 7, 9).expect("failed cas"),
+        4 * ROUNDS
+    );
     assert!(matches!(
         seg.fetch_add_u64(52, 1),
         Err(Error::Misaligned { offset: 52, .. })
@@ -200,6 +244,10 @@ fn bound_u64_words_need_an_aligned_address() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn the_shm_file_lives_exactly_as_long_as_the_segment() {
     let seg = SegmentMemory::allocate(8192, "lifetime").expect("allocate");
     let path = seg
@@ -222,6 +270,10 @@ fn the_shm_file_lives_exactly_as_long_as_the_segment() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn a_segment_file_has_its_storage_allocated_before_any_write() {
     use std::os::unix::fs::MetadataExt;
     // A sparse file on a file system that fills up kills the first writer of a page with
@@ -246,6 +298,10 @@ fn a_segment_file_has_its_storage_allocated_before_any_write() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn segments_with_the_same_name_get_distinct_files() {
     let a = SegmentMemory::allocate(1, "twin/../x").expect("allocate a");
     let b = SegmentMemory::allocate(1, "twin/../x").expect("allocate b");
@@ -263,6 +319,10 @@ fn segments_with_the_same_name_get_distinct_files() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn a_second_mapping_shares_the_bytes_both_ways() {
     let seg = SegmentMemory::allocate(1 << 16, "shared").expect("allocate");
     let path: PathBuf = seg.shm_path().expect("file").to_path_buf();
@@ -287,6 +347,10 @@ fn a_second_mapping_shares_the_bytes_both_ways() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn unlinking_early_keeps_the_memory() {
     let mut seg = SegmentMemory::allocate(4096, "early").expect("allocate");
     let path = seg.shm_path().expect("file").to_path_buf();
@@ -328,7 +392,7 @@ fn binding_a_vec_reads_and_writes_the_vec() {
 
 #[test]
 fn slices_see_the_segment_contents() {
-    let seg = SegmentMemory::allocate(256, "slices").expect("allocate");
+    let seg = memory(256, "slices");
     // SAFETY: nothing else accesses the segment while each slice lives.
     unsafe {
         seg.slice_mut(16, 4)
@@ -348,8 +412,8 @@ fn threads_can_share_a_segment() {
     assert_send_sync::<SegmentMemory>();
 
     const THREADS: usize = 4;
-    const CHUNK: usize = 1 << 16;
-    let seg = SegmentMemory::allocate(THREADS * CHUNK, "threads").expect("allocate");
+    const CHUNK: usize = if cfg!(miri) { 1 << 10 } else { 1 << 16 };
+    let seg = memory(THREADS * CHUNK, "threads");
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let seg = &seg;
@@ -375,6 +439,10 @@ fn threads_can_share_a_segment() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn another_mapping_of_a_segment_file_shares_its_bytes() {
     let owner = SegmentMemory::allocate(8192, "open-test").expect("allocate");
     assert!(owner.is_shareable());
@@ -402,6 +470,10 @@ fn another_mapping_of_a_segment_file_shares_its_bytes() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+)]
 fn a_copy_between_two_mappings_of_one_file_moves_overlapping_bytes_as_memmove() {
     const LEN: usize = 16384;
     let owner = SegmentMemory::allocate(LEN, "alias").expect("allocate");
