@@ -1099,7 +1099,20 @@ impl<'c> Engine<'c> {
         // member died, which ends them all; otherwise only those with runs that ended.
         let mut all = true;
         let mut saw_dead = false;
+        let mut first = true;
         self.drive(timeout, |engine, state| {
+            // In a lock-step loop the call that initiated the collective walked it as far as
+            // it goes, and its sync mostly comes before the partner's data: the wait looks
+            // at that signal first thing, and a pass would only look at it once more.
+            if std::mem::take(&mut first)
+                && owners.len() == 1
+                && engine.idle_walk(state, &owners[0].seqs)
+            {
+                if let Err(f @ Failure::Rank(..)) = engine.publish(state, None, false) {
+                    state.dead = Some(f);
+                }
+                return Next::Wait;
+            }
             engine.pass(state, owners, &index);
             let died = state.dead.is_some() && !saw_dead;
             saw_dead = state.dead.is_some();
@@ -1133,6 +1146,25 @@ impl<'c> Engine<'c> {
                 Next::Wait
             }
         })
+    }
+
+    /// Whether the collective of `seqs` is one run, the only one not over, walking and
+    /// waiting for a signal that is not there: a pass would change nothing.
+    fn idle_walk(&self, state: &State<'c>, seqs: &Range<u64>) -> bool {
+        let seq = seqs.start;
+        // Every run before it gave its stage up (over), and none came after it.
+        if seqs.end != seq + 1 || state.next != seqs.end || state.freed != seq {
+            return false;
+        }
+        if state.changed || state.dead.is_some() {
+            return false;
+        }
+        let Some(signal) = state.runs.get(seq).and_then(Run::walk_signal) else {
+            return false;
+        };
+        self.seg
+            .notify_peek(self.layout.id(seq, signal))
+            .is_ok_and(|value| value == 0)
     }
 
     /// Lets the runs `seqs` go on without their handle, their output dropped when they

@@ -591,6 +591,21 @@ impl<'c> Run<'c> {
         !self.booked && self.started && !self.complete && self.failed.is_none()
     }
 
+    /// The signal a [walking](Self::walking) run waits for, if the step it waits at is a
+    /// wait: until that signal comes nothing else of the run can go (see [`walk`](Self::walk)).
+    pub(crate) fn walk_signal(&self) -> Option<u32> {
+        if !self.walking() {
+            return None;
+        }
+        match *self.walking_at() {
+            [id] => match self.plan.schedule.steps[id as usize].task {
+                Task::Wait { signal, .. } => Some(signal),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The step a run not booked waits at, if any (see [`walk`](Self::walk)).
     fn walking_at(&self) -> &[StepId] {
         let walk = &self.plan.walks[usize::from(self.skipping)];
