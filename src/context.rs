@@ -304,7 +304,8 @@ impl Context {
     /// conversation fails; [`Error::ProviderUnavailable`] / [`Error::Fabric`] when the
     /// provider cannot be opened; [`Error::InitTimeout`] when the other ranks do not meet this
     /// one within [`Config::op_timeout`], or [`Error::Limit`] instead when this process has no
-    /// file descriptor left by then (its peers' connections need them).
+    /// file descriptor left by then or runs out of them while connecting (its peers'
+    /// connections need them, and so does watching each peer on this host: one each).
     pub fn init_with(config: Config) -> Result<Context> {
         config.validate()?;
         let mut pmi = PmiClient::from_env()?;
@@ -469,7 +470,7 @@ impl Context {
             .map_err(|e| match e {
                 Error::Timeout => descriptors_short(ctx.inner.rank, ctx.inner.size, timeout_ms)
                     .unwrap_or(Error::InitTimeout { timeout_ms }),
-                other => other,
+                other => descriptors_out(ctx.inner.rank, ctx.inner.size, other),
             })?;
         Ok(ctx)
     }
@@ -657,9 +658,60 @@ fn descriptors_short(rank: Rank, size: u32, timeout_ms: u64) -> Option<Error> {
     })
 }
 
+/// The error of init's first barrier when the provider itself ran out of file descriptors
+/// (`EMFILE` from a connection it opened on the spot): the bare libfabric error named neither
+/// this rank nor the limit to raise, while the same shortage met as a timeout did.
+fn descriptors_out(rank: Rank, size: u32, e: Error) -> Error {
+    match e {
+        Error::Fabric { call, code, .. } if code == libc::EMFILE => {
+            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .map_or_else(|| "unlimited".to_owned(), |l| l.to_string());
+            Error::Limit(format!(
+                "rank {rank}: the {limit} file descriptors the process may open \
+                 (RLIMIT_NOFILE) ran out while Context::init connected to its {} peers \
+                 (libfabric {call}: Too many open files); raise `ulimit -n`",
+                size - 1
+            ))
+        }
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptors_running_out_at_init_name_the_rank_and_the_limit() {
+        let e = descriptors_out(
+            5,
+            32,
+            Error::Fabric {
+                call: "fi_writemsg(FI_INJECT)",
+                code: libc::EMFILE,
+                message: "Too many open files".into(),
+            },
+        );
+        let Error::Limit(text) = e else {
+            panic!("not a Limit: {e:?}");
+        };
+        assert!(text.starts_with("rank 5: "), "{text}");
+        assert!(text.contains("RLIMIT_NOFILE"), "{text}");
+        assert!(text.contains("its 31 peers"), "{text}");
+        assert!(text.contains("fi_writemsg(FI_INJECT)"), "{text}");
+        assert!(text.contains("ulimit -n"), "{text}");
+        let other = descriptors_out(
+            5,
+            32,
+            Error::Fabric {
+                call: "fi_writemsg(FI_INJECT)",
+                code: libc::ECONNREFUSED,
+                message: "Connection refused".into(),
+            },
+        );
+        assert!(matches!(other, Error::Fabric { code, .. } if code == libc::ECONNREFUSED));
+    }
 
     #[test]
     fn cards_round_trip() {

@@ -1035,13 +1035,42 @@ fn small_dev_shm() {
 /// `InitTimeout`, naming no cause, while libfabric retried accepting the connections.
 #[test]
 fn too_few_file_descriptors_are_named_at_init() {
+    init_short_of_descriptors(4, 16, |failure| {
+        failure.contains("file descriptors the process may open (RLIMIT_NOFILE) are free")
+            || failure.contains("Too many open files")
+    });
+}
+
+/// A job of 8 ranks over tcp through the fabric whose ranks may open only 24 file
+/// descriptors: their pidfds for watching the 7 same-host peers leave too few for the
+/// connections, and the provider's `EMFILE` comes back at once from init's first barrier.
+/// Every rank that fails at init names the limit; before, it passed on the bare libfabric
+/// error (`fi_writemsg(FI_INJECT) failed: Too many open files`), naming neither the rank nor
+/// what to raise (3 of 3 runs).
+#[test]
+fn file_descriptors_running_out_at_init_are_named() {
+    init_short_of_descriptors(8, 24, |failure| {
+        failure.contains("file descriptors the process may open (RLIMIT_NOFILE)")
+            && failure.contains("raise `ulimit -n`")
+    });
+}
+
+/// Runs `ranks` ranks over tcp through the fabric, each allowed `limit` file descriptors, and
+/// checks that the job fails and that every rank's init failure passes `named`.
+fn init_short_of_descriptors(ranks: u32, limit: u32, named: impl Fn(&str) -> bool) {
     let selftest = common::selftest_path();
     let script = format!(
-        "ulimit -n 16 && GASPI_INTRANODE=fabric GASPI_OP_TIMEOUT_MS=3000 exec {} integrity \
-         --max-size 4096",
+        "ulimit -n {limit} && GASPI_INTRANODE=fabric GASPI_OP_TIMEOUT_MS=3000 exec {} \
+         integrity --max-size 4096",
         selftest.display()
     );
-    let job = gaspirun(4, "tcp", 60, std::path::Path::new("sh"), &["-c", &script]);
+    let job = gaspirun(
+        ranks,
+        "tcp",
+        90,
+        std::path::Path::new("sh"),
+        &["-c", &script],
+    );
     assert!(!job.status.success(), "{}", job.report());
     let failures: Vec<&str> = job
         .stderr
@@ -1050,12 +1079,7 @@ fn too_few_file_descriptors_are_named_at_init() {
         .collect();
     assert!(!failures.is_empty(), "{}", job.report());
     for failure in failures {
-        assert!(
-            failure.contains("file descriptors the process may open (RLIMIT_NOFILE) are free")
-                || failure.contains("Too many open files"),
-            "{failure}\n{}",
-            job.report()
-        );
+        assert!(named(failure), "{failure}\n{}", job.report());
     }
 }
 
