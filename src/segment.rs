@@ -81,17 +81,23 @@ impl LocalSegment {
     }
 
     /// Checks that `offset..offset + len` lies in the segment.
+    #[inline(always)]
     pub(crate) fn check(&self, me: Rank, offset: u64, len: u64) -> Result<()> {
         if offset.checked_add(len).is_some_and(|end| end <= self.len()) {
             Ok(())
         } else {
-            Err(Error::OutOfBounds {
-                rank: me,
-                segment: self.id(),
-                offset,
-                size: len,
-                segment_size: self.len(),
-            })
+            Err(self.out_of_bounds(me, offset, len))
+        }
+    }
+
+    #[cold]
+    fn out_of_bounds(&self, me: Rank, offset: u64, len: u64) -> Error {
+        Error::OutOfBounds {
+            rank: me,
+            segment: self.id(),
+            offset,
+            size: len,
+            segment_size: self.len(),
         }
     }
 

@@ -164,6 +164,7 @@ impl EventCount {
 
     /// Wakes every thread sleeping in [`wait`](Self::wait), in whatever process. Call it after
     /// changing what the sleepers' conditions look at.
+    #[inline(always)]
     pub fn notify_all(&self) {
         fence(Ordering::SeqCst);
         if self.sleepers().load(Ordering::Relaxed) != 0 {

@@ -131,6 +131,7 @@ impl NotificationTable {
     /// # Errors
     ///
     /// [`Error::OutOfRange`] if `id >= len()`, [`Error::ZeroValue`] if `value == 0`.
+    #[inline(always)]
     pub fn set(&self, id: u32, value: u32) -> Result<()> {
         let (slots, summary) = self.parts();
         let slot = self.slot_in(slots, id)?;
@@ -250,15 +251,22 @@ impl NotificationTable {
     }
 
     /// Slot `id` of `slots` (this table's, from [`parts`](Self::parts)).
+    #[inline(always)]
     fn slot_in<'a>(&self, slots: &'a [AtomicU32], id: u32) -> Result<&'a AtomicU32> {
-        slots.get(id as usize).ok_or(Error::OutOfRange {
+        slots.get(id as usize).ok_or_else(|| self.out_of_range(id))
+    }
+
+    #[cold]
+    fn out_of_range(&self, id: u32) -> Error {
+        Error::OutOfRange {
             id: id.into(),
             len: self.len,
-        })
+        }
     }
 
     /// The slots and the summary, found with one look at the words (which may be another
     /// process's memory, in [`SharedWords`]).
+    #[inline(always)]
     fn parts(&self) -> (&[AtomicU32], Summary<'_>) {
         let (slots, summary) = self.words.get().split_at(self.len as usize);
         (slots, Summary::over(summary))

@@ -258,6 +258,7 @@ impl Peer {
 
     /// The segment at `slot` as `directory` (this peer's, mapped) describes it: `None` when
     /// it is absent; mapped anew when its entry changed.
+    #[inline(always)]
     fn segment(&self, directory: &PeerDirectory, slot: Slot) -> Option<Loan<'_, PeerSegment>> {
         let state = directory.words.words()[slot.at() + STATE].load(Ordering::Acquire);
         let cached = self.segments.get(slot.index());
@@ -269,6 +270,8 @@ impl Peer {
 
     /// Maps the segment at `slot` as the directory describes it now, replacing the mapping
     /// kept for it; `None` (and nothing kept) when it is absent.
+    #[cold]
+    #[inline(never)]
     fn remap(&self, directory: &PeerDirectory, slot: Slot) -> Option<Loan<'_, PeerSegment>> {
         let Some(entry) = read_entry(directory.words.words(), slot) else {
             self.keep(slot, None);
@@ -309,6 +312,7 @@ pub(crate) struct Reached<'a> {
 
 impl<'a> Reached<'a> {
     /// The peer's segment at `slot`: `None` when it has no such segment.
+    #[inline(always)]
     pub(crate) fn segment(&self, slot: Slot) -> Option<Loan<'a, PeerSegment>> {
         self.peer.segment(self.directory, slot)
     }
@@ -382,6 +386,7 @@ impl Direct {
     }
 
     /// `rank`, when it is reached directly (its directory is mapped).
+    #[inline(always)]
     fn peer(&self, rank: Rank) -> Option<Reached<'_>> {
         let peer = self.peers.get(rank as usize)?.as_ref()?;
         let directory = peer.directory()?;
