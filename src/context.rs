@@ -413,6 +413,11 @@ impl Context {
         }
         let names: Vec<Vec<u8>> = cards.into_iter().map(|c| c.name).collect();
         ep.insert_peers(&names)?;
+        let listeners = if ep.caps().provider.starts_with("tcp") {
+            names.iter().map(|n| crate::health::listener(n)).collect()
+        } else {
+            Vec::new()
+        };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let oversubscribed = config
             .oversubscribed
@@ -433,7 +438,7 @@ impl Context {
             arrivals,
             direct,
             groups: Groups::new(config.max_groups, size, all_area),
-            health: Health::new(rank, &processes),
+            health: Health::new(rank, &processes, listeners),
             oversubscribed,
             passive,
             atomics: Atomics::default(),

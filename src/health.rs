@@ -22,12 +22,20 @@
 //!   the refusal). `shm` reports nothing at all: writes up to its inject size complete locally
 //!   as if delivered, larger writes and reads never complete, and once the dead peer's command
 //!   queue is full every post is refused with `-FI_EAGAIN`.
+//! * **Another host, over tcp**: a rank's endpoint name is the socket address its provider
+//!   listens at for as long as the endpoint is open. Its host refusing a connection there
+//!   (`ECONNREFUSED`) means nothing listens any more: the endpoint is closed. Measured with
+//!   libfabric 1.17: a killed rank's port is refused within 0.1 ms, a stopped rank's port is
+//!   accepted by its kernel. This is the evidence tcp itself gets and hides (its
+//!   reconnections are refused and it answers posts with `-FI_EAGAIN`). An ask that is not
+//!   answered within [`PROBE_WAIT`] proves nothing.
 //! * **[`Context::proc_ping`]**: the same-host look, then an 8-byte RDMA read of the peer's system
 //!   region. An answer means healthy, an error completion means dead, no answer in time is
 //!   [`Error::Timeout`]. A peer reached directly gets the look only (nothing of it goes
 //!   through the fabric), so no read of a ping can be left unanswered by its death. Since
 //!   neither provider fails a fresh operation towards a dead peer (see above), a ping of a
-//!   dead peer on another host usually times out rather than fails.
+//!   dead peer on another host fails through the ask of its host over tcp, and times out over
+//!   shm.
 //!
 //! # Where deaths surface
 //! Nothing is posted to a rank known dead: the call fails at once with `RankFailed`. A post the
@@ -37,11 +45,13 @@
 //! waits over notification ranges with named senders) is a [`watched`](Inner::watched) wait:
 //! it waits in slices of at most [`CHECK_EVERY`](crate::engine::deadline::CHECK_EVERY) (also
 //! under `Timeout::Block`) and looks at the health of the ranks it depends on between slices
-//! and when its timeout expires. So a same-host death is reported within about a second, and
-//! never later than the caller's timeout plus one look. A timeout is never evidence: a stopped
-//! peer makes calls time out, and they work again once it resumes.
+//! and when its timeout expires. So a same-host death, or one on another host over tcp, is
+//! reported within about a second, and never later than the caller's timeout plus one look. A
+//! timeout is never evidence: a stopped peer makes calls time out, and they work again once it
+//! resumes.
 
 use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,6 +67,32 @@ use crate::system::{layout, SCRATCH_LEN};
 /// A rank's process is looked at no more often than this, however many calls ask: a caller that
 /// polls with `Timeout::Test` must not turn into a stream of `/proc` reads.
 const LOOK_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// A peer on another host is asked whether it still listens no more often than this: each ask
+/// is a connection its provider accepts and drops (a warning in its libfabric log).
+const PROBE_AGAIN_AFTER: Duration = Duration::from_secs(1);
+
+/// How long an ask may hold up the caller: a host that refuses answers within a round trip; no
+/// answer is no evidence.
+const PROBE_WAIT: Duration = Duration::from_millis(50);
+
+/// The socket address a tcp endpoint's name holds (`sockaddr_in` or `sockaddr_in6`): where its
+/// provider accepts connections for as long as the endpoint is open.
+pub(crate) fn listener(name: &[u8]) -> Option<SocketAddr> {
+    let family = i32::from(u16::from_ne_bytes(name.get(..2)?.try_into().ok()?));
+    let port = u16::from_be_bytes(name.get(2..4)?.try_into().ok()?);
+    match (family, name.len()) {
+        (libc::AF_INET, 16) => {
+            let ip: [u8; 4] = name[4..8].try_into().ok()?;
+            Some(SocketAddr::from((Ipv4Addr::from(ip), port)))
+        }
+        (libc::AF_INET6, 28) => {
+            let ip: [u8; 16] = name[8..24].try_into().ok()?;
+            Some(SocketAddr::from((Ipv6Addr::from(ip), port)))
+        }
+        _ => None,
+    }
+}
 
 /// What a rank knows about a peer, as GASPI's state vector names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -232,6 +268,10 @@ pub(crate) struct Health {
     local: Vec<Option<Process>>,
     /// When each rank's process was last looked at, in ms since `epoch`, plus one (0: never).
     looked: Box<[AtomicU64]>,
+    /// Where each peer on another host accepts connections (tcp only).
+    listeners: Vec<Option<SocketAddr>>,
+    /// When each of those was last asked, as `looked`.
+    probed: Box<[AtomicU64]>,
     epoch: Instant,
     /// The ping towards each rank whose call timed out, for the next call to continue.
     pub(crate) pings: Mutex<HashMap<Rank, Arc<Ping>>>,
@@ -239,7 +279,12 @@ pub(crate) struct Health {
 
 impl Health {
     /// `processes[r]` is what rank `r` published at bootstrap.
-    pub(crate) fn new(me: Rank, processes: &[Process]) -> Health {
+    /// `listeners[r]` is where rank `r`'s provider accepts connections, if it does.
+    pub(crate) fn new(
+        me: Rank,
+        processes: &[Process],
+        listeners: Vec<Option<SocketAddr>>,
+    ) -> Health {
         let own = processes.get(me as usize).copied();
         let local = processes
             .iter()
@@ -248,8 +293,17 @@ impl Health {
                 let same_host = own.is_some_and(|own| own.host != 0 && own.host == p.host);
                 (same_host && r != me as usize).then_some(*p)
             })
-            .collect();
+            .collect::<Vec<_>>();
         let n = processes.len();
+        // Peers on this host are looked at through /proc, and this rank is not asked about.
+        let listeners = listeners
+            .into_iter()
+            .zip(&local)
+            .enumerate()
+            .map(|(r, (l, p))| l.filter(|_| p.is_none() && r != me as usize))
+            .chain(std::iter::repeat(None))
+            .take(n)
+            .collect();
         Health {
             me,
             corrupt: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -257,6 +311,8 @@ impl Health {
             reasons: Mutex::new(HashMap::new()),
             local,
             looked: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            listeners,
+            probed: (0..n).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             pings: Mutex::new(HashMap::new()),
         }
@@ -332,7 +388,9 @@ impl Health {
         if let Some(e) = self.known(rank) {
             return Some(e);
         }
-        let process = self.local.get(rank as usize).copied().flatten()?;
+        let Some(process) = self.local.get(rank as usize).copied().flatten() else {
+            return self.probe(rank);
+        };
         let now = self.epoch.elapsed().as_millis() as u64 + 1;
         let looked = &self.looked[rank as usize];
         let last = looked.load(Ordering::Acquire);
@@ -345,6 +403,31 @@ impl Health {
         let reason = process.gone()?;
         self.mark(rank, reason);
         self.known(rank)
+    }
+
+    /// Whether the host of `rank`, a peer elsewhere, refuses a connection to its provider's
+    /// listening address (at most one ask per rank per [`PROBE_AGAIN_AFTER`]); marks it if so.
+    /// A stopped process keeps its listening socket, and its host completes the connection for
+    /// it; only a closed endpoint (a process gone) is refused.
+    fn probe(&self, rank: Rank) -> Option<Error> {
+        let addr = self.listeners.get(rank as usize).copied().flatten()?;
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let probed = &self.probed[rank as usize];
+        let last = probed.load(Ordering::Acquire);
+        if last != 0 && now - last < PROBE_AGAIN_AFTER.as_millis() as u64 {
+            return None;
+        }
+        probed.store(now, Ordering::Release);
+        match TcpStream::connect_timeout(&addr, PROBE_WAIT) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                self.mark(
+                    rank,
+                    format!("its host refuses connections to its endpoint at {addr}: the endpoint is closed"),
+                );
+                self.known(rank)
+            }
+            _ => None,
+        }
     }
 
     /// Of `ranks` known dead or found dead by a same-host look, the one whose death was seen
@@ -441,8 +524,9 @@ impl Context {
         self.inner.health.first_known(ranks.into_iter())
     }
 
-    /// Checks whether `rank` is alive and reachable: on the same host by looking at its process,
-    /// then with an 8-byte RDMA read of its system region, bounded by `timeout`.
+    /// Checks whether `rank` is alive and reachable: on the same host by looking at its process
+    /// (on another host over tcp by asking its host whether its endpoint still listens), then
+    /// with an 8-byte RDMA read of its system region, bounded by `timeout`.
     ///
     /// A peer reached on the direct intra-node path
     /// ([`Intranode::Direct`](crate::Intranode::Direct)) is reached through this host's
@@ -610,13 +694,29 @@ mod tests {
     }
 
     #[test]
+    fn a_tcp_name_is_its_listening_address() {
+        let mut v4 = [0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&4242u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[192, 0, 2, 2]);
+        assert_eq!(listener(&v4), "192.0.2.2:4242".parse().ok());
+        let mut v6 = [0u8; 28];
+        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&80u16.to_be_bytes());
+        v6[23] = 1;
+        assert_eq!(listener(&v6), "[::1]:80".parse().ok());
+        assert_eq!(listener(&v4[..8]), None);
+        assert_eq!(listener(b"fi_shm://1234"), None);
+    }
+
+    #[test]
     fn frequent_looks_still_find_a_death() {
         let me = Process::current();
         let missing = Process {
             pid: u32::MAX - 1,
             ..me
         };
-        let health = Health::new(0, &[me, missing]);
+        let health = Health::new(0, &[me, missing], vec![]);
         // A first look happened just now (and found nothing, as if the peer were alive then).
         health.looked[1].store(
             health.epoch.elapsed().as_millis() as u64 + 1,
@@ -637,7 +737,7 @@ mod tests {
     #[test]
     fn the_death_seen_first_is_named_not_the_lowest_rank() {
         let p = Process::current();
-        let health = Health::new(0, &[p, p, p]);
+        let health = Health::new(0, &[p, p, p], vec![]);
         assert!(health.mark(2, "killed".into()));
         // Rank 1 went away later, e.g. it finalized after rank 2's death.
         assert!(health.mark(1, "exited".into()));
@@ -655,7 +755,7 @@ mod tests {
     #[test]
     fn marks_are_kept_with_their_first_reason() {
         let p = Process::current();
-        let health = Health::new(0, &[p, p, p]);
+        let health = Health::new(0, &[p, p, p], vec![]);
         assert_eq!(health.states(), vec![State::Healthy; 3]);
         assert!(health.known(2).is_none());
         assert!(health.mark(2, "first".into()));

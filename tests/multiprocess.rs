@@ -1610,6 +1610,40 @@ fn init_timeout_names_its_variable_5_tcp() {
     );
 }
 
+/// Every rank on a "host" of its own, so no same-host look applies: the last rank is killed
+/// with nothing in flight towards it, and the survivors must learn of its death from its host
+/// (which refuses connections to its closed endpoint), while its stop before was only timeouts.
+#[test]
+fn quiet_death_on_another_host_3_tcp() {
+    let selftest = common::selftest_path();
+    let selftest = selftest
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let script = r#"GASPI_HOST_ID="host$PMI_RANK" exec "$0" "$@""#;
+    let job = gaspirun_with(
+        &["--keep-going"],
+        3,
+        "tcp",
+        EARLY_EXIT_LIMIT_S,
+        std::path::Path::new("sh"),
+        &["-c", script, selftest, "quiet-death"],
+    );
+    assert_eq!(
+        job.status.code(),
+        Some(137),
+        "the job reports the killed rank's status\n{}",
+        job.report()
+    );
+    for rank in 0..3 {
+        assert_eq!(
+            job.stdout.contains(&format!("ok quiet-death rank {rank}:")),
+            rank != 2,
+            "only the survivors report ok\n{}",
+            job.report()
+        );
+    }
+}
+
 #[test]
 fn mixed_hosts_integrity_4_tcp() {
     mixed_hosts("integrity", "tcp");

@@ -178,7 +178,7 @@ const STOPPED: &str = "2.5";
 
 /// Stops this process (as a debugger or a job-control stop would) until a helper process
 /// resumes it.
-fn stop_for_a_while() -> Outcome {
+pub fn stop_for_a_while() -> Outcome {
     let pid = std::process::id();
     let mut waker = std::process::Command::new("sh")
         .args(["-c", &format!("sleep {STOPPED}; kill -CONT {pid}")])
@@ -193,7 +193,7 @@ fn stop_for_a_while() -> Outcome {
 
 /// While the last rank is stopped, waits involving it time out and nothing marks it: a
 /// stopped (or slow) process is not a dead one.
-fn stopped_is_not_dead(ctx: &Context, stopped: Rank, data: &mut Data) -> Outcome {
+pub fn stopped_is_not_dead(ctx: &Context, stopped: Rank, data: &mut Data) -> Outcome {
     let barrier = ctx.barrier(Timeout::Millis(1_000));
     data.outcome("stopped_barrier", &barrier);
     // The ping may still be answered if the rank had not stopped yet; it must not fail.

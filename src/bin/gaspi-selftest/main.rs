@@ -13,7 +13,7 @@
 //! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
 //! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
 //! check that the launcher and the survivors notice a rank that vanished; so is `linger`,
-//! whose job the test suite kills. `fault` and
+//! whose job the test suite kills. `fault`, `quiet-death` and
 //! `killed-target` kill their last rank and need `gaspirun --keep-going`; only the survivors
 //! print `ok`.
 //!
@@ -37,6 +37,7 @@ mod linger;
 mod options;
 mod order;
 mod passive;
+mod quiet_death;
 mod serialised;
 mod stopped;
 mod stress;
@@ -100,6 +101,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Library => library::run(&ctx),
         Scenario::DeadRead => dead_read::run(&ctx),
         Scenario::KilledTarget => killed_target::run(&ctx),
+        Scenario::QuietDeath => quiet_death::run(&ctx),
         Scenario::Unmapped => unmapped::run(&ctx),
         Scenario::Exit => exit::run(&ctx),
         Scenario::Unwaited => unwaited::run(&ctx),
@@ -111,7 +113,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         let finalized = match scenario {
             Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx)?,
             Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?,
-            Scenario::DeadRead | Scenario::KilledTarget => {
+            Scenario::DeadRead | Scenario::KilledTarget | Scenario::QuietDeath => {
                 dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?
             }
             Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data)?,

@@ -122,6 +122,11 @@ Scenarios:
                at once, and a group of the survivors commits and runs a
                barrier and an allreduce (needs 3+ ranks and
                `gaspirun --keep-going`)
+  quiet-death  the last rank stops for 2.5 s (a barrier and a ping time out,
+               nothing is marked), then is killed (SIGKILL) with nothing in
+               flight towards it: a write to it and its queue's wait, a ping and
+               a barrier fail with RankFailed naming it, also where every rank
+               looks like another host (needs `gaspirun --keep-going`)
   unmapped     write_notify, read and an atomic into a segment of memory peers
                cannot map (its file unlinked, then bound) land through the
                fabric, also between ranks on one host; a segment deleted and
@@ -160,6 +165,7 @@ pub enum Scenario {
     Library,
     DeadRead,
     KilledTarget,
+    QuietDeath,
     Unmapped,
     Exit,
     Unwaited,
@@ -167,7 +173,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 22] = [
+    const ALL: [Scenario; 23] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -186,6 +192,7 @@ impl Scenario {
         Scenario::Library,
         Scenario::DeadRead,
         Scenario::KilledTarget,
+        Scenario::QuietDeath,
         Scenario::Unmapped,
         Scenario::Exit,
         Scenario::Unwaited,
@@ -213,6 +220,7 @@ impl Scenario {
             Scenario::Library => "library",
             Scenario::DeadRead => "dead-read",
             Scenario::KilledTarget => "killed-target",
+            Scenario::QuietDeath => "quiet-death",
             Scenario::Unmapped => "unmapped",
             Scenario::Exit => "exit",
             Scenario::Unwaited => "unwaited",
