@@ -77,13 +77,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.segment_create(SEGMENT, 3 * BLOCK, TIMEOUT)
         .doing(|| "segment_create")?;
     let before = exchange(ctx, me, (me + 1) % n, (me + n - 1) % n, BEFORE, 0)?;
-    ctx.barrier(TIMEOUT)
-        .doing(|| "the barrier before the stop")?;
-    if me == dead {
-        stop_for_a_while()?;
-    } else {
-        stopped_is_not_dead(ctx, dead, &mut data)?;
-    }
+    stop_phase(ctx, dead, &mut data)?;
     let resumed = ctx.barrier(TIMEOUT);
     data.outcome("resumed_barrier", &resumed);
     resumed.doing(|| "the barrier after the stop")?;
@@ -176,9 +170,21 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
 /// How long the last rank stays stopped (SIGSTOP) before a helper resumes it.
 const STOPPED: &str = "2.5";
 
+/// After a barrier, rank `dead` stops for a while ([`stop_for_a_while`]) and the others check
+/// that its silence is only timeouts ([`stopped_is_not_dead`]).
+pub fn stop_phase(ctx: &Context, dead: Rank, data: &mut Data) -> Outcome {
+    ctx.barrier(TIMEOUT)
+        .doing(|| "the barrier before the stop")?;
+    if ctx.rank() == dead {
+        stop_for_a_while()
+    } else {
+        stopped_is_not_dead(ctx, dead, data)
+    }
+}
+
 /// Stops this process (as a debugger or a job-control stop would) until a helper process
 /// resumes it.
-pub fn stop_for_a_while() -> Outcome {
+fn stop_for_a_while() -> Outcome {
     let pid = std::process::id();
     let mut waker = std::process::Command::new("sh")
         .args(["-c", &format!("sleep {STOPPED}; kill -CONT {pid}")])
@@ -193,7 +199,7 @@ pub fn stop_for_a_while() -> Outcome {
 
 /// While the last rank is stopped, waits involving it time out and nothing marks it: a
 /// stopped (or slow) process is not a dead one.
-pub fn stopped_is_not_dead(ctx: &Context, stopped: Rank, data: &mut Data) -> Outcome {
+fn stopped_is_not_dead(ctx: &Context, stopped: Rank, data: &mut Data) -> Outcome {
     let barrier = ctx.barrier(Timeout::Millis(1_000));
     data.outcome("stopped_barrier", &barrier);
     // The ping may still be answered if the rank had not stopped yet; it must not fail.

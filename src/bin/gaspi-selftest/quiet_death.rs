@@ -14,7 +14,7 @@ use std::time::Duration;
 use gaspi::{local, remote, Context, Timeout};
 
 use crate::check::{ensure, states, Data, Doing, Outcome, Report};
-use crate::fault::{stop_for_a_while, stopped_is_not_dead};
+use crate::fault::stop_phase;
 use crate::victim::{expect_failed, kill_myself};
 
 const SEGMENT: u8 = 0;
@@ -33,13 +33,7 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     let mut data = Data::default();
     ctx.segment_create(SEGMENT, BLOCK, TIMEOUT)
         .doing(|| "segment_create")?;
-    ctx.barrier(TIMEOUT)
-        .doing(|| "the barrier before the stop")?;
-    if me == dead {
-        stop_for_a_while()?;
-    } else {
-        stopped_is_not_dead(ctx, dead, &mut data)?;
-    }
+    stop_phase(ctx, dead, &mut data)?;
     ctx.barrier(TIMEOUT)
         .doing(|| "the barrier after the stop")?;
     if me != dead {
