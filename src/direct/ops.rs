@@ -395,15 +395,10 @@ impl Inner {
                 .region
                 .as_ref()
                 .ok_or_else(|| src_out_of_bounds(self.rank, src, src_offset, size))?;
-            let source = source.memory();
-            // This rank's own segment, mapped again as a peer's, is the same pages at another
-            // address: the copy must see overlapping ranges as such, in one mapping.
-            let memory = if rank == self.rank && table == src.table {
-                source
-            } else {
-                memory
-            };
+            // This rank's own segment mapped again as a peer's is the same file: `copy_to`
+            // copies overlapping ranges within one mapping then.
             source
+                .memory()
                 .copy_to(src_offset, memory, dst_offset, size)
                 .map_err(|_| src_out_of_bounds(self.rank, src, src_offset, size))?;
         }
@@ -431,12 +426,6 @@ impl Inner {
                 .region
                 .as_ref()
                 .ok_or_else(|| src_out_of_bounds(self.rank, dst, dst_offset, size))?;
-            // As in `direct_write`: from this rank's own segment, copy within one mapping.
-            let memory = if rank == self.rank && table == dst.table {
-                target.memory()
-            } else {
-                memory
-            };
             memory
                 .copy_to(src_offset, target.memory(), dst_offset, size)
                 .map_err(|_| src_out_of_bounds(self.rank, dst, dst_offset, size))?;
