@@ -266,12 +266,11 @@ pub(crate) struct Health {
     reasons: Mutex<HashMap<Rank, (usize, String)>>,
     /// The processes of peers on this host (`None`: elsewhere, or unknown).
     local: Vec<Option<Process>>,
-    /// When each rank's process was last looked at, in ms since `epoch`, plus one (0: never).
+    /// When each rank was last looked at (its process, or its host asked), in ms since `epoch`,
+    /// plus one (0: never).
     looked: Box<[AtomicU64]>,
     /// Where each peer on another host accepts connections (tcp only).
     listeners: Vec<Option<SocketAddr>>,
-    /// When each of those was last asked, as `looked`.
-    probed: Box<[AtomicU64]>,
     epoch: Instant,
     /// The ping towards each rank whose call timed out, for the next call to continue.
     pub(crate) pings: Mutex<HashMap<Rank, Arc<Ping>>>,
@@ -312,7 +311,6 @@ impl Health {
             local,
             looked: (0..n).map(|_| AtomicU64::new(0)).collect(),
             listeners,
-            probed: (0..n).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
             pings: Mutex::new(HashMap::new()),
         }
@@ -391,18 +389,28 @@ impl Health {
         let Some(process) = self.local.get(rank as usize).copied().flatten() else {
             return self.probe(rank);
         };
+        if !self.due(rank, LOOK_AGAIN_AFTER, fresh) {
+            return None;
+        }
+        let reason = process.gone()?;
+        self.mark(rank, reason);
+        self.known(rank)
+    }
+
+    /// Whether a look at `rank` is due (`every` has passed since the last one, or it is
+    /// `fresh`), starting it if so. A rank is looked at either on this host or by asking its
+    /// host, never both, so one clock per rank serves both kinds.
+    fn due(&self, rank: Rank, every: Duration, fresh: bool) -> bool {
         let now = self.epoch.elapsed().as_millis() as u64 + 1;
         let looked = &self.looked[rank as usize];
         let last = looked.load(Ordering::Acquire);
         // Only a look that happens moves the clock: callers that ask more often than the limit
-        // (`Timeout::Test` polling) must still get a look every LOOK_AGAIN_AFTER.
-        if !fresh && last != 0 && now - last < LOOK_AGAIN_AFTER.as_millis() as u64 {
-            return None;
+        // (`Timeout::Test` polling) must still get a look every `every`.
+        if !fresh && last != 0 && now - last < every.as_millis() as u64 {
+            return false;
         }
         looked.store(now, Ordering::Release);
-        let reason = process.gone()?;
-        self.mark(rank, reason);
-        self.known(rank)
+        true
     }
 
     /// Whether the host of `rank`, a peer elsewhere, refuses a connection to its provider's
@@ -411,13 +419,10 @@ impl Health {
     /// it; only a closed endpoint (a process gone) is refused.
     fn probe(&self, rank: Rank) -> Option<Error> {
         let addr = self.listeners.get(rank as usize).copied().flatten()?;
-        let now = self.epoch.elapsed().as_millis() as u64 + 1;
-        let probed = &self.probed[rank as usize];
-        let last = probed.load(Ordering::Acquire);
-        if last != 0 && now - last < PROBE_AGAIN_AFTER.as_millis() as u64 {
+        // Never fresh: an ask costs a connection (and may wait), unlike a look at /proc.
+        if !self.due(rank, PROBE_AGAIN_AFTER, false) {
             return None;
         }
-        probed.store(now, Ordering::Release);
         match TcpStream::connect_timeout(&addr, PROBE_WAIT) {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 self.mark(
