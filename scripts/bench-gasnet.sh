@@ -17,8 +17,9 @@
 # 3·bytes/2 when odd, so that on 2, 4 and 8 ranks a v form moves as many bytes in all as its
 # regular form.
 #
-# Like for like: one sample is one blocking call (gaspi: Flags::MY, IN_MYSYNC | OUT_MYSYNC,
-# which returns once this member's buffers are done, as an MPI collective does); calls follow
+# Like for like: one sample is one blocking call (gaspi: Flags::EAGER, IN_NOSYNC | OUT_MYSYNC:
+# data may move before its receiver entered, into staging, as an MPI eager send does, and a
+# call returns once this member's buffers are done, as an MPI collective does); calls follow
 # each other with no barrier between them, as consecutive MPI calls do; every figure is the
 # largest of the ranks' median call times; every block's stamp (round, sender, receiver) is
 # checked after the call. gaspi runs over tcp and shm, each with GASPI_INTRANODE=direct and
