@@ -20,7 +20,7 @@ use super::guard::Guard;
 use super::options::{Options, Output};
 use super::output::{self, Target};
 use super::rank::{self, Exit, Started};
-use super::{leftovers, report, signals};
+use super::{leftovers, limits, report, signals};
 use gaspi_pmi::server::{Action, KvsServer};
 use gaspi_pmi::wire::{LineReader, Message, ReadError, MAX_LINE};
 
@@ -170,6 +170,8 @@ impl Reporter {
 
 /// Runs the job `options` describes and returns gaspirun's exit status.
 pub(crate) fn run(options: Options) -> u8 {
+    // Before the guard and the ranks, which inherit it.
+    limits::raise_descriptors();
     // Before any thread exists: see `signals::block`.
     let blocked = match signals::block() {
         Ok(blocked) => blocked,

@@ -9,6 +9,7 @@
 mod guard;
 mod job;
 mod leftovers;
+mod limits;
 mod options;
 mod output;
 mod rank;

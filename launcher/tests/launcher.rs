@@ -446,6 +446,27 @@ fn pmi_client_exchanges_split_values_across_processes() {
 }
 
 #[test]
+fn ranks_run_with_the_soft_descriptor_limit_raised_to_the_hard_one() {
+    // One below the hard limit, so that the ranks see the hard one only if gaspirun raised it.
+    let script = format!(
+        "ulimit -Sn $(($(ulimit -Hn) - 1)) && exec {GASPIRUN} -n 2 sh -c 'echo $(ulimit -Sn) $(ulimit -Hn)'"
+    );
+    let run = finish(
+        Command::new("sh")
+            .args(["-c", &script])
+            .env_remove("GASPIRUN_TIMEOUT"),
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let lines = run.sorted_stdout();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    for line in lines {
+        let limits = line.split_once("] ").map_or(line, |(_, l)| l);
+        let (soft, hard) = limits.split_once(' ').expect("two limits");
+        assert_eq!(soft, hard, "{line}");
+    }
+}
+
+#[test]
 fn a_rank_leaving_without_finalize_does_not_hang_a_barrier() {
     let run = gaspirun(&["-n", "3", PMI_CHECK, "leave-early"]);
     assert_eq!(run.status, Some(1), "{}", run.stderr);
