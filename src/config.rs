@@ -50,8 +50,8 @@ pub struct Config {
     /// Largest number of groups, the all-ranks group included (`GASPI_MAX_GROUPS`, default 32,
     /// at most [`MAX_GROUPS`]).
     pub max_groups: u8,
-    /// Largest passive message payload in bytes (`GASPI_PASSIVE_MAX_BYTES`, default 65,536, at
-    /// most [`MAX_PASSIVE_BYTES`]). Every rank must use the same value.
+    /// Largest passive message payload in bytes (`GASPI_PASSIVE_MAX_BYTES`, default 65,536, in
+    /// 1..=[`MAX_PASSIVE_BYTES`]). Every rank must use the same value.
     pub passive_max_bytes: u32,
     /// Bytes an allreduce moves per step and message at most (`GASPI_REDUCE_CHUNK`, default
     /// 1 MiB, a multiple of 8 in 64..=[`MAX_REDUCE_CHUNK`]); longer vectors are reduced in
@@ -240,9 +240,11 @@ impl Config {
                 self.max_groups
             )));
         }
-        if self.passive_max_bytes > MAX_PASSIVE_BYTES {
+        // 0 would leave only empty passive messages and save no memory (the receive buffers
+        // keep room for the runtime's own messages), so it is a mistake, as 0 queues are.
+        if self.passive_max_bytes == 0 || self.passive_max_bytes > MAX_PASSIVE_BYTES {
             return Err(Error::Config(format!(
-                "passive_max_bytes (GASPI_PASSIVE_MAX_BYTES) = {} must be at most {MAX_PASSIVE_BYTES}",
+                "passive_max_bytes (GASPI_PASSIVE_MAX_BYTES) = {} must be in 1..={MAX_PASSIVE_BYTES}",
                 self.passive_max_bytes
             )));
         }
@@ -314,6 +316,10 @@ mod tests {
                 ..Config::default()
             },
             Config {
+                passive_max_bytes: 0,
+                ..Config::default()
+            },
+            Config {
                 provider: String::new(),
                 ..Config::default()
             },
@@ -335,7 +341,8 @@ mod tests {
             ("GASPI_MAX_GROUPS", "1000", "is out of range"),
             ("GASPI_NOTIFICATIONS", "0", "must be in 1..="),
             ("GASPI_QUEUE_DEPTH", "0", "must be in 1..=65536"),
-            ("GASPI_PASSIVE_MAX_BYTES", "4194304", "must be at most"),
+            ("GASPI_PASSIVE_MAX_BYTES", "4194304", "must be in 1..="),
+            ("GASPI_PASSIVE_MAX_BYTES", "0", "must be in 1..="),
             ("GASPI_REDUCE_CHUNK", "65", "must be a multiple of 8"),
             ("GASPI_OP_TIMEOUT_MS", "0", "must be positive"),
         ] {
