@@ -36,7 +36,7 @@ pub enum Status {
     /// The block of this source arrived and is visible; reset the source when done with it.
     Arrived(Rank),
     /// Every own block completed and every source was reported (or, for a call with
-    /// [`Timeout::Block`](gaspi::Timeout::Block), arrived): the round is over.
+    /// [`Timeout::Block`], arrived): the round is over.
     Complete,
 }
 
