@@ -13,7 +13,8 @@
 //! When the pipe closes without `done`, gaspirun died: the guard waits for each of those
 //! processes to be gone (the ranks die at once of their parent-death signal; a wrapped gaspi
 //! process may take longer), for at most [`GONE_WAIT`], removes the files of those that are,
-//! and leaves.
+//! and leaves. A guard that ends first (killed) is reaped at once, and the job runs on
+//! unguarded.
 
 use std::io::{self, BufRead, Write};
 use std::os::unix::process::CommandExt;
@@ -77,6 +78,21 @@ impl Guard {
             .spawn()?;
         let pipe = child.stdin.take();
         Ok(Guard { child, pipe })
+    }
+
+    /// The guard's pid, for waiting on its end.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Reaps a guard that has ended before its dismissal (killed, say), whose zombie stayed
+    /// for the rest of the job, and returns `None`: the job runs on unguarded. A guard still
+    /// running is handed back.
+    pub(crate) fn reap(mut self) -> Option<Guard> {
+        match self.child.try_wait() {
+            Ok(None) => Some(self),
+            Ok(Some(_)) | Err(_) => None,
+        }
     }
 
     /// Tells the guard that process `pid` may leave files of the job behind.

@@ -68,6 +68,8 @@ enum Event {
     OutputBroken(Target),
     /// gaspirun received a signal that ends the job or is passed on to the ranks.
     Signal(Signal),
+    /// The guard ended before its dismissal (it is not reaped yet).
+    GuardEnded,
 }
 
 /// A rank's stdout or stderr, as its forwarding thread reads it.
@@ -210,6 +212,7 @@ pub(crate) fn run(options: Options) -> u8 {
         guard: Guard::start().ok(),
         reporter: Reporter::start(),
     };
+    job.watch_guard();
     // Events that arrive while ranks are started; the event loop takes them first, in order.
     let mut held = Vec::new();
     for rank in 0..options.ranks {
@@ -409,6 +412,20 @@ impl Job {
             .filter(|&pid| pid != started)
     }
 
+    /// Has a thread wait for the guard to end, so that a guard killed while the job runs is
+    /// reaped then, not left a zombie until gaspirun's end. Without the thread only that reaping
+    /// is lost.
+    fn watch_guard(&self) {
+        let Some(guard) = &self.guard else { return };
+        let (pid, events) = (guard.pid(), self.events.clone());
+        let _ = thread::Builder::new().spawn(move || {
+            // Ends without waiting once gaspirun has reaped the guard itself (ECHILD).
+            let _ = rank::wait_for_exit(pid);
+            // The receiver only goes away when gaspirun is exiting anyway.
+            let _ = events.send(Event::GuardEnded);
+        });
+    }
+
     /// Tells the guard the pid of `rank`'s gaspi process inside a wrapper, once it is known.
     fn guard_inner(&mut self, rank: u32) {
         if self.ranks[rank as usize].inner_guarded {
@@ -472,6 +489,8 @@ impl Job {
                 self.check_barrier();
             }
             Event::OutputClosed => self.open_outputs -= 1,
+            // After a dismissal the guard is gone from `self` and was reaped there.
+            Event::GuardEnded => self.guard = self.guard.take().and_then(Guard::reap),
             Event::OutputBroken(target) => self.fail(
                 BROKEN_PIPE_STATUS,
                 format!(

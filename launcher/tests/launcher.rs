@@ -466,6 +466,60 @@ fn ranks_run_with_the_soft_descriptor_limit_raised_to_the_hard_one() {
     }
 }
 
+/// The pid of the guard that gaspirun `pid` started, once it runs as the guard.
+fn guard_of(pid: u32) -> Option<u32> {
+    let parent = pid.to_string();
+    std::fs::read_dir("/proc")
+        .expect("/proc is readable")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok()?.parse().ok())
+        .find(|child: &u32| {
+            let proc = Path::new("/proc").join(child.to_string());
+            // After the parenthesised name: the state, then the parent's pid.
+            let child_of = std::fs::read_to_string(proc.join("stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .and_then(|rest| rest.split_whitespace().nth(1))
+                    == Some(parent.as_str())
+            });
+            child_of
+                && std::fs::read(proc.join("cmdline"))
+                    .is_ok_and(|cmdline| cmdline.starts_with(b"gaspirun-guard\0"))
+        })
+}
+
+#[test]
+fn a_guard_killed_during_the_job_is_reaped_at_once() {
+    let mut gaspirun = Command::new(GASPIRUN)
+        .args(["-n", "1", "/bin/sleep", "20"])
+        .env_remove("GASPIRUN_TIMEOUT")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the launcher starts");
+    let pid = gaspirun.id();
+    let started = Instant::now();
+    let guard = loop {
+        if let Some(guard) = guard_of(pid) {
+            break guard;
+        }
+        assert!(
+            started.elapsed() < HANG,
+            "no guard of gaspirun {pid} appeared"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    send_signal(guard, "KILL");
+    let killed = Instant::now();
+    // Before, its zombie stayed until gaspirun ended (here after 20 s).
+    let stat = Path::new("/proc").join(guard.to_string()).join("stat");
+    while stat.exists() && killed.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let left = std::fs::read_to_string(&stat);
+    send_signal(pid, "TERM");
+    exit_within(&mut gaspirun, HANG, "after SIGTERM");
+    assert!(left.is_err(), "the killed guard is still there: {left:?}");
+}
+
 #[test]
 fn a_rank_leaving_without_finalize_does_not_hang_a_barrier() {
     let run = gaspirun(&["-n", "3", PMI_CHECK, "leave-early"]);
