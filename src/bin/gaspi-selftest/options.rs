@@ -134,7 +134,7 @@ Scenarios:
   exit         a few barriers, then finalize: ranks that finish it leave the
                job while others may still wait in it, which must not be taken
                for a death (run many times on a loaded machine)
-  unwaited     every rank writes megabytes into every other rank on two
+  unwaited     every rank writes megabytes into each of the next 3 ranks on two
                queues and finalizes without waiting for them: finalize must
                succeed everywhere (run through the fabric: GASPI_INTRANODE=fabric)
   linger       every rank prints its pid once all have joined, then sleeps
