@@ -11,7 +11,8 @@
 //! * Every rank sends `bytes` to each peer. A round is the proposal's form: `alltoallv` until
 //!   `Complete`, each arrival checked and reset as soon as it is reported. Rounds follow each
 //!   other with no barrier between them, as the protocol allows (a block is written only after
-//!   its target reset the previous one), and as consecutive blocking MPI calls do.
+//!   its target reset the previous one, a block of at most 1 KiB the one of two rounds
+//!   before), and as consecutive blocking MPI calls do.
 //! * The figure: every rank times each of its rounds, and the line carries the largest of the
 //!   ranks' medians, the pace of the slowest member (`iters`: the rounds behind each median).
 //! * Every block carries a stamp naming its round, sender and receiver in its first and last

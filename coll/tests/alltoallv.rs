@@ -214,6 +214,12 @@ fn dense(n: u32, me: Rank) -> Expected {
     Expected::new(Pattern::Dense, n, me, [1, 2], |r| plan::first_offset(0, r))
 }
 
+/// The plan of the `late` scenario on rank `me` of `n`: every rank to every other, blocks too
+/// large to go a round ahead.
+fn large(n: u32, me: Rank) -> Expected {
+    Expected::new(Pattern::Large, n, me, [1, 2], |r| plan::first_offset(0, r))
+}
+
 /// `late` on 3 ranks: every early rank timed out in the discovery and in each kind of round and
 /// resumed, its call with other arguments meanwhile was refused, and the plan and every block
 /// of the six rounds are right; the sender a round ahead timed out waiting for its credit, and
@@ -233,7 +239,7 @@ fn late(provider: &str) {
     assert!(job.status.success(), "the job failed\n{report}");
     for rank in 0..RANKS {
         let data = job.data("late", rank);
-        let want = dense(RANKS, rank);
+        let want = large(RANKS, rank);
         want.check(&job, &data, "late");
         let mut digest = Digest::default();
         want.digest_rounds(rank, 1..=6, &mut digest);
@@ -281,7 +287,10 @@ fn late(provider: &str) {
         // Rank 0 held back its reset of the block of `late` of round 4, then of round 5.
         for (key, number) in [("ahead_before_reset", 4), ("deferred_before_reset", 5)] {
             let before_reset = if rank == 0 {
-                let (_, _, bytes) = want.sources[late as usize];
+                let (_, _, bytes) = (want.sources.iter())
+                    .find(|s| s.0 == late)
+                    .copied()
+                    .expect("the late rank is a source of rank 0");
                 let mut kept = Digest::default();
                 kept.add(&plan::block(number, late, 0, bytes));
                 kept.hex()
@@ -532,7 +541,45 @@ fn jitter(provider: &str) {
     }
 }
 
+/// `ahead` on `ranks` ranks: the last rank, whose small blocks to rank 0 go into one of two
+/// slots by round parity, ran round 2 while rank 0 held round 1's block (the job fails if it
+/// waited for that credit), and timed out in round 3 until rank 0 reset round 1's; rank 0 was
+/// handed round 2's block only after that reset, with round 1's still in its area until then,
+/// and every block it was handed held its own round's bytes (checked by the example, which
+/// fails otherwise).
+fn ahead(ranks: u32, provider: &str) {
+    let late = ranks - 1;
+    let job = gaspirun(
+        ranks,
+        provider,
+        JOB_TIMEOUT_S,
+        &example("alltoallv_check"),
+        &["ahead"],
+    );
+    let report = job.report();
+    assert!(job.status.success(), "the job failed\n{report}");
+    let first = job.data("ahead", 0);
+    assert_eq!(
+        first.get("held_2"),
+        "Timeout",
+        "rank 0 was handed the block of round 2 before it reset round 1's\n{report}"
+    );
+    assert_eq!(
+        first.get("kept_1"),
+        "ok",
+        "rank 0's block of round 1 changed before its reset\n{report}"
+    );
+    let last = job.data("ahead", late);
+    assert!(
+        last.parse::<u32>("two_ahead_timeouts") >= 1,
+        "the sender two rounds ahead never waited for its credit\n{report}"
+    );
+}
+
 jobs! {
+    ahead_2_tcp: ahead(2, "tcp");
+    ahead_2_shm: ahead(2, "shm");
+    ahead_3_tcp: ahead(3, "tcp");
     jitter_tcp: jitter("tcp");
     jitter_shm: jitter("shm");
     exchange_1_tcp: exchange(1, "tcp");

@@ -1,6 +1,7 @@
 //! `jitter ROUNDS`: fast senders against a slow receiver, every byte checked. Every rank sends
 //! to every rank (itself too); the rounds cycle through plans of blocks from none to 40,000
-//! bytes, so each pair's credits carry over from plan to plan. Rank 0 is slow: it holds each
+//! bytes, so each pair's credits carry over from plan to plan, and three rounds of small
+//! blocks in a row use both slots of the two-slot protocol and then the first again. Rank 0 is slow: it holds each
 //! block it is handed for a pseudo-random pause of up to [`MAX_PAUSE_US`] before it resets it,
 //! while the others run flat out, each as far ahead of rank 0 as the flow control lets it.
 //!
@@ -21,7 +22,7 @@ use crate::plan;
 use crate::{Outcome, TIMEOUT};
 
 /// Bytes per block of the plans the rounds cycle through.
-pub const SIZES: [u64; 5] = [8, 1024, 1025, 0, 40_000];
+pub const SIZES: [u64; 6] = [8, 1024, 100, 1025, 0, 40_000];
 /// The longest pause of rank 0 before a reset.
 const MAX_PAUSE_US: u64 = 400;
 const RECEIVE: SegmentId = 1;

@@ -1,5 +1,7 @@
-//! `late`: timeouts that are resumed, and a sender a round ahead of its receiver. Plan: `Dense`
-//! over every rank; the last rank, L, is the late one.
+//! `late`: timeouts that are resumed, and a sender a round ahead of its receiver. Plan: `Large`
+//! (every rank to every other, blocks larger than the small ones that a sender may write a
+//! round ahead into its receiver's control segment: see `ahead.rs` for those); the last rank,
+//! L, is the late one.
 //!
 //! In each of four phases the ranks other than L call with a short timeout ([`POLL`]) until
 //! their call completes, resuming after every timeout; after its first timeout each tells L
@@ -68,7 +70,7 @@ pub fn run(ctx: &Context) -> Outcome {
     let late = n - 1;
     let coll = Collectives::new(ctx)?;
     let mut a2a = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
-    let setup = Setup::create(ctx, [1, 2], 4, Pattern::Dense, 0)?;
+    let setup = Setup::create(ctx, [1, 2], 4, Pattern::Large, 0)?;
     ctx.segment_create(SIGNALS, 8, TIMEOUT)?;
     let signals = Signals { ctx };
     let early: Vec<Rank> = (0..late).collect();

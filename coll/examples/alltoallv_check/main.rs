@@ -13,6 +13,8 @@
 //! * `late`: one rank joins late while the others call with short timeouts and resume, in the
 //!   discovery and in three kinds of rounds; then a sender runs a round ahead of a receiver that
 //!   holds back its reset (see `late.rs`).
+//! * `ahead`: a sender of small blocks rounds ahead of a receiver that holds back its resets
+//!   (see `ahead.rs`).
 //! * `errors`: every misuse, each reported by its variant, then rounds that still work (see
 //!   `errors.rs`).
 //! * `jitter ROUNDS`: fast senders against a slow receiver that pauses before each reset,
@@ -23,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+mod ahead;
 #[path = "../support/casualty.rs"]
 mod casualty;
 mod check;
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             Err(_) => Err("jitter ROUNDS: a number of rounds".into()),
         },
         ["late"] => in_job(Context::init(), false, late::run),
+        ["ahead"] => in_job(Context::init(), false, ahead::run),
         ["errors"] => in_job(Context::init(), false, errors::run),
         ["kill"] => {
             kill::config().and_then(|config| in_job(Context::init_with(config), true, kill::run))
@@ -66,7 +70,7 @@ fn main() -> ExitCode {
         ["kill_discovery"] => kill::config()
             .and_then(|config| in_job(Context::init_with(config), true, kill::discovery)),
         _ => Err(
-            "usage: alltoallv_check exchange LONG | jitter ROUNDS | late | errors | kill | kill_discovery"
+            "usage: alltoallv_check exchange LONG | jitter ROUNDS | late | ahead | errors | kill | kill_discovery"
                 .into(),
         ),
     };

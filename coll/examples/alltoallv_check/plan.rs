@@ -28,6 +28,9 @@ pub enum Pattern {
     Large,
     /// Every rank to itself and its next `k` ranks, small blocks (the long run of rounds).
     Ring(u32),
+    /// Only the last rank sends: one small block, to rank 0 (the `ahead` scenario, whose
+    /// sender has no source to wait for and so runs ahead as far as its credits let it).
+    LastToFirst,
 }
 
 /// How the rounds of a case are run.
@@ -166,6 +169,8 @@ pub fn sends(pattern: Pattern, n: u32, me: Rank) -> Vec<(Rank, u64)> {
             .chain(next(k))
             .map(|t| (t, 8 + u64::from((me + t) % 24)))
             .collect(),
+        Pattern::LastToFirst if n > 1 && me == n - 1 => vec![(0, 500 + u64::from(me))],
+        Pattern::LastToFirst => Vec::new(),
     }
 }
 

@@ -45,12 +45,20 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 /// `log2 n` (see the `layout` module for what is reserved per member).
 ///
 /// **Rounds** (`round` module): a block is one write with a notification in the receiver's
-/// control table, at the id of the sending member, whose value is the round's tag; it is
-/// visible before its notification, on every path. The receiver hands each arrival to one
-/// caller, which atomically takes the notification; [`alltoallv_reset`](Alltoallv::alltoallv_reset)
-/// later sends the source a *credit*. A source writes its next block to a receiver only once
-/// it holds the credit for its last one there: the next round needs no barrier, and a fast
-/// sender never overwrites a block the receiver has not reset.
+/// control table, at the id of the sending member and the round's parity, whose value is the
+/// round's tag; it is visible before its notification, on every path. The receiver hands each
+/// arrival to one caller, which atomically takes the notification;
+/// [`alltoallv_reset`](Alltoallv::alltoallv_reset) later sends the source a *credit*. The
+/// next round needs no barrier, and a fast sender never overwrites a block the receiver has
+/// not reset:
+/// * a block of more than 1 KiB lands in the receive area, and its source writes it only
+///   once it holds the credits for its earlier blocks there;
+/// * a block of at most 1 KiB is written into one of two slots for its source in the
+///   receiver's control segment, by round parity, and copied into the receive area when it
+///   is handed out, which waits until the source's previous block there was reset. Its source
+///   needs only the credit of its block of two rounds before (the slot's last): a round trip
+///   for the credit no longer separates one round's small blocks from the next round's, so a
+///   round of small blocks costs one trip, not two.
 ///
 /// # Choices the proposal leaves open
 /// * The proposal's arrays `remote_ranks`, `remote_segment_ids`, `remote_offset`, `size` and
@@ -80,18 +88,25 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 ///   its round ended, and must be before it can send here again.
 /// * Every block travels as one notified write (`Batch::write_notify_to`); the runtime sends a
 ///   large one over tcp as a write followed by its notification, which streams there at full
-///   speed (see [`gaspi::Config::split_notify`]).
-/// * A block to this rank itself is such a write too, so a source that overlaps its own
-///   receive range (the receive segment used as the source, an in-place transpose's
-///   diagonal shifted) lands as [`gaspi::Context::write`] says of overlapping ranges:
-///   as `memmove` would on the direct path, not through the fabric (over shm, 64 KiB
-///   shifted forwards by 1 byte left 65,274 bytes wrong); identical ranges came out right.
+///   speed (see [`gaspi::Config::split_notify`]). A small one (at most 1 KiB, on every path)
+///   goes through the receiver's control segment and is copied once more there, which costs
+///   nothing beside a trip.
+/// * A block to this rank itself is such a write too, so a block of more than 1 KiB whose
+///   source overlaps its own receive range (the receive segment used as the source, an
+///   in-place transpose's diagonal shifted) lands as [`gaspi::Context::write`] says of
+///   overlapping ranges: as `memmove` would on the direct path, not through the fabric (over
+///   shm, 64 KiB shifted forwards by 1 byte left 65,274 bytes wrong); identical ranges came
+///   out right. A small block goes through its slot, so it always lands right.
 /// * Plans used in alternation should have disjoint receive areas: a source's next block is
 ///   held back only until the receiver has reset that source's previous block, whatever plan
 ///   it belonged to.
-/// * Memory: each member's control segment reserves 72 bytes and 5 notifications per group
-///   member, but its arrays fill from index 0 in the order of registration, so only as many
-///   pages are touched as the member has neighbours.
+/// * A source may be a round ahead of its receiver's resets with small blocks, not two: its
+///   block of round `r + 2` waits for the reset of its block of round `r`. With larger
+///   blocks it cannot be ahead at all.
+/// * Memory: each member's control segment reserves 2,120 bytes (72, and two 1 KiB slots for
+///   small blocks) and 7 notifications per group member, but its arrays fill from index 0 in
+///   the order of registration, and the slots of a source that never sends here are never
+///   written, so only as many pages are touched as the member has neighbours.
 /// * Waiting: one thread at a time sleeps on the control table's notifications; the others
 ///   sleep on a condition variable and are woken by whoever changes the exchange. No thread
 ///   spins while it waits.

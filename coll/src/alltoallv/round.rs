@@ -6,13 +6,20 @@
 //! notification. A thread that takes a notification whose value is not the round's finds a
 //! source's block of a later round (the source got its credit and wrote again while the
 //! thread waited): it keeps it aside for that round, since the table no longer holds it.
+//!
+//! Small blocks (see the `layout` module) come in two slots per source, by round parity: a
+//! block of round `r` waits only for the credit of the source's block of round `r - 2` there
+//! (and a larger block, which lands in the user's area, for both credits owed). The slot's
+//! bytes are copied into the receive area when the block is handed out, and a source's block
+//! is handed out only once its previous block there was reset: the user's area never
+//! changes before its reset, however far ahead the source runs.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
-use super::layout::round_tag;
+use super::layout::{is_small, parity, round_tag, tag_parity, SMALL_BLOCK};
 use super::plan::{area_outside, receive_area, Plan, PlanData};
 use super::Alltoallv;
 use crate::error::{Error, Result};
@@ -46,13 +53,14 @@ pub(super) struct Exchange {
     /// Rounds begun so far.
     rounds: u64,
     pub(super) running: Option<Running>,
-    /// Destinations whose credit for this rank's last block there has not been taken: the
-    /// block's tag.
-    owed: HashMap<Rank, u32>,
+    /// Per destination and round parity, the tag of this rank's last block there whose credit
+    /// has not been taken (0: none owed).
+    owed: HashMap<Rank, [u32; 2]>,
     /// Each source's latest block: its tag, and whether it was reset.
     arrivals: HashMap<Rank, (u32, bool)>,
-    /// Blocks taken from the table before their round began here: the tag, by source.
-    early: HashMap<Rank, u32>,
+    /// Blocks taken from the table before their round began here: the tag, by source and
+    /// round parity.
+    early: HashMap<(Rank, u32), u32>,
     /// The sources of every plan made so far.
     pub(super) sources: HashSet<Rank>,
     /// Whether a thread sleeps on the round's notifications (see `Alltoallv::drive`).
@@ -87,6 +95,8 @@ struct Listeners {
 pub(super) struct Running {
     number: u64,
     tag: u32,
+    /// The round's [`parity`].
+    parity: u32,
     plan: Arc<PlanData>,
     source: SegmentId,
     sends: SmallVec<[Send; 8]>,
@@ -171,9 +181,10 @@ impl<'a> Round<'a> {
     }
 
     /// Sends the block for destination `target` from `source_offset` of the round's source
-    /// segment (its size is the plan's): at once when `target` has reset this rank's last
-    /// block there, else as soon as it does — any later call on the round posts it. Never
-    /// blocks, so a sender can post each block the moment it is packed.
+    /// segment (its size is the plan's): at once when `target` has reset this rank's earlier
+    /// blocks there (for a block of at most 1 KiB, only the one of two rounds before), else as
+    /// soon as it does — any later call on the round posts it. Never blocks, so a sender can
+    /// post each block the moment it is packed.
     ///
     /// A block whose destination cannot be reached yet (its receive segment, made after the
     /// discovery, is not there, or is gone) is accepted and stays waiting: the call reports
@@ -302,6 +313,7 @@ impl Alltoallv<'_> {
         let run = ex.running.insert(Running {
             number,
             tag: round_tag(number, data.seq),
+            parity: parity(number),
             plan: Arc::clone(data),
             source,
             sends,
@@ -425,7 +437,7 @@ impl Alltoallv<'_> {
     /// for them for ever.
     fn cleared(
         &self,
-        owed: &mut HashMap<Rank, u32>,
+        owed: &mut HashMap<Rank, [u32; 2]>,
         posting: &mut u32,
         run: &mut Running,
     ) -> Cleared {
@@ -451,29 +463,16 @@ impl Alltoallv<'_> {
                     continue;
                 }
             };
-            let rank = run.plan.destinations[index].rank;
-            if let Some(&expected) = owed.get(&rank) {
-                let id = self.layout.credit(run.plan.destination_members[index]);
-                let got = match self.control.notify_reset(id) {
-                    Ok(got) => got,
-                    Err(e) => {
-                        failed.get_or_insert(e.into());
-                        continue;
-                    }
-                };
-                if got == 0 {
-                    continue;
+            let d = &run.plan.destinations[index];
+            let member = run.plan.destination_members[index];
+            let owed = owed.entry(d.rank).or_default();
+            if let Err(e) = self.take_credits(owed, d.rank, member, needs(d.bytes, run.parity)) {
+                if let Some(e) = e {
+                    failed.get_or_insert(e);
                 }
-                if got != expected {
-                    failed.get_or_insert(Error::OutOfStep {
-                        rank,
-                        expected,
-                        got,
-                    });
-                    continue;
-                }
+                continue;
             }
-            owed.insert(rank, run.tag);
+            owed[run.parity as usize] = run.tag;
             run.sends[index] = Send::Posted;
             run.waiting -= 1;
             posts.push(Post {
@@ -487,6 +486,7 @@ impl Alltoallv<'_> {
             Posts {
                 blocks: posts,
                 tag: run.tag,
+                parity: run.parity,
                 plan: Arc::clone(&run.plan),
                 source: run.source,
             }
@@ -495,6 +495,46 @@ impl Alltoallv<'_> {
             posts,
             looking,
             failed,
+        }
+    }
+
+    /// Takes the credits owed by `rank` (member `member`) for the parities `parities`, each
+    /// as it is there (clearing it in `owed`): `Ok` once none of them is owed any more,
+    /// `Err(None)` while one has not come, `Err(Some(_))` when taking it failed.
+    fn take_credits(
+        &self,
+        owed: &mut [u32; 2],
+        rank: Rank,
+        member: u32,
+        parities: &[u32],
+    ) -> std::result::Result<(), Option<Error>> {
+        let mut missing = false;
+        for &p in parities {
+            let expected = owed[p as usize];
+            if expected == 0 {
+                continue;
+            }
+            let got = self
+                .control
+                .notify_reset(self.layout.credit(member, p))
+                .map_err(|e| Some(e.into()))?;
+            if got == 0 {
+                missing = true;
+                continue;
+            }
+            if got != expected {
+                return Err(Some(Error::OutOfStep {
+                    rank,
+                    expected,
+                    got,
+                }));
+            }
+            owed[p as usize] = 0;
+        }
+        if missing {
+            Err(None)
+        } else {
+            Ok(())
         }
     }
 
@@ -518,19 +558,34 @@ impl Alltoallv<'_> {
         posted.and(failed)
     }
 
-    /// Writes the blocks `cleared` into their destinations, each with its notification.
+    /// Writes the blocks `cleared` into their destinations, each with its notification: a
+    /// small one into this rank's slot of the round's parity in the destination's control
+    /// segment, a larger one into the destination's receive area.
     fn write_blocks(&self, posts: &Posts) -> Result<()> {
         let src = self.ctx.segment(posts.source)?;
         let notification = Notification {
-            id: self.layout.data(self.me),
+            id: self.layout.data(self.me, posts.parity),
             value: posts.tag,
         };
+        let slot = self.layout.slot(self.me, posts.parity);
         for post in &posts.blocks {
             let d = &posts.plan.destinations[post.index];
             let table = &posts.plan.tables[post.index];
-            let data = &post.target;
-            self.batch
-                .write_notify_to(&src, post.offset, data, 0, d.bytes, table, notification)?;
+            if is_small(d.bytes) {
+                self.batch
+                    .write_notify(&src, post.offset, table, slot, d.bytes, notification)?;
+            } else {
+                let data = &post.target;
+                self.batch.write_notify_to(
+                    &src,
+                    post.offset,
+                    data,
+                    0,
+                    d.bytes,
+                    table,
+                    notification,
+                )?;
+            }
         }
         Ok(())
     }
@@ -541,7 +596,7 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(None)));
             };
             // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
-            let early = match take_early(&mut ex.early, &mut ex.arrivals, run)? {
+            let early = match a2a.take_early(&mut ex.early, &mut ex.arrivals, run)? {
                 Some(rank) => Some(rank),
                 None => a2a.take_arrived(&mut ex.arrivals, run)?,
             };
@@ -555,24 +610,28 @@ impl Alltoallv<'_> {
             if run.remaining == 0 {
                 return Ok((Some(cleared), Next::Done(None)));
             }
-            Ok((Some(cleared), Next::Wait(a2a.awaited(run))))
+            Ok((
+                Some(cleared),
+                Next::Wait(a2a.awaited(run, &ex.owed, &ex.arrivals)),
+            ))
         })
     }
 
     /// A source of `run` not handed out whose block is in the table now, taken from it and
     /// handed out: an arrival that is already there costs a look per source, not a wait.
     /// The watcher may wait for the same notification outside the lock; whoever takes it
-    /// first has it, and the other finds it unset.
+    /// first has it, and the other finds it unset. A source whose previous block is not
+    /// reset yet is left in the table (see [`ready`]).
     fn take_arrived(
         &self,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         for i in 0..run.taken.len() {
-            if run.taken[i] {
+            if run.taken[i] || !ready(arrivals, run.plan.sources[i].rank) {
                 continue;
             }
-            let id = self.layout.data(run.plan.source_members[i]);
+            let id = self.layout.data(run.plan.source_members[i], run.parity);
             if self.control.notify_peek(id)? == 0 {
                 continue;
             }
@@ -580,25 +639,95 @@ impl Alltoallv<'_> {
             if value == 0 {
                 continue;
             }
-            return take(run, arrivals, i, value).map(Some);
+            return self.take(run, arrivals, i, value).map(Some);
         }
         Ok(None)
     }
 
-    /// What `run` waits for: the blocks of its sources not handed out, and the credits of its
-    /// waiting blocks, with the ranks expected to send them.
-    fn awaited(&self, run: &Running) -> Awaited {
+    /// A source of `run` whose block was kept aside, handed out.
+    fn take_early(
+        &self,
+        early: &mut HashMap<(Rank, u32), u32>,
+        arrivals: &mut HashMap<Rank, (u32, bool)>,
+        run: &mut Running,
+    ) -> Result<Option<Rank>> {
+        if early.is_empty() {
+            return Ok(None);
+        }
+        for i in 0..run.taken.len() {
+            let rank = run.plan.sources[i].rank;
+            if run.taken[i] || !ready(arrivals, rank) {
+                continue;
+            }
+            if let Some(value) = early.remove(&(rank, run.parity)) {
+                return self.take(run, arrivals, i, value).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Hands source `i` of `run` out, whose block carried `value`, once a small block is
+    /// copied from its slot into the receive area: [`Error::OutOfStep`] when `value` is not
+    /// the run's tag. A source writes into a slot again only with the credit for its last
+    /// block of that parity, given after that block was handed out: the table holds this
+    /// round's block, or one of another plan's round.
+    fn take(
+        &self,
+        run: &mut Running,
+        arrivals: &mut HashMap<Rank, (u32, bool)>,
+        i: usize,
+        value: u32,
+    ) -> Result<Rank> {
+        let source = &run.plan.sources[i];
+        if value != run.tag {
+            return Err(Error::OutOfStep {
+                rank: source.rank,
+                expected: run.tag,
+                got: value,
+            });
+        }
+        if is_small(source.bytes) && source.bytes > 0 {
+            let mut bytes = [0; SMALL_BLOCK as usize];
+            // `is_small` bounds the length by the buffer's.
+            let block = &mut bytes[..source.bytes as usize];
+            let slot = self.layout.slot(run.plan.source_members[i], run.parity);
+            self.control.read(slot, block)?;
+            self.ctx
+                .segment_write(run.plan.segment, source.offset, block)?;
+        }
+        run.taken[i] = true;
+        run.remaining -= 1;
+        arrivals.insert(source.rank, (value, false));
+        Ok(source.rank)
+    }
+
+    /// What `run` waits for: the blocks of its sources not handed out whose previous blocks
+    /// were reset, and the credits of its waiting blocks, with the ranks expected to send
+    /// them. A source's reset, which a block may wait for, wakes the waiters itself.
+    fn awaited(
+        &self,
+        run: &Running,
+        owed: &HashMap<Rank, [u32; 2]>,
+        arrivals: &HashMap<Rank, (u32, bool)>,
+    ) -> Awaited {
         let plan = &run.plan;
         let mut ids = Awaited::new();
         for (i, s) in plan.sources.iter().enumerate() {
-            if !run.taken[i] {
-                ids.push((self.layout.data(plan.source_members[i]), s.rank));
+            if !run.taken[i] && ready(arrivals, s.rank) {
+                let id = self.layout.data(plan.source_members[i], run.parity);
+                ids.push((id, s.rank));
             }
         }
         for (index, send) in run.sends.iter().enumerate() {
             if let Send::Waiting(_) = send {
-                let rank = plan.destinations[index].rank;
-                ids.push((self.layout.credit(plan.destination_members[index]), rank));
+                let d = &plan.destinations[index];
+                let member = plan.destination_members[index];
+                let owed = owed.get(&d.rank).copied().unwrap_or_default();
+                for &p in needs(d.bytes, run.parity) {
+                    if owed[p as usize] != 0 {
+                        ids.push((self.layout.credit(member, p), d.rank));
+                    }
+                }
             }
         }
         ids
@@ -706,13 +835,13 @@ impl Alltoallv<'_> {
         let senders: SmallVec<[Rank; 16]> = ids.iter().map(|&(_, rank)| rank).collect();
         let ranges = self.ranges(&numbers);
         let got = self.ctx.notify_wait_any(&ranges, &senders, deadline)?;
-        let Some(member) = self.layout.data_source(got.id) else {
+        let Some((member, parity)) = self.layout.data_source(got.id) else {
             return Ok(()); // a credit or a wake-up: the next decision sees what changed
         };
         let value = self.control.notify_reset(got.id)?;
         if value != 0 {
             let rank = self.ranks[member as usize];
-            self.exchange().early.insert(rank, value);
+            self.exchange().early.insert((rank, parity), value);
         }
         Ok(())
     }
@@ -757,7 +886,7 @@ impl Alltoallv<'_> {
     }
 
     pub(super) fn reset(&self, sources: &[Rank]) -> Result<()> {
-        let credits: SmallVec<[(Rank, u32); 8]> = {
+        let (credits, listeners) = {
             let mut ex = self.exchange();
             for (n, &rank) in sources.iter().enumerate() {
                 match ex.arrivals.get(&rank) {
@@ -772,15 +901,22 @@ impl Alltoallv<'_> {
                     None => return Err(Error::UnknownSource { rank }),
                 }
             }
-            sources
+            let credits: SmallVec<[(Rank, u32); 8]> = sources
                 .iter()
                 .filter_map(|&rank| {
                     let arrival = ex.arrivals.get_mut(&rank)?;
                     arrival.1 = true;
                     Some((rank, arrival.0))
                 })
-                .collect()
+                .collect();
+            // The running round's next block of a source may be here already, held until
+            // now: whoever waits for it must look again.
+            let held = sources.iter().any(|&rank| ex.awaits(rank));
+            (credits, held.then(|| ex.listeners()))
         };
+        if let Some(listeners) = listeners {
+            self.changed(listeners)?;
+        }
         for (rank, value) in credits {
             match self.credit(rank, value) {
                 // The source dropped its alltoallv (its control segment went with it) once it
@@ -799,7 +935,7 @@ impl Alltoallv<'_> {
         if self.credits.outstanding() > self.layout.members() {
             self.credits.test()?;
         }
-        let id = self.layout.credit(self.me);
+        let id = self.layout.credit(self.me, tag_parity(value));
         self.credits.notify(&target, Notification { id, value })?;
         Ok(())
     }
@@ -820,7 +956,10 @@ impl Alltoallv<'_> {
             let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
                 return Ok((None, Next::Done(false)));
             };
-            while take_early(&mut ex.early, &mut ex.arrivals, run)?.is_some() {}
+            while a2a
+                .take_early(&mut ex.early, &mut ex.arrivals, run)?
+                .is_some()
+            {}
             while a2a.take_arrived(&mut ex.arrivals, run)?.is_some() {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             let awaits = run.remaining > 0 || run.waiting > 0;
@@ -830,7 +969,7 @@ impl Alltoallv<'_> {
             let others = ex.posting > own;
             ex.finishing |= others;
             let next = match awaits || others {
-                true => Next::Wait(a2a.awaited(run)),
+                true => Next::Wait(a2a.awaited(run, &ex.owed, &ex.arrivals)),
                 false => Next::Done(true),
             };
             Ok((Some(cleared), next))
@@ -880,6 +1019,7 @@ struct Cleared {
 struct Posts {
     blocks: Vec<Post>,
     tag: u32,
+    parity: u32,
     plan: Arc<PlanData>,
     source: SegmentId,
 }
@@ -891,48 +1031,21 @@ enum Next<T> {
     Wait(Awaited),
 }
 
-/// Hands source `i` of `run` out, whose block carried `value`: [`Error::OutOfStep`] when
-/// that is not the run's tag. A source writes again only with the credit for its last block,
-/// given after that block was handed out: the table holds this round's block, or one of
-/// another plan's round.
-fn take(
-    run: &mut Running,
-    arrivals: &mut HashMap<Rank, (u32, bool)>,
-    i: usize,
-    value: u32,
-) -> Result<Rank> {
-    let rank = run.plan.sources[i].rank;
-    if value != run.tag {
-        return Err(Error::OutOfStep {
-            rank,
-            expected: run.tag,
-            got: value,
-        });
-    }
-    run.taken[i] = true;
-    run.remaining -= 1;
-    arrivals.insert(rank, (value, false));
-    Ok(rank)
+/// Whether a block of `rank` may be handed out: its previous block, if any, was reset, so
+/// the receive area is free for the next.
+fn ready(arrivals: &HashMap<Rank, (u32, bool)>, rank: Rank) -> bool {
+    arrivals.get(&rank).is_none_or(|&(_, reset)| reset)
 }
 
-/// A source of `run` whose block was kept aside, handed out.
-fn take_early(
-    early: &mut HashMap<Rank, u32>,
-    arrivals: &mut HashMap<Rank, (u32, bool)>,
-    run: &mut Running,
-) -> Result<Option<Rank>> {
-    if early.is_empty() {
-        return Ok(None);
+/// The round parities whose credits a block of `bytes` in a round of parity `parity` needs:
+/// a small block its slot's, a larger one both, since its bytes land where the receiver may
+/// still read the source's block of the round before.
+fn needs(bytes: u64, parity: u32) -> &'static [u32] {
+    match (is_small(bytes), parity) {
+        (true, 0) => &[0],
+        (true, _) => &[1],
+        (false, _) => &[0, 1],
     }
-    for (i, s) in run.plan.sources.iter().enumerate() {
-        if run.taken[i] {
-            continue;
-        }
-        if let Some(value) = early.remove(&s.rank) {
-            return take(run, arrivals, i, value).map(Some);
-        }
-    }
-    Ok(None)
 }
 
 fn check_offsets(plan: &PlanData, offsets: &[u64]) -> Result<()> {
