@@ -18,7 +18,7 @@ use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use gaspi_segments::SegmentMemory;
@@ -136,6 +136,8 @@ pub struct Endpoint<T> {
     /// Set while a thread reads the completion queue and hands its events on (see
     /// [`poll`](Self::poll)).
     reading: AtomicBool,
+    /// Operations offered to the provider so far (see [`posts`](Self::posts)).
+    posts: AtomicU64,
     _ops: PhantomData<fn(T) -> T>,
 }
 
@@ -278,6 +280,7 @@ impl<T> Endpoint<T> {
             inject_with_context,
             receives: Mutex::new(HashSet::new()),
             reading: AtomicBool::new(false),
+            posts: AtomicU64::new(0),
             _ops: PhantomData,
         };
         let dom = ep.domain.as_ptr();
@@ -352,6 +355,22 @@ impl<T> Endpoint<T> {
     /// Whether [`wait`](Self::wait) can sleep in the provider (a file-descriptor wait object).
     pub fn cq_waitable(&self) -> bool {
         self.cq_waitable
+    }
+
+    /// How many operations have been offered to the provider so far, accepted or not: a
+    /// count that moves while some thread posts. For telling whether anybody posted since
+    /// the last look (a progress thread stands aside while a user thread posts: both in the
+    /// provider at once contend for its locks). Posts racing on several threads may count
+    /// once; only a change means anything.
+    pub fn posts(&self) -> u64 {
+        self.posts.load(Ordering::Relaxed)
+    }
+
+    /// Counts a post in [`posts`](Self::posts). A load and a store rather than an atomic
+    /// add: a hint needs no lock prefix on every post.
+    fn count_post(&self) {
+        let n = self.posts.load(Ordering::Relaxed);
+        self.posts.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     pub(crate) fn domain(&self) -> &Arc<Domain> {
@@ -450,6 +469,7 @@ impl<T> Endpoint<T> {
         receive: bool,
         post: impl FnOnce(*mut c_void) -> isize,
     ) -> Result<(), Refused<T>> {
+        self.count_post();
         let boxed = Box::new(OpBox {
             op,
             _keep: Arc::clone(keep),
@@ -593,6 +613,7 @@ impl<T> Endpoint<T> {
         target: RemoteTarget,
         data: Option<u64>,
     ) -> Result<Posted> {
+        self.count_post();
         // SAFETY: guaranteed by the caller; the endpoint is open.
         let ret = unsafe {
             match data {
@@ -630,6 +651,7 @@ impl<T> Endpoint<T> {
         target: RemoteTarget,
         data: Option<u64>,
     ) -> Result<Posted> {
+        self.count_post();
         let context = untracked(target.rank as usize);
         // SAFETY: guaranteed by the caller; FI_INJECT copies the payload (no descriptor
         // needed) and the odd context is never taken for a box.
@@ -713,6 +735,7 @@ impl<T> Endpoint<T> {
         data: Option<u64>,
         tag: usize,
     ) -> Result<Posted> {
+        self.count_post();
         let context = untracked(tag);
         let (local, len, desc) = (src.ptr(), src.len, src.region.desc());
         // SAFETY: the payload lies in a registered region (bounds checked by Slice) that the

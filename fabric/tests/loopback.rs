@@ -108,6 +108,7 @@ fn round_trip(provider: &str) {
     let memory = l.region.memory();
     let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     memory.write(0, &pattern).expect("writing the source");
+    assert_eq!(l.ep.posts(), 0, "opening and registering post nothing");
 
     // A write with data lands, then its data arrives: both exactly once.
     let src = l.region.slice(0, 4096).expect("source slice");
@@ -126,6 +127,9 @@ fn round_trip(provider: &str) {
     assert_eq!(l.drain(1, 0).0, vec![Op(2)]);
     memory.read(16384, &mut got).expect("reading the copy");
     assert_eq!(got, pattern);
+    // Every attempt counts, refused ones (while the endpoint connects) too.
+    let posted = l.ep.posts();
+    assert!(posted >= 2, "a write and a read posted, {posted} counted");
 
     // Injected writes complete at the origin without a record; their data still arrives.
     let small = l.region.slice(0, 8).expect("small slice");
@@ -138,6 +142,11 @@ fn round_trip(provider: &str) {
             .expect("injecting bytes")
     });
     assert_eq!(l.drain(0, 1).1, vec![0xbeef]);
+    assert!(
+        l.ep.posts() >= posted + 2,
+        "two injects posted, {} counted",
+        l.ep.posts() - posted
+    );
     let mut eight = [0u8; 8];
     memory.read(24576, &mut eight).expect("reading");
     assert_eq!(eight, pattern[..8]);

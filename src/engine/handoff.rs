@@ -6,7 +6,8 @@
 //! uncounts itself when it goes to sleep; the last one to go to sleep wakes the progress thread
 //! at once, so nothing waits for progress. A waiter that simply returns does not wake it (that
 //! would cost a wake-up per call); the progress thread looks again within its stand-aside
-//! period.
+//! period. Nor does it poll while a user thread posts (see [`Handoff::nap`]): the two would
+//! contend for the provider's locks, a futex wait and wake per message.
 
 use std::time::Duration;
 
@@ -45,6 +46,14 @@ impl Handoff {
         // However the wait ends, the progress thread looks at the polling threads again.
         self.standby.wait(key, deadline, idle);
         true
+    }
+
+    /// Progress thread: stands aside for up to `max` while a user thread drives the provider
+    /// without polling (it posts); a polling thread going to sleep ends it at once.
+    pub(crate) fn nap(&self, max: Duration) {
+        let key = self.standby.prepare();
+        self.standby
+            .wait(key, Timeout::from(max).deadline(), || None::<()>);
     }
 }
 

@@ -8,7 +8,9 @@
 //! wait object it polls with an exponential sleep (50 µs to 1 ms). While this rank's own
 //! operations are in flight, or traffic arrived within the last [`FLOWING`], it polls
 //! (yielding the core) instead, since data only moves while somebody drives the provider: a streaming
-//! receiver pulls each chunk as it comes instead of paying a wake-up per socket event.
+//! receiver pulls each chunk as it comes instead of paying a wake-up per socket event. While a
+//! user thread posts, it stands aside in short naps instead ([`POSTING_NAP`]), driving the
+//! provider at least every [`POSTING_DEFER`].
 //!
 //! [`Endpoint::wait`]: gaspi_fabric::Endpoint::wait
 
@@ -61,6 +63,16 @@ const SLEEP_MS: i32 = 100;
 /// A sleep in the wait object that ends sooner than this was ended by traffic.
 const EARLY_WAKE: Duration = Duration::from_millis(50);
 
+/// How long the progress thread stands aside at a time, instead of polling, while user
+/// threads post: both in the provider at once contend for its locks (over tcp a futex wait and
+/// wake per message, measured), and a user thread that posts drives the provider itself.
+const POSTING_NAP: Duration = Duration::from_micros(100);
+
+/// The longest the progress thread goes without driving the provider while user threads post
+/// (see [`POSTING_NAP`]): a thread that posts now and then does not wait for what it posted,
+/// and what is in flight moves only while somebody drives.
+const POSTING_DEFER: Duration = Duration::from_millis(1);
+
 /// How long after the last traffic the progress thread keeps polling although none of this
 /// rank's operations are in flight: long enough to cover the gaps between the chunks of a
 /// stream, short enough that a rank receiving now and then does not keep a core busy.
@@ -72,6 +84,9 @@ fn run(inner: &Inner, stop: &AtomicBool) {
     let mut stalled_since: Option<Instant> = None;
     // When the provider last reported anything.
     let mut last_traffic: Option<Instant> = None;
+    // The endpoint's post count when this thread last drove the provider, and when that was.
+    let mut posts_seen = inner.ep.posts();
+    let mut last_drive = Instant::now();
     while !stop.load(Ordering::Acquire) {
         if inner.engine.handoff.stand_aside(Some(STAND_ASIDE)) {
             continue;
@@ -87,7 +102,13 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             // Operations are in flight or traffic is flowing, and with manual progress data
             // moves only while somebody drives the provider: sleeping in the wait object
             // between socket events cost 30% of streaming bandwidth (measured, tcp and shm).
-            // Poll, yielding the core.
+            // Poll, yielding the core; but stand aside while a user thread posts.
+            let posts = inner.ep.posts();
+            if posts != posts_seen && last_drive.elapsed() < POSTING_DEFER {
+                posts_seen = posts;
+                inner.engine.handoff.nap(POSTING_NAP);
+                continue;
+            }
             let progressed = inner.progress();
             if !progressed {
                 if pending {
@@ -112,6 +133,9 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             sleep = (sleep * 2).min(MAX_SLEEP);
             false
         };
+        // What this thread's own handlers and retries posted is no user thread's.
+        posts_seen = inner.ep.posts();
+        last_drive = Instant::now();
         if progressed {
             stalled_since = None;
             last_traffic = Some(Instant::now());
