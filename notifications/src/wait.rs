@@ -5,8 +5,6 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::Backoff;
-
 use crate::{Deadline, Error, EventCount, Result, Wake};
 
 /// How long a waiter keeps polling before it goes to sleep. Long enough to cover a round trip
@@ -22,8 +20,11 @@ const SPIN_TIME: Duration = if cfg!(loom) {
 
 /// The first part of the spin polls without giving up the core. Yielding on every poll from
 /// the start cost 2–3× in 8 B ping-pong latency over tcp (measured: 22 µs instead of 8.6 µs);
-/// after this short burst the waiter yields between polls (crossbeam's `Backoff::snooze`), so
-/// ranks sharing a core, and the kernel threads that move loopback traffic, still get to run.
+/// after this short burst the waiter yields the core at every poll, so ranks sharing a core,
+/// and the kernel threads that move loopback traffic, get to run at once. A pause ladder
+/// before the first yield (crossbeam's `Backoff::snooze`: 127 pause instructions, about 6 µs)
+/// held the core that long past the burst: two ranks that the scheduler put on one core took
+/// 27.6 µs per 8 B ping-pong over shm instead of raw libfabric's 22.3 µs, which yields at once.
 const HOT_SPIN: Duration = if cfg!(loom) {
     Duration::ZERO
 } else {
@@ -104,7 +105,8 @@ impl<F: FnMut() -> bool> Progress for F {
 /// It polls once first; a condition that already holds is returned without calling
 /// `progress`. Then each round calls `progress` once (it must not block; it returns whether it
 /// did anything, such as reading completions), then `poll` once. When neither succeeds the caller spins with
-/// a short hot spin and then exponential backoff for about 200 µs in all, then sleeps on `event` in slices of 1 to 8 ms,
+/// a short hot spin and then yields the core between polls, for about 200 µs in all, then sleeps
+/// on `event` in slices of 1 to 8 ms,
 /// calling `progress` again after each slice. A round in which `progress` did something
 /// restarts the spinning, since more events are likely to follow; so does a sleep that a
 /// notification of `event` ended within the spin time without making `poll` succeed (others'
@@ -259,7 +261,6 @@ const HOT_CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 32 };
 
 /// The bounded spinning phase of a wait.
 struct Spin {
-    backoff: Backoff,
     /// When the spin began; `None` until the first look at the clock (which sets it), so that
     /// starting or restarting a spin costs no clock reading.
     started: Option<Instant>,
@@ -274,7 +275,6 @@ struct Spin {
 impl Spin {
     fn start() -> Self {
         Self {
-            backoff: Backoff::new(),
             started: None,
             polls: 0,
             hot: true,
@@ -295,7 +295,6 @@ impl Spin {
     /// restarts on every round, or every other one (others' completions streaming in while
     /// its own condition stays unmet), still looks at the clock and ends at its deadline.
     fn restart(&mut self, deadline: Deadline) -> bool {
-        self.backoff.reset();
         self.started = None;
         self.hot = true;
         self.polls += 1;
@@ -320,10 +319,9 @@ impl Spin {
         self.polls = CLOCK_EVERY.max(HOT_CLOCK_EVERY) - 1;
     }
 
-    /// Pauses briefly: not at all first, then exponential backoff that yields the core (so
-    /// oversubscribed ranks still run). Every [`CLOCK_EVERY`] calls ([`HOT_CLOCK_EVERY`] while
-    /// hot) it looks at the clock to
-    /// end the spin or notice the deadline.
+    /// Pauses briefly: not at all first (the hot spin), then by yielding the core (so ranks
+    /// sharing it still run). Every [`CLOCK_EVERY`] calls ([`HOT_CLOCK_EVERY`] while hot) it
+    /// looks at the clock to end the spin or notice the deadline.
     #[inline]
     fn snooze(&mut self, deadline: Deadline) -> Step {
         // Most rounds of the hot spin end here, inline: the call to the rest cost a third as
@@ -356,12 +354,11 @@ impl Spin {
             }
             self.hot = spun < HOT_SPIN;
         }
-        if self.yielding {
+        // Hot: poll again at once. A pause instruction costs ~140 cycles on current x86, a
+        // large share of a shared-memory round trip, and the poll itself paces the loop. Past
+        // the hot spin (or from the start when yielding), give the core away at every poll.
+        if self.yielding || !self.hot {
             std::thread::yield_now();
-        } else if !self.hot {
-            // Hot: poll again at once. A pause instruction costs ~140 cycles on current x86,
-            // a large share of a shared-memory round trip, and the poll itself paces the loop.
-            self.backoff.snooze();
         }
         Step::Spin
     }
