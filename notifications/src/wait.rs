@@ -262,7 +262,8 @@ const HOT_CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 32 };
 /// The bounded spinning phase of a wait.
 struct Spin {
     /// When the spin began; `None` until the first look at the clock (which sets it), so that
-    /// starting or restarting a spin costs no clock reading.
+    /// restarting a spin costs no clock reading. A wait's first pause looks (see
+    /// [`start`](Self::start)).
     started: Option<Instant>,
     polls: u32,
     hot: bool,
@@ -273,14 +274,21 @@ struct Spin {
 }
 
 impl Spin {
+    /// A spin whose first pause looks at the clock, so that the hot spin lasts [`HOT_SPIN`]
+    /// from the wait's first unmet round. Begun at the next look instead, as a restart is, it
+    /// ran [`HOT_CLOCK_EVERY`] polls longer, several microseconds where each poll reads a
+    /// completion queue (both ranks of a ping-pong sharing one core hold it that much longer
+    /// per message); the one clock reading falls while the awaited message is in flight.
     fn start() -> Self {
-        Self {
+        let mut spin = Self {
             started: None,
             polls: 0,
             hot: true,
             yielding: OVERSUBSCRIBED.load(Ordering::Relaxed),
             slept: false,
-        }
+        };
+        spin.look_next();
+        spin
     }
 
     /// Ends the spin before it began: the next look at the clock (the next pause) says sleep.
