@@ -109,6 +109,9 @@ impl NotificationTable {
     }
 
     /// Whether the table was [closed](Self::close).
+    // Inline: a wait that finds its range unset asks on every round, from the runtime's crate,
+    // where a call cost as much as the load.
+    #[inline]
     #[must_use]
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
