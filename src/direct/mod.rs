@@ -373,6 +373,7 @@ impl Direct {
     }
 
     /// Whether `rank` is reached directly.
+    #[inline]
     pub(crate) fn reaches(&self, rank: Rank) -> bool {
         self.peer(rank).is_some()
     }
@@ -423,6 +424,9 @@ impl Direct {
 
     /// The segment at `slot` of `rank`: `None` when `rank` is not reached directly,
     /// `Some(None)` when it has no such segment.
+    // Inline, the answer for a rank not reached directly (every rank in fabric mode) is a
+    // bounds check and a load; called, it cost a transfer's descriptor look-up as much again.
+    #[inline]
     pub(crate) fn segment(&self, rank: Rank, slot: Slot) -> Option<Option<Loan<'_, PeerSegment>>> {
         self.peer(rank).map(|reached| reached.segment(slot))
     }
