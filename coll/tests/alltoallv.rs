@@ -308,7 +308,8 @@ fn late(provider: &str) {
 }
 
 /// `errors` on 3 ranks: every misuse returns its own variant, naming what was wrong, and the
-/// rounds after them deliver every block.
+/// rounds after them deliver every block; a small block whose receive segment was deleted
+/// before its hand-out is named at every call until the segment is back, then handed out.
 fn errors(provider: &str) {
     const RANKS: u32 = 3;
     /// A segment no rank creates, and the receive segment of `too_small` (see `errors.rs`).
@@ -396,6 +397,13 @@ fn errors(provider: &str) {
                     0 => "UnknownSegment(2/13)/Complete".into(),
                     _ => "Arrived(0)/Complete".into(),
                 },
+            ),
+            (
+                "gone_receive",
+                format!(
+                    "UnknownSegment({rank}/14)/UnknownSegment({rank}/14)/Arrived({})/Ok",
+                    (rank + RANKS - 1) % RANKS
+                ),
             ),
             (
                 "unknown_destination_b",

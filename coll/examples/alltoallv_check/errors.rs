@@ -37,8 +37,10 @@
 //! `t`) come before its blocks are exchanged. Last, `late_receive` on a third alltoallv: a
 //! discovery before its receive segment exists, the segment made of the size it tells, and a
 //! round (see [`late_receive`]); then `half_missing` on a fourth: a call that sends to two
-//! ranks, one of which has not made its receive segment yet (see [`half_missing`]). `digest`:
-//! every block of the five rounds.
+//! ranks, one of which has not made its receive segment yet (see [`half_missing`]); then
+//! `gone_receive` on a fifth: a receive segment deleted while a small block waits to be
+//! handed out, and made again (see [`gone_receive`]). `digest`: every block of the five
+//! rounds.
 
 use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
@@ -211,6 +213,10 @@ pub fn run(ctx: &Context) -> Outcome {
     let d = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
     report.put("half_missing", half_missing(ctx, d)?);
 
+    // A receive segment deleted while a small block waits to be handed out.
+    let e = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    report.put("gone_receive", gone_receive(ctx, e)?);
+
     report.put("digest", digest.hex());
     report.print("errors", me);
     // An alltoallv is dropped only once its rounds are over on every member.
@@ -310,6 +316,54 @@ fn half_missing(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
     ctx.barrier(TIMEOUT)?;
     Ok(told)
 }
+
+/// Each rank sends [`GONE_BYTES`] (a small block, which waits in the receiver's control
+/// segment) to the next, into [`GONE`]; once every block is sent, each rank deletes `GONE` and
+/// asks for the next arrival, which must name the missing segment, then asks again, which
+/// must name it again (before the fix the block's notification was gone with the first
+/// call, and this one timed out), then makes `GONE` again and asks a third time, which must
+/// hand out the previous rank's block intact (before the fix it timed out), and the round
+/// must finish. Outcome: `<first>/<second>/<third>/<finish>`, the third `Arrived(<rank>)`
+/// when the block came intact.
+fn gone_receive(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    ctx.segment_create(GONE, GONE_BYTES, TIMEOUT)?;
+    let plan = a2a.get_remote_offsets(GONE, 0, &[((me + 1) % n, GONE_BYTES)], TIMEOUT)?;
+    ctx.segment_write(SMALL, 0, &[me as u8 + 0x30; GONE_BYTES as usize])?;
+    let round = a2a.round(&plan, SMALL)?;
+    round.send_all(&[0])?;
+    // Every block is posted before any receive segment goes: a block for a deleted segment
+    // is refused at its sending (see `Round::send`), which is not what this checks.
+    ctx.barrier(TIMEOUT)?;
+    ctx.segment_delete(GONE)?;
+    let first = outcome(&round.next_arrival(TIMEOUT));
+    let second = outcome(&round.next_arrival(GONE_WAIT));
+    ctx.segment_create(GONE, GONE_BYTES, TIMEOUT)?;
+    let third = match round.next_arrival(GONE_WAIT) {
+        Ok(Some(source)) => {
+            let mut got = [0u8; GONE_BYTES as usize];
+            ctx.segment_read(GONE, 0, &mut got)?;
+            if got != [source as u8 + 0x30; GONE_BYTES as usize] {
+                format!("rank {source}'s block differs: {got:?}")
+            } else {
+                round.reset(source)?;
+                format!("Arrived({source})")
+            }
+        }
+        Ok(None) => "None".into(),
+        other => outcome(&other),
+    };
+    let finished = outcome(&round.finish(GONE_WAIT));
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
+    Ok(format!("{first}/{second}/{third}/{finished}"))
+}
+
+/// The receive segment of [`gone_receive`], and its block size (at most 1 KiB: small).
+const GONE: SegmentId = 14;
+const GONE_BYTES: u64 = 40;
+/// How long [`gone_receive`] waits where a lost block would leave it waiting for ever.
+const GONE_WAIT: Timeout = Timeout::Millis(2_000);
 
 /// `status` as the status, or the error as [`outcome`] names it.
 fn status_of(status: &gaspi_coll::Result<Status>) -> String {

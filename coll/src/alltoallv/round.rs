@@ -220,7 +220,11 @@ impl<'a> Round<'a> {
     /// # Errors
     /// [`gaspi::Error::Timeout`] (call again); [`gaspi::Error::RankFailed`] naming a dead
     /// source or a dead destination this rank waits to send to; [`Error::OutOfStep`] when a
-    /// source is in a round of another plan.
+    /// source is in a round of another plan; [`gaspi::Error::UnknownSegment`] (or
+    /// [`gaspi::Error::OutOfBounds`]) naming the plan's receive segment when a block of at
+    /// most 1 KiB cannot be copied into it (deleted during the round, or made again too
+    /// small): the block stays kept, and a call made again hands it out once the segment can
+    /// hold it.
     pub fn next_arrival(&self, timeout: Timeout) -> Result<Option<Rank>> {
         self.a2a.next_arrival(self.number, timeout.deadline())
     }
@@ -598,7 +602,7 @@ impl Alltoallv<'_> {
             // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
             let early = match a2a.take_early(&mut ex.early, &mut ex.arrivals, run)? {
                 Some(rank) => Some(rank),
-                None => a2a.take_arrived(&mut ex.arrivals, run)?,
+                None => a2a.take_arrived(&mut ex.early, &mut ex.arrivals, run)?,
             };
             let mut cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             if let Some(rank) = early {
@@ -624,6 +628,7 @@ impl Alltoallv<'_> {
     /// reset yet is left in the table (see [`ready`]).
     fn take_arrived(
         &self,
+        early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
@@ -639,7 +644,7 @@ impl Alltoallv<'_> {
             if value == 0 {
                 continue;
             }
-            return self.take(run, arrivals, i, value).map(Some);
+            return self.take(run, early, arrivals, i, value).map(Some);
         }
         Ok(None)
     }
@@ -660,7 +665,7 @@ impl Alltoallv<'_> {
                 continue;
             }
             if let Some(value) = early.remove(&(rank, run.parity)) {
-                return self.take(run, arrivals, i, value).map(Some);
+                return self.take(run, early, arrivals, i, value).map(Some);
             }
         }
         Ok(None)
@@ -671,9 +676,15 @@ impl Alltoallv<'_> {
     /// the run's tag. A source writes into a slot again only with the credit for its last
     /// block of that parity, given after that block was handed out: the table holds this
     /// round's block, or one of another plan's round.
+    ///
+    /// A block whose copy fails (the receive segment was deleted, or made again too small)
+    /// is kept aside in `early`, its slot untouched, and the error returned: its notification
+    /// was taken, so a call made again copies it from there, failing alike until the
+    /// segment can hold it, instead of waiting for a notification that will not come.
     fn take(
         &self,
         run: &mut Running,
+        early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
         i: usize,
         value: u32,
@@ -691,9 +702,14 @@ impl Alltoallv<'_> {
             // `is_small` bounds the length by the buffer's.
             let block = &mut bytes[..source.bytes as usize];
             let slot = self.layout.slot(run.plan.source_members[i], run.parity);
-            self.control.read(slot, block)?;
-            self.ctx
-                .segment_write(run.plan.segment, source.offset, block)?;
+            let copied = self.control.read(slot, block).and_then(|()| {
+                self.ctx
+                    .segment_write(run.plan.segment, source.offset, block)
+            });
+            if let Err(e) = copied {
+                early.insert((source.rank, run.parity), value);
+                return Err(e.into());
+            }
         }
         run.taken[i] = true;
         run.remaining -= 1;
@@ -960,7 +976,10 @@ impl Alltoallv<'_> {
                 .take_early(&mut ex.early, &mut ex.arrivals, run)?
                 .is_some()
             {}
-            while a2a.take_arrived(&mut ex.arrivals, run)?.is_some() {}
+            while a2a
+                .take_arrived(&mut ex.early, &mut ex.arrivals, run)?
+                .is_some()
+            {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             let awaits = run.remaining > 0 || run.waiting > 0;
             // Blocks other threads cleared may not be in the batch yet (this call's own are
