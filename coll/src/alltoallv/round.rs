@@ -61,6 +61,9 @@ pub(super) struct Exchange {
     /// Blocks taken from the table before their round began here: the tag, by source and
     /// round parity.
     early: HashMap<(Rank, u32), u32>,
+    /// A small block's bytes between its slot and the receive area: kept from hand-out to
+    /// hand-out, so that none zeroes a buffer of [`SMALL_BLOCK`] bytes.
+    copy: Vec<u8>,
     /// The sources of every plan made so far.
     pub(super) sources: HashSet<Rank>,
     /// Whether a thread sleeps on the round's notifications (see `Alltoallv::drive`).
@@ -600,9 +603,9 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(None)));
             };
             // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
-            let early = match a2a.take_early(&mut ex.early, &mut ex.arrivals, run)? {
+            let early = match a2a.take_early(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)? {
                 Some(rank) => Some(rank),
-                None => a2a.take_arrived(&mut ex.early, &mut ex.arrivals, run)?,
+                None => a2a.take_arrived(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)?,
             };
             let mut cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             if let Some(rank) = early {
@@ -630,6 +633,7 @@ impl Alltoallv<'_> {
         &self,
         early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
+        copy: &mut Vec<u8>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         for i in 0..run.taken.len() {
@@ -644,7 +648,7 @@ impl Alltoallv<'_> {
             if value == 0 {
                 continue;
             }
-            return self.take(run, early, arrivals, i, value).map(Some);
+            return self.take(run, early, arrivals, copy, i, value).map(Some);
         }
         Ok(None)
     }
@@ -654,6 +658,7 @@ impl Alltoallv<'_> {
         &self,
         early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
+        copy: &mut Vec<u8>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         if early.is_empty() {
@@ -665,7 +670,7 @@ impl Alltoallv<'_> {
                 continue;
             }
             if let Some(value) = early.remove(&(rank, run.parity)) {
-                return self.take(run, early, arrivals, i, value).map(Some);
+                return self.take(run, early, arrivals, copy, i, value).map(Some);
             }
         }
         Ok(None)
@@ -686,6 +691,7 @@ impl Alltoallv<'_> {
         run: &mut Running,
         early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
+        copy: &mut Vec<u8>,
         i: usize,
         value: u32,
     ) -> Result<Rank> {
@@ -698,9 +704,9 @@ impl Alltoallv<'_> {
             });
         }
         if is_small(source.bytes) && source.bytes > 0 {
-            let mut bytes = [0; SMALL_BLOCK as usize];
-            // `is_small` bounds the length by the buffer's.
-            let block = &mut bytes[..source.bytes as usize];
+            // Grows to `SMALL_BLOCK` bytes once; `is_small` bounds the block's length by that.
+            copy.resize(SMALL_BLOCK as usize, 0);
+            let block = &mut copy[..source.bytes as usize];
             let slot = self.layout.slot(run.plan.source_members[i], run.parity);
             let copied = self.control.read(slot, block).and_then(|()| {
                 self.ctx
@@ -973,11 +979,11 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(false)));
             };
             while a2a
-                .take_early(&mut ex.early, &mut ex.arrivals, run)?
+                .take_early(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)?
                 .is_some()
             {}
             while a2a
-                .take_arrived(&mut ex.early, &mut ex.arrivals, run)?
+                .take_arrived(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)?
                 .is_some()
             {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
