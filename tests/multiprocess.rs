@@ -812,7 +812,7 @@ fn early_exit_pids(job: &common::Finished) -> Vec<u32> {
 }
 
 /// The shared-memory files in `/dev/shm` of processes `pids`: segment files
-/// (`gaspi-<name>-<pid>-<n>`) and libfabric shm's regions (`<pid>:<ep>:<domain>`).
+/// (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's regions (`<pid>:<uid>:<domain>`).
 fn files_of(pids: &[u32]) -> Vec<String> {
     let of = |name: &str, pid: &u32| {
         let pid = pid.to_string();

@@ -1,8 +1,8 @@
 //! Shared-memory files a dead rank leaves behind.
 //!
 //! A rank that is killed cannot unlink what it created in `/dev/shm`: its segment files
-//! (`gaspi-<name>-<pid>-<n>`) and libfabric shm's endpoint regions (`<pid>:<ep>:<domain>` in
-//! libfabric 1.17). Besides filling the tmpfs, a stale region becomes a hazard once the pid is
+//! (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's endpoint regions
+//! (`<pid>:<uid>:<domain>` in libfabric 1.17). Besides filling the tmpfs, a stale region becomes a hazard once the pid is
 //! reused (pid numbers wrap at a few tens of thousands): the shm provider of a new process with
 //! that pid finds a region that is not its own. The launcher removes them as soon as it has
 //! seen the rank exit, before the pid can be handed out again.
@@ -10,10 +10,17 @@
 //! A segment file goes to the temporary directory instead when `/dev/shm` lacks the room (see
 //! `gaspi_segments`' `shm` module), so the rank's segment files are looked for there too.
 //!
+//! A pid names a process only within its pid namespace, and containers sharing the host's
+//! `/dev/shm` run jobs whose ranks have the same pids: a segment file is the rank's only if it
+//! also carries gaspirun's pid namespace (the ranks are its children, so they share it).
+//! libfabric's region names carry no namespace; but libfabric shm cannot serve two jobs whose
+//! ranks' pids are equal anyway (the second fails in `fi_enable` with `EBUSY`).
+//!
 //! A rank started through a wrapper (a shell, a script that does not `exec`) is another
 //! process than the one that made the files; that one published its pid
 //! ([`gaspi_pmi::pid_key`]), and its files go once it is gone too.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -34,14 +41,24 @@ enum Kinds {
     Segments,
 }
 
-/// Whether `name` is a shared-memory file of process `pid` of `kinds`.
-fn belongs_to(name: &str, pid: u32, kinds: Kinds) -> bool {
+/// The pid namespace of gaspirun and its ranks as segment file names carry it: the inode
+/// number of `/proc/self/ns/pid`, or 0 where that cannot be read (as the ranks then write).
+fn pid_namespace() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+/// Whether `name` is a shared-memory file of process `pid` of pid namespace `namespace` of
+/// `kinds`.
+fn belongs_to(name: &str, pid: u32, namespace: u64, kinds: Kinds) -> bool {
     let pid = pid.to_string();
     if let Some(rest) = name.strip_prefix(&pid) {
         return kinds == Kinds::All && rest.starts_with(':');
     }
-    // gaspi-<name>-<pid>-<counter>: the pid is the second-to-last field.
-    name.starts_with("gaspi-") && name.rsplit('-').nth(1) == Some(pid.as_str())
+    // gaspi-<name>-<pidns>-<pid>-<counter>: the name part holds no '-'.
+    let mut fields = name.rsplit('-').skip(1);
+    name.starts_with("gaspi-")
+        && fields.next() == Some(pid.as_str())
+        && fields.next() == Some(namespace.to_string().as_str())
 }
 
 /// Removes the files of `kinds` of dead process `pid` from `dir`; best effort, as leftovers
@@ -50,11 +67,12 @@ fn remove_from(dir: &Path, pid: u32, kinds: Kinds) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let namespace = pid_namespace();
     for entry in entries.flatten() {
         if entry
             .file_name()
             .to_str()
-            .is_some_and(|n| belongs_to(n, pid, kinds))
+            .is_some_and(|n| belongs_to(n, pid, namespace, kinds))
         {
             let _ = std::fs::remove_file(entry.path());
         }
@@ -112,17 +130,24 @@ mod tests {
 
     #[test]
     fn recognises_only_the_processes_own_files() {
-        let all = |name| belongs_to(name, 1234, Kinds::All);
+        let all = |name| belongs_to(name, 1234, 99, Kinds::All);
         assert!(all("1234:0:0"));
-        assert!(all("gaspi-seg3-1234-7"));
-        assert!(all("gaspi-raw-bench-1234-1"));
+        assert!(all("gaspi-seg3-99-1234-7"));
         assert!(!all("12345:0:0"));
-        assert!(!all("gaspi-seg3-12345-7"));
+        assert!(!all("gaspi-seg3-99-12345-7"));
         assert!(!all("gaspi-1234-seg-7"));
-        assert!(!all("other-1234-1"));
+        assert!(!all("other-99-1234-1"));
+        // The same pid in another pid namespace is another process.
+        assert!(!all("gaspi-seg3-98-1234-7"));
+        assert!(!all("gaspi-seg3-1234-7"));
         // In the temporary directory, a name of the region's shape is not libfabric's.
-        assert!(!belongs_to("1234:0:0", 1234, Kinds::Segments));
-        assert!(belongs_to("gaspi-seg3-1234-7", 1234, Kinds::Segments));
+        assert!(!belongs_to("1234:0:0", 1234, 99, Kinds::Segments));
+        assert!(belongs_to(
+            "gaspi-seg3-99-1234-7",
+            1234,
+            99,
+            Kinds::Segments
+        ));
     }
 
     /// What is left in a scratch directory of `names` after `remove_from` of process 4242.
@@ -148,11 +173,17 @@ mod tests {
 
     #[test]
     fn removes_leftovers_and_nothing_else() {
-        let names = ["4242:0:0", "gaspi-seg0-4242-1", "4243:0:0", "unrelated"];
-        assert_eq!(left_of(Kinds::All, &names), ["4243:0:0", "unrelated"]);
+        let own = format!("gaspi-seg0-{}-4242-1", pid_namespace());
+        // Pid 4242 of another pid namespace (which no inode number 1 can be).
+        let foreign = "gaspi-seg0-1-4242-1";
+        let names = ["4242:0:0", &own, foreign, "4243:0:0", "unrelated"];
+        assert_eq!(
+            left_of(Kinds::All, &names),
+            ["4243:0:0", foreign, "unrelated"]
+        );
         assert_eq!(
             left_of(Kinds::Segments, &names),
-            ["4242:0:0", "4243:0:0", "unrelated"]
+            ["4242:0:0", "4243:0:0", foreign, "unrelated"]
         );
     }
 
@@ -160,7 +191,7 @@ mod tests {
     fn a_dead_ranks_segment_files_go_from_the_temporary_directory_too() {
         // A process id no process has (beyond pid_max), so no live process's files go.
         let pid = u32::MAX - 7;
-        let name = format!("gaspi-seg0-{pid}-3");
+        let name = format!("gaspi-seg0-{}-{pid}-3", pid_namespace());
         let path = std::env::temp_dir().join(&name);
         std::fs::write(&path, b"x").expect("creating a file in the temporary directory");
         remove(pid);

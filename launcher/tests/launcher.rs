@@ -520,6 +520,41 @@ fn a_guard_killed_during_the_job_is_reaped_at_once() {
     assert!(left.is_err(), "the killed guard is still there: {left:?}");
 }
 
+/// A rank's `/dev/shm` files go when it exits, but not the files of a process of the same pid
+/// in another pid namespace (a container sharing `/dev/shm`): those are a live job's.
+#[test]
+fn leftovers_of_a_rank_spare_the_same_pid_of_another_pid_namespace() {
+    use std::os::unix::fs::MetadataExt;
+    let namespace = std::fs::metadata("/proc/self/ns/pid")
+        .expect("the pid namespace of this process")
+        .ino();
+    // Inode number 1 is no namespace's: it stands for another one.
+    let script = "touch /dev/shm/gaspi-spare-$1-$$-0 /dev/shm/gaspi-spare-1-$$-0 && echo $$";
+    let run = gaspirun(&[
+        "-n",
+        "1",
+        "--no-prefix",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        &namespace.to_string(),
+    ]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let pid = run.stdout.trim();
+    let own = Path::new("/dev/shm").join(format!("gaspi-spare-{namespace}-{pid}-0"));
+    let foreign = Path::new("/dev/shm").join(format!("gaspi-spare-1-{pid}-0"));
+    let (own_left, foreign_kept) = (own.exists(), foreign.exists());
+    let _ = std::fs::remove_file(&own);
+    let _ = std::fs::remove_file(&foreign);
+    assert!(!own_left, "{} outlived its rank", own.display());
+    assert!(
+        foreign_kept,
+        "{} of another namespace was removed",
+        foreign.display()
+    );
+}
+
 #[test]
 fn a_rank_leaving_without_finalize_does_not_hang_a_barrier() {
     let run = gaspirun(&["-n", "3", PMI_CHECK, "leave-early"]);

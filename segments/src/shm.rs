@@ -21,8 +21,14 @@
 //!
 //! # Name
 //!
-//! `gaspi-<name>-<pid>-<n>`, with `<name>` reduced to ASCII letters, digits, `_` and `.` (so the
-//! pid is always the second-to-last `-`-separated field) and `<n>` a process-wide counter. Files
+//! `gaspi-<name>-<pidns>-<pid>-<n>`, with `<name>` reduced to ASCII letters, digits, `_` and `.`
+//! (so the pid is always the second-to-last `-`-separated field, and the pid namespace the one
+//! before it), `<pidns>` the inode number of the creator's pid namespace (`/proc/self/ns/pid`; 0
+//! where that cannot be read) and `<n>` a process-wide counter. The pid alone names a process
+//! only within its pid namespace: jobs in containers that share the host's `/dev/shm` (`docker
+//! --ipc=host`) have ranks of equal pids, and a launcher removing the files of its dead rank 7
+//! by pid alone removed those of another job's live rank 7 (measured: two 2-rank jobs under
+//! `unshare -p -f`, the second one's end took every file of the first, still running). Files
 //! are created exclusively with mode `0600`: an existing file is never reused, and only
 //! processes of the same user (the other ranks on the host) can open it.
 //!
@@ -43,7 +49,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,6 +91,12 @@ static NEXT_FILE_NUMBER: AtomicU64 = AtomicU64::new(0);
 /// remove them (a job of one rank, started by hand). Abnormal ends still leave them (see
 /// "Lifetime and crashes").
 static LIVE: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
+
+/// The `<pidns>` part of this process's file names (see "Name"): the inode number of its pid
+/// namespace, or 0 where `/proc` cannot tell.
+fn pid_namespace() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
 
 /// Registers [`remove_live_names`] with `atexit`, once per process.
 static AT_EXIT: Once = Once::new();
@@ -194,10 +206,11 @@ impl ShmFile {
             }
         }
         let owner_pid = std::process::id();
+        let namespace = pid_namespace();
         let mut last_error = io::Error::from(io::ErrorKind::AlreadyExists);
         for _ in 0..NAME_ATTEMPTS {
             let number = NEXT_FILE_NUMBER.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("gaspi-{fragment}-{owner_pid}-{number}"));
+            let path = dir.join(format!("gaspi-{fragment}-{namespace}-{owner_pid}-{number}"));
             let opened = OpenOptions::new()
                 .read(true)
                 .write(true)

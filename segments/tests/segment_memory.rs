@@ -258,7 +258,10 @@ fn the_shm_file_lives_exactly_as_long_as_the_segment() {
         .file_name()
         .and_then(|n| n.to_str())
         .expect("utf-8 name");
-    let expected_prefix = format!("gaspi-lifetime-{}-", std::process::id());
+    let namespace = std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata("/proc/self/ns/pid").expect("the pid namespace of this process"),
+    );
+    let expected_prefix = format!("gaspi-lifetime-{namespace}-{}-", std::process::id());
     assert!(
         file_name.starts_with(&expected_prefix),
         "{file_name} starts with {expected_prefix}"
