@@ -26,6 +26,7 @@ use gaspi_sys as sys;
 
 use crate::info::{self, Info};
 use crate::region::{Region, Slice};
+use crate::stale;
 use crate::{check, fabric_error, Capabilities, Error, Result};
 
 /// The fabric and domain, closed when the endpoint and every region are gone.
@@ -240,7 +241,10 @@ impl<T> Endpoint<T> {
     /// # Errors
     ///
     /// [`Error::ProviderUnavailable`] when no provider of that name gives an RDM endpoint with
-    /// RMA, messages and 8 bytes of CQ data; [`Error::Fabric`] when opening a fid fails.
+    /// RMA, messages and 8 bytes of CQ data; [`Error::Fabric`] when opening a fid fails, and
+    /// (`EBUSY`, naming the files) when the first shm endpoint of this process finds
+    /// `/dev/shm` files under its pid and user that libfabric would take for its own region
+    /// (see the `stale` module).
     pub fn open(
         provider: &str,
         require_unordered: bool,
@@ -249,6 +253,9 @@ impl<T> Endpoint<T> {
     ) -> Result<Self> {
         let (info, caps) = info::select(provider, require_unordered, atomics)?;
         let inject_with_context = caps.provider.contains("ofi_rxm");
+        if caps.provider.split(';').any(|p| p == "shm") {
+            stale::check_first_shm_endpoint()?;
+        }
         let fi = info.as_ptr();
         let mut domain = Domain {
             fabric: ptr::null_mut(),

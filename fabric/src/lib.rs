@@ -24,6 +24,7 @@
 mod endpoint;
 mod info;
 mod region;
+mod stale;
 
 pub use endpoint::{Endpoint, Event, Failure, Posted, Refused, RemoteTarget};
 pub use info::{available_providers, Capabilities};
