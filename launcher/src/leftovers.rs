@@ -2,10 +2,11 @@
 //!
 //! A rank that is killed cannot unlink what it created in `/dev/shm`: its segment files
 //! (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's endpoint regions
-//! (`<pid>:<uid>:<domain>` in libfabric 1.17). Besides filling the tmpfs, a stale region becomes a hazard once the pid is
-//! reused (pid numbers wrap at a few tens of thousands): the shm provider of a new process with
-//! that pid finds a region that is not its own. The launcher removes them as soon as it has
-//! seen the rank exit, before the pid can be handed out again.
+//! (`<pid>:<uid>:<domain>` in libfabric 1.17). Besides filling the tmpfs, a stale region
+//! becomes a hazard once the pid is reused (pid numbers wrap at a few tens of thousands): the
+//! shm provider of a new process with that pid finds a region that is not its own. The
+//! launcher removes them as soon as it has seen the rank exit, before the pid can be handed
+//! out again.
 //!
 //! A segment file goes to the temporary directory instead when `/dev/shm` lacks the room (see
 //! `gaspi_segments`' `shm` module), so the rank's segment files are looked for there too.

@@ -110,8 +110,9 @@ impl SegmentMemory {
     /// The file is created in `/dev/shm` (or, if that is unusable or too full, in
     /// [`std::env::temp_dir`]) under the name `gaspi-<name>-<pidns>-<pid>-<n>`, where `name` is
     /// reduced to characters that are safe in a file name and `pidns` is the inode number of the
-    /// process's pid namespace (pids repeat across namespaces that share `/dev/shm`). Its path is available through
-    /// [`shm_path`](Self::shm_path) so that other processes on the host can map the same memory.
+    /// process's pid namespace (pids repeat across namespaces that share `/dev/shm`). Its path
+    /// is available through [`shm_path`](Self::shm_path) so that other processes on the host
+    /// can map the same memory.
     /// The file's name is removed when the segment is dropped or when
     /// [`unlink_shm`](Self::unlink_shm) is called; a process killed before that leaves the file
     /// behind.
