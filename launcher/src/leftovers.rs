@@ -21,11 +21,11 @@
 //! process than the one that made the files; that one published its pid
 //! ([`gaspi_pmi::pid_key`]), and its files go once it is gone too.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use gaspi_segments::{pid_namespace, ShmOwner};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -42,24 +42,17 @@ enum Kinds {
     Segments,
 }
 
-/// The pid namespace of gaspirun and its ranks as segment file names carry it: the inode
-/// number of `/proc/self/ns/pid`, or 0 where that cannot be read (as the ranks then write).
-fn pid_namespace() -> u64 {
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
-}
-
 /// Whether `name` is a shared-memory file of process `pid` of pid namespace `namespace` of
 /// `kinds`.
 fn belongs_to(name: &str, pid: u32, namespace: u64, kinds: Kinds) -> bool {
-    let pid = pid.to_string();
-    if let Some(rest) = name.strip_prefix(&pid) {
+    if let Some(rest) = name.strip_prefix(&pid.to_string()) {
         return kinds == Kinds::All && rest.starts_with(':');
     }
-    // gaspi-<name>-<pidns>-<pid>-<counter>: the name part holds no '-'.
-    let mut fields = name.rsplit('-').skip(1);
-    name.starts_with("gaspi-")
-        && fields.next() == Some(pid.as_str())
-        && fields.next() == Some(namespace.to_string().as_str())
+    ShmOwner::of(name)
+        == Some(ShmOwner {
+            pid_namespace: namespace,
+            pid,
+        })
 }
 
 /// Removes the files of `kinds` of dead process `pid` from `dir`; best effort, as leftovers

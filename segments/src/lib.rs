@@ -29,5 +29,6 @@ mod words;
 pub use copy::copy_bytes;
 pub use error::{Error, Result};
 pub use memory::SegmentMemory;
+pub use shm::{pid_namespace, ShmOwner};
 pub use slots::{Loan, Slots};
 pub use words::SharedWords;

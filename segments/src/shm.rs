@@ -92,10 +92,41 @@ static NEXT_FILE_NUMBER: AtomicU64 = AtomicU64::new(0);
 /// "Lifetime and crashes").
 static LIVE: Mutex<Vec<(PathBuf, u32)>> = Mutex::new(Vec::new());
 
-/// The `<pidns>` part of this process's file names (see "Name"): the inode number of its pid
-/// namespace, or 0 where `/proc` cannot tell.
-fn pid_namespace() -> u64 {
+/// The pid namespace of this process as segment file names carry it (the `<pidns>` part,
+/// see [`ShmOwner`]): the inode number of `/proc/self/ns/pid`, or 0 where that cannot be read.
+pub fn pid_namespace() -> u64 {
     std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+/// The process that created a segment's shared-memory file, as the file's name says.
+///
+/// Such a file is named `gaspi-<name>-<pidns>-<pid>-<n>` (see [`SegmentMemory::allocate`]). A
+/// process killed before it could remove its files leaves them behind; a launcher that saw it
+/// die finds them with [`ShmOwner::of`]. A pid names a process only within its pid namespace,
+/// so both must match: jobs in containers that share the host's `/dev/shm` have equal pids.
+///
+/// [`SegmentMemory::allocate`]: crate::SegmentMemory::allocate
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShmOwner {
+    /// The creator's pid namespace, as [`pid_namespace`] gives it.
+    pub pid_namespace: u64,
+    /// The creator's pid within that namespace.
+    pub pid: u32,
+}
+
+impl ShmOwner {
+    /// The creator of the segment file called `file_name` (no directory), or `None` when the
+    /// name is not one of a segment file.
+    pub fn of(file_name: &str) -> Option<ShmOwner> {
+        let rest = file_name.strip_prefix("gaspi-")?;
+        // `<name>` holds no '-', so the fields are found from the end.
+        let mut fields = rest.rsplit('-');
+        fields.next()?.parse::<u64>().ok()?;
+        let pid = fields.next()?.parse().ok()?;
+        let pid_namespace = fields.next()?.parse().ok()?;
+        fields.next()?;
+        Some(ShmOwner { pid_namespace, pid })
+    }
 }
 
 /// Registers [`remove_live_names`] with `atexit`, once per process.
@@ -428,5 +459,44 @@ mod tests {
         assert!(!path.exists());
         assert_eq!(guard.path(), None);
         guard.unlink().expect("second unlink is a no-op");
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates a shared-memory file: miri runs no statvfs or fallocate"
+    )]
+    fn a_files_name_tells_its_creator() {
+        let (guard, _file) = ShmFile::create("owner.x_1", 1, Space::Sparse).expect("create");
+        let path = guard.path().expect("not unlinked");
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("a UTF-8 name");
+        let own = ShmOwner {
+            pid_namespace: pid_namespace(),
+            pid: std::process::id(),
+        };
+        assert_eq!(ShmOwner::of(name), Some(own));
+    }
+
+    #[test]
+    fn names_not_of_segment_files_have_no_creator() {
+        assert_eq!(
+            ShmOwner::of("gaspi-seg3-99-1234-7"),
+            Some(ShmOwner {
+                pid_namespace: 99,
+                pid: 1234
+            })
+        );
+        for name in [
+            "1234:0:0",
+            "gaspi-99-1234-7",
+            "gaspi-seg3-1234-7x",
+            "gaspi-seg3-ns-1234-7",
+            "other-seg3-99-1234-7",
+        ] {
+            assert_eq!(ShmOwner::of(name), None, "{name}");
+        }
     }
 }
