@@ -10,7 +10,7 @@
 //! (yielding the core) instead, since data only moves while somebody drives the provider: a streaming
 //! receiver pulls each chunk as it comes instead of paying a wake-up per socket event. While a
 //! user thread posts, it stands aside in short naps instead ([`POSTING_NAP`]), driving the
-//! provider at least every [`POSTING_DEFER`].
+//! provider at least every [`POSTING_NAPS`] naps.
 //!
 //! [`Endpoint::wait`]: gaspi_fabric::Endpoint::wait
 
@@ -68,10 +68,12 @@ const EARLY_WAKE: Duration = Duration::from_millis(50);
 /// wake per message, measured), and a user thread that posts drives the provider itself.
 const POSTING_NAP: Duration = Duration::from_micros(100);
 
-/// The longest the progress thread goes without driving the provider while user threads post
-/// (see [`POSTING_NAP`]): a thread that posts now and then does not wait for what it posted,
-/// and what is in flight moves only while somebody drives.
-const POSTING_DEFER: Duration = Duration::from_millis(1);
+/// How many naps in a row (see [`POSTING_NAP`]) the progress thread takes at most before it
+/// drives the provider again while user threads post, so at least once a millisecond: a thread
+/// that posts now and then does not wait for what it posted, and what is in flight moves only
+/// while somebody drives. Counted rather than timed: a nap ends early only when a poller goes
+/// to sleep, and the count costs no clock reading per round.
+const POSTING_NAPS: u32 = 10;
 
 /// How long after the last traffic the progress thread keeps polling although none of this
 /// rank's operations are in flight: long enough to cover the gaps between the chunks of a
@@ -84,9 +86,10 @@ fn run(inner: &Inner, stop: &AtomicBool) {
     let mut stalled_since: Option<Instant> = None;
     // When the provider last reported anything.
     let mut last_traffic: Option<Instant> = None;
-    // The endpoint's post count when this thread last drove the provider, and when that was.
+    // The endpoint's post count when this thread last drove the provider, and the naps taken
+    // since.
     let mut posts_seen = inner.ep.posts();
-    let mut last_drive = Instant::now();
+    let mut naps = 0;
     while !stop.load(Ordering::Acquire) {
         if inner.engine.handoff.stand_aside(Some(STAND_ASIDE)) {
             continue;
@@ -104,8 +107,9 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             // between socket events cost 30% of streaming bandwidth (measured, tcp and shm).
             // Poll, yielding the core; but stand aside while a user thread posts.
             let posts = inner.ep.posts();
-            if posts != posts_seen && last_drive.elapsed() < POSTING_DEFER {
+            if posts != posts_seen && naps < POSTING_NAPS {
                 posts_seen = posts;
+                naps += 1;
                 inner.engine.handoff.nap(POSTING_NAP);
                 continue;
             }
@@ -135,7 +139,7 @@ fn run(inner: &Inner, stop: &AtomicBool) {
         };
         // What this thread's own handlers and retries posted is no user thread's.
         posts_seen = inner.ep.posts();
-        last_drive = Instant::now();
+        naps = 0;
         if progressed {
             stalled_since = None;
             last_traffic = Some(Instant::now());
