@@ -128,6 +128,10 @@ impl<F: FnMut() -> bool> Progress for F {
 ///
 /// [`Error::Timeout`] when the deadline passes before `poll` succeeds. Nothing is consumed, so
 /// the wait can be repeated.
+// Never inlined, so that a profile tells the waiting loop from its caller: the callgrind
+// harness (`scripts/callgrind-allreduce.sh`) leaves out what this function executes, whose
+// instructions grow with the time waited. One call per wait costs nothing beside the loop.
+#[inline(never)]
 pub fn wait_until<T>(
     event: &EventCount,
     deadline: impl Into<Deadline>,

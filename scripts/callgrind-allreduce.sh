@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Instructions per call of the 8 B allreduce (f64 sum), the team engine's beside the runtime's
+# and, at a power-of-two number of ranks on the direct path, beside the floor of the runtime's public calls (the
+# example's `floor`: recursive doubling on them with no engine around it), counted by callgrind on rank 0 (the other ranks run natively), so that they repeat whatever
+# the machine's load: `scripts/callgrind-allreduce.sh [RANKS...]` (default 2 4), over shm with
+# GASPI_INTRANODE as set (direct by default), on the ci profile's build of
+# `coll/examples/cg_allreduce`.
+#
+# Two cases per rank count: `late` (the partners come late: rank 0 initiates and waits) and
+# `there` (rank 0 comes late: its partners' data is there when it initiates). The counts
+# leave out the waiting loop (`gaspi_notifications::wait::wait_until` and what it calls),
+# whose instructions grow with the time waited. One line per case:
+#   ranks=2 case=late engine=7129 runtime=1840 floor=... engine/runtime=3.87 floor/runtime=...
+# The callgrind files stay in $CG_DIR (default target/callgrind) for callgrind_annotate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+iters=${CG_ITERS:-2000}
+dir=${CG_DIR:-target/callgrind}
+mkdir -p "$dir"
+cargo build --profile ci -p gaspi-coll --example cg_allreduce -p gaspi-launcher --bin gaspirun >&2
+wrapper="$dir/rank0.sh"
+cat >"$wrapper" <<'SH'
+#!/bin/sh
+# Rank 0 under callgrind, collecting only inside the calls and outside the waiting loop.
+if [ "$PMI_RANK" = "0" ]; then
+    exec valgrind --tool=callgrind --callgrind-out-file="$CG_OUT" \
+        --toggle-collect='cg_allreduce::engine_call' --toggle-collect='cg_allreduce::runtime_call' \
+        --toggle-collect='cg_allreduce::floor_call' --toggle-collect='gaspi_notifications::wait::wait_until*' "$@"
+fi
+exec "$@"
+SH
+chmod +x "$wrapper"
+
+per_call() {
+    local total
+    total=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    echo $((total / iters))
+}
+
+for n in "${@:-2 4}"; do
+    for case in late there; do
+        line="ranks=$n case=$case"
+        declare -A count=()
+        libs="engine runtime"
+        # The floor needs partners by recursive doubling, and the direct path (it puts out of
+        # ordinary memory, as the engine does towards members it reaches directly).
+        if (( (n & (n - 1)) == 0 )) && [ "${GASPI_INTRANODE:-direct}" = direct ]; then
+            libs="$libs floor"
+        fi
+        for lib in $libs; do
+            out="$dir/cg.$lib.$case.$n"
+            CG_OUT=$out target/ci/gaspirun -n "$n" --provider shm --timeout 600 \
+                "$wrapper" target/ci/examples/cg_allreduce "$lib" "$case" "$iters" >&2
+            count[$lib]=$(per_call "$out")
+            line="$line $lib=${count[$lib]}"
+        done
+        line="$line engine/runtime=$(python3 -c "print(f'{${count[engine]} / ${count[runtime]}:.2f}')")"
+        if [ -n "${count[floor]:-}" ]; then
+            line="$line floor/runtime=$(python3 -c "print(f'{${count[floor]} / ${count[runtime]}:.2f}')")"
+        fi
+        echo "$line"
+    done
+done
