@@ -11,7 +11,7 @@ mod plan;
 mod round;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 pub use plan::{Destination, Plan, Source};
 pub use round::{Round, Status};
@@ -161,8 +161,11 @@ pub struct Alltoallv<'c> {
     me: u32,
     layout: Layout,
     control: Segment<'c>,
-    /// The other members' control segments, resolved on first use.
-    targets: Mutex<HashMap<Rank, Target>>,
+    /// The members' control segments, by member index, each resolved on first use: a credit
+    /// or a wake-up finds its target without taking a lock.
+    targets: Vec<OnceLock<Target>>,
+    /// Member index by rank.
+    members: HashMap<Rank, u32>,
     /// Registrations, replies, barrier notifications and blocks.
     batch: Batch<'c>,
     /// Credits, posted by resets from any thread.
@@ -217,6 +220,10 @@ impl<'c> Alltoallv<'c> {
         )?;
         // Room for every registration, reply and block of a round in flight at once.
         let depth = n.saturating_mul(2).saturating_add(64);
+        let members = (0..)
+            .zip(&ranks)
+            .map(|(member, &rank)| (rank, member))
+            .collect();
         Ok(Alltoallv {
             ctx,
             coll,
@@ -226,7 +233,8 @@ impl<'c> Alltoallv<'c> {
             me,
             layout,
             control,
-            targets: Mutex::new(HashMap::default()),
+            targets: (0..n).map(|_| OnceLock::new()).collect(),
+            members,
             batch: ctx.batch_with_depth(depth),
             credits: ctx.batch_with_depth(depth),
             id: OBJECTS.fetch_add(1, Ordering::Relaxed),
@@ -322,17 +330,12 @@ impl<'c> Alltoallv<'c> {
 
     /// `rank`'s control segment, resolved within `deadline` the first time.
     fn control_target(&self, rank: Rank, deadline: Deadline) -> Result<Target> {
-        let cached = |targets: &Mutex<HashMap<Rank, Target>>| {
-            let map = targets.lock().unwrap_or_else(PoisonError::into_inner);
-            map.get(&rank).copied()
-        };
-        if let Some(target) = cached(&self.targets) {
+        let slot = (self.members.get(&rank)).map(|&member| &self.targets[member as usize]);
+        if let Some(&target) = slot.and_then(OnceLock::get) {
             return Ok(target);
         }
         let target = self.control.target(rank, deadline.left())?;
-        let mut map = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
-        map.insert(rank, target);
-        Ok(target)
+        Ok(slot.map_or(target, |slot| *slot.get_or_init(|| target)))
     }
 }
 
