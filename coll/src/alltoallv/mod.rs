@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 pub use plan::{Destination, Plan, Source};
+use round::Budget;
 pub use round::{Round, Status};
 
 use gaspi::{Batch, Context, Deadline, GroupId, Rank, Segment, SegmentId, Target, Timeout};
@@ -109,7 +110,8 @@ static OBJECTS: AtomicU64 = AtomicU64::new(1);
 ///   written, so only as many pages are touched as the member has neighbours.
 /// * Waiting: one thread at a time sleeps on the control table's notifications; the others
 ///   sleep on a condition variable and are woken by whoever changes the exchange. No thread
-///   spins while it waits.
+///   spins while it waits. A call's timeout counts from when the call first has to wait, as
+///   the runtime's waits count a [`Timeout`].
 /// * Dropping an `Alltoallv` deletes its control segment. A credit for a source that has
 ///   dropped its alltoallv is skipped (it has no use for it); drop an alltoallv only after
 ///   the rounds it takes part in are over on every member, as for any collective object.
@@ -294,18 +296,18 @@ impl<'c> Alltoallv<'c> {
         source_offsets: &[u64],
         timeout: Timeout,
     ) -> Result<Status> {
-        let deadline = timeout.deadline();
+        let budget = Budget::new(timeout);
         let number = self.begin_all(plan, source, source_offsets)?;
         // The proposal's blocking call completes the alltoallv: handing out one source and
         // blocking again would leave the others unreported until the next call.
         if timeout == Timeout::Block {
-            self.finish(number, deadline)?;
+            self.finish(number, &budget)?;
             return Ok(Status::Complete);
         }
-        if let Some(rank) = self.next_arrival(number, deadline)? {
+        if let Some(rank) = self.next_arrival(number, &budget)? {
             return Ok(Status::Arrived(rank));
         }
-        self.finish(number, deadline)?;
+        self.finish(number, &budget)?;
         Ok(Status::Complete)
     }
 
