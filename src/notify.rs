@@ -5,6 +5,8 @@
 //! context notifies one shared event count, so that one wait can watch ranges of several
 //! segments at once ([`Context::notify_wait_any`]).
 
+use std::sync::Arc;
+
 use gaspi_notifications::{Deadline, NotificationTable, TableRange, Timeout};
 use smallvec::SmallVec;
 
@@ -70,20 +72,29 @@ impl Context {
     ) -> Result<NotificationId> {
         // What is already set is answered under a loan of the segment: a reference of its own
         // (needed only to wait) would move the segment's count between the cores of every
-        // thread that waits on it.
-        let set = self
+        // thread that waits on it. A wait takes that reference under the same loan: a second
+        // lookup and pin cost ~45 instructions and a locked one between the first look and the
+        // first poll, where an arriving notification goes unseen. `first` is the id set, or
+        // the segment to wait on.
+        let first = self
             .inner
             .segments
-            .with_table(Table::User(segment), |table| table.first_set(begin, num))
+            .with_segment(Table::User(segment), |seg| {
+                match seg.notifications.first_set(begin, num) {
+                    Ok(Some(id)) => Ok(Ok(id)),
+                    Ok(None) => Ok(Err(Arc::clone(seg))),
+                    Err(e) => Err(e),
+                }
+            })
             .ok_or_else(|| Error::UnknownSegment {
                 rank: self.rank(),
                 segment,
             })?
             .map_err(|e| self.notification_error(segment, e))?;
-        if let Some(id) = set {
-            return Ok(id);
-        }
-        let seg = self.inner.segments.user(self.rank(), segment)?;
+        let seg = match first {
+            Ok(id) => return Ok(id),
+            Err(seg) => seg,
+        };
         seg.notifications
             .wait_some(begin, num, timeout, self.inner.waiter())
             .map_err(|e| self.notification_error(segment, e))

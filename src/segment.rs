@@ -269,11 +269,13 @@ impl Segments {
     }
 
     /// Runs `f` on the segment behind `table` without touching its reference count (the
-    /// operations' fast path). `f` must not block: the segment is lent meanwhile.
+    /// operations' fast path). `f` must not block: the segment is lent meanwhile. It gets the
+    /// segment as the registry holds it, so that a caller that turns out to need a reference
+    /// of its own (a wait that found nothing yet) takes it under the same lookup and pin.
     pub(crate) fn with_segment<R>(
         &self,
         table: Table,
-        f: impl FnOnce(&LocalSegment) -> R,
+        f: impl FnOnce(&Arc<LocalSegment>) -> R,
     ) -> Option<R> {
         self.entry(table).map(|e| f(&e.local))
     }
