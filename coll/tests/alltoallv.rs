@@ -309,13 +309,17 @@ fn late(provider: &str) {
 
 /// `errors` on 3 ranks: every misuse returns its own variant, naming what was wrong, and the
 /// rounds after them deliver every block; a small block whose receive segment was deleted
-/// before its hand-out is named at every call until the segment is back, then handed out.
+/// before its hand-out is named at every call until the segment is back, then handed out; a
+/// source out of step is named at every call of the round.
 fn errors(provider: &str) {
     const RANKS: u32 = 3;
     /// A segment no rank creates, and the receive segment of `too_small` (see `errors.rs`).
     const MISSING: SegmentId = 250;
     const SMALL: SegmentId = 9;
     const SOURCE: SegmentId = 3;
+    /// The tags of round 1 of the first and second plans of an alltoallv (`layout.rs`).
+    const FIRST_TAG: u32 = (1 << 24 | 1) + 1;
+    const SECOND_TAG: u32 = (2 << 24 | 1) + 1;
     let job = gaspirun(
         RANKS,
         provider,
@@ -404,6 +408,22 @@ fn errors(provider: &str) {
                     "UnknownSegment({rank}/14)/UnknownSegment({rank}/14)/Arrived({})/Ok",
                     (rank + RANKS - 1) % RANKS
                 ),
+            ),
+            (
+                "out_of_step",
+                // Round 1's tags: plan 1's and plan 2's of the sixth alltoallv.
+                match rank {
+                    0 => {
+                        let last = RANKS - 1;
+                        let e = format!("OutOfStep({last}/{SECOND_TAG}/{FIRST_TAG})");
+                        format!("{e}/{e}/{e}")
+                    }
+                    1 => {
+                        let e = format!("OutOfStep(0/{FIRST_TAG}/{SECOND_TAG})");
+                        format!("{e}/{e}/{e}")
+                    }
+                    _ => format!("Arrived({})/None/Ok", rank - 1),
+                },
             ),
             (
                 "unknown_destination_b",

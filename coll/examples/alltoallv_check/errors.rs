@@ -39,11 +39,12 @@
 //! round (see [`late_receive`]); then `half_missing` on a fourth: a call that sends to two
 //! ranks, one of which has not made its receive segment yet (see [`half_missing`]); then
 //! `gone_receive` on a fifth: a receive segment deleted while a small block waits to be
-//! handed out, and made again (see [`gone_receive`]). `digest`: every block of the five
+//! handed out, and made again (see [`gone_receive`]); then `out_of_step` on a sixth: a round
+//! whose members disagree on the plan (see [`out_of_step`]). `digest`: every block of the five
 //! rounds.
 
 use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
-use gaspi_coll::{Alltoallv, Collectives, Plan, Status};
+use gaspi_coll::{Alltoallv, Collectives, Plan, Round, Status};
 
 use crate::check::{check_number, outcome, take_all, Received, Report, Setup};
 use crate::plan::{self, Digest, Pattern};
@@ -217,6 +218,10 @@ pub fn run(ctx: &Context) -> Outcome {
     let e = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
     report.put("gone_receive", gone_receive(ctx, e)?);
 
+    // A round whose members disagree on the plan.
+    let f = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    report.put("out_of_step", out_of_step(ctx, f)?);
+
     report.put("digest", digest.hex());
     report.print("errors", me);
     // An alltoallv is dropped only once its rounds are over on every member.
@@ -339,11 +344,27 @@ fn gone_receive(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
     let first = outcome(&round.next_arrival(TIMEOUT));
     let second = outcome(&round.next_arrival(GONE_WAIT));
     ctx.segment_create(GONE, GONE_BYTES, TIMEOUT)?;
-    let third = match round.next_arrival(GONE_WAIT) {
+    let third = hand_out(ctx, &round, round.next_arrival(GONE_WAIT), GONE, 0x30)?;
+    let finished = outcome(&round.finish(GONE_WAIT));
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
+    Ok(format!("{first}/{second}/{third}/{finished}"))
+}
+
+/// What `arrival` handed out: `Arrived(<rank>)` once the source's block of [`GONE_BYTES`]
+/// at offset 0 of `receive`, each byte its rank plus `fill`, was found intact and reset.
+fn hand_out(
+    ctx: &Context,
+    round: &Round<'_>,
+    arrival: gaspi_coll::Result<Option<Rank>>,
+    receive: SegmentId,
+    fill: u8,
+) -> Outcome<String> {
+    Ok(match arrival {
         Ok(Some(source)) => {
             let mut got = [0u8; GONE_BYTES as usize];
-            ctx.segment_read(GONE, 0, &mut got)?;
-            if got != [source as u8 + 0x30; GONE_BYTES as usize] {
+            ctx.segment_read(receive, 0, &mut got)?;
+            if got != [source as u8 + fill; GONE_BYTES as usize] {
                 format!("rank {source}'s block differs: {got:?}")
             } else {
                 round.reset(source)?;
@@ -352,11 +373,7 @@ fn gone_receive(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
         }
         Ok(None) => "None".into(),
         other => outcome(&other),
-    };
-    let finished = outcome(&round.finish(GONE_WAIT));
-    // An alltoallv is dropped only once its rounds are over on every member.
-    ctx.barrier(TIMEOUT)?;
-    Ok(format!("{first}/{second}/{third}/{finished}"))
+    })
 }
 
 /// The receive segment of [`gone_receive`], and its block size (at most 1 KiB: small).
@@ -364,6 +381,45 @@ const GONE: SegmentId = 14;
 const GONE_BYTES: u64 = 40;
 /// How long [`gone_receive`] waits where a lost block would leave it waiting for ever.
 const GONE_WAIT: Timeout = Timeout::Millis(2_000);
+
+/// Two plans of `a2a` alike (each rank sends [`GONE_BYTES`] to the next), the first into
+/// [`STEP_FIRST`], the second into [`STEP_SECOND`]; rank 0 begins a round of the second, the
+/// others of the first. Rank 1 gets rank 0's block of the second plan, and rank 0 the last
+/// rank's of the first: each asks for the next arrival, which must name the source out of
+/// step, then asks again, which must name it again (before the fix the block's notification
+/// was gone with the first call, and this one timed out), then tries to finish, which must
+/// name it too. The other ranks' round goes through. Outcome: `<first>/<second>/<finish>`,
+/// the first `Arrived(<rank>)` when the previous rank's block came intact.
+fn out_of_step(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    let sends = [((me + 1) % n, GONE_BYTES)];
+    let mut plans = Vec::new();
+    for receive in [STEP_FIRST, STEP_SECOND] {
+        ctx.segment_create(receive, GONE_BYTES, TIMEOUT)?;
+        plans.push((
+            receive,
+            a2a.get_remote_offsets(receive, 0, &sends, TIMEOUT)?,
+        ));
+    }
+    let (receive, plan) = &plans[usize::from(me == 0)];
+    ctx.segment_write(SMALL, 0, &[me as u8 + 0x50; GONE_BYTES as usize])?;
+    let round = a2a.round(plan, SMALL)?;
+    round.send_all(&[0])?;
+    let first = hand_out(ctx, &round, round.next_arrival(TIMEOUT), *receive, 0x50)?;
+    let second = match round.next_arrival(GONE_WAIT) {
+        Ok(next) => format!("{next:?}"),
+        other => outcome(&other),
+    };
+    let finished = outcome(&round.finish(GONE_WAIT));
+    // An alltoallv is dropped only once its rounds are over on every member (here, once
+    // every member made its calls: the rounds out of step never end).
+    ctx.barrier(TIMEOUT)?;
+    Ok(format!("{first}/{second}/{finished}"))
+}
+
+/// The receive segments of the two plans of [`out_of_step`].
+const STEP_FIRST: SegmentId = 15;
+const STEP_SECOND: SegmentId = 16;
 
 /// `status` as the status, or the error as [`outcome`] names it.
 fn status_of(status: &gaspi_coll::Result<Status>) -> String {

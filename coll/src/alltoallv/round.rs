@@ -98,8 +98,8 @@ pub(super) struct Exchange {
     owed: HashMap<Rank, [u32; 2]>,
     /// Each source's latest block: its tag, and whether it was reset.
     arrivals: HashMap<Rank, (u32, bool)>,
-    /// Blocks taken from the table before their round began here: the tag, by source and
-    /// round parity.
+    /// Blocks taken from the table and not handed out (before their round began here, of
+    /// another plan's round, or whose copy failed): the tag, by source and round parity.
     early: HashMap<(Rank, u32), u32>,
     /// A small block's bytes between its slot and the receive area: kept from hand-out to
     /// hand-out, so that none zeroes a buffer of [`SMALL_BLOCK`] bytes.
@@ -263,7 +263,8 @@ impl<'a> Round<'a> {
     /// # Errors
     /// [`gaspi::Error::Timeout`] (call again); [`gaspi::Error::RankFailed`] naming a dead
     /// source or a dead destination this rank waits to send to; [`Error::OutOfStep`] when a
-    /// source is in a round of another plan; [`gaspi::Error::UnknownSegment`] (or
+    /// source is in a round of another plan (its block stays kept, and every later call of
+    /// the round names it again); [`gaspi::Error::UnknownSegment`] (or
     /// [`gaspi::Error::OutOfBounds`]) naming the plan's receive segment when a block of at
     /// most 1 KiB cannot be copied into it (deleted during the round, or made again too
     /// small): the block stays kept, and a call made again hands it out once the segment can
@@ -722,10 +723,12 @@ impl Alltoallv<'_> {
     /// block of that parity, given after that block was handed out: the table holds this
     /// round's block, or one of another plan's round.
     ///
-    /// A block whose copy fails (the receive segment was deleted, or made again too small)
-    /// is kept aside in `early`, its slot untouched, and the error returned: its notification
-    /// was taken, so a call made again copies it from there, failing alike until the
-    /// segment can hold it, instead of waiting for a notification that will not come.
+    /// A block that is not handed out is kept aside in `early`, its slot untouched, and the
+    /// error returned: its notification was taken, so a call made again finds it there
+    /// instead of waiting for a notification that will not come. A block of another round
+    /// (the source disagrees on the plan) is reported again by every call of this round; a
+    /// block whose copy fails (the receive segment was deleted, or made again too small)
+    /// fails alike until the segment can hold it.
     fn take(
         &self,
         run: &mut Running,
@@ -737,6 +740,7 @@ impl Alltoallv<'_> {
     ) -> Result<Rank> {
         let source = &run.plan.sources[i];
         if value != run.tag {
+            early.insert((source.rank, run.parity), value);
             return Err(Error::OutOfStep {
                 rank: source.rank,
                 expected: run.tag,
