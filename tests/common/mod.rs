@@ -16,6 +16,8 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod fresh;
+
 /// `<target>/<profile>`, where cargo puts binaries and examples; test binaries live in its
 /// `deps`. Cargo tells a package's tests only where that package's own binaries are, and the
 /// launcher belongs to `gaspi-launcher`, hence the lookup.
@@ -27,7 +29,7 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A binary of this workspace, built in the same profile.
+/// A binary of this workspace, built in the same profile from the sources as they are.
 fn binary(name: &str, package: &str) -> PathBuf {
     let path = profile_dir().join(name);
     assert!(
@@ -36,7 +38,28 @@ fn binary(name: &str, package: &str) -> PathBuf {
          `cargo build -p {package}` in the same profile first)",
         path.display()
     );
+    refuse_stale(&path);
     path
+}
+
+/// Fails the test when `program` is older than a file it is built from: a job would run the
+/// code as it was, and pass or fail for it. Names the build that brings it up to date.
+fn refuse_stale(program: &Path) {
+    let Some(source) = fresh::newer_source(program) else {
+        return;
+    };
+    let profile = match profile_dir().file_name().and_then(|name| name.to_str()) {
+        Some("debug") => "dev".to_owned(),
+        Some(name) => name.to_owned(),
+        None => "<profile>".to_owned(),
+    };
+    panic!(
+        "{} is older than {}, which it is built from (a single test file's run rebuilds no \
+         example and no other package's binary): rebuild with `cargo build --profile {profile} \
+         --workspace --examples --bins`, or run `cargo test --workspace`",
+        program.display(),
+        source.display()
+    );
 }
 
 /// `gaspirun`, from the `gaspi-launcher` package.
@@ -421,7 +444,8 @@ pub fn gaspirun_with_env(
     gaspirun(ranks, provider, JOB_TIMEOUT_S, Path::new("env"), &args)
 }
 
-/// An example program of the package under test, which `cargo test` builds.
+/// An example program of the package under test, which `cargo test` builds (not
+/// `cargo test --test <file>`: a stale one fails the test, see [`refuse_stale`]).
 pub fn example(name: &str) -> PathBuf {
     let path = profile_dir().join("examples").join(name);
     assert!(
@@ -430,6 +454,7 @@ pub fn example(name: &str) -> PathBuf {
          `cargo build --examples` (with the same profile)",
         path.display()
     );
+    refuse_stale(&path);
     path
 }
 

@@ -1,0 +1,80 @@
+//! The test runner's own checks (`common/`): a program older than a file it is built from is
+//! stale, one newer than all of them current.
+
+#[path = "common/fresh.rs"]
+mod fresh;
+
+use std::fs::{self, File};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// How long before the check the program was built.
+const BUILT: Duration = Duration::from_secs(10);
+
+/// Writes `path` and dates it `age` before `now`.
+fn file_aged(path: &Path, now: SystemTime, age: Duration) {
+    fs::write(path, b"x").expect("the temporary directory is writable");
+    let file = File::options()
+        .write(true)
+        .open(path)
+        .expect("just written");
+    file.set_modified(now - age)
+        .expect("the file's time can be set");
+}
+
+/// The name of the source [`fresh::newer_source`] names for a program built [`BUILT`] ago
+/// from `sources` (each a name and its age in seconds, `None` for a file that is gone), in
+/// a directory of `test`'s own; `dep_info: false` leaves out the program's dep-info.
+fn judged(test: &str, sources: &[(&str, Option<u64>)], dep_info: bool) -> Option<String> {
+    let dir = std::env::temp_dir().join(format!("gaspi-runner-{}-{test}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("the temporary directory is writable");
+    let now = SystemTime::now();
+    let program = dir.join("prog");
+    file_aged(&program, now, BUILT);
+    let mut listed = Vec::new();
+    for &(name, age) in sources {
+        let path = dir.join(name);
+        if let Some(age) = age {
+            file_aged(&path, now, Duration::from_secs(age));
+        }
+        listed.push(path.display().to_string().replace(' ', "\\ "));
+    }
+    if dep_info {
+        let info = format!("{}: {}\n", program.display(), listed.join(" "));
+        fs::write(dir.join("prog.d"), info).expect("the temporary directory is writable");
+    }
+    let newer = fresh::newer_source(&program);
+    fs::remove_dir_all(&dir).expect("the test's own directory");
+    newer.map(|path| {
+        path.strip_prefix(&dir)
+            .unwrap_or(&path)
+            .display()
+            .to_string()
+    })
+}
+
+#[test]
+fn a_program_newer_than_its_sources_is_current() {
+    let sources = [("a.rs", Some(20)), ("with space.rs", Some(30))];
+    assert_eq!(judged("current", &sources, true), None);
+}
+
+#[test]
+fn a_source_changed_after_the_build_makes_the_program_stale() {
+    let sources = [("a.rs", Some(20)), ("with space.rs", Some(1))];
+    let newer = judged("stale", &sources, true);
+    assert_eq!(newer.as_deref(), Some("with space.rs"));
+}
+
+#[test]
+fn a_source_gone_makes_the_program_stale() {
+    let sources = [("a.rs", Some(20)), ("gone.rs", None)];
+    assert_eq!(judged("gone", &sources, true).as_deref(), Some("gone.rs"));
+}
+
+#[test]
+fn a_program_without_dep_info_is_not_judged() {
+    let sources = [("a.rs", Some(1))];
+    assert_eq!(judged("no-info", &sources, false), None);
+}
