@@ -92,8 +92,9 @@ struct Request {
     offset: u64,
     op: AtomicOp,
     notify: Option<(NotificationId, u32)>,
-    /// For a library segment's target, the segment it names (see [`Descriptor`]'s
-    /// incarnation): the owner refuses a word of another one behind the same local id.
+    /// For a library segment's target, the segment it names (see the incarnation of
+    /// [`Descriptor`](crate::engine::lookup::Descriptor)): the owner refuses a word of
+    /// another one behind the same local id.
     incarnation: Option<u32>,
 }
 

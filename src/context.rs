@@ -563,7 +563,7 @@ impl Context {
     /// passes (finish the allreduce, which partners may wait for, then call `finalize` again:
     /// it continues); once every rank is in it, the run is given up, since no rank can take a
     /// step of it any more (its partners failed it, with [`Error::CollectiveMismatch`] say).
-    /// With [`Timeout::Block`](crate::Timeout::Block), a partner still waiting in that
+    /// With [`Timeout::Block`], a partner still waiting in that
     /// allreduce and never calling `finalize` keeps this call waiting too: finish a timed-out
     /// allreduce before a blocking `finalize`.
     ///

@@ -146,7 +146,7 @@ impl Context {
     /// then ends at its timeout.
     ///
     /// `timeout` is a [`Timeout`], counted from when the call first has to wait, or a
-    /// [`Deadline`](crate::Deadline) (a library's call that waits several times under one
+    /// [`Deadline`] (a library's call that waits several times under one
     /// timeout passes its deadline as it is: nothing is converted, and the clock is read only
     /// when the call has to wait).
     ///

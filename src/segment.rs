@@ -483,7 +483,7 @@ impl Context {
     /// The memory is a shared-memory file, so other ranks on this host could map it directly.
     /// Each rank may pass its own `size`. After a timeout the segment exists locally and calling
     /// again (with the same id) finishes the synchronisation; a call that timed out waiting for
-    /// another thread's collective of [`GROUP_ALL`](crate::GROUP_ALL) made nothing, and calling
+    /// another thread's collective of [`GROUP_ALL`] made nothing, and calling
     /// again creates the segment.
     ///
     /// # Errors
@@ -491,11 +491,11 @@ impl Context {
     /// [`Error::Segment`] when the memory cannot be allocated, a `size` of 0 included (this
     /// rank made nothing and did not enter the synchronisation: the other ranks wait in theirs
     /// until this rank calls again, with a size it can allocate, or until their timeout, and
-    /// another collective of [`GROUP_ALL`](crate::GROUP_ALL) here meets theirs as
+    /// another collective of [`GROUP_ALL`] here meets theirs as
     /// [`Error::CollectiveMismatch`]);
     /// [`Error::Timeout`] as above;
     /// [`Error::RankFailed`] when a rank died; [`Error::CollectiveInProgress`] when a
-    /// collective of [`GROUP_ALL`](crate::GROUP_ALL) that timed out is still in flight;
+    /// collective of [`GROUP_ALL`] that timed out is still in flight;
     /// [`Error::CollectiveMismatch`] naming a rank that called another collective of
     /// `GROUP_ALL` meanwhile (a `barrier`, `finalize`, or `segment_create` of another id).
     pub fn segment_create(&self, id: SegmentId, size: u64, timeout: Timeout) -> Result<()> {
