@@ -812,7 +812,8 @@ fn early_exit_pids(job: &common::Finished) -> Vec<u32> {
 }
 
 /// The shared-memory files in `/dev/shm` of processes `pids`: segment files
-/// (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's regions (`<pid>:<uid>:<domain>`).
+/// (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's regions (named alike, or by
+/// libfabric's default `<pid>:<uid>:<domain>`).
 fn files_of(pids: &[u32]) -> Vec<String> {
     let of = |name: &str, pid: &u32| {
         let pid = pid.to_string();
@@ -1026,6 +1027,93 @@ fn small_dev_shm() {
         "files left in {}: {left_in_tmp:?}\n{}",
         tmp.display(),
         job.report()
+    );
+}
+
+/// Whether this process may start a command in a pid namespace of its own with its own
+/// `/proc` (root, or a container granting `CAP_SYS_ADMIN`), as
+/// [`shm_jobs_in_two_pid_namespaces`] does.
+fn can_unshare_pid() -> bool {
+    Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "true"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// `gaspirun -n 2 --provider shm <program> <args>` in a pid namespace of its own, sharing
+/// `/dev/shm`, as containers started with `--ipc=host` do: its ranks' pids are 2 and 3 in every
+/// such job. It prints its pid namespace first (`pid:[<inode>]`); it dies with the command.
+fn shm_job_in_pid_namespace(program: &std::path::Path, args: &[&str]) -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "-p",
+            "-f",
+            "--mount-proc",
+            "--kill-child=SIGKILL",
+            "sh",
+            "-c",
+        ])
+        .arg(r#"readlink /proc/self/ns/pid; exec "$@""#)
+        .arg("sh")
+        .arg(common::gaspirun_path())
+        .args(["-n", "2", "--provider", "shm", "--timeout", "120"])
+        .arg(program)
+        .args(args);
+    command
+}
+
+/// Two jobs over shm at once, each in a pid namespace of its own sharing `/dev/shm`: while the
+/// first job's ranks linger, the second job's ranks (of the same pids) must open their shm
+/// endpoints and run. Before, libfabric shm named both jobs' regions `<pid>:<uid>:0`, and the
+/// second job's ranks were refused with `EBUSY` naming `/dev/shm/2:0:0`. Skipped, saying why,
+/// where no pid namespace can be made.
+#[test]
+fn shm_jobs_in_two_pid_namespaces() {
+    if !can_unshare_pid() {
+        eprintln!("shm_jobs_in_two_pid_namespaces skipped: cannot start a command in a pid namespace of its own (`unshare -p` needs root or CAP_SYS_ADMIN)");
+        return;
+    }
+    let mut namespace = None;
+    let mut lingering = 0;
+    let mut second = None;
+    // Looked for before the first job starts: nothing in `ready` may panic and leave it running.
+    let ring = common::example("ring");
+    let first = shm_job_in_pid_namespace(&common::selftest_path(), &["linger"]);
+    let read = common::killed(first, |line| {
+        if let Some(inode) = line.strip_prefix("pid:[") {
+            namespace = inode.strip_suffix(']').map(str::to_owned);
+        }
+        lingering += usize::from(line.contains("data linger rank "));
+        if lingering < 2 {
+            return false;
+        }
+        second = Some(shm_job_in_pid_namespace(&ring, &[]).output());
+        true
+    });
+    // The first job died with all its ranks at once: its files are removed here.
+    let namespace = namespace.unwrap_or_else(|| panic!("no pid namespace printed: {read:?}"));
+    let marker = format!("-{namespace}-");
+    for entry in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("gaspi-") && name.contains(&marker) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let second = second
+        .expect("the second job ran once the first lingered")
+        .expect("the second job started");
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        second.status.success() && stdout.matches("ring ok: rank ").count() == 2,
+        "the second job, beside the first ({read:?}): {}\n{stdout}\n{stderr}",
+        second.status
     );
 }
 

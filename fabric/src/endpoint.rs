@@ -243,15 +243,21 @@ impl<T> Endpoint<T> {
     /// [`Error::ProviderUnavailable`] when no provider of that name gives an RDM endpoint with
     /// RMA, messages and 8 bytes of CQ data; [`Error::Fabric`] when opening a fid fails, and
     /// (`EBUSY`, naming the files) when the first shm endpoint of this process finds
-    /// `/dev/shm` files under its pid and user that libfabric would take for its own region
-    /// (see the `stale` module).
+    /// `/dev/shm` files of its pid and pid namespace that libfabric would take for its own
+    /// region (`gaspi-ep-<pidns>-<pid>-<n>`: an shm endpoint is named so, see the `stale`
+    /// module).
     pub fn open(
         provider: &str,
         require_unordered: bool,
         atomics: bool,
         cq_size: usize,
     ) -> Result<Self> {
-        let (info, caps) = info::select(provider, require_unordered, atomics)?;
+        let (info, caps) = info::select(
+            provider,
+            require_unordered,
+            atomics,
+            stale::next_shm_address,
+        )?;
         let inject_with_context = caps.provider.contains("ofi_rxm");
         if caps.provider.split(';').any(|p| p == "shm") {
             stale::check_first_shm_endpoint()?;

@@ -107,7 +107,15 @@ fn libfabric_name(requested: &str) -> &str {
     }
 }
 
-fn getinfo(prov_name: Option<&str>, order: u64, atomics: bool) -> Result<Option<Info>> {
+/// Asks `fi_getinfo` for an RDM endpoint of `prov_name` (any provider when `None`) with
+/// these orderings and atomics; `src_addr`, when given, is the endpoint's source address in
+/// libfabric's `FI_ADDR_STR` form (`prefix://address`).
+fn getinfo(
+    prov_name: Option<&str>,
+    order: u64,
+    atomics: bool,
+    src_addr: Option<&CStr>,
+) -> Result<Option<Info>> {
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs allocated, or null.
     let hints = unsafe { sys::fi_allocinfo() };
     if hints.is_null() {
@@ -136,6 +144,12 @@ fn getinfo(prov_name: Option<&str>, order: u64, atomics: bool) -> Result<Option<
         if let Some(name) = &name {
             (*h.fabric_attr).prov_name = libc::strdup(name.as_ptr());
         }
+        if let Some(addr) = src_addr {
+            // fi_freeinfo frees src_addr too, hence strdup; the length counts the NUL.
+            h.addr_format = sys::FI_ADDR_STR;
+            h.src_addr = libc::strdup(addr.as_ptr()).cast();
+            h.src_addrlen = addr.to_bytes_with_nul().len();
+        }
     }
     let mut out: *mut sys::fi_info = ptr::null_mut();
     // SAFETY: hints is a valid fi_info; out receives an allocated list on success.
@@ -158,13 +172,18 @@ fn getinfo(prov_name: Option<&str>, order: u64, atomics: bool) -> Result<Option<
     Ok(Some(Info(out)))
 }
 
-/// Finds the provider for `requested` and returns its `fi_info` and what it grants.
+/// Finds the provider for `requested` and returns its `fi_info` and what it grants; an
+/// endpoint of libfabric shm gets `shm_address` as its source address (see the `stale`
+/// module).
 pub(crate) fn select(
     requested: &str,
     require_unordered: bool,
     atomics: bool,
+    shm_address: impl FnOnce() -> CString,
 ) -> Result<(Info, Capabilities)> {
     let name = libfabric_name(requested);
+    let src = (name == "shm").then(shm_address);
+    let src_addr = src.as_deref();
     // Most wanted first: write ordering (for notify) and send ordering (for passive
     // messages), then send ordering alone, then nothing.
     let wishes: &[u64] = if require_unordered {
@@ -178,7 +197,7 @@ pub(crate) fn select(
     let mut found = None;
     'search: for &atomics in atomic_wishes {
         for &order in wishes {
-            if let Some(info) = getinfo(Some(name), order, atomics)? {
+            if let Some(info) = getinfo(Some(name), order, atomics, src_addr)? {
                 found = Some((info, order));
                 break 'search;
             }
@@ -249,7 +268,7 @@ fn capabilities(info: &sys::fi_info, requested_order: u64) -> Capabilities {
 
 /// The RDM providers with RMA that exist on this host (libfabric names, deduplicated).
 pub fn available_providers() -> Vec<String> {
-    let Ok(Some(info)) = getinfo(None, 0, false) else {
+    let Ok(Some(info)) = getinfo(None, 0, false, None) else {
         return Vec::new();
     };
     let mut names = Vec::new();

@@ -1,15 +1,25 @@
-//! Files in `/dev/shm` that libfabric shm would take for a new process's own endpoint region.
+//! The names of libfabric shm's endpoint regions in `/dev/shm`, and the files there that a new
+//! endpoint would take for its own region.
 //!
-//! libfabric 1.17's shm provider names an endpoint's region `<pid>:<uid>:<n>` in `/dev/shm` and
-//! opens a file of that name that exists already instead of refusing it. Such a file is left by
-//! a dead process of the same pid and user (a job killed together with its launcher, or
-//! started without gaspirun, once pid numbers wrap at `pid_max`), or belongs to a live process
-//! of another pid namespace sharing `/dev/shm`. Measured: over a full stale region `fi_enable`
-//! failed with a bare `EBUSY`, and over an empty one the process died of `SIGBUS` inside
-//! libfabric. Before its first shm endpoint a process owns no such file, so every one found
-//! then is foreign: the endpoint is refused with an error naming the files. They are not
-//! removed: one may be another namespace's live job's.
+//! libfabric 1.17's shm provider names an endpoint's region after its source address, by
+//! default `<pid>:<uid>:<n>`: two jobs in different pid namespaces sharing `/dev/shm`
+//! (containers with `--ipc=host`) have ranks of equal pids, and the second job's could not open
+//! their endpoints. Each shm endpoint here gets an address of its own instead,
+//! `gaspi-ep-<pidns>-<pid>-<n>`: the shape of a segment file's name (see
+//! [`gaspi_segments::ShmOwner`]), so that gaspirun removes a dead rank's regions with its
+//! segment files.
+//!
+//! The provider opens a file of its region's name that exists already instead of refusing it.
+//! Such a file is left by a dead process of the same pid in the same pid namespace (a job
+//! killed together with its launcher, or started without gaspirun, once pid numbers wrap at
+//! `pid_max`). Measured: over a full stale region `fi_enable` failed with a bare `EBUSY`, and
+//! over an empty one the process died of `SIGBUS` inside libfabric. Before its first shm
+//! endpoint a process owns no such file, so every one found then is foreign: the endpoint is
+//! refused with an error naming the files. They are not removed: the launcher that saw their
+//! process die does that.
 
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crate::{strerror, Error, Result};
@@ -19,16 +29,32 @@ use crate::{strerror, Error, Result};
 /// region meanwhile.
 static OPENED: Mutex<bool> = Mutex::new(false);
 
-/// Refuses the first shm endpoint of this process while `/dev/shm` holds files under its pid
-/// and user; notes the endpoint's opening otherwise.
+/// The `<n>` of the next shm endpoint's region name, unique within this process.
+static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(0);
+
+/// The start of the region names of this process's shm endpoints.
+fn region_prefix() -> String {
+    let namespace = gaspi_segments::pid_namespace();
+    format!("gaspi-ep-{namespace}-{}-", std::process::id())
+}
+
+/// The source address of a new shm endpoint, in libfabric's `FI_ADDR_STR` form: its region is
+/// named after the address, without the prefix (see fi_shm(7), "Address Format"), and a
+/// prefix other than `fi_shm://` adds nothing to the name.
+pub(crate) fn next_shm_address() -> CString {
+    let n = NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed);
+    let address = format!("fi_ns://{}{n}", region_prefix());
+    CString::new(address).expect("a name of ASCII letters, digits and separators has no NUL")
+}
+
+/// Refuses the first shm endpoint of this process while `/dev/shm` holds files of its region
+/// names; notes the endpoint's opening otherwise.
 pub(crate) fn check_first_shm_endpoint() -> Result<()> {
     let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
     if *opened {
         return Ok(());
     }
-    // SAFETY: getuid takes no arguments, touches no memory of ours and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let prefix = format!("{}:{uid}:", std::process::id());
+    let prefix = region_prefix();
     let mut found: Vec<String> = std::fs::read_dir("/dev/shm")
         .map(|dir| {
             dir.flatten()
@@ -48,8 +74,7 @@ pub(crate) fn check_first_shm_endpoint() -> Result<()> {
         code: libc::EBUSY,
         message: format!(
             "{} ({}): libfabric shm would take this for the region of this process; it is \
-             left by a dead process of the same pid, or used by a process of another pid \
-             namespace sharing /dev/shm: remove what no job uses",
+             left by a dead process of the same pid in this pid namespace: remove it",
             strerror(libc::EBUSY),
             found.join(", "),
         ),

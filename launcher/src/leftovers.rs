@@ -1,21 +1,21 @@
 //! Shared-memory files a dead rank leaves behind.
 //!
 //! A rank that is killed cannot unlink what it created in `/dev/shm`: its segment files
-//! (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's endpoint regions
-//! (`<pid>:<uid>:<domain>` in libfabric 1.17). Besides filling the tmpfs, a stale region
-//! becomes a hazard once the pid is reused (pid numbers wrap at a few tens of thousands): the
-//! shm provider of a new process with that pid finds a region that is not its own. The
-//! launcher removes them as soon as it has seen the rank exit, before the pid can be handed
-//! out again.
+//! (`gaspi-<name>-<pidns>-<pid>-<n>`) and libfabric shm's endpoint regions, which gaspi names
+//! alike (`gaspi-ep-<pidns>-<pid>-<n>`, see `gaspi_fabric`'s `stale` module; libfabric 1.17's
+//! own name, `<pid>:<uid>:<domain>`, is still removed too). Besides filling the tmpfs, a
+//! stale region becomes a hazard once the pid is reused (pid numbers wrap at a few tens of
+//! thousands): the shm provider of a new process with that pid finds a region that is not its
+//! own. The launcher removes them as soon as it has seen the rank exit, before the pid can be
+//! handed out again.
 //!
 //! A segment file goes to the temporary directory instead when `/dev/shm` lacks the room (see
 //! `gaspi_segments`' `shm` module), so the rank's segment files are looked for there too.
 //!
 //! A pid names a process only within its pid namespace, and containers sharing the host's
 //! `/dev/shm` run jobs whose ranks have the same pids: a segment file is the rank's only if it
-//! also carries gaspirun's pid namespace (the ranks are its children, so they share it).
-//! libfabric's region names carry no namespace; but libfabric shm cannot serve two jobs whose
-//! ranks' pids are equal anyway (the second fails in `fi_enable` with `EBUSY`).
+//! also carries gaspirun's pid namespace (the ranks are its children, so they share it), and
+//! so does an endpoint region's.
 //!
 //! A rank started through a wrapper (a shell, a script that does not `exec`) is another
 //! process than the one that made the files; that one published its pid

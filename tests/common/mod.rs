@@ -241,12 +241,19 @@ pub fn gaspirun_killed(
     provider: &str,
     program: &Path,
     args: &[&str],
-    mut ready: impl FnMut(&str) -> bool,
+    ready: impl FnMut(&str) -> bool,
 ) -> Vec<String> {
+    let command = gaspirun_command(&[], ranks, provider, JOB_TIMEOUT_S, program, args);
+    killed(command, ready)
+}
+
+/// Starts `command` (a job), reads what it prints until `ready` returns true for a line, then
+/// kills it with SIGKILL and returns the lines read. Panics when `ready` never holds within
+/// [`JOB_TIMEOUT_S`].
+pub fn killed(mut command: Command, mut ready: impl FnMut(&str) -> bool) -> Vec<String> {
     let _one = ONE_JOB_AT_A_TIME
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let mut command = gaspirun_command(&[], ranks, provider, JOB_TIMEOUT_S, program, args);
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
