@@ -32,10 +32,10 @@ static OPENED: Mutex<bool> = Mutex::new(false);
 /// The `<n>` of the next shm endpoint's region name, unique within this process.
 static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(0);
 
-/// The start of the region names of this process's shm endpoints.
+/// The start of the region names of this process's shm endpoints: segment files' names of
+/// kind `ep`, whose owner [`gaspi_segments::ShmOwner::of`] tells.
 fn region_prefix() -> String {
-    let namespace = gaspi_segments::pid_namespace();
-    format!("gaspi-ep-{namespace}-{}-", std::process::id())
+    gaspi_segments::ShmOwner::this_process().file_prefix("ep")
 }
 
 /// The source address of a new shm endpoint, in libfabric's `FI_ADDR_STR` form: its region is

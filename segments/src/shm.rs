@@ -115,6 +115,23 @@ pub struct ShmOwner {
 }
 
 impl ShmOwner {
+    /// This process.
+    pub fn this_process() -> ShmOwner {
+        ShmOwner {
+            pid_namespace: pid_namespace(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// The start of the names of this owner's files of `kind` (`gaspi-<kind>-<pidns>-<pid>-`):
+    /// a file is named so followed by its number. `kind` is a segment's name reduced to a
+    /// file name's safe characters, or a name of the same shape (libfabric shm endpoint
+    /// regions are `ep`, see `gaspi_fabric`), so that [`of`](Self::of) tells the owner of
+    /// every such file and a launcher removes them together.
+    pub fn file_prefix(&self, kind: &str) -> String {
+        format!("gaspi-{kind}-{}-{}-", self.pid_namespace, self.pid)
+    }
+
     /// The creator of the segment file called `file_name` (no directory), or `None` when the
     /// name is not one of a segment file.
     pub fn of(file_name: &str) -> Option<ShmOwner> {
@@ -236,12 +253,13 @@ impl ShmFile {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
         }
-        let owner_pid = std::process::id();
-        let namespace = pid_namespace();
+        let owner = ShmOwner::this_process();
+        let owner_pid = owner.pid;
+        let prefix = owner.file_prefix(fragment);
         let mut last_error = io::Error::from(io::ErrorKind::AlreadyExists);
         for _ in 0..NAME_ATTEMPTS {
             let number = NEXT_FILE_NUMBER.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("gaspi-{fragment}-{namespace}-{owner_pid}-{number}"));
+            let path = dir.join(format!("{prefix}{number}"));
             let opened = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -478,6 +496,9 @@ mod tests {
             pid: std::process::id(),
         };
         assert_eq!(ShmOwner::of(name), Some(own));
+        assert_eq!(ShmOwner::this_process(), own);
+        let ep = format!("{}0", own.file_prefix("ep"));
+        assert_eq!(ShmOwner::of(&ep), Some(own), "{ep}");
     }
 
     #[test]
