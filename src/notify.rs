@@ -80,11 +80,8 @@ impl Context {
             .inner
             .segments
             .with_segment(Table::User(segment), |seg| {
-                match seg.notifications.first_set(begin, num) {
-                    Ok(Some(id)) => Ok(Ok(id)),
-                    Ok(None) => Ok(Err(Arc::clone(seg))),
-                    Err(e) => Err(e),
-                }
+                (seg.notifications.first_set(begin, num))
+                    .map(|set| set.ok_or_else(|| Arc::clone(seg)))
             })
             .ok_or_else(|| Error::UnknownSegment {
                 rank: self.rank(),
