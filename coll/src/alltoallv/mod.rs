@@ -18,7 +18,6 @@ use round::Budget;
 pub use round::{Round, Status};
 
 use gaspi::{Batch, Context, Deadline, GroupId, Rank, Segment, SegmentId, Target, Timeout};
-use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::Result;
 use crate::Collectives;
@@ -166,8 +165,6 @@ pub struct Alltoallv<'c> {
     /// The members' control segments, by member index, each resolved on first use: a credit
     /// or a wake-up finds its target without taking a lock.
     targets: Vec<OnceLock<Target>>,
-    /// Member index by rank.
-    members: HashMap<Rank, u32>,
     /// Registrations, replies, barrier notifications and blocks.
     batch: Batch<'c>,
     /// Credits, posted by resets from any thread.
@@ -222,10 +219,6 @@ impl<'c> Alltoallv<'c> {
         )?;
         // Room for every registration, reply and block of a round in flight at once.
         let depth = n.saturating_mul(2).saturating_add(64);
-        let members = (0..)
-            .zip(&ranks)
-            .map(|(member, &rank)| (rank, member))
-            .collect();
         Ok(Alltoallv {
             ctx,
             coll,
@@ -236,7 +229,6 @@ impl<'c> Alltoallv<'c> {
             layout,
             control,
             targets: (0..n).map(|_| OnceLock::new()).collect(),
-            members,
             batch: ctx.batch_with_depth(depth),
             credits: ctx.batch_with_depth(depth),
             id: OBJECTS.fetch_add(1, Ordering::Relaxed),
@@ -332,7 +324,7 @@ impl<'c> Alltoallv<'c> {
 
     /// `rank`'s control segment, resolved within `deadline` the first time.
     fn control_target(&self, rank: Rank, deadline: Deadline) -> Result<Target> {
-        let slot = (self.members.get(&rank)).map(|&member| &self.targets[member as usize]);
+        let slot = crate::index_in(&self.ranks, rank).map(|member| &self.targets[member as usize]);
         if let Some(&target) = slot.and_then(OnceLock::get) {
             return Ok(target);
         }
