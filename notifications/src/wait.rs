@@ -104,10 +104,10 @@ impl<F: FnMut() -> bool> Progress for F {
 ///
 /// It polls once first; a condition that already holds is returned without calling
 /// `progress`. Then each round calls `progress` once (it must not block; it returns whether it
-/// did anything, such as reading completions), then `poll` once. When neither succeeds the caller spins with
-/// a short hot spin and then yields the core between polls, for about 200 µs in all, then sleeps
-/// on `event` in slices of 1 to 8 ms,
-/// calling `progress` again after each slice. A round in which `progress` did something
+/// did anything, such as reading completions), then `poll` once. When neither succeeds the
+/// caller spins with a short hot spin and then yields the core between polls, for about 200 µs
+/// in all, then sleeps on `event` in slices of 1 to 8 ms, calling `progress` again after each
+/// slice. A round in which `progress` did something
 /// restarts the spinning, since more events are likely to follow; so does a sleep that a
 /// notification of `event` ended within the spin time without making `poll` succeed (others'
 /// events arriving densely: a waiter that slept again would cost each of their notifiers a
