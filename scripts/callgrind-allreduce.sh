@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per call of the 8 B allreduce (f64 sum), the team engine's beside the runtime's
-# and, at a power-of-two number of ranks on the direct path, beside the floor of the runtime's public calls (the
-# example's `floor`: recursive doubling on them with no engine around it), counted by callgrind on rank 0 (the other ranks run natively), so that they repeat whatever
+# and, at a power-of-two number of ranks on the direct path, beside the floor of the runtime's
+# public calls (the example's `floor`: recursive doubling on them with no engine around it),
+# counted by callgrind on rank 0 (the other ranks run natively), so that they repeat whatever
 # the machine's load: `scripts/callgrind-allreduce.sh [RANKS...]` (default 2 4), over shm with
 # GASPI_INTRANODE as set (direct by default), on the ci profile's build of
 # `coll/examples/cg_allreduce`.
@@ -38,7 +39,9 @@ per_call() {
     echo $((total / iters))
 }
 
-for n in "${@:-2 4}"; do
+ranks=("$@")
+[ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
+for n in "${ranks[@]}"; do
     for case in late there; do
         line="ranks=$n case=$case"
         declare -A count=()
