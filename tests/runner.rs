@@ -1,12 +1,16 @@
 //! The test runner's own checks (`common/`): a program older than a file it is built from is
-//! stale, one newer than all of them current.
+//! stale, one newer than all of them current; a job is killed however its reading ends.
 
-#[path = "common/fresh.rs"]
-mod fresh;
+mod common;
 
 use std::fs::{self, File};
+use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
+
+use common::fresh;
 
 /// How long before the check the program was built.
 const BUILT: Duration = Duration::from_secs(10);
@@ -77,4 +81,29 @@ fn a_source_gone_makes_the_program_stale() {
 fn a_program_without_dep_info_is_not_judged() {
     let sources = [("a.rs", Some(1))];
     assert_eq!(judged("no-info", &sources, false), None);
+}
+
+/// A failed check inside `killed`'s `ready` (a panic) kills the job it started, which used
+/// to run on until its own time limit.
+#[test]
+fn a_panic_while_reading_a_job_kills_it() {
+    let mut command = Command::new("sh");
+    command.args(["-c", "echo $$; exec sleep 600"]);
+    let job = Mutex::new(None);
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        common::killed(command, |line| {
+            *job.lock().expect("only this thread locks it") = line.parse::<u32>().ok();
+            panic!("a check of the job's first line failed");
+        })
+    }));
+    assert!(outcome.is_err(), "the check's panic goes on to the test");
+    let pid = job
+        .into_inner()
+        .expect("only this thread locked it")
+        .expect("the job printed its pid");
+    // Killed and reaped: the process is gone.
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the job (pid {pid}) still runs after its reader panicked"
+    );
 }

@@ -16,7 +16,7 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-mod fresh;
+pub mod fresh;
 
 /// `<target>/<profile>`, where cargo puts binaries and examples; test binaries live in its
 /// `deps`. Cargo tells a package's tests only where that package's own binaries are, and the
@@ -249,7 +249,8 @@ pub fn gaspirun_killed(
 
 /// Starts `command` (a job), reads what it prints until `ready` returns true for a line, then
 /// kills it with SIGKILL and returns the lines read. Panics when `ready` never holds within
-/// [`JOB_TIMEOUT_S`].
+/// [`JOB_TIMEOUT_S`]. The job is killed whichever way this returns, a panic of `ready`
+/// included: a failed check must not leave it running until its own time limit.
 pub fn killed(mut command: Command, mut ready: impl FnMut(&str) -> bool) -> Vec<String> {
     let _one = ONE_JOB_AT_A_TIME
         .lock()
@@ -259,10 +260,12 @@ pub fn killed(mut command: Command, mut ready: impl FnMut(&str) -> bool) -> Vec<
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let described = format!("{command:?}");
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
-    let stdout = child.stdout.take().expect("stdout was piped");
+    let mut job = KilledOnDrop(
+        command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {described}: {e}")),
+    );
+    let stdout = job.0.stdout.take().expect("stdout was piped");
     let (tx, lines) = mpsc::channel();
     thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -285,13 +288,21 @@ pub fn killed(mut command: Command, mut ready: impl FnMut(&str) -> bool) -> Vec<
             Err(e) => break Err(e),
         }
     };
-    // Child::kill sends SIGKILL.
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(job);
     if let Err(e) = outcome {
         panic!("{described}: the job never got ready ({e}); it printed {read:?}");
     }
     read
+}
+
+/// A started job that is killed (SIGKILL) and reaped when dropped, on unwinding too.
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Reads a pipe to its end on a thread; the text arrives on the returned channel.
