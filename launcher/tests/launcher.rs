@@ -521,7 +521,9 @@ fn a_guard_killed_during_the_job_is_reaped_at_once() {
 }
 
 /// A rank's `/dev/shm` files go when it exits, but not the files of a process of the same pid
-/// in another pid namespace (a container sharing `/dev/shm`): those are a live job's.
+/// in another pid namespace (a container sharing `/dev/shm`): those are a live job's. Nor
+/// does a file of libfabric's default region name for that pid (`<pid>:<uid>:<n>`), which
+/// carries no namespace: the launcher used to remove it.
 #[test]
 fn leftovers_of_a_rank_spare_the_same_pid_of_another_pid_namespace() {
     use std::os::unix::fs::MetadataExt;
@@ -529,7 +531,8 @@ fn leftovers_of_a_rank_spare_the_same_pid_of_another_pid_namespace() {
         .expect("the pid namespace of this process")
         .ino();
     // Inode number 1 is no namespace's: it stands for another one.
-    let script = "touch /dev/shm/gaspi-spare-$1-$$-0 /dev/shm/gaspi-spare-1-$$-0 && echo $$";
+    let script = "touch /dev/shm/gaspi-spare-$1-$$-0 /dev/shm/gaspi-spare-1-$$-0 \
+                  /dev/shm/$$:$(id -u):0 && echo $$";
     let run = gaspirun(&[
         "-n",
         "1",
@@ -544,14 +547,25 @@ fn leftovers_of_a_rank_spare_the_same_pid_of_another_pid_namespace() {
     let pid = run.stdout.trim();
     let own = Path::new("/dev/shm").join(format!("gaspi-spare-{namespace}-{pid}-0"));
     let foreign = Path::new("/dev/shm").join(format!("gaspi-spare-1-{pid}-0"));
+    let uid = std::fs::metadata("/proc/self")
+        .expect("this process's /proc entry")
+        .uid();
+    let unnamespaced = Path::new("/dev/shm").join(format!("{pid}:{uid}:0"));
     let (own_left, foreign_kept) = (own.exists(), foreign.exists());
+    let unnamespaced_kept = unnamespaced.exists();
     let _ = std::fs::remove_file(&own);
     let _ = std::fs::remove_file(&foreign);
+    let _ = std::fs::remove_file(&unnamespaced);
     assert!(!own_left, "{} outlived its rank", own.display());
     assert!(
         foreign_kept,
         "{} of another namespace was removed",
         foreign.display()
+    );
+    assert!(
+        unnamespaced_kept,
+        "{}, whose namespace nothing tells, was removed",
+        unnamespaced.display()
     );
 }
 
