@@ -407,19 +407,42 @@ impl Inner {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
+        // The copy checks both ranges itself: checked before it as well, an 8 B direct
+        // write_notify took 531 instructions instead of 440 (callgrind). Which range is wrong
+        // is worked out only when the copy refuses, or for an empty write, which copies
+        // nothing but is checked all the same.
+        // This rank's own segment mapped again as a peer's is the same file: `copy_to` copies
+        // overlapping ranges within one mapping then.
+        if let (Some(source), Some(memory)) = (&src.region, &peer.memory) {
+            if size > 0
+                && source
+                    .memory()
+                    .copy_to(src_offset, memory, dst_offset, size)
+                    .is_ok()
+            {
+                return Ok(());
+            }
+        }
+        self.write_refused((src, src_offset), (rank, peer, table, dst_offset), size)
+    }
+
+    /// The outcome of a [`direct_write`](Self::direct_write) that copied nothing: the error
+    /// for the range that is out of bounds, the source's first, else `Ok` (an empty write).
+    // Out of line: inline, its checks cost the write's fast path 46 instructions of spills.
+    #[cold]
+    #[inline(never)]
+    fn write_refused(
+        &self,
+        (src, src_offset): (&LocalSegment, u64),
+        (rank, peer, table, dst_offset): (Rank, &PeerSegment, Table, u64),
+        size: u64,
+    ) -> Result<()> {
         src.check(self.rank, src_offset, size)?;
-        let memory = peer_memory(rank, peer, table, dst_offset, size)?;
+        peer_memory(rank, peer, table, dst_offset, size)?;
         if size > 0 {
-            let source = src
-                .region
-                .as_ref()
-                .ok_or_else(|| src_out_of_bounds(self.rank, src, src_offset, size))?;
-            // This rank's own segment mapped again as a peer's is the same file: `copy_to`
-            // copies overlapping ranges within one mapping then.
-            source
-                .memory()
-                .copy_to(src_offset, memory, dst_offset, size)
-                .map_err(|_| src_out_of_bounds(self.rank, src, src_offset, size))?;
+            // Not reached (a region is as long as its memory), and reported as the copy's
+            // refusal always was.
+            return Err(src_out_of_bounds(self.rank, src, src_offset, size));
         }
         Ok(())
     }
