@@ -17,27 +17,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 iters=${CG_ITERS:-2000}
-dir=${CG_DIR:-target/callgrind}
-mkdir -p "$dir"
-cargo build --profile ci -p gaspi-coll --example cg_allreduce -p gaspi-launcher --bin gaspirun >&2
+# shellcheck source=scripts/callgrind-common.sh
+. scripts/callgrind-common.sh
+cg_prepare cg_allreduce
 wrapper="$dir/rank0.sh"
-cat >"$wrapper" <<'SH'
-#!/bin/sh
-# Rank 0 under callgrind, collecting only inside the calls and outside the waiting loop.
-if [ "$PMI_RANK" = "0" ]; then
-    exec valgrind --tool=callgrind --callgrind-out-file="$CG_OUT" \
-        --toggle-collect='cg_allreduce::engine_call' --toggle-collect='cg_allreduce::runtime_call' \
-        --toggle-collect='cg_allreduce::floor_call' --toggle-collect='gaspi_notifications::wait::wait_until*' "$@"
-fi
-exec "$@"
-SH
-chmod +x "$wrapper"
-
-per_call() {
-    local total
-    total=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo $((total / iters))
-}
+cg_rank0_wrapper "$wrapper" 'cg_allreduce::engine_call' 'cg_allreduce::runtime_call' \
+    'cg_allreduce::floor_call' 'gaspi_notifications::wait::wait_until*'
 
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
@@ -55,7 +40,7 @@ for n in "${ranks[@]}"; do
             out="$dir/cg.$lib.$case.$n"
             CG_OUT=$out target/ci/gaspirun -n "$n" --provider shm --timeout 600 \
                 "$wrapper" target/ci/examples/cg_allreduce "$lib" "$case" "$iters" >&2
-            count[$lib]=$(per_call "$out")
+            count[$lib]=$(cg_per_call "$out" "$iters")
             line="$line $lib=${count[$lib]}"
         done
         line="$line engine/runtime=$(python3 -c "print(f'{${count[engine]} / ${count[runtime]}:.2f}')")"

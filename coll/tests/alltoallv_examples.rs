@@ -3,7 +3,9 @@
 //! also judge what every rank reports against what they compute themselves from the examples'
 //! data modules (included here): the digest of every block `threaded_reset` received, the
 //! sources and the final values (to the bit) of `spmv_halo`, and a checksum of the columns of
-//! `fft_transpose`'s result against a plain 2-D FFT.
+//! `fft_transpose`'s result against a plain 2-D FFT. The callgrind harness's program
+//! `cg_alltoallv` (`scripts/callgrind-alltoallv.sh`) checks every block it receives, as a few
+//! rounds in both of its cases.
 
 #![forbid(unsafe_code)]
 
@@ -225,6 +227,16 @@ fn refused(provider: &str) {
     }
 }
 
+/// `cg_alltoallv CASE` for 10 rounds: every rank ran them all, each block as sent.
+fn cg_alltoallv(ranks: u32, provider: &str, case: &str) {
+    let job = run("cg_alltoallv", ranks, provider, &[case, "10"]);
+    for rank in 0..ranks {
+        let data = job.data("cg_alltoallv", rank);
+        assert_eq!(data.get("rounds"), "10", "rank {rank}\n{}", job.report());
+        assert_eq!(data.get("blocks"), "ok", "rank {rank}\n{}", job.report());
+    }
+}
+
 /// Whether two checksums agree to `tolerance` relative to the size of the values.
 fn agrees(a: &Checksum, b: &Checksum, tolerance: f64) -> bool {
     let energy = a.energy.max(b.energy);
@@ -297,6 +309,16 @@ fn fft_transpose_4_tcp() {
 #[test]
 fn fft_transpose_4_shm() {
     fft_transpose(4, "shm");
+}
+
+#[test]
+fn cg_alltoallv_4_shm_there() {
+    cg_alltoallv(4, "shm", "there");
+}
+
+#[test]
+fn cg_alltoallv_4_tcp_late() {
+    cg_alltoallv(4, "tcp", "late");
 }
 
 #[test]

@@ -1,0 +1,37 @@
+# What the callgrind harnesses (`scripts/callgrind-*.sh`) share, sourced by them: the wrapper
+# that runs rank 0 under callgrind inside gaspirun, and the count per call of a profile.
+
+# Builds example `$1` of gaspi-coll and gaspirun (ci profile), and makes the directory of the
+# profiles, $CG_DIR (default target/callgrind), into `dir`.
+cg_prepare() {
+    dir=${CG_DIR:-target/callgrind}
+    mkdir -p "$dir"
+    cargo build --profile ci -p gaspi-coll --example "$1" -p gaspi-launcher --bin gaspirun >&2
+}
+
+# Writes the wrapper script `$1`: rank 0 runs under callgrind into "$CG_OUT", collecting only
+# inside the functions named by the rest of the arguments (each a --toggle-collect pattern),
+# which toggle, so a waiting loop named inside a collected call is left out; the other ranks
+# run natively.
+cg_rank0_wrapper() {
+    local wrapper=$1 toggles="" pattern
+    shift
+    for pattern in "$@"; do
+        toggles="$toggles --toggle-collect='$pattern'"
+    done
+    cat >"$wrapper" <<SH
+#!/bin/sh
+if [ "\$PMI_RANK" = "0" ]; then
+    exec valgrind --tool=callgrind --callgrind-out-file="\$CG_OUT"$toggles "\$@"
+fi
+exec "\$@"
+SH
+    chmod +x "$wrapper"
+}
+
+# The instructions of callgrind profile `$1` divided by `$2`, the calls it collected.
+cg_per_call() {
+    local total
+    total=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    echo $(($total / $2))
+}
