@@ -7,6 +7,7 @@
 //! The protocol and the choices the proposal leaves open are documented on [`Alltoallv`].
 
 mod layout;
+mod pending;
 mod plan;
 mod round;
 

@@ -20,6 +20,7 @@ use smallvec::SmallVec;
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
 use super::layout::{is_small, parity, round_tag, tag_parity, SMALL_BLOCK};
+use super::pending::Pending;
 use super::plan::{area_outside, receive_area, Plan, PlanData};
 use super::Alltoallv;
 use crate::error::{Error, Result};
@@ -146,10 +147,9 @@ pub(super) struct Running {
     /// Blocks in `sends` waiting for their credit or target: while none does, a decision
     /// clears nothing without looking at them.
     waiting: usize,
-    /// Per source of the plan: whether its block was handed out.
-    taken: SmallVec<[bool; 8]>,
-    /// Sources not handed out yet.
-    remaining: usize,
+    /// The sources not handed out yet, by index in the plan: what a look for an arrival
+    /// walks.
+    pending: Pending,
 }
 
 /// A block of this rank in a round.
@@ -366,8 +366,7 @@ impl Alltoallv<'_> {
             source,
             sends,
             waiting: offsets.map_or(0, <[u64]>::len),
-            taken: SmallVec::from_elem(false, data.sources.len()),
-            remaining: data.sources.len(),
+            pending: Pending::all(data.sources.len()),
         });
         if offsets.is_none() {
             return Ok((number, None));
@@ -655,7 +654,7 @@ impl Alltoallv<'_> {
                 cleared.failed = None;
                 return Ok((Some(cleared), Next::Done(Some(rank))));
             }
-            if run.remaining == 0 {
+            if run.pending.is_empty() {
                 return Ok((Some(cleared), Next::Done(None)));
             }
             Ok((
@@ -666,7 +665,8 @@ impl Alltoallv<'_> {
     }
 
     /// A source of `run` not handed out whose block is in the table now, taken from it and
-    /// handed out: an arrival that is already there costs a look per source, not a wait.
+    /// handed out: an arrival that is already there costs a look per pending source, not a
+    /// wait.
     /// The watcher may wait for the same notification outside the lock; whoever takes it
     /// first has it, and the other finds it unset. A source whose previous block is not
     /// reset yet is left in the table (see [`ready`]).
@@ -677,8 +677,10 @@ impl Alltoallv<'_> {
         copy: &mut Vec<u8>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
-        for i in 0..run.taken.len() {
-            if run.taken[i] || !ready(arrivals, run.plan.sources[i].rank) {
+        let mut next = run.pending.next_from(0);
+        while let Some(i) = next {
+            next = run.pending.next_from(i + 1);
+            if !ready(arrivals, run.plan.sources[i].rank) {
                 continue;
             }
             let id = self.layout.data(run.plan.source_members[i], run.parity);
@@ -705,9 +707,11 @@ impl Alltoallv<'_> {
         if early.is_empty() {
             return Ok(None);
         }
-        for i in 0..run.taken.len() {
+        let mut next = run.pending.next_from(0);
+        while let Some(i) = next {
+            next = run.pending.next_from(i + 1);
             let rank = run.plan.sources[i].rank;
-            if run.taken[i] || !ready(arrivals, rank) {
+            if !ready(arrivals, rank) {
                 continue;
             }
             if let Some(value) = early.remove(&(rank, run.parity)) {
@@ -761,8 +765,7 @@ impl Alltoallv<'_> {
                 return Err(e.into());
             }
         }
-        run.taken[i] = true;
-        run.remaining -= 1;
+        run.pending.remove(i);
         arrivals.insert(source.rank, (value, false));
         Ok(source.rank)
     }
@@ -778,10 +781,11 @@ impl Alltoallv<'_> {
     ) -> Awaited {
         let plan = &run.plan;
         let mut ids = Awaited::new();
-        for (i, s) in plan.sources.iter().enumerate() {
-            if !run.taken[i] && ready(arrivals, s.rank) {
+        for i in run.pending.iter() {
+            let rank = plan.sources[i].rank;
+            if ready(arrivals, rank) {
                 let id = self.layout.data(plan.source_members[i], run.parity);
-                ids.push((id, s.rank));
+                ids.push((id, rank));
             }
         }
         for (index, send) in run.sends.iter().enumerate() {
@@ -1033,7 +1037,7 @@ impl Alltoallv<'_> {
                 .is_some()
             {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
-            let awaits = run.remaining > 0 || run.waiting > 0;
+            let awaits = !run.pending.is_empty() || run.waiting > 0;
             // Blocks other threads cleared may not be in the batch yet (this call's own are
             // posted before `drive` returns): the wait for the batch must come after theirs.
             let own = u32::from(cleared.posts.is_some());
@@ -1068,7 +1072,7 @@ impl Exchange {
             let sources = &run.plan.sources;
             sources
                 .binary_search_by_key(&rank, |s| s.rank)
-                .is_ok_and(|i| !run.taken[i])
+                .is_ok_and(|i| run.pending.contains(i))
         })
     }
 }
