@@ -142,6 +142,28 @@ impl LocalSegment {
         }
     }
 
+    /// Copies `size` bytes at `offset` into `dst` at `dst_offset` (the same segment or
+    /// another of this rank), as `memmove` would when the ranges overlap.
+    pub(crate) fn copy_into(
+        &self,
+        me: Rank,
+        offset: u64,
+        dst: &LocalSegment,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.check(me, offset, size)?;
+        dst.check(me, dst_offset, size)?;
+        match (&self.region, &dst.region) {
+            (Some(from), Some(to)) => from
+                .memory()
+                .copy_to(offset, to.memory(), dst_offset, size)
+                .map_err(|e| self.memory_error(me, offset, size, e)),
+            // A segment without memory has length 0: the checks passed for 0 bytes only.
+            _ => Ok(()),
+        }
+    }
+
     /// What peers need to reach it.
     pub(crate) fn descriptor(&self) -> Descriptor {
         let notifications = self.notifications.len();
@@ -741,6 +763,36 @@ impl<'a> Segment<'a> {
     /// [`Error::OutOfBounds`] when the range leaves the segment.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.shared.local.write(self.ctx.rank(), offset, data)
+    }
+
+    /// Copies `size` bytes of this segment at `offset` into this rank's user segment `id` at
+    /// `dst_offset`, memory to memory: no buffer between, as `memmove` would when the ranges
+    /// overlap (`id` may be this segment).
+    ///
+    /// Segment `id` is looked up for this copy only and lent for its length, as the
+    /// runtime's operations lend it, without a [`Segment`] handle or a reference of its own:
+    /// a [`Context::segment_delete`] of it from another thread meanwhile is the race that
+    /// call describes (the copy fails with [`Error::UnknownSegment`] or runs to its end), and
+    /// is never refused with [`Error::SegmentHandled`] because of the copy. It is what
+    /// [`Segment::read`] followed by [`Context::segment_write`] does, with one copy and no
+    /// buffer between.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`] when segment `id` does not exist; [`Error::OutOfBounds`]
+    /// naming the segment whose range is left (this one's first).
+    pub fn copy_into(&self, offset: u64, id: SegmentId, dst_offset: u64, size: u64) -> Result<()> {
+        let me = self.ctx.rank();
+        let from = &self.shared.local;
+        self.ctx
+            .inner
+            .segments
+            .with_segment(Table::User(id), |to| {
+                from.copy_into(me, offset, to, dst_offset, size)
+            })
+            .unwrap_or(Err(Error::UnknownSegment {
+                rank: me,
+                segment: id,
+            }))
     }
 
     /// Number of notifications in the segment's table.

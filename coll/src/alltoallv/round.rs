@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
-use super::layout::{is_small, parity, round_tag, tag_parity, SMALL_BLOCK};
+use super::layout::{is_small, parity, round_tag, tag_parity};
 use super::pending::Pending;
 use super::plan::{area_outside, receive_area, Plan, PlanData};
 use super::Alltoallv;
@@ -102,9 +102,6 @@ pub(super) struct Exchange {
     /// Blocks taken from the table and not handed out (before their round began here, of
     /// another plan's round, or whose copy failed): the tag, by source and round parity.
     early: HashMap<(Rank, u32), u32>,
-    /// A small block's bytes between its slot and the receive area: kept from hand-out to
-    /// hand-out, so that none zeroes a buffer of [`SMALL_BLOCK`] bytes.
-    copy: Vec<u8>,
     /// The sources of every plan made so far.
     pub(super) sources: HashSet<Rank>,
     /// Whether a thread sleeps on the round's notifications (see `Alltoallv::drive`).
@@ -643,9 +640,9 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(None)));
             };
             // Nothing fallible after the blocks are cleared: a `Cleared` must reach `post`.
-            let early = match a2a.take_early(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)? {
+            let early = match a2a.take_early(&mut ex.early, &mut ex.arrivals, run)? {
                 Some(rank) => Some(rank),
-                None => a2a.take_arrived(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)?,
+                None => a2a.take_arrived(&mut ex.early, &mut ex.arrivals, run)?,
             };
             let mut cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
             if let Some(rank) = early {
@@ -674,7 +671,6 @@ impl Alltoallv<'_> {
         &self,
         early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
-        copy: &mut Vec<u8>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         let mut next = run.pending.next_from(0);
@@ -691,7 +687,7 @@ impl Alltoallv<'_> {
             if value == 0 {
                 continue;
             }
-            return self.take(run, early, arrivals, copy, i, value).map(Some);
+            return self.take(run, early, arrivals, i, value).map(Some);
         }
         Ok(None)
     }
@@ -701,7 +697,6 @@ impl Alltoallv<'_> {
         &self,
         early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
-        copy: &mut Vec<u8>,
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         if early.is_empty() {
@@ -715,7 +710,7 @@ impl Alltoallv<'_> {
                 continue;
             }
             if let Some(value) = early.remove(&(rank, run.parity)) {
-                return self.take(run, early, arrivals, copy, i, value).map(Some);
+                return self.take(run, early, arrivals, i, value).map(Some);
             }
         }
         Ok(None)
@@ -738,7 +733,6 @@ impl Alltoallv<'_> {
         run: &mut Running,
         early: &mut HashMap<(Rank, u32), u32>,
         arrivals: &mut HashMap<Rank, (u32, bool)>,
-        copy: &mut Vec<u8>,
         i: usize,
         value: u32,
     ) -> Result<Rank> {
@@ -752,14 +746,12 @@ impl Alltoallv<'_> {
             });
         }
         if is_small(source.bytes) && source.bytes > 0 {
-            // Grows to `SMALL_BLOCK` bytes once; `is_small` bounds the block's length by that.
-            copy.resize(SMALL_BLOCK as usize, 0);
-            let block = &mut copy[..source.bytes as usize];
+            // Memory to memory, the receive segment lent for the copy only: a handle held
+            // would keep a deleted segment's memory, and the block would vanish into it.
             let slot = self.layout.slot(run.plan.source_members[i], run.parity);
-            let copied = self.control.read(slot, block).and_then(|()| {
-                self.ctx
-                    .segment_write(run.plan.segment, source.offset, block)
-            });
+            let copied =
+                self.control
+                    .copy_into(slot, run.plan.segment, source.offset, source.bytes);
             if let Err(e) = copied {
                 early.insert((source.rank, run.parity), value);
                 return Err(e.into());
@@ -1029,11 +1021,11 @@ impl Alltoallv<'_> {
                 return Ok((None, Next::Done(false)));
             };
             while a2a
-                .take_early(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)?
+                .take_early(&mut ex.early, &mut ex.arrivals, run)?
                 .is_some()
             {}
             while a2a
-                .take_arrived(&mut ex.early, &mut ex.arrivals, &mut ex.copy, run)?
+                .take_arrived(&mut ex.early, &mut ex.arrivals, run)?
                 .is_some()
             {}
             let cleared = a2a.cleared(&mut ex.owed, &mut ex.posting, run);
