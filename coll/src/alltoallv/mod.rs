@@ -235,7 +235,7 @@ impl<'c> Alltoallv<'c> {
             id: OBJECTS.fetch_add(1, Ordering::Relaxed),
             discoveries: 0,
             discovery: None,
-            exchange: Mutex::new(Exchange::default()),
+            exchange: Mutex::new(Exchange::new(n as usize)),
             changes: Condvar::new(),
         })
     }

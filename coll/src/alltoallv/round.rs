@@ -97,8 +97,9 @@ pub(super) struct Exchange {
     /// Per destination and round parity, the tag of this rank's last block there whose credit
     /// has not been taken (0: none owed).
     owed: HashMap<Rank, [u32; 2]>,
-    /// Each source's latest block: its tag, and whether it was reset.
-    arrivals: HashMap<Rank, (u32, bool)>,
+    /// Each source's latest block, by member index: its tag, and whether it was reset. An
+    /// array, not a map by rank: every look for an arrival asks it for each pending source.
+    arrivals: Vec<Option<(u32, bool)>>,
     /// Blocks taken from the table and not handed out (before their round began here, of
     /// another plan's round, or whose copy failed): the tag, by source and round parity.
     early: HashMap<(Rank, u32), u32>,
@@ -116,6 +117,14 @@ pub(super) struct Exchange {
 }
 
 impl Exchange {
+    /// The state of an alltoallv over `members` members, before its first round.
+    pub(super) fn new(members: usize) -> Exchange {
+        Exchange {
+            arrivals: vec![None; members],
+            ..Exchange::default()
+        }
+    }
+
     /// Who must be told of a change made now.
     fn listeners(&self) -> Listeners {
         Listeners {
@@ -670,13 +679,13 @@ impl Alltoallv<'_> {
     fn take_arrived(
         &self,
         early: &mut HashMap<(Rank, u32), u32>,
-        arrivals: &mut HashMap<Rank, (u32, bool)>,
+        arrivals: &mut [Option<(u32, bool)>],
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         let mut next = run.pending.next_from(0);
         while let Some(i) = next {
             next = run.pending.next_from(i + 1);
-            if !ready(arrivals, run.plan.sources[i].rank) {
+            if !ready(arrivals, run.plan.source_members[i]) {
                 continue;
             }
             let id = self.layout.data(run.plan.source_members[i], run.parity);
@@ -696,7 +705,7 @@ impl Alltoallv<'_> {
     fn take_early(
         &self,
         early: &mut HashMap<(Rank, u32), u32>,
-        arrivals: &mut HashMap<Rank, (u32, bool)>,
+        arrivals: &mut [Option<(u32, bool)>],
         run: &mut Running,
     ) -> Result<Option<Rank>> {
         if early.is_empty() {
@@ -705,10 +714,10 @@ impl Alltoallv<'_> {
         let mut next = run.pending.next_from(0);
         while let Some(i) = next {
             next = run.pending.next_from(i + 1);
-            let rank = run.plan.sources[i].rank;
-            if !ready(arrivals, rank) {
+            if !ready(arrivals, run.plan.source_members[i]) {
                 continue;
             }
+            let rank = run.plan.sources[i].rank;
             if let Some(value) = early.remove(&(rank, run.parity)) {
                 return self.take(run, early, arrivals, i, value).map(Some);
             }
@@ -732,7 +741,7 @@ impl Alltoallv<'_> {
         &self,
         run: &mut Running,
         early: &mut HashMap<(Rank, u32), u32>,
-        arrivals: &mut HashMap<Rank, (u32, bool)>,
+        arrivals: &mut [Option<(u32, bool)>],
         i: usize,
         value: u32,
     ) -> Result<Rank> {
@@ -758,7 +767,9 @@ impl Alltoallv<'_> {
             }
         }
         run.pending.remove(i);
-        arrivals.insert(source.rank, (value, false));
+        if let Some(arrival) = arrivals.get_mut(run.plan.source_members[i] as usize) {
+            *arrival = Some((value, false));
+        }
         Ok(source.rank)
     }
 
@@ -769,15 +780,15 @@ impl Alltoallv<'_> {
         &self,
         run: &Running,
         owed: &HashMap<Rank, [u32; 2]>,
-        arrivals: &HashMap<Rank, (u32, bool)>,
+        arrivals: &[Option<(u32, bool)>],
     ) -> Awaited {
         let plan = &run.plan;
         let mut ids = Awaited::new();
         for i in run.pending.iter() {
-            let rank = plan.sources[i].rank;
-            if ready(arrivals, rank) {
-                let id = self.layout.data(plan.source_members[i], run.parity);
-                ids.push((id, rank));
+            let member = plan.source_members[i];
+            if ready(arrivals, member) {
+                let id = self.layout.data(member, run.parity);
+                ids.push((id, plan.sources[i].rank));
             }
         }
         for (index, send) in run.sends.iter().enumerate() {
@@ -953,7 +964,7 @@ impl Alltoallv<'_> {
         let (credits, listeners) = {
             let mut ex = self.exchange();
             for (n, &rank) in sources.iter().enumerate() {
-                match ex.arrivals.get(&rank) {
+                match self.arrival(&ex.arrivals, rank) {
                     Some((_, false)) if !sources[..n].contains(&rank) => {}
                     // Reset after its last arrival, and a source of the round running that
                     // has not arrived in it yet: its next block is what is missing.
@@ -968,7 +979,8 @@ impl Alltoallv<'_> {
             let credits: SmallVec<[(Rank, u32); 8]> = sources
                 .iter()
                 .filter_map(|&rank| {
-                    let arrival = ex.arrivals.get_mut(&rank)?;
+                    let member = crate::index_in(&self.ranks, rank)?;
+                    let arrival = ex.arrivals.get_mut(member as usize)?.as_mut()?;
                     arrival.1 = true;
                     Some((rank, arrival.0))
                 })
@@ -990,6 +1002,12 @@ impl Alltoallv<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `rank`'s latest block, if it is a member that sent one.
+    fn arrival(&self, arrivals: &[Option<(u32, bool)>], rank: Rank) -> Option<(u32, bool)> {
+        let member = crate::index_in(&self.ranks, rank)?;
+        arrivals.get(member as usize).copied().flatten()
     }
 
     /// Hands `source` its credit for its block tagged `value`.
@@ -1098,10 +1116,14 @@ enum Next<T> {
     Wait(Awaited),
 }
 
-/// Whether a block of `rank` may be handed out: its previous block, if any, was reset, so
+/// Whether a block of member `member` may be handed out: its previous block, if any, was reset, so
 /// the receive area is free for the next.
-fn ready(arrivals: &HashMap<Rank, (u32, bool)>, rank: Rank) -> bool {
-    arrivals.get(&rank).is_none_or(|&(_, reset)| reset)
+fn ready(arrivals: &[Option<(u32, bool)>], member: u32) -> bool {
+    arrivals
+        .get(member as usize)
+        .copied()
+        .flatten()
+        .is_none_or(|(_, reset)| reset)
 }
 
 /// The round parities whose credits a block of `bytes` in a round of parity `parity` needs:
