@@ -800,6 +800,35 @@ fn kill(provider: &str) {
     }
 }
 
+/// `kill_alone`: the last of 4 members is killed (SIGKILL) while the others wait in a
+/// blocking allreduce, each alone in its team's engine: every survivor's ends in
+/// `RankFailed` naming it, within the fault model's bounds, never in a timeout or a hang.
+fn kill_alone(provider: &str) {
+    const RANKS: u32 = 4;
+    let victim = RANKS - 1;
+    let job = gaspirun_casualty(
+        RANKS,
+        provider,
+        &example("gasnet_check"),
+        &["kill_alone"],
+        137,
+    );
+    let report = job.report();
+    let _: u32 = job.data("kill_alone", victim).parse("pid");
+    for rank in 0..victim {
+        let data = job.data("kill_alone", rank);
+        assert_eq!(data.get("first"), "Ok", "rank {rank}\n{report}");
+        assert_eq!(
+            data.get("alone"),
+            format!("RankFailed({victim})"),
+            "rank {rank}\n{report}"
+        );
+        // A death on this host is seen within about a second of the victim's 300 ms.
+        let millis: u64 = data.parse("millis");
+        assert!(millis < 10_000, "rank {rank}: {millis} ms\n{report}");
+    }
+}
+
 jobs! {
     ops_1_tcp: ops(1, "tcp");
     ops_2_tcp: ops(2, "tcp");
@@ -870,6 +899,8 @@ jobs! {
     split_5_shm: split(5, "shm");
     kill_4_tcp: kill("tcp");
     kill_4_shm: kill("shm");
+    kill_alone_4_tcp: kill_alone("tcp");
+    kill_alone_4_shm: kill_alone("shm");
     stalled_2_tcp: stalled("tcp");
     stalled_2_shm: stalled("shm");
     teams_2_shm: teams(2, "shm");

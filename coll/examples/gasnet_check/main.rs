@@ -87,6 +87,10 @@
 //!   member at the root); then the survivors build a team of their own and gather_all on it:
 //!   `data kill rank R: first; second; third; later; rooted; survivors`, each an outcome, the
 //!   last with the digest of what the survivors' gather_all delivered.
+//! * `kill_alone` (4 ranks, under `gaspirun --keep-going`): a blocking allreduce everywhere,
+//!   then the survivors tell the last member so and enter another, in which each waits alone
+//!   in its engine when the last member is killed (SIGKILL):
+//!   `data kill_alone rank R: first; alone; millis`, two outcomes and how long the second took.
 //! * `stalled` (2 ranks): rank 0 broadcasts 16 MiB (eager) while rank 1, without a progress
 //!   thread, makes no call for 2 s: through the fabric the root's puts cannot complete
 //!   locally meanwhile, and its `wait_sync(200 ms)` must time out (as a timeout: call again)
@@ -169,11 +173,12 @@ fn main() -> ExitCode {
         ["errors"] => in_job(errors),
         ["counts", mode @ ("my" | "eager")] => in_job(|_, team| counts(team, mode)),
         ["kill"] => kill(),
+        ["kill_alone"] => kill_alone(),
         ["stalled"] => stalled(),
         ["teams"] => teams(),
         ["drop_early", mode @ ("my" | "eager")] => drop_early(mode),
         _ => Err(
-            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|crossed_eager|overlap|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|stalled|teams".into(),
+            "usage: gasnet_check ops|large|many|outstanding|threads|some|mixed|uneven|crossed_teams|crossed_eager|overlap|allsync_source|allsync_dest|split|errors|counts my|eager|drop_early my|eager|kill|kill_alone|stalled|teams".into(),
         ),
     };
     match result {
@@ -1098,6 +1103,55 @@ fn split(ctx: &Context, team: &Team<'_>) -> Outcome {
     Ok(())
 }
 
+/// `kill_alone`: as `kill`, but the survivors wait in a blocking allreduce, each the only
+/// collective of its team and the only thread in it (the engine's lone wait), when the last
+/// member is killed.
+fn kill_alone() -> Outcome {
+    let ctx = casualty_context("kill_alone")?;
+    let (me, n) = (ctx.rank(), ctx.size());
+    let victim = n - 1;
+    let casualty = Casualty::new(&ctx, victim, 0, TIMEOUT)?;
+    let coll = Collectives::new(&ctx)?;
+    let team = Team::new(&coll, GROUP_ALL, TIMEOUT)?;
+    let sum = |flags| {
+        let mut dst = [0u64; 1];
+        team.allreduce(
+            &[u64::from(me) + 1],
+            &mut dst,
+            gaspi::ReduceOp::Sum,
+            flags,
+            TIMEOUT,
+        )
+        .and_then(|()| match dst[0] {
+            10 => Ok(()),
+            got => Err(gaspi_coll::Error::Runtime(format!("sum {got}, not 10"))),
+        })
+    };
+    let first = shown(sum(Flags::EAGER));
+    if me == victim {
+        casualty.survivors_past(&ctx, TIMEOUT)?;
+        // The survivors are asleep in their allreduce by now.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        println!("data kill_alone rank {me}: pid={}", std::process::id());
+        // `sh` is a child of this process: $PPID is this rank.
+        std::process::Command::new("sh")
+            .args(["-c", "kill -9 $PPID"])
+            .status()?;
+        return Err("still alive after kill -9".into());
+    }
+    casualty.past(&ctx, TIMEOUT)?;
+    let started = std::time::Instant::now();
+    let alone = shown(sum(Flags::EAGER));
+    let millis = started.elapsed().as_millis();
+    println!("data kill_alone rank {me}: first={first}; alone={alone}; millis={millis}");
+    drop(team);
+    drop(coll);
+    match ctx.finalize(TIMEOUT) {
+        Err(gaspi::Error::RankFailed { .. }) | Ok(()) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// An outcome as the tests read it: `Ok`, `RankFailed(<rank>)` or the error.
 fn shown(outcome: Result<(), gaspi_coll::Error>) -> String {
     match outcome {
@@ -1149,7 +1203,8 @@ fn stalled() -> Outcome {
     Ok(())
 }
 
-fn kill() -> Outcome {
+/// The context of a scenario of 4 ranks whose last member is killed (`kill`, `kill_alone`).
+fn casualty_context(scenario: &str) -> Outcome<Context> {
     let mut config = Config::from_env()?;
     // Over shm through the fabric, a rank killed while it holds the provider's progress lock
     // would leave its writers spinning inside libfabric (as in alltoallv_check's `kill`).
@@ -1157,10 +1212,15 @@ fn kill() -> Outcome {
         config.progress_thread = false;
     }
     let ctx = Context::init_with(config)?;
-    let (me, n) = (ctx.rank(), ctx.size());
-    if n != 4 {
-        return Err("kill needs 4 ranks".into());
+    if ctx.size() != 4 {
+        return Err(format!("{scenario} needs 4 ranks").into());
     }
+    Ok(ctx)
+}
+
+fn kill() -> Outcome {
+    let ctx = casualty_context("kill")?;
+    let (me, n) = (ctx.rank(), ctx.size());
     let victim = n - 1;
     let casualty = Casualty::new(&ctx, victim, 0, TIMEOUT)?;
     let coll = Collectives::new(&ctx)?;

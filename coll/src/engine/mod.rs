@@ -480,10 +480,15 @@ impl<'c> Engines<'c> {
         self.len.store(list.len(), Ordering::Relaxed);
     }
 
+    /// Whether the family is this engine's alone: none other to move on before a sleep.
+    fn alone(&self) -> bool {
+        self.len.load(Ordering::Relaxed) <= 1
+    }
+
     /// Passes over the runs of every engine but `me` that no thread holds: whether one of
     /// them has a run under way.
     fn move_others(&self, me: &Engine<'c>) -> bool {
-        if self.len.load(Ordering::Relaxed) <= 1 {
+        if self.alone() {
             return false;
         }
         let others: Vec<Arc<Engine<'c>>> = {
@@ -1093,6 +1098,15 @@ impl<'c> Engine<'c> {
         enough: usize,
         timeout: Timeout,
     ) -> Result<()> {
+        let mut deadline = None;
+        if let ([owner], [None]) = (&mut *owners, &mut *outcomes) {
+            if enough > 0 {
+                if let Some(outcome) = self.wait_alone(owner, timeout, &mut deadline)? {
+                    outcomes[0] = Some(outcome);
+                    return Ok(());
+                }
+            }
+        }
         let mut got = outcomes.iter().filter(|o| o.is_some()).count();
         let index = OwnerIndex::new(owners);
         // Every owner is looked at once (its runs may be over already), and again when a
@@ -1100,7 +1114,7 @@ impl<'c> Engine<'c> {
         let mut all = true;
         let mut saw_dead = false;
         let mut first = true;
-        self.drive(timeout, |engine, state| {
+        self.drive(timeout, deadline, |engine, state| {
             // In a lock-step loop the call that initiated the collective walked it as far as
             // it goes, and its sync mostly comes before the partner's data: the wait looks
             // at that signal first thing, and a pass would only look at it once more.
@@ -1146,6 +1160,128 @@ impl<'c> Engine<'c> {
                 Next::Wait
             }
         })
+    }
+
+    /// Syncs `owner`'s collective while it is one run, the only one of its team (and
+    /// family) not over, walking, and no other thread is in the engine: a blocking call's,
+    /// in a program that syncs each collective before the next. Nothing else can progress
+    /// meanwhile, so instead of passing over the runs and gathering what they wait for
+    /// (see [`drive`](Self::drive)), the call waits for the signal the walk waits at (and
+    /// the watcher's wake-up), takes the steps that follow, and collects the run once
+    /// complete, telling its senders what they need of its stage before each wait as
+    /// `drive` does. Whatever else happens — another thread or run, a wake-up, a wait
+    /// that trusted carried counts running out, a death, the deadline, a fabric to drive —
+    /// leaves the rest to `drive`, with `deadline` set once the call waited, so that the
+    /// timeout still counts from the first wait: `None` then.
+    fn wait_alone(
+        &self,
+        owner: &mut Owner<'_>,
+        timeout: Timeout,
+        deadline: &mut Option<Deadline>,
+    ) -> Result<Option<Result<()>>> {
+        // A test never sleeps; notifications through the fabric need the completion queue
+        // read; another team's runs need moving on before a sleep (see "Other teams").
+        let polled = matches!(timeout, Timeout::Test | Timeout::Millis(0));
+        if polled || self.fabric || self.targets.get().is_none() || !self.engines.alone() {
+            return Ok(None);
+        }
+        let seq = owner.seqs.start;
+        let mut state = self.state();
+        loop {
+            let Some(signal) = self.lone_walk(&state, &owner.seqs) else {
+                self.tell(state)?;
+                return Ok(None);
+            };
+            let id = self.layout.id(seq, signal);
+            if self.seg.notify_peek(id)? == 0 {
+                let deadline = *deadline.get_or_insert_with(|| timeout.deadline());
+                let explicit = state.trusting.is_some_and(Deadline::expired);
+                match self.publish(&mut state, Some(deadline), explicit)? {
+                    true => _ = state.trusting.get_or_insert_with(|| TRUST.deadline()),
+                    false => state.trusting = None,
+                }
+                let until = match state.trusting {
+                    Some(trust) if deadline.remaining().is_none_or(|left| left > TRUST_SPAN) => {
+                        trust
+                    }
+                    _ => deadline,
+                };
+                state.watcher = true;
+                drop(state);
+                let ranges = [self.seg.range(id, 1), self.seg.range(self.layout.wake(), 1)];
+                let waited = self.ctx.notify_wait_any(&ranges, &self.others, until);
+                state = self.state();
+                state.watcher = false;
+                if state.sleepers > 0 {
+                    self.changes.notify_all();
+                }
+                match waited {
+                    Ok(arrival) if arrival.range == 0 => {}
+                    // A wake-up (another thread changed something), the trust or the
+                    // deadline run out: `drive` sorts it out.
+                    Ok(_) | Err(gaspi::Error::Timeout) => {
+                        self.tell(state)?;
+                        return Ok(None);
+                    }
+                    Err(gaspi::Error::RankFailed { rank, reason }) => {
+                        state.dead = Some(Failure::Rank(rank, reason));
+                        self.tell(state)?;
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                // Another thread may have come in while this one slept.
+                if self.lone_walk(&state, &owner.seqs) != Some(signal) {
+                    self.tell(state)?;
+                    return Ok(None);
+                }
+            }
+            // Found lone above: there, and holding its lane.
+            let Some(run) = state.runs.get_mut(seq) else {
+                self.tell(state)?;
+                return Ok(None);
+            };
+            let changed = match run.advance(self, Some(owner)) {
+                Ok(changed) => changed,
+                Err(f) => {
+                    let dead = matches!(f, Failure::Rank(..)).then(|| f.clone());
+                    run.failed = Some(f);
+                    if dead.is_some() {
+                        state.dead = dead;
+                    }
+                    true
+                }
+            };
+            if let Some(outcome) = self.collect(&mut state, owner) {
+                // As a pass and a sync that returns do (see `drive`).
+                if let Err(f @ Failure::Rank(..)) = self.publish(&mut state, None, false) {
+                    state.dead = Some(f);
+                }
+                state.trusting = None;
+                self.tell(state)?;
+                return Ok(Some(outcome));
+            }
+            if changed {
+                // Nobody else is in the engine to tell (see `lone_walk`).
+                state.trusting = None;
+                state.changed = false;
+            }
+        }
+    }
+
+    /// The signal the run of the collective of `seqs` waits for when it is one run, the only
+    /// one not over, walking and waiting for a signal, and no other thread is in the
+    /// engine or changed it without telling (see [`wait_alone`](Self::wait_alone)).
+    fn lone_walk(&self, state: &State<'c>, seqs: &Range<u64>) -> Option<u32> {
+        let seq = seqs.start;
+        // Every run before it gave its stage up (over), and none came after it.
+        if seqs.end != seq + 1 || state.next != seqs.end || state.freed != seq {
+            return None;
+        }
+        if state.changed || state.dead.is_some() || state.watcher || state.sleepers > 0 {
+            return None;
+        }
+        state.runs.get(seq).and_then(Run::walk_signal)
     }
 
     /// Whether the collective of `seqs` is one run, the only one not over, walking and
@@ -1547,13 +1683,14 @@ impl<'c> Engine<'c> {
 
     /// Runs `decide` under the lock until it is done, sleeping between tries on what the
     /// runs wait for (see the [module documentation](self)). `timeout` counts from the
-    /// first time the call has to wait: a call done at once never reads the clock.
+    /// first time the call has to wait (`deadline`, if the call waited before, as
+    /// [`wait_alone`](Self::wait_alone) may have): a call done at once never reads the clock.
     fn drive<T>(
         &self,
         timeout: Timeout,
+        mut deadline: Option<Deadline>,
         mut decide: impl FnMut(&Self, &mut State<'c>) -> Next<T>,
     ) -> Result<T> {
-        let mut deadline = None;
         if self.targets.get().is_none() {
             self.connect(*deadline.get_or_insert_with(|| timeout.deadline()))?;
         }
