@@ -108,7 +108,9 @@
 //! # Waiting
 //! As in the alltoallv: one thread at a time (the watcher) sleeps on the notifications the
 //! runs wait for, the others on a condition variable; whoever changes something wakes the
-//! sleepers, and the watcher through a notification of its own.
+//! sleepers, and the watcher through a notification of its own. A sync of the only run not
+//! over, with no other thread in the engine, watches the one signal its walk waits for and
+//! takes the steps after it without passing over the runs (`Engine::wait_alone`).
 //!
 //! # Other teams
 //! GASNet lets members sync the collectives of overlapping teams in any order (here: of one
@@ -1169,8 +1171,9 @@ impl<'c> Engine<'c> {
     /// (see [`drive`](Self::drive)), the call waits for the signal the walk waits at (and
     /// the watcher's wake-up), takes the steps that follow, and collects the run once
     /// complete, telling its senders what they need of its stage before each wait as
-    /// `drive` does. Whatever else happens — another thread or run, a wake-up, a wait
-    /// that trusted carried counts running out, a death, the deadline, a fabric to drive —
+    /// `drive` does (a wait that trusted carried counts and ran out of trust tells them
+    /// outright and waits again). Whatever else happens — another thread or run, a wake-up,
+    /// a death, the deadline, a fabric to drive —
     /// leaves the rest to `drive`, with `deadline` set once the call waited, so that the
     /// timeout still counts from the first wait: `None` then.
     fn wait_alone(
@@ -1187,13 +1190,16 @@ impl<'c> Engine<'c> {
         }
         let seq = owner.seqs.start;
         let mut state = self.state();
+        // The call that initiated the collective walked it as far as it went: its signal was
+        // not there, and the wait looks first anyway. After a step, the next may be there.
+        let mut look = false;
         loop {
             let Some(signal) = self.lone_walk(&state, &owner.seqs) else {
                 self.tell(state)?;
                 return Ok(None);
             };
             let id = self.layout.id(seq, signal);
-            if self.seg.notify_peek(id)? == 0 {
+            if !std::mem::take(&mut look) || self.seg.notify_peek(id)? == 0 {
                 let deadline = *deadline.get_or_insert_with(|| timeout.deadline());
                 let explicit = state.trusting.is_some_and(Deadline::expired);
                 match self.publish(&mut state, Some(deadline), explicit)? {
@@ -1217,8 +1223,10 @@ impl<'c> Engine<'c> {
                 }
                 match waited {
                     Ok(arrival) if arrival.range == 0 => {}
-                    // A wake-up (another thread changed something), the trust or the
-                    // deadline run out: `drive` sorts it out.
+                    // The trust ran out: the senders are told outright before the next wait.
+                    Err(gaspi::Error::Timeout) if until != deadline => continue,
+                    // A wake-up (another thread changed something) or the deadline: `drive`
+                    // sorts it out.
                     Ok(_) | Err(gaspi::Error::Timeout) => {
                         self.tell(state)?;
                         return Ok(None);
@@ -1266,6 +1274,7 @@ impl<'c> Engine<'c> {
                 state.trusting = None;
                 state.changed = false;
             }
+            look = true;
         }
     }
 
