@@ -24,10 +24,9 @@
 //! [`Team`]'s staging and capacity).
 
 use gaspi::{Rank, Timeout};
-use smallvec::SmallVec;
 
 use crate::buffer::{Input, Output};
-use crate::engine::{Blocks, Cut, Launch, Prepared, Views};
+use crate::engine::{Blocks, Cut, Key, Launch, Prepared, Views};
 use crate::error::{Error, Result};
 use crate::schedule::all::{self, ExchangeAlgo, GatherAllAlgo};
 use crate::schedule::tree::Tree;
@@ -293,29 +292,19 @@ impl<'c> Team<'c> {
         flags.check_buffers(self.context(), &src, &dst)?;
         let (n, me) = (self.size(), self.index());
         // The key of the plan: the call's words, flags (which GASNet asks to be the same on
-        // every member, `SINGLE` and `LOCAL` too) and algorithm.
-        let mut all: SmallVec<[u64; 32]> = SmallVec::new();
-        all.extend_from_slice(words);
-        all.push(u64::from(flags.bits()));
-        // The name's length and its bytes eight to a word: as exact as a word per byte, and
-        // a shorter key to hash and compare on every call.
-        all.push(algorithm.len() as u64);
-        all.extend(algorithm.as_bytes().chunks(8).map(|chunk| {
-            let mut word = [0; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            u64::from_le_bytes(word)
-        }));
+        // every member, `SINGLE` and `LOCAL` too) and algorithm, and `exact`.
+        let key = Key {
+            words,
+            flags: flags.bits(),
+            algorithm,
+            exact,
+        };
         let lane = self.lane_bytes();
         let whole = Cut::whole(shape.largest);
         // Whether to cut must not depend on the member: decided on the heaviest staging of
         // any member, which the bound spares computing in the common case.
         let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
         if shape.bound <= lane || heaviest(whole) <= lane {
-            let signature = signature(&all);
-            // Only in the key: members' counts may differ (exchangev), their signatures not.
-            for words in exact {
-                all.extend_from_slice(words);
-            }
             // Built (and the half lane decided) only when the engine has no plan for the key.
             // Only folding operations use half lanes: half lanes let eager runs go twice as
             // deep, which for large data operations cost more in cache than it saved in
@@ -327,12 +316,11 @@ impl<'c> Team<'c> {
                 Ok((self.synchronised(build(me, whole), flags)?, half))
             };
             let prepared = Prepared::Keyed {
-                key: &all,
+                key,
                 build: &schedule,
             };
             let mut launch = Launch {
                 prepared,
-                signature,
                 reducer,
                 views: None,
             };
@@ -349,13 +337,18 @@ impl<'c> Team<'c> {
         // The first cut is the largest, so its staging bounds every piece's.
         let half = reducer.is_some() && heaviest(Cut::whole(c)) <= lane / 2;
         let (src_sizes, dst_sizes) = (shape.src.to_vec(), shape.dst.to_vec());
+        let mut agreed = Vec::new();
+        key.agreed(&mut agreed);
         let mut launches = Vec::new();
         for cut in Cut::all(shape.largest, c) {
-            let mut words = all.clone();
+            let mut words = agreed.clone();
             words.extend([cut.at, cut.len]);
             launches.push(Launch {
-                prepared: Prepared::Built(self.synchronised(build(me, cut), flags)?, half),
-                signature: signature(&words),
+                prepared: Prepared::Built {
+                    schedule: self.synchronised(build(me, cut), flags)?,
+                    half,
+                    signature: signature(&words),
+                },
                 reducer: reducer.as_ref().map(|r| r.boxed()),
                 views: Some(Views {
                     src: Blocks::new(&src_sizes, cut),
