@@ -14,7 +14,7 @@
 //! is handed out only once its previous block there was reset: the user's area never
 //! changes before its reset, however far ahead the source runs.
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashSet as HashSet;
 use smallvec::SmallVec;
 
 use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
@@ -94,15 +94,16 @@ pub(super) struct Exchange {
     /// Rounds begun so far.
     rounds: u64,
     pub(super) running: Option<Running>,
-    /// Per destination and round parity, the tag of this rank's last block there whose credit
-    /// has not been taken (0: none owed).
-    owed: HashMap<Rank, [u32; 2]>,
+    /// Per destination, by member index, and round parity, the tag of this rank's last block
+    /// there whose credit has not been taken (0: none owed). An array, not a map by rank:
+    /// every decision that clears blocks asks it for each waiting one.
+    owed: Vec<[u32; 2]>,
     /// Each source's latest block, by member index: its tag, and whether it was reset. An
     /// array, not a map by rank: every look for an arrival asks it for each pending source.
     arrivals: Vec<Option<(u32, bool)>>,
     /// Blocks taken from the table and not handed out (before their round began here, of
-    /// another plan's round, or whose copy failed): the tag, by source and round parity.
-    early: HashMap<(Rank, u32), u32>,
+    /// another plan's round, or whose copy failed).
+    early: Kept,
     /// The sources of every plan made so far.
     pub(super) sources: HashSet<Rank>,
     /// Whether a thread sleeps on the round's notifications (see `Alltoallv::drive`).
@@ -121,6 +122,8 @@ impl Exchange {
     pub(super) fn new(members: usize) -> Exchange {
         Exchange {
             arrivals: vec![None; members],
+            owed: vec![[0; 2]; members],
+            early: Kept::new(members),
             ..Exchange::default()
         }
     }
@@ -131,6 +134,52 @@ impl Exchange {
             watcher: self.watcher,
             sleepers: self.sleepers > 0,
         }
+    }
+}
+
+/// Blocks taken from the table and not handed out: the tag, by source's member index and
+/// round parity (0: none). An array, not a map by source, as each look at them asks it for
+/// every pending source.
+#[derive(Default)]
+struct Kept {
+    tags: Vec<[u32; 2]>,
+    /// How many tags are kept: while none is, a look finds nothing without walking them.
+    count: usize,
+}
+
+impl Kept {
+    fn new(members: usize) -> Kept {
+        Kept {
+            tags: vec![[0; 2]; members],
+            count: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Keeps the block of member `member` of round parity `parity`, tagged `value` (a
+    /// block's notification value, never 0), in place of the one kept there, if any.
+    fn keep(&mut self, member: u32, parity: u32, value: u32) {
+        let slot = self.tags.get_mut(member as usize);
+        if let Some(tag) = slot.and_then(|tags| tags.get_mut(parity as usize)) {
+            self.count = self.count + usize::from(value != 0) - usize::from(*tag != 0);
+            *tag = value;
+        }
+    }
+
+    /// The block of member `member` of round parity `parity`, if one is kept, no more kept.
+    fn take(&mut self, member: u32, parity: u32) -> Option<u32> {
+        let tag = self
+            .tags
+            .get_mut(member as usize)?
+            .get_mut(parity as usize)?;
+        let value = std::mem::take(tag);
+        (value != 0).then(|| {
+            self.count -= 1;
+            value
+        })
     }
 }
 
@@ -488,12 +537,7 @@ impl Alltoallv<'_> {
     /// `post` to report once the others are posted: failing at once would drop blocks
     /// already marked posted, whose credits were taken, and their destinations would wait
     /// for them for ever.
-    fn cleared(
-        &self,
-        owed: &mut HashMap<Rank, [u32; 2]>,
-        posting: &mut u32,
-        run: &mut Running,
-    ) -> Cleared {
+    fn cleared(&self, owed: &mut [[u32; 2]], posting: &mut u32, run: &mut Running) -> Cleared {
         if run.waiting == 0 {
             return Cleared::default();
         }
@@ -518,7 +562,10 @@ impl Alltoallv<'_> {
             };
             let d = &run.plan.destinations[index];
             let member = run.plan.destination_members[index];
-            let owed = owed.entry(d.rank).or_default();
+            // Every destination is a member (the plan's destination_members).
+            let Some(owed) = owed.get_mut(member as usize) else {
+                continue;
+            };
             if let Err(e) = self.take_credits(owed, d.rank, member, needs(d.bytes, run.parity)) {
                 if let Some(e) = e {
                     failed.get_or_insert(e);
@@ -678,7 +725,7 @@ impl Alltoallv<'_> {
     /// reset yet is left in the table (see [`ready`]).
     fn take_arrived(
         &self,
-        early: &mut HashMap<(Rank, u32), u32>,
+        early: &mut Kept,
         arrivals: &mut [Option<(u32, bool)>],
         run: &mut Running,
     ) -> Result<Option<Rank>> {
@@ -704,7 +751,7 @@ impl Alltoallv<'_> {
     /// A source of `run` whose block was kept aside, handed out.
     fn take_early(
         &self,
-        early: &mut HashMap<(Rank, u32), u32>,
+        early: &mut Kept,
         arrivals: &mut [Option<(u32, bool)>],
         run: &mut Running,
     ) -> Result<Option<Rank>> {
@@ -717,8 +764,7 @@ impl Alltoallv<'_> {
             if !ready(arrivals, run.plan.source_members[i]) {
                 continue;
             }
-            let rank = run.plan.sources[i].rank;
-            if let Some(value) = early.remove(&(rank, run.parity)) {
+            if let Some(value) = early.take(run.plan.source_members[i], run.parity) {
                 return self.take(run, early, arrivals, i, value).map(Some);
             }
         }
@@ -740,14 +786,14 @@ impl Alltoallv<'_> {
     fn take(
         &self,
         run: &mut Running,
-        early: &mut HashMap<(Rank, u32), u32>,
+        early: &mut Kept,
         arrivals: &mut [Option<(u32, bool)>],
         i: usize,
         value: u32,
     ) -> Result<Rank> {
         let source = &run.plan.sources[i];
         if value != run.tag {
-            early.insert((source.rank, run.parity), value);
+            early.keep(run.plan.source_members[i], run.parity, value);
             return Err(Error::OutOfStep {
                 rank: source.rank,
                 expected: run.tag,
@@ -762,7 +808,7 @@ impl Alltoallv<'_> {
                 self.control
                     .copy_into(slot, run.plan.segment, source.offset, source.bytes);
             if let Err(e) = copied {
-                early.insert((source.rank, run.parity), value);
+                early.keep(run.plan.source_members[i], run.parity, value);
                 return Err(e.into());
             }
         }
@@ -779,7 +825,7 @@ impl Alltoallv<'_> {
     fn awaited(
         &self,
         run: &Running,
-        owed: &HashMap<Rank, [u32; 2]>,
+        owed: &[[u32; 2]],
         arrivals: &[Option<(u32, bool)>],
     ) -> Awaited {
         let plan = &run.plan;
@@ -795,7 +841,7 @@ impl Alltoallv<'_> {
             if let Send::Waiting(_) = send {
                 let d = &plan.destinations[index];
                 let member = plan.destination_members[index];
-                let owed = owed.get(&d.rank).copied().unwrap_or_default();
+                let owed = owed.get(member as usize).copied().unwrap_or_default();
                 for &p in needs(d.bytes, run.parity) {
                     if owed[p as usize] != 0 {
                         ids.push((self.layout.credit(member, p), d.rank));
@@ -915,8 +961,7 @@ impl Alltoallv<'_> {
         };
         let value = self.control.notify_reset(got.id)?;
         if value != 0 {
-            let rank = self.ranks[member as usize];
-            self.exchange().early.insert((rank, parity), value);
+            self.exchange().early.keep(member, parity, value);
         }
         Ok(())
     }
