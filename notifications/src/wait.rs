@@ -113,8 +113,9 @@ impl<F: FnMut() -> bool> Progress for F {
 /// events arriving densely: a waiter that slept again would cost each of their notifiers a
 /// wake-up system call). A waiter that is notified rarely, or never, goes back to sleep after
 /// one more poll. A wait that a thread begins within a spin time of its previous wait running
-/// out asleep sleeps at once, without spinning: the thread is polling in slices, and an idle
-/// waiter would otherwise spin at the start of every slice.
+/// out idle (asleep, or past its spin time when the scheduler held it beyond its deadline
+/// before it could sleep) sleeps at once, without spinning: the thread is polling in slices,
+/// and an idle waiter would otherwise spin at the start of every slice.
 ///
 /// Whatever makes `poll` succeed must be followed by [`event.notify_all()`](EventCount::notify_all),
 /// otherwise a sleeping waiter only notices it at the end of its slice. `progress` may itself
@@ -158,15 +159,15 @@ pub fn wait_until<T>(
     }
     let outcome = wait_rounds(event, deadline, &mut spin, poll, progress);
     IDLE_SINCE.set(match outcome {
-        Err(Error::Timeout) if spin.slept => Some(Instant::now()),
+        Err(Error::Timeout) if spin.idle => Some(Instant::now()),
         _ => None,
     });
     outcome
 }
 
 thread_local! {
-    /// When this thread's last wait ran out after sleeping without its condition met; `None`
-    /// once a wait ended otherwise.
+    /// When this thread's last wait ran out idle (see [`Spin::idle`]); `None` once a wait
+    /// ended otherwise.
     static IDLE_SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
@@ -206,7 +207,7 @@ fn wait_rounds<T>(
                     return Ok(value);
                 }
                 progress.sleeping(true);
-                spin.slept = true;
+                spin.idle = true;
                 let asleep = Instant::now();
                 let woken = event.wait(key, deadline.capped(slice), &mut poll);
                 progress.sleeping(false);
@@ -273,8 +274,12 @@ struct Spin {
     hot: bool,
     /// Yield at every poll and spin for [`YIELD_SPIN_TIME`] (see [`set_oversubscribed`]).
     yielding: bool,
-    /// The wait slept at least once.
-    slept: bool,
+    /// The wait's condition stayed unmet for a whole spin time: it slept at least once, or the
+    /// look at the clock that found the spin time over found the deadline passed too. The
+    /// latter is a loaded core holding the waiter past a short deadline while it yielded in its
+    /// spin; it counts as a sleep, since otherwise every wait of a thread polling in slices on
+    /// such a core would spin afresh, and hardly any would reach its sleep.
+    idle: bool,
 }
 
 impl Spin {
@@ -289,7 +294,7 @@ impl Spin {
             polls: 0,
             hot: true,
             yielding: OVERSUBSCRIBED.load(Ordering::Relaxed),
-            slept: false,
+            idle: false,
         };
         spin.look_next();
         spin
@@ -357,11 +362,13 @@ impl Spin {
         if self.polls >= every {
             self.polls = 0;
             let now = Instant::now();
+            let spun = now.saturating_duration_since(*self.started.get_or_insert(now));
+            let spent = spun >= self.time();
             if deadline.expired_at(now) {
+                self.idle |= spent;
                 return Step::Expired;
             }
-            let spun = now.saturating_duration_since(*self.started.get_or_insert(now));
-            if spun >= self.time() {
+            if spent {
                 return Step::Sleep;
             }
             self.hot = spun < HOT_SPIN;
@@ -438,6 +445,40 @@ mod tests {
         assert_eq!(wait(), Err(Error::Timeout));
         // One round before each sleep of 1, 2 (and what is left of 3) ms, against thousands
         // of rounds in a spin.
+        assert!(rounds.get() <= 8, "{} rounds", rounds.get());
+    }
+
+    #[test]
+    fn a_wait_right_after_one_held_past_its_deadline_in_its_spin_does_not_spin() {
+        // The first wait's second round keeps the thread beyond the deadline, as a loaded core
+        // that runs other processes does to a waiter yielding in its spin: the wait runs out
+        // at its next look at the clock, past its spin time, without having slept.
+        let event = EventCount::new();
+        let rounds = Cell::new(0_u32);
+        let wait = |timeout, held| {
+            wait_until(
+                &event,
+                timeout,
+                || None::<()>,
+                || {
+                    rounds.set(rounds.get() + 1);
+                    if rounds.get() == 2 {
+                        std::thread::sleep(held);
+                    }
+                    false
+                },
+            )
+        };
+        assert_eq!(
+            wait(Timeout::Millis(50), Duration::from_millis(60)),
+            Err(Error::Timeout)
+        );
+        rounds.set(0);
+        assert_eq!(
+            wait(Timeout::Millis(3), Duration::ZERO),
+            Err(Error::Timeout)
+        );
+        // As after a wait that slept: one round before each sleep.
         assert!(rounds.get() <= 8, "{} rounds", rounds.get());
     }
 
