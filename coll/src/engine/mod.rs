@@ -1360,34 +1360,36 @@ impl<'c> Engine<'c> {
     /// one not over, walking and waiting for a signal, and no other thread is in the
     /// engine or changed it without telling (see [`wait_alone`](Self::wait_alone)).
     fn lone_walk(&self, state: &State<'c>, seqs: &Range<u64>) -> Option<u32> {
-        let seq = seqs.start;
-        // Every run before it gave its stage up (over), and none came after it.
-        if seqs.end != seq + 1 || state.next != seqs.end || state.freed != seq {
+        if state.watcher || state.sleepers > 0 {
             return None;
         }
-        if state.changed || state.dead.is_some() || state.watcher || state.sleepers > 0 {
-            return None;
-        }
-        state.runs.get(seq).and_then(Run::walk_signal)
+        Self::only_walk(state, seqs)
     }
 
     /// Whether the collective of `seqs` is one run, the only one not over, walking and
     /// waiting for a signal that is not there: a pass would change nothing.
     fn idle_walk(&self, state: &State<'c>, seqs: &Range<u64>) -> bool {
-        let seq = seqs.start;
-        // Every run before it gave its stage up (over), and none came after it.
-        if seqs.end != seq + 1 || state.next != seqs.end || state.freed != seq {
-            return false;
-        }
-        if state.changed || state.dead.is_some() {
-            return false;
-        }
-        let Some(signal) = state.runs.get(seq).and_then(Run::walk_signal) else {
+        let Some(signal) = Self::only_walk(state, seqs) else {
             return false;
         };
         self.seg
-            .notify_peek(self.layout.id(seq, signal))
+            .notify_peek(self.layout.id(seqs.start, signal))
             .is_ok_and(|value| value == 0)
+    }
+
+    /// The signal the run of the collective of `seqs` waits for when it is one run, the only
+    /// one not over, walking and waiting for a signal, in an engine nobody changed without
+    /// telling and no death touched.
+    fn only_walk(state: &State<'c>, seqs: &Range<u64>) -> Option<u32> {
+        let seq = seqs.start;
+        // Every run before it gave its stage up (over), and none came after it.
+        if seqs.end != seq + 1 || state.next != seqs.end || state.freed != seq {
+            return None;
+        }
+        if state.changed || state.dead.is_some() {
+            return None;
+        }
+        state.runs.get(seq).and_then(Run::walk_signal)
     }
 
     /// Lets the runs `seqs` go on without their handle, their output dropped when they
