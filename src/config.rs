@@ -279,7 +279,9 @@ fn flag(name: &str, value: &str) -> Result<bool> {
     match value.trim() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(Error::Config(format!("{name}={value:?} must be 0 or 1"))),
+        _ => Err(Error::Config(format!(
+            "{name}={value:?} must be 1, true, yes or on, or 0, false, no or off"
+        ))),
     }
 }
 
@@ -345,6 +347,12 @@ mod tests {
             ("GASPI_PASSIVE_MAX_BYTES", "0", "must be in 1..="),
             ("GASPI_REDUCE_CHUNK", "65", "must be a multiple of 8"),
             ("GASPI_OP_TIMEOUT_MS", "0", "must be positive"),
+            (
+                "GASPI_ATOMICS",
+                "2",
+                "must be 1, true, yes or on, or 0, false, no or off",
+            ),
+            ("GASPI_PROGRESS_THREAD", "enabled", "must be 1, true"),
         ] {
             match with(name, value) {
                 Err(Error::Config(message)) => assert!(
@@ -356,5 +364,9 @@ mod tests {
         }
         let cfg = with("GASPI_QUEUES", " 4 ").expect("a value in range");
         assert_eq!(cfg.queues, 4);
+        for (value, on) in [("yes", true), ("on", true), ("true", true), ("off", false)] {
+            let cfg = with("GASPI_PROGRESS_THREAD", value).expect("a flag word");
+            assert_eq!(cfg.progress_thread, on, "GASPI_PROGRESS_THREAD={value}");
+        }
     }
 }
