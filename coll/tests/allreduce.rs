@@ -17,7 +17,7 @@ mod data;
 #[path = "../examples/allreduce_check/cases.rs"]
 mod cases;
 
-use common::{example, gaspirun, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
+use common::{example, gaspirun, gaspirun_with_env, jobs, Finished, JOB_TIMEOUT_S, PROVIDERS};
 use data::Digest;
 
 fn job(ranks: u32, provider: &str, scenario: &str) -> Finished {
@@ -36,7 +36,35 @@ fn job(ranks: u32, provider: &str, scenario: &str) -> Finished {
 /// `values`: every rank's result of every case equals the serial reference; a vector whose
 /// staging exceeds a lane is refused on every rank of a team of more than one.
 fn values(ranks: u32, provider: &str) {
-    let job = job(ranks, provider, "values");
+    check_values(&job(ranks, provider, "values"), ranks);
+}
+
+/// `values` with the algorithm forced by `GASPI_COLL_ALLREDUCE`: the same results, bitwise,
+/// whichever algorithm the table would have chosen.
+fn forced(ranks: u32, provider: &str, algorithm: &str) {
+    let env = format!("GASPI_COLL_ALLREDUCE={algorithm}");
+    let program = example("allreduce_check");
+    let job = gaspirun_with_env(&[&env], ranks, provider, &program, &["values"]);
+    assert!(job.status.success(), "the job failed\n{}", job.report());
+    check_values(&job, ranks);
+}
+
+/// A `GASPI_COLL_ALLREDUCE` that names no allreduce algorithm fails the first allreduce with
+/// `UnknownAlgorithm` naming it.
+fn unknown(provider: &str) {
+    let env = ["GASPI_COLL_ALLREDUCE=ring"];
+    let job = gaspirun_with_env(&env, 2, provider, &example("allreduce_check"), &["values"]);
+    assert!(!job.status.success(), "the job succeeded\n{}", job.report());
+    // gaspirun ends the job when the first rank fails, so the other may not get to say it.
+    assert!(
+        job.stderr
+            .contains(r#"sum_i64 of 0 (case 1): allreduce has no algorithm "ring""#),
+        "{}",
+        job.report()
+    );
+}
+
+fn check_values(job: &Finished, ranks: u32) {
     let report = job.report();
     for rank in 0..ranks {
         let data = job.data("values", rank);
@@ -181,6 +209,9 @@ jobs! {
     values_7_tcp: values(7, "tcp");
     values_8_shm: values(8, "shm");
     values_8_tcp: values(8, "tcp");
+    forced_doubling_3_shm: forced(3, "shm", "doubling");
+    forced_rabenseifner_5_tcp: forced(5, "tcp", "rabenseifner");
+    unknown_2_shm: unknown("shm");
     many_3_tcp: many(3, "tcp");
     many_4_shm: many(4, "shm");
     many_5_shm: many(5, "shm");
