@@ -462,8 +462,12 @@ impl Inner {
     /// The answer for `key` of `rank` if it is known without asking anyone (cached, or this
     /// rank's own), for fast paths that fall back to [`resolve_later`](Self::resolve_later).
     pub(crate) fn known_now(&self, rank: Rank, key: DescKey) -> Option<Known> {
-        if let Some(known) = self.directly_known(rank, key) {
-            return Some(known);
+        // Without any rank reached directly (fabric mode) there is no directory to read: a
+        // load instead of a call on every small write's inject path.
+        if self.direct.enabled() {
+            if let Some(known) = self.directly_known(rank, key) {
+                return Some(known);
+            }
         }
         self.descriptors.cached(rank, key).or_else(|| {
             (rank == self.rank)
