@@ -7,8 +7,9 @@
 # GASPI_INTRANODE as set (direct by default), on the ci profile's build of
 # `coll/examples/cg_allreduce`.
 #
-# Two cases per rank count: `late` (the partners come late: rank 0 initiates and waits) and
-# `there` (rank 0 comes late: its partners' data is there when it initiates). The counts
+# Three cases per rank count: `late` (the partners come late: rank 0 initiates and waits),
+# `there` (rank 0 comes late: its partners' data is there when it initiates) and `step` (nobody
+# sleeps: the ranks call in lock step, as in the bench's loop, whose 8 B lines count). The counts
 # leave out the waiting loop (`gaspi_notifications::wait::wait_until` and what it calls),
 # whose instructions grow with the time waited. One line per case:
 #   ranks=2 case=late engine=7129 runtime=1840 floor=... engine/runtime=3.87 floor/runtime=...
@@ -27,7 +28,7 @@ cg_rank0_wrapper "$wrapper" 'cg_allreduce::engine_call' 'cg_allreduce::runtime_c
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
 for n in "${ranks[@]}"; do
-    for case in late there; do
+    for case in late there step; do
         line="ranks=$n case=$case"
         declare -A count=()
         libs="engine runtime"

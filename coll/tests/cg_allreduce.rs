@@ -58,4 +58,6 @@ jobs! {
     fabric_2_shm: check(2, "shm", "fabric", "late");
     fabric_4_tcp: check(4, "tcp", "fabric", "late");
     fabric_4_shm: check(4, "shm", "fabric", "there");
+    step_direct_4_shm: check(4, "shm", "direct", "step");
+    step_fabric_2_tcp: check(2, "tcp", "fabric", "step");
 }

@@ -1,6 +1,6 @@
 //! The allreduce of a small vector repeated, for instruction counts under callgrind
 //! (`scripts/callgrind-allreduce.sh` runs it), and checked: `cg_allreduce
-//! engine|runtime|floor|all late|there ITERS`.
+//! engine|runtime|floor|all late|there|step ITERS`.
 //!
 //! Each rank reduces one f64 (sum) `ITERS` times, after 20 calls of warm-up, through the
 //! engine of a team of all ranks (`engine`, eager, as the bench's `"lib":"gaspi-coll"`) or
@@ -21,7 +21,9 @@
 //! * `late`: every rank but 0 sleeps 3 ms before each call, so that rank 0 initiates first
 //!   and waits for its partners' data;
 //! * `there`: rank 0 sleeps 3 ms before each call, so that its partners' data is there when
-//!   it initiates.
+//!   it initiates;
+//! * `step`: nobody sleeps, and the ranks call in lock step, as in the bench's loop of calls
+//!   (`bench.sh coll`), whose 8 B lines the engine is judged on.
 
 #![forbid(unsafe_code)]
 
@@ -109,7 +111,7 @@ impl Floor<'_> {
 
 fn main() -> ExitCode {
     support::main_of("cg_allreduce", |args| {
-        let usage = "usage: cg_allreduce engine|runtime|floor|all late|there ITERS";
+        let usage = "usage: cg_allreduce engine|runtime|floor|all late|there|step ITERS";
         let [which, mode, iters] = args else {
             return Err(usage.into());
         };
@@ -120,9 +122,11 @@ fn main() -> ExitCode {
             "all" => &[Lib::Engine, Lib::Runtime, Lib::Floor],
             _ => return Err(usage.into()),
         };
+        // Whether the partners of rank 0 come late, or rank 0 does; neither in lock step.
         let late = match mode.as_str() {
-            "late" => true,
-            "there" => false,
+            "late" => Some(true),
+            "there" => Some(false),
+            "step" => None,
             _ => return Err(usage.into()),
         };
         let iters: usize = iters.parse().map_err(|_| usage.to_string())?;
@@ -183,7 +187,7 @@ fn floor_refused(ctx: &Context) -> Option<String> {
         })
 }
 
-fn run(libs: &[Lib], late: bool, iters: usize) -> Outcome<()> {
+fn run(libs: &[Lib], late: Option<bool>, iters: usize) -> Outcome<()> {
     let ctx = Context::init()?;
     let me = ctx.rank();
     let coll = Collectives::new(&ctx)?;
@@ -194,7 +198,7 @@ fn run(libs: &[Lib], late: bool, iters: usize) -> Outcome<()> {
     };
     let team = Team::with_capacity(&coll, GROUP_ALL, capacity, TIMEOUT)?;
     let size = ctx.size();
-    let sleeps = (me != 0) == late;
+    let sleeps = late.is_some_and(|late| (me != 0) == late);
     let steps = size.trailing_zeros();
     let refused = floor_refused(&ctx);
     if let (Some(why), [Lib::Floor]) = (&refused, libs) {
