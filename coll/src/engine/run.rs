@@ -23,7 +23,7 @@ use super::elide::Elision;
 use super::piece::Blocks;
 use super::{checked, read_value, Failure};
 use crate::buffer::{Input, Output, SegmentRange};
-use crate::schedule::{Aligned, Buf, Reducer, Schedule, Span, StepId, Task};
+use crate::schedule::{Aligned, Buf, Check, Reducer, Schedule, Signal, Span, StepId, Task};
 
 /// Bytes a fold combines at a time (rounded down to whole blocks, at least one).
 const FOLD_PIECE: u64 = 8 << 10;
@@ -160,6 +160,95 @@ pub(crate) struct Plan {
     /// a walk: every later step of the walk but a wait depends on it, so that nothing a
     /// member may wait for could go before it (see [`Run::advance`]).
     resumable: [Vec<bool>; 2],
+    /// Per step, the step as a [plain](Run::plain) walk takes it (see [`Compiled`]).
+    compiled: Vec<Compiled>,
+}
+
+/// A step resolved once per plan for a [plain](Run::plain) run: what [`Run::take`] works out
+/// on every call from the schedule, the elision and the deliveries (which step kind, where
+/// its operands lie, whether it reads the source or writes the destination), so that a walk
+/// of a small collective takes a step with a few loads and the runtime's call. What stays
+/// per run is added at use: the run's notification block to a signal, its lane's offset to
+/// a stage offset (by the transport), its value to a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compiled {
+    /// Taken by [`Run::take`]: a step kind or case without a compiled form (a signal, a copy
+    /// the elision keeps, a put from the stage or of several pieces, a fold of two staged
+    /// operands or of more than one piece).
+    General,
+    /// A put of `src`, one part of the caller's source, straight into member `to`'s stage
+    /// at `into`, raising `signal` there with `check` (see the `elide` module).
+    Store {
+        to: u32,
+        src: Span,
+        into: u64,
+        signal: Signal,
+        check: Check,
+    },
+    /// A wait, which its task says all of.
+    Wait,
+    /// A fold of one piece: stage operand `stage` with source operand `src` (the left one
+    /// when `src_left`) into stage range `into`, or, with `deliver`, straight into the
+    /// destination as that copy step would (see [`delivering`]).
+    Fold {
+        stage: Span,
+        src: Span,
+        src_left: bool,
+        into: Span,
+        deliver: Option<(StepId, Span)>,
+    },
+}
+
+impl Compiled {
+    /// Step `id` of `schedule` under `elision` and `delivers`, compiled.
+    fn of(
+        schedule: &Schedule,
+        elision: &Elision,
+        delivers: &[Option<(StepId, Span)>],
+        id: StepId,
+    ) -> Compiled {
+        match schedule.steps[id as usize].task {
+            Task::Put {
+                to,
+                into,
+                signal,
+                check,
+                ..
+            } => match elision.pieces(id) {
+                [piece] => Compiled::Store {
+                    to,
+                    src: piece.span,
+                    into: into + piece.offset,
+                    signal,
+                    check,
+                },
+                _ => Compiled::General,
+            },
+            Task::Wait { .. } => Compiled::Wait,
+            // One piece whatever the operator's block: a piece is more than half of
+            // `FOLD_PIECE` (see `Run::take`).
+            Task::Fold { left, right, into } if into.len <= FOLD_PIECE / 2 => {
+                match elision.operands(id) {
+                    [Some(src), None] if src.len == into.len => Compiled::Fold {
+                        stage: right,
+                        src,
+                        src_left: true,
+                        into,
+                        deliver: delivers[id as usize],
+                    },
+                    [None, Some(src)] if src.len == into.len => Compiled::Fold {
+                        stage: left,
+                        src,
+                        src_left: false,
+                        into,
+                        deliver: delivers[id as usize],
+                    },
+                    _ => Compiled::General,
+                }
+            }
+            _ => Compiled::General,
+        }
+    }
 }
 
 /// Steps of the longest schedule whose walks may wait without booking: working out which
@@ -226,8 +315,12 @@ impl Plan {
             walks: [Vec::new(), Vec::new()],
             elided: Vec::new(),
             resumable: [Vec::new(), Vec::new()],
+            compiled: Vec::new(),
         };
         plan.delivers = delivering(&plan.schedule);
+        plan.compiled = (0..plan.schedule.steps.len() as StepId)
+            .map(|id| Compiled::of(&plan.schedule, &plan.elision, &plan.delivers, id))
+            .collect();
         plan.skipped = plan.skipped_credits();
         plan.skips = plan.skipped.iter().filter(|&&s| s).count();
         let steps = plan.schedule.steps.len() as StepId;
@@ -564,10 +657,18 @@ impl<'c> Run<'c> {
         let order = usize::from(self.skipping);
         let walk = &self.plan.walks[order];
         let mut at = walk.partition_point(|&id| id < self.walked);
+        let plain = self.plain(owner.as_deref());
+        // The run's notification block: a signal's id is the block's plus its number.
+        let block = net.id(self.seq, 0);
         while let Some(&id) = self.plan.walks[order].get(at) {
             self.pass_to(id);
             // Its fold wrote the destination: nothing left to do.
-            if self.delivered_by_fold != Some(id) && !self.take(net, id, owner.as_deref_mut())? {
+            let taken = self.delivered_by_fold == Some(id)
+                || match plain {
+                    Some(src) => self.take_compiled(net, id, block, src, owner.as_deref_mut())?,
+                    None => self.take(net, id, owner.as_deref_mut())?,
+                };
+            if !taken {
                 // A step after it that a member may wait for could go first: booked, the
                 // run takes it.
                 if !self.plan.resumable[order][id as usize] {
@@ -584,6 +685,112 @@ impl<'c> Run<'c> {
             self.complete = true;
         }
         Ok(())
+    }
+
+    /// The caller's source, ordinary memory that `owner` lends, when the run is *plain*: one
+    /// piece (no views), its source neither staged nor kept nor overlapped by the
+    /// destination, its output wanted. Its steps then go by their [`Compiled`] form.
+    fn plain<'o>(&self, owner: Option<&Owner<'o>>) -> Option<&'o [u8]> {
+        let owner = owner.filter(|o| o.seqs.contains(&self.seq))?;
+        let unusual = self.views.is_some()
+            || self.staged
+            || self.overlapped.is_some()
+            || self.source.is_some()
+            || self.orphan;
+        match owner.src {
+            Input::Memory(memory) if !unusual => Some(memory),
+            _ => None,
+        }
+    }
+
+    /// Whether a put of this run to member `to` waits for flow control (see the engine's
+    /// "Eager runs"), learning `to`'s latest publication first.
+    fn held_back(&self, net: &impl Transport, to: u32) -> Result<bool, Failure> {
+        Ok(self.needs > 0 && !net.freed(to, self.needs, true)?)
+    }
+
+    /// Takes step `id` of a [plain](Self::plain) run by its [`Compiled`] form, `block` the
+    /// run's notification block and `src` the caller's source, as [`take`](Self::take)
+    /// would (which takes the steps and cases without one); false when it must wait.
+    fn take_compiled(
+        &mut self,
+        net: &impl Transport,
+        id: StepId,
+        block: NotificationId,
+        src: &[u8],
+        owner: Option<&mut Owner<'_>>,
+    ) -> Result<bool, Failure> {
+        let seq = self.seq;
+        match self.plan.compiled[id as usize] {
+            Compiled::General => self.take(net, id, owner),
+            Compiled::Store {
+                to,
+                src: span,
+                into,
+                signal,
+                check,
+            } => {
+                let n = Notification {
+                    id: block + signal,
+                    value: checked(self.value, check),
+                };
+                if self.held_back(net, to)? {
+                    return Ok(false);
+                }
+                let bytes = &src[range(src.len(), span)?];
+                match net.store(&self.batch, seq, to, into, bytes, Some(n))? {
+                    Stored::Done => Ok(true),
+                    Stored::NotYet => Ok(false),
+                    // Nothing was written: staged and put from the stage, as `take` does.
+                    Stored::Refused => self.take(net, id, owner),
+                }
+            }
+            Compiled::Wait => match self.plan.schedule.steps[id as usize].task {
+                Task::Wait {
+                    from,
+                    signal,
+                    check,
+                } => take_signal(net, block + signal, (seq, self.value), from, check),
+                _ => self.take(net, id, owner),
+            },
+            Compiled::Fold {
+                stage,
+                src: span,
+                src_left,
+                into,
+                deliver,
+            } => {
+                let operand = &src[range(src.len(), span)?];
+                let (reducer, acc) = match self.reducer.as_deref() {
+                    // Folded where it lies, as `take` does: aligned, and on the right unless
+                    // the operator folds into its right operand too.
+                    Some(reducer)
+                        if (operand.as_ptr() as usize).is_multiple_of(8)
+                            && (!src_left || reducer.folds_right()) =>
+                    {
+                        (reducer, &mut self.acc)
+                    }
+                    _ => return self.take(net, id, owner),
+                };
+                acc.resize(into.len as usize);
+                net.read(seq, stage.at, acc.bytes_mut())?;
+                // A user operator may panic: see `take`.
+                let folded = match src_left {
+                    true => guarded(|| reducer.fold_right(operand, acc.bytes_mut())),
+                    false => guarded(|| reducer.fold(acc.bytes_mut(), operand)),
+                };
+                settled(folded, &mut self.panic)?;
+                match (deliver, owner.map(|o| &mut o.dst)) {
+                    (Some((copy, span)), Some(Output::Memory(out))) => {
+                        let at = range(out.len(), span)?;
+                        copy_bytes(&mut out[at], self.acc.bytes());
+                        self.delivered_by_fold = Some(copy);
+                    }
+                    _ => net.write(seq, into.at, self.acc.bytes())?,
+                }
+                Ok(true)
+            }
+        }
     }
 
     /// Whether the run is a walk that waits (not booked, not over): see [`walk`](Self::walk).
@@ -720,7 +927,7 @@ impl<'c> Run<'c> {
                 signal,
                 check,
             } => {
-                if self.needs > 0 && !net.freed(to, self.needs, true)? {
+                if self.held_back(net, to)? {
                     return Ok(false);
                 }
                 let n = Notification {
@@ -767,22 +974,11 @@ impl<'c> Run<'c> {
                 from,
                 signal,
                 check,
-            } => match net.take(net.id(seq, signal))? {
-                0 => return Ok(false),
-                got => {
-                    let value = checked(value, check);
-                    match read_value(got, value, seq) {
-                        Some(freed) => net.heard(from, freed),
-                        None => {
-                            return Err(Failure::OutOfStep {
-                                rank: net.rank(from),
-                                got,
-                                expected: value,
-                            })
-                        }
-                    }
+            } => {
+                if !take_signal(net, net.id(seq, signal), (seq, value), from, check)? {
+                    return Ok(false);
                 }
-            },
+            }
             // Its puts take the bytes from the source themselves.
             Task::Copy { .. } if self.plan.elision.skipped(id) => {}
             // Its fold wrote the destination.
@@ -955,17 +1151,7 @@ impl<'c> Run<'c> {
                             guarded(|| reducer.fold(acc.bytes_mut(), other.bytes()))
                         }
                     };
-                    match folded {
-                        Ok(folded) => folded.map_err(Failure::Runtime)?,
-                        Err(panic) => {
-                            let failure = Failure::Runtime(format!(
-                                "the reduction operator panicked: {}",
-                                panic_message(&*panic)
-                            ));
-                            self.panic = Some(panic);
-                            return Err(failure);
-                        }
-                    }
+                    settled(folded, &mut self.panic)?;
                     if deliver.is_none() {
                         net.write(seq, into.at + at, acc.bytes())?;
                     }
@@ -1306,6 +1492,53 @@ fn guarded(
     std::panic::catch_unwind(AssertUnwindSafe(fold))
 }
 
+/// The outcome of a [`guarded`] fold: a panic is kept in `panic` for the handle's sync,
+/// and fails the run as an error of the operator does.
+fn settled(
+    folded: Result<Result<(), String>, Box<dyn Any + Send>>,
+    panic: &mut Option<Box<dyn Any + Send>>,
+) -> Result<(), Failure> {
+    match folded {
+        Ok(folded) => folded.map_err(Failure::Runtime),
+        Err(payload) => {
+            let failure = Failure::Runtime(format!(
+                "the reduction operator panicked: {}",
+                panic_message(&*payload)
+            ));
+            *panic = Some(payload);
+            Err(failure)
+        }
+    }
+}
+
+/// Takes notification `id`, signal `check` of member `from` in run `seq` of `value`: false
+/// while unset, an error naming `from` when it carries another value.
+#[inline]
+fn take_signal(
+    net: &impl Transport,
+    id: NotificationId,
+    (seq, value): (u64, u32),
+    from: u32,
+    check: Check,
+) -> Result<bool, Failure> {
+    let got = net.take(id)?;
+    if got == 0 {
+        return Ok(false);
+    }
+    let value = checked(value, check);
+    match read_value(got, value, seq) {
+        Some(freed) => {
+            net.heard(from, freed);
+            Ok(true)
+        }
+        None => Err(Failure::OutOfStep {
+            rank: net.rank(from),
+            got,
+            expected: value,
+        }),
+    }
+}
+
 /// What a panic said, as the standard hook prints it.
 fn panic_message(panic: &(dyn Any + Send)) -> &str {
     match (panic.downcast_ref::<String>(), panic.downcast_ref::<&str>()) {
@@ -1500,6 +1733,58 @@ mod tests {
                 (n, me, Plan::new(s, true, |_| true))
             })
         })
+    }
+
+    #[test]
+    fn a_doubling_plan_compiles_its_waits_and_what_reads_the_source() {
+        for (n, me, plan) in doubling_plans() {
+            let at = format!("n = {n}, member {me}");
+            let (mut stores, mut folds) = (0, 0);
+            for (id, step) in plan.schedule.steps.iter().enumerate() {
+                let compiled = plan.compiled[id];
+                match step.task {
+                    Task::Wait { .. } => assert_eq!(compiled, Compiled::Wait, "{at}"),
+                    Task::Put {
+                        to,
+                        into,
+                        signal,
+                        check,
+                        len,
+                        ..
+                    } if plan.elision.reads_source(id as StepId) => {
+                        let src = Span::src(0, len);
+                        let store = Compiled::Store {
+                            to,
+                            src,
+                            into,
+                            signal,
+                            check,
+                        };
+                        assert_eq!(compiled, store, "{at}");
+                        stores += 1;
+                    }
+                    Task::Fold { into, .. } if plan.elision.reads_source(id as StepId) => {
+                        let Compiled::Fold {
+                            src,
+                            into: folded,
+                            deliver,
+                            ..
+                        } = compiled
+                        else {
+                            panic!("{at}: fold {id} compiled as {compiled:?}");
+                        };
+                        assert_eq!((src, folded), (Span::src(0, 8), into), "{at}");
+                        // At 2 members the one fold is the last, and writes the destination.
+                        assert_eq!(deliver, plan.delivers[id], "{at}");
+                        assert_eq!(deliver.is_some(), n == 2, "{at}");
+                        folds += 1;
+                    }
+                    _ => assert_eq!(compiled, Compiled::General, "{at}, step {id}"),
+                }
+            }
+            // The first level's put and fold read the source; the later ones the stage.
+            assert_eq!((stores, folds), (1, 1), "{at}");
+        }
     }
 
     #[test]
