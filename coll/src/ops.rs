@@ -319,11 +319,7 @@ impl<'c> Team<'c> {
                 key,
                 build: &schedule,
             };
-            let mut launch = Launch {
-                prepared,
-                reducer,
-                views: None,
-            };
+            let mut launch = Launch::new(prepared, reducer, None);
             return self.launch(
                 std::slice::from_mut(&mut launch),
                 flags,
@@ -343,18 +339,18 @@ impl<'c> Team<'c> {
         for cut in Cut::all(shape.largest, c) {
             let mut words = agreed.clone();
             words.extend([cut.at, cut.len]);
-            launches.push(Launch {
-                prepared: Prepared::Built {
+            launches.push(Launch::new(
+                Prepared::Built {
                     schedule: self.synchronised(build(me, cut), flags)?,
                     half,
                     signature: signature(&words),
                 },
-                reducer: reducer.as_ref().map(|r| r.boxed()),
-                views: Some(Views {
+                reducer.as_ref().map(|r| r.boxed()),
+                Some(Views {
                     src: Blocks::new(&src_sizes, cut),
                     dst: Blocks::new(&dst_sizes, cut),
                 }),
-            });
+            ));
         }
         self.launch(&mut launches, flags, algorithm, lend, src, dst)
     }

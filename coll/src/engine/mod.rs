@@ -249,6 +249,25 @@ pub(crate) struct Launch<'a> {
     pub(crate) prepared: Prepared<'a>,
     pub(crate) reducer: Option<Box<dyn Reducer>>,
     pub(crate) views: Option<Views>,
+    /// Its plan and signature, between the planning of every launch of a call and the
+    /// start of its run (see [`Engine::initiate`]): kept in the launch, a call needs no
+    /// list of them beside its launches.
+    planned: Option<(Arc<Plan>, u64)>,
+}
+
+impl<'a> Launch<'a> {
+    pub(crate) fn new(
+        prepared: Prepared<'a>,
+        reducer: Option<Box<dyn Reducer>>,
+        views: Option<Views>,
+    ) -> Launch<'a> {
+        Launch {
+            prepared,
+            reducer,
+            views,
+            planned: None,
+        }
+    }
 }
 
 /// Why a run failed, kept so that its handle reports it whenever it is synced.
@@ -894,10 +913,9 @@ impl<'c> Engine<'c> {
         }
         let first = state.next;
         // Every piece is planned before any runs, so that one too large leaves nothing.
-        let mut plans: SmallVec<[(Arc<Plan>, u64); 1]> = SmallVec::with_capacity(launches.len());
         for (seq, launch) in (first..).zip(launches.iter_mut()) {
             let parity = self.layout.parity(seq);
-            plans.push(self.plan(&mut state, &mut launch.prepared, parity)?);
+            launch.planned = Some(self.plan(&mut state, &mut launch.prepared, parity)?);
         }
         let lanes = u64::from(self.layout.lanes);
         // A collective of one run in an engine that holds no other (a blocking call's, in
@@ -911,7 +929,11 @@ impl<'c> Engine<'c> {
             dst,
             panic: None,
         };
-        for ((seq, launch), (plan, signature)) in (first..).zip(launches.iter_mut()).zip(plans) {
+        for (seq, launch) in (first..).zip(launches.iter_mut()) {
+            // Planned above, every one.
+            let Some((plan, signature)) = launch.planned.take() else {
+                return Err(Error::Runtime(format!("run {seq} initiated unplanned")));
+            };
             let (reducer, views) = (launch.reducer.take(), launch.views.take());
             let lane = self.layout.lane(seq) as usize;
             // Outside eager runs only a gathering schedule skips: a credit also carries its
