@@ -598,6 +598,7 @@ impl Job {
     /// A rank died: under `--keep-going` the failure is recorded for the exit status and the
     /// other ranks run on (the runtime tells them which peer is gone); otherwise the job ends.
     fn rank_died(&mut self, status: u8, message: String) {
+        let message = message + &self.start_up_stragglers();
         if !self.keep_going {
             return self.fail(status, message);
         }
@@ -661,15 +662,60 @@ impl Job {
     fn check_time_limit(&mut self, now: Instant) {
         if let Some((at, limit)) = self.time_limit {
             if now >= at && !self.ending {
-                self.fail(
-                    TIMEOUT_STATUS,
-                    format!(
-                        "the job exceeded its time limit of {} s",
-                        limit.as_secs_f64()
-                    ),
+                let message = format!(
+                    "the job exceeded its time limit of {} s{}; what each rank was last seen \
+                     doing: {}",
+                    limit.as_secs_f64(),
+                    self.start_up_stragglers(),
+                    self.whereabouts()
                 );
+                self.fail(TIMEOUT_STATUS, message);
             }
         }
+    }
+
+    /// `"; rank(s) 2 had not entered ..."` while some ranks wait in the first PMI barrier (for
+    /// gaspi, the end of its start-up) that others have not entered; otherwise empty. The
+    /// waiting ones give up only after their bootstrap timeout, silently until then: this names
+    /// the ranks that held them up.
+    fn start_up_stragglers(&self) -> String {
+        let missing = self.kvs.missing_from_first_barrier();
+        if missing.is_empty() || missing.len() == self.ranks.len() {
+            return String::new();
+        }
+        let waiting: Vec<String> = (0..self.ranks.len() as u32)
+            .filter(|r| !missing.contains(r))
+            .map(|r| r.to_string())
+            .collect();
+        let missing: Vec<String> = missing.iter().map(u32::to_string).collect();
+        format!(
+            "; rank(s) {} had not entered the first PMI barrier (the end of a gaspi start-up), \
+             which rank(s) {} waited in",
+            missing.join(", "),
+            waiting.join(", ")
+        )
+    }
+
+    /// Each rank's last PMI activity and its process's state (or how it ended), e.g.
+    /// "rank 2 sent no PMI message (process stopped)", separated by "; ".
+    fn whereabouts(&self) -> String {
+        (0..self.ranks.len() as u32)
+            .map(|rank| {
+                let r = &self.ranks[rank as usize];
+                let process = match &r.exit {
+                    Some(exit) => format!("process {}", exit.description),
+                    None => {
+                        let pid = self.wrapped(rank).unwrap_or_else(|| r.child.id());
+                        rank::process_state(pid).map_or_else(
+                            || "process state unknown".to_owned(),
+                            |s| format!("process {s}"),
+                        )
+                    }
+                };
+                format!("rank {rank} {} ({process})", self.kvs.activity(rank))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     fn wake(&mut self, now: Instant) {

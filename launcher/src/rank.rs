@@ -153,6 +153,28 @@ fn killed_by_from_proc(pid: u32) -> Option<i32> {
     libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status))
 }
 
+/// The scheduling state of process `pid` in words (`/proc/<pid>/stat`, field 3): "running",
+/// "sleeping", "stopped" (SIGSTOP, a terminal stop), ...; `None` when it cannot be read.
+pub(crate) fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 2, the command name in parentheses, may contain anything; the state follows it.
+    let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
+    Some(
+        match state {
+            'R' => "running",
+            'S' => "sleeping",
+            'D' => "in uninterruptible sleep",
+            'T' => "stopped",
+            't' => "stopped by a tracer",
+            'Z' => "exited, not yet reaped",
+            'X' => "dead",
+            'I' => "idle",
+            other => return Some(format!("in state {other}")),
+        }
+        .to_owned(),
+    )
+}
+
 /// The [`Exit`] of a process that exited with `code`.
 fn exited(code: i32) -> Exit {
     Exit {
@@ -205,6 +227,23 @@ mod tests {
         assert_eq!(exit.description, "was killed by signal 9 (SIGKILL)");
         assert_eq!(killed(Signal::SIGSEGV as i32).status, 139);
         assert_eq!(killed(10).description, "was killed by signal 10");
+    }
+
+    #[test]
+    fn process_state_of_a_stopped_process_and_of_a_missing_one() {
+        let mut child = Command::new("sh")
+            .args(["-c", "kill -s STOP $$"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let stopped = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            process_state(pid).as_deref() == Some("stopped")
+        });
+        let _ = child.kill();
+        child.wait().unwrap();
+        assert!(stopped, "state {:?}", process_state(pid));
+        assert_eq!(process_state(u32::MAX), None);
     }
 
     #[test]

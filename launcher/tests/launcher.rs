@@ -638,6 +638,23 @@ fn keep_going_still_ends_a_job_stuck_in_a_pmi_barrier() {
 }
 
 #[test]
+fn the_time_limit_names_the_rank_that_never_reached_the_start_up_barrier() {
+    // Rank 2 stops before it speaks PMI; the others wait for it in the first barrier, silent
+    // until their bootstrap timeout, which is longer than the job's time limit.
+    let script = format!(r#"if [ "$PMI_RANK" = 2 ]; then kill -s STOP $$; fi; exec "{PMI_CHECK}""#);
+    let run = gaspirun(&["-n", "3", "--timeout", "2", "sh", "-c", &script]);
+    assert_eq!(run.status, Some(124), "{}", run.stderr);
+    for said in [
+        "rank(s) 2 had not entered the first PMI barrier",
+        "which rank(s) 0, 1 waited in",
+        "rank 0 waits in PMI barrier 1 (process sleeping)",
+        "rank 2 sent no PMI message (process stopped)",
+    ] {
+        assert!(run.stderr.contains(said), "{said:?} in\n{}", run.stderr);
+    }
+}
+
+#[test]
 fn pmi_abort_ends_the_job_with_its_exit_code() {
     let run = gaspirun(&["-n", "3", PMI_CHECK, "abort"]);
     assert_eq!(run.status, Some(5), "{}", run.stderr);

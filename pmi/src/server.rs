@@ -46,6 +46,10 @@ pub struct KvsServer {
     phases: Vec<Phase>,
     /// Ranks that sent `init`: they take part in the job's life cycle and must finalize.
     initialized: Vec<bool>,
+    /// The command each rank sent last, for reports on a job that got stuck.
+    last_command: Vec<Option<String>>,
+    /// How many barriers all ranks have left.
+    barriers_completed: u32,
 }
 
 impl KvsServer {
@@ -56,6 +60,8 @@ impl KvsServer {
             kvs: HashMap::new(),
             phases: vec![Phase::Active; size as usize],
             initialized: vec![false; size as usize],
+            last_command: vec![None; size as usize],
+            barriers_completed: 0,
         }
     }
 
@@ -88,6 +94,36 @@ impl KvsServer {
             .collect()
     }
 
+    /// The ranks that have not entered the job's first barrier while it is still incomplete:
+    /// for a gaspi job, those that have not reached the end of their start-up. Empty once
+    /// every rank has left that barrier.
+    pub fn missing_from_first_barrier(&self) -> Vec<u32> {
+        if self.barriers_completed > 0 {
+            return Vec::new();
+        }
+        (0..self.phases.len() as u32)
+            .filter(|&r| self.phases[r as usize] != Phase::InBarrier)
+            .collect()
+    }
+
+    /// What `rank` was last seen doing over PMI, in words for a report on a stuck job: e.g.
+    /// "sent no PMI message", "waits in PMI barrier 1", "last sent cmd=put (before PMI
+    /// barrier 1)".
+    pub fn activity(&self, rank: u32) -> String {
+        let barrier = self.barriers_completed + 1;
+        match (
+            self.phases[rank as usize],
+            &self.last_command[rank as usize],
+        ) {
+            (Phase::Finalized, _) => "called PMI finalize".to_owned(),
+            (Phase::InBarrier, _) => format!("waits in PMI barrier {barrier}"),
+            (Phase::Active, None) => "sent no PMI message".to_owned(),
+            (Phase::Active, Some(cmd)) => {
+                format!("last sent cmd={cmd} (before PMI barrier {barrier})")
+            }
+        }
+    }
+
     /// Handles one message from `rank` (which must be below the job size).
     ///
     /// # Errors
@@ -106,6 +142,7 @@ impl KvsServer {
                 }
             ));
         }
+        self.last_command[rank as usize] = Some(msg.cmd().to_owned());
         let reply = |m: Message| Ok(vec![Action::Reply(rank, m)]);
         match msg.cmd() {
             "init" => {
@@ -199,6 +236,7 @@ impl KvsServer {
             return Vec::new();
         }
         self.phases.fill(Phase::Active);
+        self.barriers_completed += 1;
         (0..self.phases.len() as u32)
             .map(|r| Action::Reply(r, Message::new("barrier_out")))
             .collect()
@@ -291,6 +329,36 @@ mod tests {
         assert!(s.barrier_waiters().is_empty());
         // A second barrier works the same way.
         assert!(s.handle(1, &msg("cmd=barrier_in")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn reports_who_is_missing_from_the_first_barrier_and_what_each_rank_did() {
+        let mut s = KvsServer::new(3, "k".into());
+        assert_eq!(s.missing_from_first_barrier(), vec![0, 1, 2]);
+        s.handle(0, &msg("cmd=put kvsname=k key=a value=b"))
+            .unwrap();
+        s.handle(0, &msg("cmd=barrier_in")).unwrap();
+        s.handle(1, &msg("cmd=get_maxes")).unwrap();
+        assert_eq!(s.missing_from_first_barrier(), vec![1, 2]);
+        assert_eq!(s.activity(0), "waits in PMI barrier 1");
+        assert_eq!(
+            s.activity(1),
+            "last sent cmd=get_maxes (before PMI barrier 1)"
+        );
+        assert_eq!(s.activity(2), "sent no PMI message");
+        s.handle(1, &msg("cmd=barrier_in")).unwrap();
+        s.handle(2, &msg("cmd=barrier_in")).unwrap();
+        // Past the first barrier nobody is missing from it, whatever comes next.
+        assert!(s.missing_from_first_barrier().is_empty());
+        s.handle(2, &msg("cmd=barrier_in")).unwrap();
+        assert!(s.missing_from_first_barrier().is_empty());
+        assert_eq!(s.activity(2), "waits in PMI barrier 2");
+        assert_eq!(
+            s.activity(0),
+            "last sent cmd=barrier_in (before PMI barrier 2)"
+        );
+        s.handle(0, &msg("cmd=finalize")).unwrap();
+        assert_eq!(s.activity(0), "called PMI finalize");
     }
 
     #[test]
