@@ -1,5 +1,6 @@
 //! The test runner's own checks (`common/`): a program older than a file it is built from is
-//! stale, one newer than all of them current; a job is killed however its reading ends.
+//! stale, one newer than all of them current; a job is killed however its reading ends; a rank
+//! stalled in its start-up ends the job, named, well within the job's time limit.
 
 mod common;
 
@@ -106,4 +107,36 @@ fn a_panic_while_reading_a_job_kills_it() {
         !Path::new(&format!("/proc/{pid}")).exists(),
         "the job (pid {pid}) still runs after its reader panicked"
     );
+}
+
+/// A rank stopped before it joins the job: the others give up at their bootstrap timeout,
+/// which the runner sets well below the job limit, and the launcher names the missing rank.
+/// With the runtime's default bootstrap timeout the launcher's time limit killed such a job
+/// first, and nobody said anything.
+#[test]
+fn a_rank_stalled_in_start_up_fails_the_job_in_time_and_is_named() {
+    let selftest = common::selftest_path();
+    let selftest = selftest
+        .to_str()
+        .expect("the target directory is a UTF-8 path");
+    let script = r#"if [ "$PMI_RANK" = 1 ]; then kill -s STOP $$; fi; exec "$0" "$@""#;
+    let job = common::gaspirun(
+        2,
+        "tcp",
+        common::JOB_TIMEOUT_S,
+        Path::new("sh"),
+        &["-c", script, selftest, "order"],
+    );
+    assert!(
+        job.elapsed < Duration::from_secs(common::JOB_TIMEOUT_S),
+        "the job ran into its time limit\n{}",
+        job.report()
+    );
+    assert_eq!(job.status.code(), Some(1), "{}", job.report());
+    for said in [
+        "FAIL order: joining the job failed",
+        "rank(s) 1 had not entered the first PMI barrier",
+    ] {
+        assert!(job.stderr.contains(said), "{said:?}\n{}", job.report());
+    }
 }

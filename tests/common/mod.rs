@@ -93,6 +93,13 @@ pub const PROVIDERS: [&str; 2] = ["tcp", "shm"];
 /// `gaspirun --timeout` of the scenario jobs, in seconds.
 pub const JOB_TIMEOUT_S: u64 = 120;
 
+/// `GASPI_BOOTSTRAP_TIMEOUT` of every job the runner starts under `gaspirun`, in seconds: well
+/// below [`JOB_TIMEOUT_S`]. The ranks that wait for a rank stalled in its start-up wait
+/// silently until their bootstrap timeout; at the runtime's default (120 s, the same as the
+/// job limit) the launcher killed such a job before any rank could say why. A test that sets
+/// the variable itself (`selftest_with_env`) overrides this.
+pub const BOOTSTRAP_TIMEOUT_S: u64 = 30;
+
 /// How long the runner waits beyond a job's own limit before it kills the launcher itself.
 const WATCHDOG_MARGIN: Duration = Duration::from_secs(30);
 
@@ -369,7 +376,8 @@ pub fn gaspirun_with(
     run(command, Duration::from_secs(timeout_s) + WATCHDOG_MARGIN)
 }
 
-/// `gaspirun -n ranks --provider provider --timeout timeout_s options program args`.
+/// `gaspirun -n ranks --provider provider --timeout timeout_s options program args`, the
+/// ranks' bootstrap timeout [`BOOTSTRAP_TIMEOUT_S`].
 fn gaspirun_command(
     options: &[&str],
     ranks: u32,
@@ -382,6 +390,7 @@ fn gaspirun_command(
     command
         .args(["-n", &ranks.to_string(), "--provider", provider])
         .args(["--timeout", &timeout_s.to_string()])
+        .env("GASPI_BOOTSTRAP_TIMEOUT", BOOTSTRAP_TIMEOUT_S.to_string())
         .args(options)
         .arg(program)
         .args(args);
