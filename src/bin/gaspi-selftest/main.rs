@@ -107,39 +107,54 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Unwaited => unwaited::run(&ctx),
         Scenario::Linger => Err(linger::run(&ctx)),
     };
-    let outcome = outcome.and_then(|mut report| {
-        // Scenarios whose finalize is itself a check say what it showed; the others must
-        // simply finalize.
-        let finalized = match scenario {
-            Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx)?,
-            Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data)?,
-            Scenario::DeadRead | Scenario::KilledTarget | Scenario::QuietDeath => {
-                dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)?
-            }
-            Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data)?,
-            _ => {
-                ctx.finalize(FINALIZE_TIMEOUT).map_err(|e| {
-                    Failure(format!("finalize failed after the checks passed: {e}"))
-                })?;
-                return Ok(report);
-            }
-        };
-        report.summary = format!("{}; {finalized}", report.summary);
-        Ok(report)
-    });
-    match outcome {
-        Ok(report) => {
-            println!("ok {name} rank {me}: {}", report.summary);
-            if !report.data.is_empty() {
-                println!("data {name} rank {me}: {}", report.data.line());
-            }
-            ExitCode::SUCCESS
+    let mut report = match outcome {
+        Ok(report) => report,
+        Err(failure) => return failed(name, me, &failure, ctx),
+    };
+    // Scenarios whose finalize is itself a check say what it showed; the others must simply
+    // finalize.
+    let finalized = match scenario {
+        Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx),
+        Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data),
+        Scenario::DeadRead | Scenario::KilledTarget | Scenario::QuietDeath => {
+            dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)
         }
-        Err(Failure(message)) => {
-            eprintln!("FAIL {name} rank {me}: {message}");
-            ExitCode::FAILURE
+        Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data),
+        _ => match ctx.finalize(FINALIZE_TIMEOUT) {
+            Ok(()) => return passed(name, me, &report),
+            // A finalize that timed out or was refused hands the context back in `e`.
+            Err(e) => {
+                let failure = Failure(format!("finalize failed after the checks passed: {e}"));
+                return failed(name, me, &failure, e);
+            }
+        },
+    };
+    match finalized {
+        Ok(finalized) => {
+            report.summary = format!("{}; {finalized}", report.summary);
+            passed(name, me, &report)
         }
+        Err(failure) => failed(name, me, &failure, ()),
     }
+}
+
+/// Prints the `ok` line (and the `data` line, if any).
+fn passed(name: &str, me: gaspi::Rank, report: &Report) -> ExitCode {
+    println!("ok {name} rank {me}: {}", report.summary);
+    if !report.data.is_empty() {
+        println!("data {name} rank {me}: {}", report.data.line());
+    }
+    ExitCode::SUCCESS
+}
+
+/// Prints the `FAIL` line, and only then drops `held` (the context, or an error holding it):
+/// its teardown may block (a PMI finalize that the launcher, ending the job, leaves unanswered
+/// until the bootstrap timeout) or the rank may be killed meanwhile, and the reason for the
+/// failure must not be lost with it.
+fn failed<T>(name: &str, me: gaspi::Rank, failure: &Failure, held: T) -> ExitCode {
+    eprintln!("FAIL {name} rank {me}: {}", failure.0);
+    drop(held);
+    ExitCode::FAILURE
 }
 
 fn init(scenario: Scenario) -> gaspi::Result<Context> {

@@ -313,13 +313,8 @@ fn collectives(ctx: &Context, role: Role, groups: &Groups, data: &mut Data) -> O
     }
     let input = reduce_input(ctx.rank());
     let mut sum = [0u64; 2];
-    // Rank 0 blocks: the allreduce it started while the victim was stopped must now complete.
-    let timeout = if role == Role::Checker {
-        Timeout::Block
-    } else {
-        LONG
-    };
-    let reduced = ctx.allreduce(groups.fresh, &input, &mut sum, ReduceOp::Sum, timeout);
+    // On rank 0 this continues the allreduce that timed out while the victim was stopped.
+    let reduced = ctx.allreduce(groups.fresh, &input, &mut sum, ReduceOp::Sum, LONG);
     after(data, "allreduce", reduced)?;
     data.put("allreduce_sum", format!("{},{}", sum[0], sum[1]));
     let settled = ctx.group_barrier(groups.fresh, LONG);
