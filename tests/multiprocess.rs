@@ -646,17 +646,44 @@ fn errors_4_shm() {
 
 /// `unmapped`: the ranks checked every byte themselves; here, that in direct mode they did
 /// reach each other directly, so the fabric fallback for memory peers cannot map is what
-/// carried the traffic into the unmapped segment.
+/// carried the traffic into the unmapped segment; and that a segment its owner deleted is
+/// no longer mapped by the rank that wrote into it directly, once that rank made a progress
+/// call, and cannot be written any more.
 fn unmapped(ranks: u32, provider: &str) {
     let job = selftest("unmapped", ranks, provider);
     for rank in 0..ranks {
-        let direct: bool = job.data("unmapped", rank).parse("direct");
+        let data = job.data("unmapped", rank);
+        let direct: bool = data.parse("direct");
         assert_eq!(
             direct,
             common::direct_mode(),
             "rank {rank} reached its neighbour directly: {direct}\n{}",
             job.report()
         );
+        let before: usize = data.parse("released_mapped_before");
+        let after: usize = data.parse("released_mapped_after");
+        // Direct writes map the target's memory and table; through the fabric nothing is.
+        let mapped = if direct { before >= 1 } else { before == 0 };
+        assert!(
+            mapped,
+            "rank {rank} mapped {before} files of its neighbour's segment before the \
+             deletion\n{}",
+            job.report()
+        );
+        assert_eq!(
+            after,
+            0,
+            "rank {rank} still maps files of its neighbour's deleted segment\n{}",
+            job.report()
+        );
+        if direct {
+            assert_eq!(
+                data.get("released_write_after"),
+                "UnknownSegment",
+                "rank {rank} wrote into its neighbour's deleted segment\n{}",
+                job.report()
+            );
+        }
     }
 }
 

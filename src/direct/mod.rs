@@ -24,6 +24,13 @@
 //! (the pages stay until the last mapping goes), so a write racing either is lost, never a
 //! crash.
 //!
+//! A peer that withdraws an entry also counts a *sweep* in the directory of every rank it
+//! reaches directly; a rank that finds its count moved (one load of its own directory, at each
+//! completion-queue read and each waiting call) drops its mappings whose entries changed. So
+//! the memory of a deleted segment is released on every rank of the host at its next progress,
+//! not only when it touches that segment again or finalizes (a 256 MiB segment stayed in a
+//! writer's `Shmem` until then).
+//!
 //! # Ordering
 //! A direct write copies the data, then stores the notification with Release
 //! ([`NotificationTable::set`]); the owner's waiters load it with Acquire, so the data is
@@ -108,6 +115,9 @@ const DOORBELL: usize = 0;
 /// two words): a reader that finds the count as it was when it resolved a target knows, with
 /// one load, that the target's entry is still the one published.
 const WITHDRAWALS: usize = 2;
+/// Where a directory counts the withdrawals that other ranks told its owner of, so that it
+/// drops its mappings of what they withdrew (see [`Direct::sweep`]).
+const SWEEPS: usize = 3;
 /// Words before the first entry.
 const HEADER: usize = 16;
 /// User segments, library segments, the system table, allreduce areas.
@@ -299,8 +309,32 @@ impl Peer {
 
     /// Keeps `segment` (or nothing) as the mapping of `slot`.
     fn keep(&self, slot: Slot, segment: Option<Arc<PeerSegment>>) {
+        self.keep_at(slot.index(), segment);
+    }
+
+    fn keep_at(&self, index: usize, segment: Option<Arc<PeerSegment>>) {
         // Every slot's index is below ENTRIES, the table's length: replace cannot fail.
-        let _ = self.segments.replace(slot.index(), segment);
+        let _ = self.segments.replace(index, segment);
+    }
+
+    /// Drops every mapping whose entry in the directory is no longer the one it was mapped
+    /// under (withdrawn or replaced): its pages go now, and the next use maps the entry anew.
+    /// A mapping another thread is using stays alive for that use (see `Slots`).
+    fn drop_stale(&self) {
+        let Some(Some(directory)) = self.directory.get() else {
+            return;
+        };
+        let words = directory.words.words();
+        for index in (0..ENTRIES).filter(|&i| self.segments.is_occupied(i)) {
+            let state = words[HEADER + index * ENTRY_WORDS + STATE].load(Ordering::Acquire);
+            let stale = self
+                .segments
+                .get(index)
+                .is_some_and(|mapped| mapped.state != state);
+            if stale {
+                self.keep_at(index, None);
+            }
+        }
     }
 }
 
@@ -327,6 +361,8 @@ pub(crate) struct Direct {
     peers: Box<[Option<Peer>]>,
     /// Whether any of `peers` is `Some`.
     enabled: bool,
+    /// The count of sweeps in this rank's directory that [`sweep`](Self::sweep) last acted on.
+    swept: AtomicU32,
 }
 
 impl Direct {
@@ -340,6 +376,7 @@ impl Direct {
             doorbell: Arc::new(doorbell),
             peers: Box::new([]),
             enabled: false,
+            swept: AtomicU32::new(0),
         })
     }
 
@@ -406,6 +443,7 @@ impl Direct {
             // Counted after the entry is withdrawn: a reader that sees the new count and then
             // looks the entry up finds it withdrawn or newer, never the one it replaces.
             words[WITHDRAWALS].fetch_add(1, Ordering::Release);
+            self.tell_peers_to_sweep();
         }
         fence(Ordering::Release);
         let Some(entry) = entry else {
@@ -420,6 +458,43 @@ impl Direct {
         store_path(words, at + DATA_PATH, entry.data);
         store_path(words, at + TABLE_PATH, entry.table);
         words[at + STATE].store(generation << 1 | 1, Ordering::Release);
+    }
+
+    /// Counts a sweep in the directory of every rank reached directly, this one included:
+    /// each drops its mappings of entries withdrawn so far at its next [`sweep`](Self::sweep).
+    /// Counted after the withdrawal (Release), so a rank that sees the count sees it.
+    fn tell_peers_to_sweep(&self) {
+        for peer in self.peers.iter().flatten() {
+            if let Some(directory) = peer.directory() {
+                directory.words.words()[SWEEPS].fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+
+    /// Drops this rank's mappings of entries that their owners withdrew or replaced, when a
+    /// peer told of one since the last sweep: one load of this rank's own directory otherwise.
+    /// Called at every completion-queue read and every waiting call, never on the path of a
+    /// transfer.
+    #[inline]
+    pub(crate) fn sweep(&self) {
+        if !self.enabled {
+            return;
+        }
+        let told = self.own.words()[SWEEPS].load(Ordering::Acquire);
+        if told != self.swept.load(Ordering::Relaxed) {
+            self.sweep_told(told);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sweep_told(&self, told: u32) {
+        // Recorded first: a withdrawal told meanwhile moves the count again and is swept by
+        // the next call; two threads sweeping at once do the same harmless work.
+        self.swept.store(told, Ordering::Relaxed);
+        for peer in self.peers.iter().flatten() {
+            peer.drop_stale();
+        }
     }
 
     /// The segment at `slot` of `rank`: `None` when `rank` is not reached directly,

@@ -141,6 +141,7 @@ impl Inner {
     }
 
     fn read_completions(&self, sleep_ms: Option<i32>) -> bool {
+        self.direct.sweep();
         let mut completed = false;
         let dispatch = |event| self.dispatch(event, &mut completed);
         let read = match sleep_ms {
@@ -270,6 +271,9 @@ impl Inner {
     /// A handle for one waiting call: drives progress and keeps the progress thread aside
     /// while the call is polling.
     pub(crate) fn waiter(&self) -> Waiter<'_> {
+        // A wait that never reads the completion queue (one served by the direct path) still
+        // releases what peers withdrew.
+        self.direct.sweep();
         Waiter {
             inner: self,
             polling: None,

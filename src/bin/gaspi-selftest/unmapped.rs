@@ -11,7 +11,10 @@
 //! mapping or descriptor of it), creates it again larger, and the neighbour's next write lands
 //! in the new memory, beyond the old size. Last, every rank deletes another unmapped segment
 //! and binds new memory as it while its left neighbour keeps a `Target` of it: the
-//! neighbour's next write through that target lands in the new memory.
+//! neighbour's next write through that target lands in the new memory. Last, every rank
+//! deletes a segment its left neighbour wrote into (directly, on the direct path): after the
+//! neighbour's next progress, its process no longer maps that segment's files, and a write
+//! into it is a clear error.
 
 use std::fmt::Display;
 
@@ -27,6 +30,12 @@ const UNMAPPED: SegmentId = 2;
 const RENEWED: SegmentId = 3;
 /// Unmapped, deleted and bound again while the left neighbour keeps a `Target` of it.
 const REBOUND: SegmentId = 4;
+/// Written into by the left neighbour, then deleted: its pages must not stay mapped there.
+const RELEASED: SegmentId = 5;
+const RELEASED_SIZE: u64 = 1 << 20;
+/// The queue of the writes into `RELEASED`: one that never carried a fabric write towards
+/// the neighbour, so that on the direct path they go direct (and map the segment).
+const RELEASED_QUEUE: QueueId = 1;
 /// Times `REBOUND` is bound anew, each with a target resolved before.
 const REBINDINGS: u32 = 8;
 const QUEUE: QueueId = 0;
@@ -67,11 +76,13 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     count_with_atomics(ctx, right)?;
     renewed_segment_is_mapped_anew(ctx, me, left, right)?;
     kept_target_reaches_rebound_segment(ctx, me, left, right)?;
+    deleted_segment_is_released(ctx, me, left, right, &mut data)?;
     Ok(Report {
         summary: format!(
             "write_notify, read and atomics into a segment peers cannot map, a write into a \
              re-created segment beyond its old size, and one through a target kept across a \
-             re-binding, all landed ({} KiB each way)",
+             re-binding, all landed ({} KiB each way); a deleted segment is unmapped by its \
+             writer",
             LEN >> 10
         ),
         data,
@@ -272,6 +283,91 @@ fn kept_target_reaches_rebound_segment(ctx: &Context, me: u32, left: u32, right:
         batch
             .wait(TIMEOUT)
             .doing(|| format!("round {round}: completing the write through the kept target"))?;
+    }
+    Ok(())
+}
+
+/// How many mappings this process holds of the files of other ranks' segment `id` (its
+/// memory, `gaspi-seg<id>-...`, and its notification table, `gaspi-table<id>-...`), from
+/// `/proc/self/maps`.
+fn mappings_of_others(id: SegmentId) -> Outcome<usize> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| Failure(format!("reading /proc/self/maps: {e}")))?;
+    let me = std::process::id().to_string();
+    let prefixes = [format!("gaspi-seg{id}-"), format!("gaspi-table{id}-")];
+    Ok(maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter_map(|path| path.rsplit('/').next())
+        .filter(|name| prefixes.iter().any(|p| name.starts_with(p.as_str())))
+        // `gaspi-<kind>-<pid namespace>-<pid>-<n>`: another rank's file.
+        .filter(|name| name.rsplit('-').nth(1) != Some(me.as_str()))
+        .count())
+}
+
+/// Every rank writes into its right neighbour's `RELEASED` and then deletes its own: after
+/// the barrier that follows and one progress call, no rank maps another's `RELEASED` any
+/// more (`released_mapped_before`, `released_mapped_after` on the data line; before, a writer
+/// kept the deleted memory mapped until it touched the segment again or finalized), and on
+/// the direct path a write into it fails with `UnknownSegment` (`released_write_after`).
+fn deleted_segment_is_released(
+    ctx: &Context,
+    me: u32,
+    left: u32,
+    right: u32,
+    data: &mut Data,
+) -> Outcome {
+    ctx.segment_create(RELEASED, RELEASED_SIZE, TIMEOUT)
+        .doing(|| "segment_create(RELEASED)")?;
+    ctx.segment_write(SRC, 0, &pattern(me + 3000, 8))
+        .doing(|| "filling SRC for RELEASED")?;
+    let note = Notification {
+        id: 0,
+        value: me + 1,
+    };
+    ctx.write_notify(
+        local(SRC, 0),
+        remote(right, RELEASED, 0),
+        8,
+        note,
+        RELEASED_QUEUE,
+    )
+    .doing(|| "write_notify into the right neighbour's RELEASED")?;
+    take_arrival(
+        ctx,
+        RELEASED,
+        (left + 1, 0),
+        &pattern(left + 3000, 8),
+        format_args!("the write from rank {left} into RELEASED"),
+    )?;
+    ctx.wait(RELEASED_QUEUE, TIMEOUT)
+        .doing(|| "completing the write into RELEASED")?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier before deleting RELEASED")?;
+    data.put("released_mapped_before", mappings_of_others(RELEASED)?);
+    ctx.segment_delete(RELEASED)
+        .doing(|| "segment_delete(RELEASED)")?;
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after deleting RELEASED")?;
+    // Any call that drives progress would do.
+    ctx.progress();
+    data.put("released_mapped_after", mappings_of_others(RELEASED)?);
+    if ctx.reaches_directly(right) {
+        let late = ctx.write_notify(
+            local(SRC, 0),
+            remote(right, RELEASED, 0),
+            8,
+            note,
+            RELEASED_QUEUE,
+        );
+        data.put(
+            "released_write_after",
+            match late {
+                Ok(()) => "Ok".to_owned(),
+                Err(gaspi::Error::UnknownSegment { .. }) => "UnknownSegment".to_owned(),
+                Err(e) => format!("{e:?}"),
+            },
+        );
     }
     Ok(())
 }
