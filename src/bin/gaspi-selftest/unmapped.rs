@@ -345,6 +345,10 @@ fn deleted_segment_is_released(
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier before deleting RELEASED")?;
     data.put("released_mapped_before", mappings_of_others(RELEASED)?);
+    // Every rank has counted before any deletes: a sweep (the progress thread's, say) after a
+    // neighbour's deletion would otherwise empty the count before it is taken.
+    ctx.barrier(TIMEOUT)
+        .doing(|| "barrier after counting the mappings")?;
     ctx.segment_delete(RELEASED)
         .doing(|| "segment_delete(RELEASED)")?;
     ctx.barrier(TIMEOUT)
