@@ -185,8 +185,12 @@ enum Compiled {
         signal: Signal,
         check: Check,
     },
-    /// A wait, which its task says all of.
-    Wait,
+    /// A wait for `signal` of member `from`, with `check`.
+    Wait {
+        from: u32,
+        signal: Signal,
+        check: Check,
+    },
     /// A fold of one piece: stage operand `stage` with source operand `src` (the left one
     /// when `src_left`) into stage range `into`, or, with `deliver`, straight into the
     /// destination as that copy step would (see [`delivering`]).
@@ -224,7 +228,15 @@ impl Compiled {
                 },
                 _ => Compiled::General,
             },
-            Task::Wait { .. } => Compiled::Wait,
+            Task::Wait {
+                from,
+                signal,
+                check,
+            } => Compiled::Wait {
+                from,
+                signal,
+                check,
+            },
             // One piece whatever the operator's block: a piece is more than half of
             // `FOLD_PIECE` (see `Run::take`).
             Task::Fold { left, right, into } if into.len <= FOLD_PIECE / 2 => {
@@ -745,14 +757,11 @@ impl<'c> Run<'c> {
                     Stored::Refused => self.take(net, id, owner),
                 }
             }
-            Compiled::Wait => match self.plan.schedule.steps[id as usize].task {
-                Task::Wait {
-                    from,
-                    signal,
-                    check,
-                } => take_signal(net, block + signal, (seq, self.value), from, check),
-                _ => self.take(net, id, owner),
-            },
+            Compiled::Wait {
+                from,
+                signal,
+                check,
+            } => take_signal(net, block + signal, (seq, self.value), from, check),
             Compiled::Fold {
                 stage,
                 src: span,
@@ -1743,7 +1752,19 @@ mod tests {
             for (id, step) in plan.schedule.steps.iter().enumerate() {
                 let compiled = plan.compiled[id];
                 match step.task {
-                    Task::Wait { .. } => assert_eq!(compiled, Compiled::Wait, "{at}"),
+                    Task::Wait {
+                        from,
+                        signal,
+                        check,
+                    } => assert_eq!(
+                        compiled,
+                        Compiled::Wait {
+                            from,
+                            signal,
+                            check
+                        },
+                        "{at}"
+                    ),
                     Task::Put {
                         to,
                         into,
