@@ -167,6 +167,13 @@ impl EventCount {
     #[inline(always)]
     pub fn notify_all(&self) {
         fence(Ordering::SeqCst);
+        self.notify_all_fenced();
+    }
+
+    /// [`notify_all`](Self::notify_all) for a caller that has issued a SeqCst fence since it
+    /// changed what the sleepers look at (see `NotificationTable::set`).
+    #[inline(always)]
+    pub(crate) fn notify_all_fenced(&self) {
         if self.sleepers().load(Ordering::Relaxed) != 0 {
             // Release: a sleeper (or a waiter whose key is older) that sees the new generation
             // also sees the change.

@@ -124,3 +124,18 @@ fn loom_unmarking_a_stale_chunk_hides_no_set() {
         assert_eq!(table.first_set(0, 4), Ok(Some(0)));
     });
 }
+
+#[test]
+fn loom_a_set_that_marks_its_chunk_wakes_a_summary_waiter() {
+    check(|| {
+        // No stale mark: the set finds its chunk unmarked and marks it, which is all that a
+        // waiter scanning through the summary can see of it.
+        let table = Arc::new(NotificationTable::new(2));
+        let setter = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.set(1, 3).expect("id 1 is in range"))
+        };
+        assert_eq!(table.wait_some(0, 2, Timeout::Block, || false), Ok(1));
+        setter.join().expect("the setter does not panic");
+    });
+}

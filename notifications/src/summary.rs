@@ -3,8 +3,9 @@
 //!
 //! The bit is only a hint in one direction: a set bit may be stale (the slot was reset since),
 //! but a clear bit must not hide a non-zero slot from a scan that needs to see it. The table
-//! keeps that promise by marking after every store and by re-checking after every unmark
-//! (see `NotificationTable`'s scan).
+//! keeps that promise by marking after every store a chunk not marked yet, and by re-checking
+//! after every unmark, each behind a SeqCst fence (see `NotificationTable::set` and its
+//! scan).
 
 use crate::sync::{AtomicU32, Ordering};
 
@@ -55,7 +56,21 @@ impl<'a> Summary<'a> {
         self.words[chunk / BITS].fetch_or(bit(chunk), Ordering::Release);
     }
 
-    /// Clears the mark of `chunk`; the caller must re-check the chunk's slots afterwards.
+    /// Marks `chunk` unless it is marked already, and says whether it marked it; for a `set`
+    /// that has issued a SeqCst fence since its store (see `NotificationTable::set`): a mark
+    /// it finds costs a plain load.
+    #[inline(always)]
+    pub(crate) fn mark_if_clear(&self, chunk: usize) -> bool {
+        let word = &self.words[chunk / BITS];
+        if word.load(Ordering::Relaxed) & bit(chunk) != 0 {
+            return false;
+        }
+        word.fetch_or(bit(chunk), Ordering::Release);
+        true
+    }
+
+    /// Clears the mark of `chunk`; the caller must issue a SeqCst fence and re-check the
+    /// chunk's slots afterwards (see `NotificationTable::set`).
     pub(crate) fn unmark(&self, chunk: usize) {
         // Acquire: the re-check after this must see every slot whose mark this clears.
         self.words[chunk / BITS].fetch_and(!bit(chunk), Ordering::AcqRel);

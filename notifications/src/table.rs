@@ -6,7 +6,7 @@ use std::sync::Arc;
 use gaspi_segments::SharedWords;
 
 use crate::summary::{chunk_of, chunk_start, Summary, CHUNK_LEN};
-use crate::sync::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicU32, Ordering};
 use crate::words::Storage;
 use crate::{wait_until, Deadline, Error, EventCount, Progress, Result};
 
@@ -142,8 +142,26 @@ impl NotificationTable {
             return Err(Error::ZeroValue { id });
         }
         slot.store(value, Ordering::Release);
-        summary.mark(chunk_of(id));
-        self.event.notify_all();
+        // The fence orders the store before the looks at the summary and at the sleepers, as
+        // the fence of `notify_all` did. A chunk already marked (every set of a slot set
+        // before: only a scan that found its chunk empty unmarks it) is then left alone,
+        // without the locked instruction a mark costs. By the rule for SeqCst fences (a
+        // write before one fence is seen by a read after another that follows it in their
+        // single order S):
+        // * A sleeper counts itself, issues a fence and looks at the slot, or the summary. If
+        //   its fence follows this one in S, its look sees this store; else the look at the
+        //   sleepers below sees it counted, and wakes it.
+        // * A scan that unmarks the chunk meanwhile issues a fence after its unmark and looks
+        //   at the slots again (`unmark_stale`). If its fence follows this one in S, that
+        //   look sees this store and re-marks the chunk; else the look at the summary below
+        //   sees the unmark and marks the chunk here.
+        // * A mark made here is followed by a fence of its own before the look at the
+        //   sleepers, so a sleeper that looks at the summary sees the mark or is woken.
+        fence(Ordering::SeqCst);
+        if summary.mark_if_clear(chunk_of(id)) {
+            fence(Ordering::SeqCst);
+        }
+        self.event.notify_all_fenced();
         Ok(())
     }
 
@@ -361,8 +379,11 @@ impl TableRange<'_> {
     /// Clears the mark of a chunk that looked empty, unless a `set` raced with the look.
     fn unmark_stale(&self, chunk: usize, lo: u32, hi: u32) -> Option<u32> {
         self.summary.unmark(chunk);
-        // A `set` may have stored into the chunk after our look but marked before our unmark;
-        // the unmark's Acquire makes its store visible to this second look.
+        // A `set` may have stored into the chunk after our look but marked before our unmark
+        // (the unmark's Acquire makes its store visible to this second look), or found the
+        // chunk still marked and left it so: the fence makes this look see the store of
+        // every set whose fence came before it (see `set`).
+        fence(Ordering::SeqCst);
         let id = self.first_nonzero(lo, hi)?;
         self.summary.mark(chunk);
         // While the chunk was unmarked another scanner may have skipped it and gone to sleep
