@@ -35,3 +35,15 @@ cg_per_call() {
     total=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
     echo $(($total / $2))
 }
+
+# cg_prepare `$1`, then writes the wrapper "$dir/$1-rank0.sh" (its path into `wrapper`) that
+# collects inside the functions named by the rest of the arguments and leaves out the waiting
+# loop (`gaspi_notifications::wait::wait_until` and what it calls), whose instructions grow with
+# the time waited.
+cg_setup() {
+    local example=$1
+    shift
+    cg_prepare "$example"
+    wrapper="$dir/$example-rank0.sh"
+    cg_rank0_wrapper "$wrapper" "$@" 'gaspi_notifications::wait::wait_until*'
+}
