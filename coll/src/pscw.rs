@@ -1237,13 +1237,26 @@ impl<'c> Window<'c> {
     /// anew since the start (larger), where the news of its deletion came after the start
     /// (see [`Context::target_is_current`](gaspi::Context::target_is_current)). The lookup
     /// waits for nothing: where it would, the range is refused as the window had it.
+    ///
+    /// Only the comparison with the known length is inline: asking the target for the range
+    /// built a 64-byte `Target` and an error-sized `Result` on every write, about 50
+    /// instructions.
+    #[inline]
     fn fit(&mut self, i: usize, offset: u64, size: u64) -> Result<()> {
         let dst = self.window(i)?;
+        if offset.checked_add(size).is_some_and(|end| end <= dst.len()) {
+            return Ok(());
+        }
+        self.refit(i, offset, size)
+    }
+
+    #[inline(never)]
+    fn refit(&mut self, i: usize, offset: u64, size: u64) -> Result<()> {
+        let dst = *self.window(i)?;
         let refused = match dst.range(offset, size) {
             Ok(_) => return Ok(()),
             Err(e) => e,
         };
-        let dst = *dst;
         let member = self.access[i].member;
         let rank = self.ranks[member as usize];
         match self.ctx.target(rank, self.segment, Timeout::Test) {
