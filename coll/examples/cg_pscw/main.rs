@@ -1,7 +1,7 @@
 //! The 8 B epoch ping-pong of `gaspi-bench pscw` at 2 ranks beside the write_notify ping-pong
 //! it is held against (`bench.sh pscw`'s `epoch_over_write_notify`), for instruction counts
 //! under callgrind (`scripts/callgrind-pscw.sh` runs it), and checked: `cg_pscw
-//! epoch|pingpong ITERS`.
+//! epoch|pingpong ITERS [there|step]`.
 //!
 //! * `epoch`: rank 0 starts rank 1, writes 8 bytes, completes, then posts to rank 1 and waits;
 //!   rank 1 mirrors it, posting first (the bench's `pscw` lines).
@@ -11,9 +11,13 @@
 //! After 20 rounds of warm-up (tables looked up, segments resolved), each of the `ITERS`
 //! counted rounds calls the window (or the runtime) through one function per call
 //! (`start_call`, `write_call`, ... `take_call`), which the script's callgrind collects alone.
-//! Before its wait (or take) in a counted round rank 0 sleeps 1 ms, so that what it waits for
-//! is there, whatever the load: every call it makes takes the same path in every round, and
-//! the counts repeat.
+//! * `there` (the default): before its wait (or take) in a counted round rank 0 sleeps 1 ms,
+//!   so that what it waits for is there, whatever the load: every call it makes takes the same
+//!   path in every round, and the counts repeat.
+//! * `step`: nobody sleeps, as in the bench's loop; a wait that finds nothing set goes to
+//!   sleep, and its way there is counted (the waiting loop itself is left out by the script),
+//!   so the counts move with how often that happens.
+//!
 //! Every round's 8 bytes name their round and sender, and the rank they reach checks them once
 //! its wait (or take) returned; a mismatch fails the rank naming the round and both values.
 
@@ -142,9 +146,12 @@ fn take(ctx: &Context, counted: bool, late: bool) -> gaspi::Result<u32> {
 
 fn main() -> ExitCode {
     support::main_of("cg_pscw", |args| {
-        let usage = "usage: cg_pscw epoch|pingpong ITERS (at 2 ranks)";
-        let [which, iters] = args else {
-            return Err(usage.into());
+        let usage = "usage: cg_pscw epoch|pingpong ITERS [there|step] (at 2 ranks)";
+        let (which, iters, late) = match args {
+            [which, iters] => (which, iters, true),
+            [which, iters, case] if case == "there" => (which, iters, true),
+            [which, iters, case] if case == "step" => (which, iters, false),
+            _ => return Err(usage.into()),
         };
         let epochs = match which.as_str() {
             "epoch" => true,
@@ -152,11 +159,12 @@ fn main() -> ExitCode {
             _ => return Err(usage.into()),
         };
         let iters: u64 = iters.parse().map_err(|_| usage.to_string())?;
-        run(epochs, iters)
+        run(epochs, iters, late)
     })
 }
 
-fn run(epochs: bool, iters: u64) -> Outcome<()> {
+/// The ping-pongs; rank 0 sleeps before its waits when `late`.
+fn run(epochs: bool, iters: u64, late: bool) -> Outcome<()> {
     let ctx = Context::init()?;
     if ctx.size() != 2 {
         return Err(format!("cg_pscw runs at 2 ranks, not {}", ctx.size()).into());
@@ -186,7 +194,7 @@ fn run(epochs: bool, iters: u64) -> Outcome<()> {
             (true, true) => {
                 fill()?;
                 access(&mut win, peer, counted)?;
-                expose(&mut win, peer, counted, true)?;
+                expose(&mut win, peer, counted, late)?;
                 check()?;
             }
             (true, false) => {
@@ -198,7 +206,7 @@ fn run(epochs: bool, iters: u64) -> Outcome<()> {
             (false, true) => {
                 fill()?;
                 send(&ctx, peer, round as u32, counted)?;
-                take(&ctx, counted, true)?;
+                take(&ctx, counted, late)?;
                 check()?;
             }
             (false, false) => {
