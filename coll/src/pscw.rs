@@ -387,6 +387,14 @@ impl Due {
             }
         }
     }
+
+    /// The deadline, for a runtime call that takes one: set by the first wait, which starts
+    /// the count. The runtime takes it as it is, where a [`Timeout`] passed on read the clock
+    /// a second time, right after the first reading.
+    fn deadline(&mut self) -> Deadline {
+        let timeout = self.timeout;
+        *self.deadline.get_or_insert_with(|| timeout.deadline())
+    }
 }
 
 impl std::fmt::Debug for Window<'_> {
@@ -1147,12 +1155,12 @@ impl<'c> Window<'c> {
         mut waiting: impl Iterator<Item = (NotificationId, Rank)>,
         due: &mut Due,
     ) -> Result<()> {
-        let timeout = due.left();
+        let deadline = due.deadline();
         match (waiting.next(), waiting.next()) {
             // One peer, the usual case: nothing to allocate before the wait starts polling.
             (Some((id, rank)), None) => {
                 let range = self.control.range(id, 1);
-                self.ctx.notify_wait_any(&[range], &[rank], timeout)?;
+                self.ctx.notify_wait_any(&[range], &[rank], deadline)?;
             }
             // A halo's few neighbours fit on the stack: a wait allocates nothing.
             (first, second) => {
@@ -1162,7 +1170,7 @@ impl<'c> Window<'c> {
                     .chain(waiting)
                     .map(|(id, rank)| (self.control.range(id, 1), rank))
                     .unzip();
-                self.ctx.notify_wait_any(&ranges, &senders, timeout)?;
+                self.ctx.notify_wait_any(&ranges, &senders, deadline)?;
             }
         }
         Ok(())
