@@ -294,6 +294,9 @@ impl SegmentMemory {
 
     /// Pointer to byte `offset` and `size` as a `usize`, if `offset..offset + size` lies within
     /// the segment; the pointer is then valid for reads and writes of `size` bytes.
+    // Inline: every access checks its range here, and called (the crate's modules are compiled
+    // apart without LTO) the check cost as much again.
+    #[inline]
     pub(crate) fn range_ptr(&self, offset: u64, size: u64) -> Result<(*mut u8, usize)> {
         let (start, count) = checked_range(offset, size, self.len)?;
         // SAFETY: `start + count <= len` (checked above), and `ptr` is valid for `len` bytes of

@@ -16,6 +16,7 @@ pub(crate) fn to_u64(n: usize) -> u64 {
 /// Returns `offset` and `size` as `usize`s if `offset..offset + size` lies within `0..len`.
 ///
 /// An empty range is in bounds anywhere up to and including `len`.
+#[inline]
 pub(crate) fn checked_range(offset: u64, size: u64, len: usize) -> Result<(usize, usize)> {
     let out_of_bounds = || Error::OutOfBounds {
         offset,

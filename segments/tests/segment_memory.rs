@@ -484,15 +484,18 @@ fn a_copy_between_two_mappings_of_one_file_moves_overlapping_bytes_as_memmove() 
     // This process's own segment reached as a peer's: its file mapped a second time.
     let again = SegmentMemory::open(&path).expect("open");
     let start = pattern(LEN, 5);
-    // Destination ahead of the source by a few bytes, by a cache line, behind it, and apart.
-    for (src, dst, size) in [
+    // Destination ahead of the source by a few bytes, by a cache line, behind it, and apart;
+    // then every size up to a few bytes past the small copies' (whose loads all come first).
+    let large = [
         (0, 1, 8192),
         (0, 16, 8192),
         (0, 64, 4096),
         (1, 0, 8192),
         (100, 0, 12000),
         (0, 8192, 8192),
-    ] {
+    ];
+    let small = (0..=20).flat_map(|size| [(0, 1, size), (0, 5, size), (9, 0, size), (0, 64, size)]);
+    for (src, dst, size) in large.into_iter().chain(small) {
         let mut expected = start.clone();
         expected.copy_within(src..src + size, dst);
         for (from, to) in [(&owner, &again), (&again, &owner)] {
