@@ -169,8 +169,19 @@ impl Queue {
     }
 
     /// Whether operations towards `rank` must take the fabric on this queue.
+    // Inline, with the lock out of line: every direct operation asks, and while no operation
+    // of the queue took the fabric the answer is one load; called, it cost a direct 8 B
+    // write_notify 23 instructions (callgrind, ci profile).
+    #[inline]
     pub(crate) fn fabric_to(&self, rank: Rank) -> bool {
-        self.any_fabric_peer.load(Ordering::Acquire) && lock(&self.fabric_peers).contains(&rank)
+        self.any_fabric_peer.load(Ordering::Acquire) && self.fabric_peer(rank)
+    }
+
+    /// Whether an operation of this queue towards `rank` took the fabric.
+    #[cold]
+    #[inline(never)]
+    fn fabric_peer(&self, rank: Rank) -> bool {
+        lock(&self.fabric_peers).contains(&rank)
     }
 
     /// Operations posted or parked and not yet completed.

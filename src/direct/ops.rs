@@ -10,7 +10,7 @@ use gaspi_notifications::NotificationTable;
 use gaspi_segments::Loan;
 
 use crate::context::Inner;
-use crate::direct::{PeerSegment, Slot};
+use crate::direct::{PeerSegment, Reached, Slot};
 use crate::engine::lookup::DescKey;
 use crate::error::{Error, NotificationId, Rank, Result, SegmentId};
 use crate::queue::Queue;
@@ -35,6 +35,18 @@ impl Inner {
         let Some(reached) = self.direct.peer(rank) else {
             return Ok(None);
         };
+        self.reached_to(q, reached, rank, table)
+    }
+
+    /// [`direct_to`](Self::direct_to) for `rank` reached directly, as `reached`.
+    #[inline(always)]
+    fn reached_to<'a>(
+        &'a self,
+        q: Option<&Queue>,
+        reached: Reached<'a>,
+        rank: Rank,
+        table: Table,
+    ) -> Result<Option<Loan<'a, PeerSegment>>> {
         if q.is_some_and(|q| q.fabric_to(rank)) {
             return Ok(None);
         }
@@ -110,24 +122,27 @@ impl Inner {
         size: u64,
         n: Option<WireNotification>,
     ) -> Result<bool> {
-        if !self.direct.reaches(remote.rank) {
+        let Some(reached) = self.direct.peer(remote.rank) else {
             return Ok(false);
-        }
-        self.write_reached(q, n, local, remote, size)
+        };
+        self.write_reached(q, reached, n, local, remote, size)
     }
 
-    /// [`write_directly`](Self::write_directly) towards a rank reached directly.
+    /// [`write_directly`](Self::write_directly) towards a rank reached directly, as `reached`
+    /// (looked up once for the whole write).
     #[inline(never)]
     fn write_reached(
         &self,
         q: &Queue,
+        reached: Reached<'_>,
         n: Option<WireNotification>,
         local: Local,
         remote: Remote,
         size: u64,
     ) -> Result<bool> {
         let table = Table::User(remote.segment);
-        let Some(peer) = self.mapped(Some(q), remote.rank, table)? else {
+        let peer = self.reached_to(Some(q), reached, remote.rank, table)?;
+        let Some(peer) = peer.filter(|peer| peer.memory.is_some()) else {
             return Ok(false);
         };
         let (rank, segment, offset) = (remote.rank, remote.segment, remote.offset);
