@@ -108,10 +108,14 @@ impl EventCount {
         }
     }
 
+    #[inline]
     fn generation(&self) -> &AtomicU32 {
         &self.words.get()[GENERATION]
     }
 
+    // Inline: `notify_all`, on the path of every set, asks; called (also with fat LTO), the
+    // look cost 19 instructions instead of about 8.
+    #[inline]
     fn sleepers(&self) -> &AtomicU32 {
         &self.words.get()[SLEEPERS]
     }
