@@ -20,6 +20,7 @@ use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use gaspi_segments::SegmentMemory;
 use gaspi_sys as sys;
@@ -977,6 +978,37 @@ impl<T> Endpoint<T> {
         self.read_cq(None, each)
     }
 
+    /// Like [`poll`](Self::poll), but a call that finds another thread reading waits up to
+    /// `limit` for that thread's turn to end (waking it if it sleeps in [`wait`](Self::wait))
+    /// and then reads, instead of returning 0 at once. When it returns, every event taken
+    /// from the queue before the call has been handed on, and what the queue held then is
+    /// being read: for a caller that must know what arrived so far (a rank that judges a
+    /// peer dead looks one last time for what the peer sent before it ended). Returns 0 when
+    /// the turn did not end within `limit`.
+    ///
+    /// Must not be called from within `each` of a read of this endpoint, whose own turn it
+    /// would wait for until `limit`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`poll`](Self::poll).
+    pub fn poll_settled(&self, limit: Duration, each: impl FnMut(Event<T>)) -> Result<usize> {
+        // The other turn is a read and its handlers: short, unless its thread lost its core,
+        // so a short nap between tries costs nothing worth a wake-up.
+        const NAP: Duration = Duration::from_micros(50);
+        let start = Instant::now();
+        loop {
+            if let Some(turn) = Reading::begin(&self.reading) {
+                return self.read_cq_in(turn, None, each);
+            }
+            if start.elapsed() >= limit {
+                return Ok(0);
+            }
+            self.signal();
+            std::thread::sleep(NAP);
+        }
+    }
+
     /// Like [`poll`](Self::poll) but, when nothing is there, sleeps up to `timeout_ms` in the
     /// provider's wait object. Only sleeps when [`cq_waitable`](Self::cq_waitable).
     ///
@@ -1042,13 +1074,23 @@ impl<T> Endpoint<T> {
         boxed.op
     }
 
-    fn read_cq(&self, timeout_ms: Option<i32>, mut each: impl FnMut(Event<T>)) -> Result<usize> {
-        const BATCH: usize = 16;
+    fn read_cq(&self, timeout_ms: Option<i32>, each: impl FnMut(Event<T>)) -> Result<usize> {
         // Not waited for: `each` may post, and a post refused by the provider drives
         // progress, which would wait here for itself.
-        let Some(_reading) = Reading::begin(&self.reading) else {
+        let Some(turn) = Reading::begin(&self.reading) else {
             return Ok(0);
         };
+        self.read_cq_in(turn, timeout_ms, each)
+    }
+
+    /// [`read_cq`](Self::read_cq) in `_turn`, which ends when the events read were handed on.
+    fn read_cq_in(
+        &self,
+        _turn: Reading<'_>,
+        timeout_ms: Option<i32>,
+        mut each: impl FnMut(Event<T>),
+    ) -> Result<usize> {
+        const BATCH: usize = 16;
         // Uninitialised: zeroing 16 entries (640 bytes) on every poll of an idle queue cost a
         // measurable share of a shared-memory ping-pong.
         let mut raw = [MaybeUninit::<sys::fi_cq_data_entry>::uninit(); BATCH];

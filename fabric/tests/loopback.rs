@@ -245,3 +245,52 @@ fn memory_outlives_the_endpoint_once_kept() {
         "released once the endpoint and domain closed"
     );
 }
+
+/// `poll_settled` while another thread's read holds the queue (its thread lost its core with
+/// an event in its hands): it returns only once that event was handed on, where `poll`
+/// returns 0 at once with the event still in the other thread's hands.
+fn settled_read(provider: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let l = open(provider);
+    let src = l.region.slice(0, 8).expect("source slice");
+    l.post(Op(1), |op| {
+        l.ep.write(src, l.target(4096), Some(0xbeef), false, op)
+    });
+    let (taken, handed) = (AtomicBool::new(false), AtomicBool::new(false));
+    let ep = &l.ep;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !taken.load(SeqCst) {
+                assert!(Instant::now() < deadline, "the write's data never came");
+                ep.poll(|event| {
+                    if let Event::Remote { data: 0xbeef } = event {
+                        taken.store(true, SeqCst);
+                        std::thread::sleep(Duration::from_millis(200));
+                        handed.store(true, SeqCst);
+                    }
+                })
+                .expect("polling");
+            }
+        });
+        while !taken.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ep.poll_settled(Duration::from_secs(5), |_| {})
+            .expect("polling");
+        assert!(
+            handed.load(SeqCst),
+            "poll_settled returned while another thread's read had an event in its hands"
+        );
+    });
+}
+
+#[test]
+fn a_settled_poll_waits_for_another_threads_read_over_tcp() {
+    settled_read("tcp");
+}
+
+#[test]
+fn a_settled_poll_waits_for_another_threads_read_over_shm() {
+    settled_read("shm");
+}

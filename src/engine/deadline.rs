@@ -143,10 +143,20 @@ impl Inner {
     /// before it died still counts (a barrier it completed has released its partners), and may
     /// still wait in the completion queue of a rank that was descheduled meanwhile. Reads what
     /// the queue holds (bounded: live peers may keep it busy), then tries `step` once.
+    ///
+    /// The first read waits (up to [`CHECK_EVERY`]) for a read of another thread of this rank
+    /// to end: that thread (the progress thread, say) may have taken the rank's last
+    /// notification from the queue and lost its core before handing it on, and a plain read
+    /// then finds the queue taken and reads nothing. A partner that finished `finalize` and
+    /// left the job ends right after its last notification to this rank, so a look soon after
+    /// its end (a same-host watcher marks it within milliseconds) can meet that window: the
+    /// exit barrier then took the partner for a dead one.
     fn last_chance<T>(&self, step: &mut impl FnMut(Slice) -> Option<T>) -> Option<T> {
-        for _ in 0..64 {
-            if !self.progress() {
-                break;
+        if self.progress_settled(CHECK_EVERY) {
+            for _ in 1..64 {
+                if !self.progress() {
+                    break;
+                }
             }
         }
         step(Timeout::Test.deadline().slice(CHECK_EVERY))

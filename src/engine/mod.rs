@@ -25,6 +25,7 @@ pub(crate) mod tracker;
 
 use std::cell::Cell;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gaspi_fabric::{Event, Failure};
 
@@ -122,12 +123,22 @@ impl Engine {
     }
 }
 
+/// How [`Inner::read_completions`] reads the completion queue.
+enum Read {
+    /// Without blocking; nothing while another thread reads.
+    Poll,
+    /// Sleeping up to this many ms in the provider's wait object when nothing is there.
+    Wait(i32),
+    /// Waiting up to this long for another thread's read to end.
+    Settled(Duration),
+}
+
 impl Inner {
     /// Drives the provider once and handles what it completed, then retries refused work.
     /// Returns whether the completion queue reported anything (what a retry posts shows up
     /// there later). Never blocks.
     pub(crate) fn progress(&self) -> bool {
-        let progressed = self.read_completions(None);
+        let progressed = self.read_completions(Read::Poll);
         self.retry_refused();
         progressed
     }
@@ -135,18 +146,30 @@ impl Inner {
     /// Like [`progress`](Self::progress), but sleeps in the provider up to `ms` when nothing
     /// is there (where the provider has a wait object).
     pub(crate) fn progress_blocking(&self, ms: i32) -> bool {
-        let progressed = self.read_completions(Some(ms));
+        let progressed = self.read_completions(Read::Wait(ms));
         self.retry_refused();
         progressed
     }
 
-    fn read_completions(&self, sleep_ms: Option<i32>) -> bool {
+    /// Like [`progress`](Self::progress), but when another thread of this rank is reading the
+    /// completion queue, waits up to `limit` for that read to end before reading (see
+    /// [`Endpoint::poll_settled`](gaspi_fabric::Endpoint::poll_settled)): when it returns,
+    /// everything this rank took from the queue before the call has been handled. Not for
+    /// handlers of completions, whose own read it would wait for.
+    pub(crate) fn progress_settled(&self, limit: Duration) -> bool {
+        let progressed = self.read_completions(Read::Settled(limit));
+        self.retry_refused();
+        progressed
+    }
+
+    fn read_completions(&self, how: Read) -> bool {
         self.direct.sweep();
         let mut completed = false;
         let dispatch = |event| self.dispatch(event, &mut completed);
-        let read = match sleep_ms {
-            None => self.ep.poll(dispatch),
-            Some(ms) => self.ep.wait(ms, dispatch),
+        let read = match how {
+            Read::Poll => self.ep.poll(dispatch),
+            Read::Wait(ms) => self.ep.wait(ms, dispatch),
+            Read::Settled(limit) => self.ep.poll_settled(limit, dispatch),
         };
         match read {
             Ok(0) => false,
