@@ -553,7 +553,7 @@ impl Context {
     /// On timeout nothing is released: [`Error::FinalizeTimeout`] hands the context back, and
     /// calling `finalize` on it again continues the same synchronisation. When a rank has died
     /// (see the `health` module), the synchronisation cannot complete: `finalize` returns
-    /// [`Error::RankFailed`] naming it (at once if it is known dead, else within about a second
+    /// [`Error::RankFailed`] naming it (at once if it is known dead, else within milliseconds
     /// for a peer on this host) and releases everything as a drop does, so the process can exit
     /// normally.
     ///

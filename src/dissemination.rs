@@ -285,8 +285,8 @@ impl Context {
             for s in slot..slot + wanted {
                 // Leaves a slot that already arrived in place: a call after a timeout finds it.
                 self.inner
-                    .watched(watched, deadline, |slice| {
-                        table.wait_some(s, 1, slice, self.inner.waiter()).ok()
+                    .watched(watched, deadline, |slice, waiter| {
+                        table.wait_some(s, 1, slice, waiter).ok()
                     })
                     .map_err(|e| self.earliest_death(spread, e))?;
             }

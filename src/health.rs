@@ -45,14 +45,16 @@
 //! waits over notification ranges with named senders) is a [`watched`](Inner::watched) wait:
 //! it waits in slices of at most [`CHECK_EVERY`](crate::engine::deadline::CHECK_EVERY) (also
 //! under `Timeout::Block`) and looks at the health of the ranks it depends on between slices
-//! and when its timeout expires. So a same-host death, or one on another host over tcp, is
-//! reported within about a second, and never later than the caller's timeout plus one look. A
-//! timeout is never evidence: a stopped peer makes calls time out, and they work again once it
-//! resumes.
+//! and when its timeout expires; a death recorded meanwhile ([`Inner::mark_failed`], by the
+//! same-host watcher of the `watch` module or a failed operation) wakes every wait of the
+//! process and ends its slice at once. So a same-host death is reported within milliseconds
+//! (about a second where pidfds are unavailable), one on another host over tcp within about a
+//! second, and never later than the caller's timeout plus one look. A timeout is never
+//! evidence: a stopped peer makes calls time out, and they work again once it resumes.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -261,6 +263,8 @@ pub(crate) struct Health {
     corrupt: Box<[AtomicBool]>,
     /// Whether any rank is marked: the check on every post is one load while all are healthy.
     any: AtomicBool,
+    /// How many ranks are marked: a watched wait that saw it change looks at its ranks at once.
+    deaths: AtomicU32,
     /// Why each marked rank is dead, and the order it was marked in (its number of earlier
     /// marks).
     reasons: Mutex<HashMap<Rank, (usize, String)>>,
@@ -307,6 +311,7 @@ impl Health {
             me,
             corrupt: (0..n).map(|_| AtomicBool::new(false)).collect(),
             any: AtomicBool::new(false),
+            deaths: AtomicU32::new(0),
             reasons: Mutex::new(HashMap::new()),
             local,
             looked: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -329,7 +334,15 @@ impl Health {
         reasons.insert(rank, (order, reason));
         flag.store(true, Ordering::Release);
         self.any.store(true, Ordering::Release);
+        // Release: a waiter that sees the new count sees the mark.
+        self.deaths.fetch_add(1, Ordering::Release);
         true
+    }
+
+    /// How many ranks have been marked dead so far; see [`Inner::watching`].
+    #[inline]
+    pub(crate) fn deaths(&self) -> u32 {
+        self.deaths.load(Ordering::Acquire)
     }
 
     /// `RankFailed` for `rank` if it is marked dead.
@@ -467,8 +480,10 @@ impl Health {
 }
 
 impl Inner {
-    /// Marks `rank` dead on positive evidence and wakes every waiter, so that waits depending on
-    /// it notice at once.
+    /// Marks `rank` dead on positive evidence and wakes every waiter of this process (every
+    /// wait sleeps on `events` or, for notifications, on `arrivals`), so that the watched waits
+    /// end their slice (see [`watching`](Inner::watching)) and those depending on it fail at
+    /// once.
     pub(crate) fn mark_failed(&self, rank: Rank, reason: String) {
         if rank != self.rank && self.health.mark(rank, reason) {
             self.events.notify_all();

@@ -138,9 +138,9 @@ impl Context {
     ///
     /// `senders` are the ranks the notifications are expected from: while waiting, their
     /// health is watched as in every wait of the runtime, so the death of one of them ends the
-    /// wait with [`Error::RankFailed`] naming it (within about a second for a peer on this
-    /// host), also under `Timeout::Block`; a slow or stopped sender is not dead, and the wait
-    /// then ends at its timeout.
+    /// wait with [`Error::RankFailed`] naming it (within milliseconds for a peer on this host,
+    /// about a second for one on another host over tcp), also under `Timeout::Block`; a slow
+    /// or stopped sender is not dead, and the wait then ends at its timeout.
     ///
     /// `timeout` is a [`Timeout`], counted from when the call first has to wait, or a
     /// [`Deadline`] (a library's call that waits several times under one

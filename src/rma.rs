@@ -305,7 +305,7 @@ impl Context {
     /// descriptor was known (see [`write`](Self::write)).
     ///
     /// When a rank that the queue has operations towards dies, the wait returns
-    /// [`Error::RankFailed`] naming it (within about a second for a peer on this host, see the
+    /// [`Error::RankFailed`] naming it (within milliseconds for a peer on this host, see the
     /// `health` module), also under `Timeout::Block`. Its operations are then dropped from the
     /// queue, whose other operations can be waited for with the next call: the queue stays
     /// usable (this takes the place of GASPI's `queue_purge`). Whether dropped writes reached

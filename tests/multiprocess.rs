@@ -1430,11 +1430,7 @@ fn killed_target(ranks: u32, provider: &str) {
         .map(|r| if r == dead { 'C' } else { 'H' })
         .collect();
     let survivors_sum: u32 = (0..dead).sum();
-    let mode = if common::direct_mode() {
-        "direct"
-    } else {
-        "fabric"
-    };
+    let mode = common::intranode_mode();
     for rank in 0..dead {
         let data = job.data(SCENARIO, rank);
         let expect = |key: &str, want: &str| {
@@ -1501,6 +1497,77 @@ fn killed_target_4_tcp() {
 #[test]
 fn killed_target_4_shm() {
     killed_target(4, "shm");
+}
+
+/// How soon after its death a same-host peer must be reported to the survivors' waits that
+/// were asleep depending on it: milliseconds when healthy (the pidfd watcher marks it and every
+/// watched wait of the process is woken to look); the bound leaves room for a loaded 2-core
+/// machine and stays well under the ~700 ms the victim's waiters took when they only looked
+/// at their ranks once a second.
+const BLOCKED_DETECTION_BOUND_US: u64 = 300_000;
+
+/// `blocked-death`: the last rank kills itself while the others sleep in a `notify_wait_any`
+/// naming it and in a barrier, with 20 s timeouts. Each wait must fail naming it within
+/// [`BLOCKED_DETECTION_BOUND_US`] of the victim's last clock reading (each survivor's latency
+/// is printed on stderr, shown with `--nocapture`); the survivors' group goes on, and finalize
+/// names the dead rank.
+fn blocked_death(provider: &str) {
+    const SCENARIO: &str = "blocked-death";
+    let ranks = 3;
+    let (job, dead) = killed_job(SCENARIO, ranks, provider);
+    let killed_at: u64 = job.data(SCENARIO, dead).parse("killed_at_us");
+    let failed = format!("RankFailed({dead})");
+    let mode = common::intranode_mode();
+    for rank in 0..dead {
+        let data = job.data(SCENARIO, rank);
+        for wait in ["wait_any", "barrier"] {
+            assert_eq!(
+                data.get(wait),
+                failed,
+                "rank {rank}: {wait}\n{}",
+                job.report()
+            );
+            let at: u64 = data.parse(&format!("{wait}_at_us"));
+            assert!(
+                at >= killed_at,
+                "rank {rank}: its {wait} failed before the victim's last clock reading\n{}",
+                job.report()
+            );
+            let latency = at - killed_at;
+            eprintln!(
+                "{SCENARIO} over {provider} ({mode}): rank {rank}'s {wait} failed {latency} us \
+                 after the death of rank {dead}"
+            );
+            assert!(
+                latency < BLOCKED_DETECTION_BOUND_US,
+                "rank {rank}: its {wait} failed {latency} us after the death\n{}",
+                job.report()
+            );
+        }
+        for step in [
+            "survivors_commit",
+            "survivors_barrier",
+            "survivors_allreduce",
+        ] {
+            assert_eq!(
+                data.get(step),
+                "Ok",
+                "rank {rank}: {step}\n{}",
+                job.report()
+            );
+        }
+        finalize_named_a_dead_rank(&job, &data, ranks);
+    }
+}
+
+#[test]
+fn blocked_death_3_tcp() {
+    blocked_death("tcp");
+}
+
+#[test]
+fn blocked_death_3_shm() {
+    blocked_death("shm");
 }
 
 /// The ring example's own check line, for rank `r` of 4.

@@ -33,6 +33,10 @@ pub enum Error {
     /// The condition waited for did not hold before the timeout expired; the call may be repeated.
     #[error("timed out")]
     Timeout,
+    /// The wait was ended before its condition held or its deadline passed, by its caller's
+    /// [`Progress::interrupted`](crate::Progress::interrupted); the call may be repeated.
+    #[error("the wait was interrupted")]
+    Interrupted,
     /// The table was closed ([`NotificationTable::close`](crate::NotificationTable::close))
     /// before anything waited for was set: nothing will be.
     #[error("the notification table was closed")]

@@ -78,10 +78,11 @@ const MAX_SLICE: Duration = if cfg!(loom) {
     Duration::from_millis(8)
 };
 
-/// What a waiting call drives while it waits: the runtime's non-blocking progress step, and a
-/// hook that learns when the waiter stops polling to sleep.
+/// What a waiting call drives while it waits: the runtime's non-blocking progress step, a
+/// hook that learns when the waiter stops polling to sleep, and a way to end the wait early.
 ///
-/// Any `FnMut() -> bool` closure is a `Progress` whose hook does nothing.
+/// Any `FnMut() -> bool` closure is a `Progress` whose hook does nothing and that never
+/// interrupts.
 pub trait Progress {
     /// Drives progress once without blocking; returns whether anything happened.
     fn progress(&mut self) -> bool;
@@ -91,6 +92,18 @@ pub trait Progress {
     /// thread is polling.
     fn sleeping(&mut self, asleep: bool) {
         let _ = asleep;
+    }
+
+    /// Whether the wait should end now, its condition unmet, with [`Error::Interrupted`]: what
+    /// the caller waits for may never come (the runtime's watched waits end so when a peer's
+    /// death was recorded meanwhile, to look at once whether they depend on it).
+    ///
+    /// Asked whenever the spinning waiter looks at the clock (not on every poll) and whenever
+    /// a sleeping one wakes, including by a notification of its event count: whoever makes it
+    /// return `true` must then call [`EventCount::notify_all`] on that event count, or a
+    /// sleeper notices only at the end of its slice (8 ms at most).
+    fn interrupted(&mut self) -> bool {
+        false
     }
 }
 
@@ -121,14 +134,17 @@ impl<F: FnMut() -> bool> Progress for F {
 /// otherwise a sleeping waiter only notices it at the end of its slice. `progress` may itself
 /// notify `event`.
 ///
+/// `progress` may end the wait early (see [`Progress::interrupted`]).
+///
 /// With a [`Timeout::Test`](crate::Timeout::Test) deadline this makes at most one progress
 /// attempt and two polls and never blocks. A [`Timeout`](crate::Timeout) passed as `deadline`
 /// starts counting once the first poll found the condition unmet.
 ///
 /// # Errors
 ///
-/// [`Error::Timeout`] when the deadline passes before `poll` succeeds. Nothing is consumed, so
-/// the wait can be repeated.
+/// [`Error::Timeout`] when the deadline passes before `poll` succeeds;
+/// [`Error::Interrupted`] when `progress` ended it. Nothing is consumed, so the wait can be
+/// repeated.
 // Never inlined, so that a profile tells the waiting loop from its caller: the callgrind
 // harness (`scripts/callgrind-allreduce.sh`) leaves out what this function executes, whose
 // instructions grow with the time waited. One call per wait costs nothing beside the loop.
@@ -188,15 +204,19 @@ fn wait_rounds<T>(
         if deadline.is_test() {
             return Err(Error::Timeout);
         }
-        if progressed {
+        let step = if progressed {
             // More events are likely to follow: spin afresh.
-            if spin.restart(deadline) {
-                return Err(Error::Timeout);
-            }
-            continue;
-        }
-        match spin.snooze(deadline) {
+            spin.restart(deadline)
+        } else {
+            spin.snooze(deadline)
+        };
+        match step {
             Step::Spin => {}
+            Step::Looked => {
+                if progress.interrupted() {
+                    return Err(Error::Interrupted);
+                }
+            }
             Step::Expired => return Err(Error::Timeout),
             Step::Sleep => {
                 // Taken only now, since a spinning round needs no key, and before one more
@@ -209,10 +229,16 @@ fn wait_rounds<T>(
                 progress.sleeping(true);
                 spin.idle = true;
                 let asleep = Instant::now();
-                let woken = event.wait(key, deadline.capped(slice), &mut poll);
+                // Asked with the condition, after this thread counts as a sleeper: whoever
+                // interrupts and then notifies either is seen here or wakes the sleep.
+                let woken = event.wait(key, deadline.capped(slice), || {
+                    poll()
+                        .map(Ok)
+                        .or_else(|| progress.interrupted().then_some(Err(Error::Interrupted)))
+                });
                 progress.sleeping(false);
                 let notified = match woken {
-                    Wake::Ready(value) => return Ok(value),
+                    Wake::Ready(outcome) => return outcome,
                     Wake::Notified => true,
                     Wake::TimedOut => false,
                 };
@@ -228,7 +254,7 @@ fn wait_rounds<T>(
                     // system call (~0.7 µs, against a few tens of ns for a direct
                     // write_notify to a polling waiter), so poll again for a spin time, as
                     // after progress: the notifiers then find no sleeper.
-                    if spin.restart(deadline) {
+                    if let Step::Expired = spin.restart(deadline) {
                         return Err(Error::Timeout);
                     }
                 } else {
@@ -246,6 +272,8 @@ fn wait_rounds<T>(
 enum Step {
     /// Poll again.
     Spin,
+    /// Poll again; the clock was read (and neither the spin time nor the deadline is over).
+    Looked,
     /// The spin time is over: sleep.
     Sleep,
     /// The deadline has passed.
@@ -307,19 +335,24 @@ impl Spin {
         self.look_next();
     }
 
-    /// Begins the spin again, hot, as of the next look at the clock, and says whether the
-    /// deadline has passed. The call counts towards that look as a pause does: a wait that
+    /// Begins the spin again, hot, as of the next look at the clock, and says whether it
+    /// looked and whether the deadline has passed ([`Step::Spin`], [`Step::Looked`] or
+    /// [`Step::Expired`]). The call counts towards that look as a pause does: a wait that
     /// restarts on every round, or every other one (others' completions streaming in while
     /// its own condition stays unmet), still looks at the clock and ends at its deadline.
-    fn restart(&mut self, deadline: Deadline) -> bool {
+    fn restart(&mut self, deadline: Deadline) -> Step {
         self.started = None;
         self.hot = true;
         self.polls += 1;
         if self.polls < HOT_CLOCK_EVERY {
-            return false;
+            return Step::Spin;
         }
         self.polls = 0;
-        deadline.expired_at(Instant::now())
+        if deadline.expired_at(Instant::now()) {
+            Step::Expired
+        } else {
+            Step::Looked
+        }
     }
 
     /// How long this spin polls before it sleeps.
@@ -359,6 +392,7 @@ impl Spin {
         } else {
             CLOCK_EVERY
         };
+        let mut step = Step::Spin;
         if self.polls >= every {
             self.polls = 0;
             let now = Instant::now();
@@ -372,6 +406,7 @@ impl Spin {
                 return Step::Sleep;
             }
             self.hot = spun < HOT_SPIN;
+            step = Step::Looked;
         }
         // Hot: poll again at once. A pause instruction costs ~140 cycles on current x86, a
         // large share of a shared-memory round trip, and the poll itself paces the loop. Past
@@ -379,7 +414,7 @@ impl Spin {
         if self.yielding || !self.hot {
             std::thread::yield_now();
         }
-        Step::Spin
+        step
     }
 }
 
@@ -480,6 +515,60 @@ mod tests {
         );
         // As after a wait that slept: one round before each sleep.
         assert!(rounds.get() <= 8, "{} rounds", rounds.get());
+    }
+
+    /// Progress that never moves anything and interrupts once `stop` is set.
+    struct Stoppable<'a> {
+        stop: &'a AtomicBool,
+        progressing: bool,
+    }
+
+    impl Progress for Stoppable<'_> {
+        fn progress(&mut self) -> bool {
+            self.progressing
+        }
+        fn interrupted(&mut self) -> bool {
+            self.stop.load(Ordering::Acquire)
+        }
+    }
+
+    /// Waits with a 20 s timeout on a condition that never holds while another thread
+    /// interrupts after 50 ms (notifying `event`); returns the outcome and how long it took.
+    fn interrupted_wait(progressing: bool) -> (Result<()>, Duration) {
+        let event = Arc::new(EventCount::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let interrupter = {
+            let (event, stop) = (Arc::clone(&event), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                stop.store(true, Ordering::Release);
+                event.notify_all();
+            })
+        };
+        let start = Instant::now();
+        let progress = Stoppable {
+            stop: &stop,
+            progressing,
+        };
+        let result = wait_until(&event, Timeout::Millis(20_000), || None, progress);
+        let took = start.elapsed();
+        interrupter.join().expect("the interrupter does not panic");
+        (result, took)
+    }
+
+    #[test]
+    fn an_interruption_ends_a_sleeping_wait() {
+        let (result, took) = interrupted_wait(false);
+        assert_eq!(result, Err(Error::Interrupted));
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+    }
+
+    #[test]
+    fn an_interruption_ends_a_wait_that_keeps_progressing() {
+        // Never sleeps: others' completions keep it spinning.
+        let (result, took) = interrupted_wait(true);
+        assert_eq!(result, Err(Error::Interrupted));
+        assert!(took < Duration::from_secs(5), "took {took:?}");
     }
 
     #[test]

@@ -544,7 +544,7 @@ impl Context {
                     self.inner.watched(
                         || g.member_ranks(),
                         deadline,
-                        |slice| table.wait_some(id, 1, slice, self.inner.waiter()).ok(),
+                        |slice, waiter| table.wait_some(id, 1, slice, waiter).ok(),
                     )?;
                     // Consumed by the thread holding the group's allreduce state alone, and
                     // written again only two runs on (banks alternate, as for a

@@ -4,8 +4,9 @@
 //! Both follow the fault model (see the `health` module): nothing is posted to a rank known
 //! dead; a post the provider keeps refusing looks at its target's health every [`POST_LOOK`];
 //! a wait looks at the health of the ranks it depends on at least every [`CHECK_EVERY`], also
-//! under `Timeout::Block`. A deadline that passes is [`Error::Timeout`], whatever the peers
-//! are doing: only positive evidence of a death is [`Error::RankFailed`].
+//! under `Timeout::Block`, and at once when a death is recorded meanwhile. A deadline that
+//! passes is [`Error::Timeout`], whatever the peers are doing: only positive evidence of a
+//! death is [`Error::RankFailed`].
 
 use std::time::{Duration, Instant};
 
@@ -13,12 +14,14 @@ use crossbeam_utils::Backoff;
 use gaspi_fabric::{Posted, Refused};
 use gaspi_notifications::{Deadline, EventCount, Slice, Timeout};
 
-use super::Op;
+use super::{Op, Waiter};
 use crate::context::Inner;
 use crate::error::{Error, Rank, Result};
 use crate::sync::Ordering;
 
-/// How long a watched wait sleeps at most before it looks at the health of its ranks again.
+/// How long a watched wait sleeps at most before it looks at the health of its ranks again,
+/// unless a death recorded meanwhile makes it look at once: the bound for deaths only a look
+/// finds (a peer on another host over tcp, or on this host where pidfds are unavailable).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often a post that the provider keeps refusing looks at its target's health.
 pub(crate) const POST_LOOK: Duration = Duration::from_millis(100);
@@ -107,12 +110,15 @@ impl Inner {
     /// Waits for `step` to succeed, bounded by `deadline`, watching the health of the ranks
     /// `ranks()` yields: those whose death would make the wait hopeless.
     ///
-    /// `step(slice)` waits at most `slice` and returns `None` when that ran out. It is called
-    /// with slices of at most [`CHECK_EVERY`] (with a test once), and after each unsuccessful
-    /// one the ranks' health is looked at. A slice is resolved (the clock read) only by a
-    /// step that has to wait, so a wait whose condition already holds never reads the clock.
-    /// A rank already known dead fails the wait before it starts (after one last look at
-    /// what it sent).
+    /// `step(slice, waiter)` waits at most `slice`, driving progress with `waiter`, and returns
+    /// `None` when that ran out or `waiter` interrupted it. It is called with slices of at most
+    /// [`CHECK_EVERY`] (with a test once), and after each unsuccessful one the ranks' health is
+    /// looked at. `waiter` [watches](Inner::watching) from the last such look on, so a death
+    /// recorded during a step (by the same-host watcher or a failed operation) ends it at
+    /// once: a wait depending on that rank fails within milliseconds, the others go on. A
+    /// slice is resolved (the clock read) only by a step that has to wait, so a wait whose
+    /// condition already holds never reads the clock. A rank already known dead fails the
+    /// wait before it starts (after one last look at what it sent).
     ///
     /// # Errors
     /// [`Error::RankFailed`] naming the first dead rank found, or [`Error::Timeout`] when the
@@ -121,15 +127,18 @@ impl Inner {
         &self,
         ranks: impl Fn() -> R,
         deadline: Deadline,
-        mut step: impl FnMut(Slice) -> Option<T>,
+        mut step: impl FnMut(Slice, Waiter<'_>) -> Option<T>,
     ) -> Result<T> {
+        // Read before each look at the ranks: a death recorded after it interrupts the step.
+        let mut deaths = self.health.deaths();
         if let Some(e) = self.health.first_known(ranks()) {
             return self.last_chance(&mut step).ok_or(e);
         }
         loop {
-            if let Some(value) = step(deadline.slice(CHECK_EVERY)) {
+            if let Some(value) = step(deadline.slice(CHECK_EVERY), self.watching(deaths)) {
                 return Ok(value);
             }
+            deaths = self.health.deaths();
             if let Some(e) = self.health.first_failed(ranks()) {
                 return self.last_chance(&mut step).ok_or(e);
             }
@@ -149,9 +158,9 @@ impl Inner {
     /// notification from the queue and lost its core before handing it on, and a plain read
     /// then finds the queue taken and reads nothing. A partner that finished `finalize` and
     /// left the job ends right after its last notification to this rank, so a look soon after
-    /// its end (a same-host watcher marks it within milliseconds) can meet that window: the
-    /// exit barrier then took the partner for a dead one.
-    fn last_chance<T>(&self, step: &mut impl FnMut(Slice) -> Option<T>) -> Option<T> {
+    /// its end (a [watching](Inner::watching) wait looks within milliseconds) can meet that
+    /// window: the exit barrier then took the partner for a dead one.
+    fn last_chance<T>(&self, step: &mut impl FnMut(Slice, Waiter<'_>) -> Option<T>) -> Option<T> {
         if self.progress_settled(CHECK_EVERY) {
             for _ in 1..64 {
                 if !self.progress() {
@@ -159,7 +168,7 @@ impl Inner {
                 }
             }
         }
-        step(Timeout::Test.deadline().slice(CHECK_EVERY))
+        step(Timeout::Test.deadline().slice(CHECK_EVERY), self.waiter())
     }
 
     /// [`watched`](Self::watched) for a condition that the progress engine makes true: `poll`
@@ -202,8 +211,8 @@ impl Inner {
         deadline: Deadline,
         mut poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        self.watched(ranks, deadline, |slice| {
-            gaspi_notifications::wait_until(event, slice, &mut poll, self.waiter()).ok()
+        self.watched(ranks, deadline, |slice, waiter| {
+            gaspi_notifications::wait_until(event, slice, &mut poll, waiter).ok()
         })
     }
 }

@@ -301,6 +301,20 @@ impl Inner {
             inner: self,
             polling: None,
             rounds: 0,
+            deaths_seen: None,
+        }
+    }
+
+    /// A [`waiter`](Self::waiter) for a wait that depends on other ranks: its wait ends with
+    /// [`Interrupted`](gaspi_notifications::Error::Interrupted) as soon as a death is recorded
+    /// beyond the `deaths` (of [`Health::deaths`](crate::health::Health::deaths)) its caller
+    /// had looked at, so that the caller looks at once whether its ranks include the dead one
+    /// (the marking wakes every sleeping waiter) instead of at the end of its slice. Nothing
+    /// is asked of a waiter while no rank dies but one load at each look at the clock.
+    pub(crate) fn watching(&self, deaths: u32) -> Waiter<'_> {
+        Waiter {
+            deaths_seen: Some(deaths),
+            ..self.waiter()
         }
     }
 
@@ -330,6 +344,8 @@ pub(crate) struct Waiter<'a> {
     polling: Option<Polling<'a>>,
     /// Progress calls so far (see [`FABRIC_EVERY`]).
     rounds: u32,
+    /// For a watching waiter, the deaths its caller had looked at (see [`Inner::watching`]).
+    deaths_seen: Option<u32>,
 }
 
 thread_local! {
@@ -398,6 +414,11 @@ impl gaspi_notifications::Progress for Waiter<'_> {
         if let Some(polling) = &mut self.polling {
             polling.sleeping(asleep);
         }
+    }
+
+    fn interrupted(&mut self) -> bool {
+        self.deaths_seen
+            .is_some_and(|seen| self.inner.health.deaths() != seen)
     }
 }
 

@@ -498,3 +498,13 @@ pub fn on_path(program: &str) -> Option<PathBuf> {
 pub fn direct_mode() -> bool {
     std::env::var("GASPI_INTRANODE").map_or(true, |mode| mode != "fabric")
 }
+
+/// The intra-node mode of the jobs the tests start, as `GASPI_INTRANODE` names it (see
+/// [`direct_mode`]), for what a test prints.
+pub fn intranode_mode() -> &'static str {
+    if direct_mode() {
+        "direct"
+    } else {
+        "fabric"
+    }
+}

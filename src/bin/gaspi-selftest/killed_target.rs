@@ -32,7 +32,7 @@ use gaspi::{local, remote, Config, Context, Intranode, Notification, Rank, Segme
 use crate::check::{
     compare, ensure, fill_pattern, monotonic_us, seed, states, Data, Doing, Outcome, Report,
 };
-use crate::victim::{expect_failed, kill_myself, survivors_group};
+use crate::victim::{expect_failed, report_and_kill_myself, survivors_group};
 
 const SEG: SegmentId = 0;
 /// The large write of every round (where it cannot stall the writer, see the module's doc).
@@ -117,11 +117,7 @@ fn die_under_traffic(ctx: &Context, victim: Rank) -> Outcome {
         compare(whose("small"), &got[small.clone()], &want[small.clone()])?;
     }
     std::thread::sleep(TRAFFIC);
-    let mut data = Data::default();
-    data.put("pid", std::process::id());
-    data.put("killed_at_us", monotonic_us());
-    data.print_now("killed-target", victim);
-    kill_myself()
+    report_and_kill_myself("killed-target", victim)
 }
 
 /// The size of the large writes into `victim` (see the module's doc).

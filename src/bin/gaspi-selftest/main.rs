@@ -13,8 +13,8 @@
 //! `FAIL <scenario> rank R: <what differed>` on stderr and exits with status 1, which makes the
 //! launcher stop the job. `early-exit` is the exception: it makes the job fail on purpose, to
 //! check that the launcher and the survivors notice a rank that vanished; so is `linger`,
-//! whose job the test suite kills. `fault`, `quiet-death` and
-//! `killed-target` kill their last rank and need `gaspirun --keep-going`; only the survivors
+//! whose job the test suite kills. `fault`, `quiet-death`, `killed-target` and
+//! `blocked-death` kill their last rank and need `gaspirun --keep-going`; only the survivors
 //! print `ok`.
 //!
 //! The integration tests in `tests/multiprocess*.rs` run every scenario under `gaspirun` over
@@ -22,6 +22,7 @@
 
 mod allreduce;
 mod atomics;
+mod blocked_death;
 mod check;
 mod crossed;
 mod dead_read;
@@ -101,6 +102,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::Library => library::run(&ctx),
         Scenario::DeadRead => dead_read::run(&ctx),
         Scenario::KilledTarget => killed_target::run(&ctx),
+        Scenario::BlockedDeath => blocked_death::run(&ctx),
         Scenario::QuietDeath => quiet_death::run(&ctx),
         Scenario::Unmapped => unmapped::run(&ctx),
         Scenario::Exit => exit::run(&ctx),
@@ -116,9 +118,10 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
     let finalized = match scenario {
         Scenario::Timeouts => timeouts::finalize_resumes_after_timeout(ctx),
         Scenario::Fault => fault::finalize_reports_the_dead_rank(ctx, &mut report.data),
-        Scenario::DeadRead | Scenario::KilledTarget | Scenario::QuietDeath => {
-            dead_read::finalize_names_the_dead_rank(ctx, &mut report.data)
-        }
+        Scenario::DeadRead
+        | Scenario::KilledTarget
+        | Scenario::BlockedDeath
+        | Scenario::QuietDeath => dead_read::finalize_names_the_dead_rank(ctx, &mut report.data),
         Scenario::Stopped => stopped::finalize_while_stopped(ctx, &mut report.data),
         _ => match ctx.finalize(FINALIZE_TIMEOUT) {
             Ok(()) => return passed(name, me, &report),

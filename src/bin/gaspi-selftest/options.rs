@@ -122,6 +122,12 @@ Scenarios:
                at once, and a group of the survivors commits and runs a
                barrier and an allreduce (needs 3+ ranks and
                `gaspirun --keep-going`)
+  blocked-death  the last rank kills itself (SIGKILL) while every other rank
+               sleeps in a notify_wait_any naming it and in a barrier, with
+               20 s timeouts: both fail with RankFailed naming it (each
+               reports when, on the host's monotonic clock, beside the
+               victim's last reading), and a group of the survivors goes on
+               (needs 3+ ranks and `gaspirun --keep-going`)
   quiet-death  the last rank stops for 2.5 s (a barrier and a ping time out,
                nothing is marked), then is killed (SIGKILL) with nothing in
                flight towards it: a write to it and its queue's wait, a ping and
@@ -165,6 +171,7 @@ pub enum Scenario {
     Library,
     DeadRead,
     KilledTarget,
+    BlockedDeath,
     QuietDeath,
     Unmapped,
     Exit,
@@ -173,7 +180,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 23] = [
+    const ALL: [Scenario; 24] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -192,6 +199,7 @@ impl Scenario {
         Scenario::Library,
         Scenario::DeadRead,
         Scenario::KilledTarget,
+        Scenario::BlockedDeath,
         Scenario::QuietDeath,
         Scenario::Unmapped,
         Scenario::Exit,
@@ -220,6 +228,7 @@ impl Scenario {
             Scenario::Library => "library",
             Scenario::DeadRead => "dead-read",
             Scenario::KilledTarget => "killed-target",
+            Scenario::BlockedDeath => "blocked-death",
             Scenario::QuietDeath => "quiet-death",
             Scenario::Unmapped => "unmapped",
             Scenario::Exit => "exit",

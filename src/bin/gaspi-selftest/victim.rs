@@ -12,7 +12,7 @@ use gaspi::{
 };
 use rustix::process::{self, Signal};
 
-use crate::check::{ensure, stat_fields, Data, Doing, Failure, Outcome};
+use crate::check::{ensure, monotonic_us, stat_fields, Data, Doing, Failure, Outcome};
 
 /// How long rank 0 waits for the victim to show up stopped in `/proc`.
 const STOP_LIMIT: Duration = Duration::from_secs(10);
@@ -119,6 +119,16 @@ pub fn stop_myself() -> Outcome {
     // SIGSTOP on our own pid stops every thread until SIGCONT.
     process::kill_process(process::getpid(), Signal::STOP)
         .map_err(|e| Failure(format!("stopping myself: {e}")))
+}
+
+/// The victim of `scenario`, rank `rank`: prints its pid and its last reading of the host's
+/// monotonic clock on its data line (`pid`, `killed_at_us`), then ends with [`kill_myself`].
+pub fn report_and_kill_myself(scenario: &str, rank: Rank) -> ! {
+    let mut data = Data::default();
+    data.put("pid", std::process::id());
+    data.put("killed_at_us", monotonic_us());
+    data.print_now(scenario, rank);
+    kill_myself()
 }
 
 /// Ends this process with SIGKILL, a real `kill -9`: no exit handler, no finalize.
