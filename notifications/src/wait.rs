@@ -280,16 +280,14 @@ enum Step {
     Expired,
 }
 
-/// Polls between two looks at the clock. Reading the clock costs about as much as polling an
-/// idle shared-memory completion queue (tens of nanoseconds in a VM), so reading it on every
-/// poll made shared-memory ping-pong measurably slower; every eighth poll is precise enough
-/// for spin times and deadlines of microseconds and more. Under loom, where spinning is off,
-/// every pause looks, so a model goes straight to the sleep it checks.
-const CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 8 };
-
 /// Polls between two looks at the clock during the hot spin, where a poll takes tens of
 /// nanoseconds: a clock reading (about 25 ns here) every eighth poll was still a tenth of the
-/// loop, and 32 polls are about a microsecond, against a hot spin of 20 µs.
+/// loop, and 32 polls are about a microsecond, against a hot spin of 20 µs. Past the hot spin
+/// every poll yields the core and looks at the clock after it: a yield can cost the waiter a
+/// whole time slice of another process on a busy core, so spacing the looks let a `Millis(3)`
+/// wait pinned beside a busy loop take 44 ms (8 yields before a look), where a clock reading
+/// beside a yield costs next to nothing. Under loom, where spinning is off, every pause looks,
+/// so a model goes straight to the sleep it checks.
 const HOT_CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 32 };
 
 /// The bounded spinning phase of a wait.
@@ -366,12 +364,12 @@ impl Spin {
 
     /// Makes the next [`snooze`](Self::snooze) look at the clock.
     fn look_next(&mut self) {
-        self.polls = CLOCK_EVERY.max(HOT_CLOCK_EVERY) - 1;
+        self.polls = HOT_CLOCK_EVERY - 1;
     }
 
     /// Pauses briefly: not at all first (the hot spin), then by yielding the core (so ranks
-    /// sharing it still run). Every [`CLOCK_EVERY`] calls ([`HOT_CLOCK_EVERY`] while hot) it
-    /// looks at the clock to end the spin or notice the deadline.
+    /// sharing it still run). Every [`HOT_CLOCK_EVERY`] calls while hot, and at every call
+    /// that yields, it looks at the clock to end the spin or notice the deadline.
     #[inline]
     fn snooze(&mut self, deadline: Deadline) -> Step {
         // Most rounds of the hot spin end here, inline: the call to the rest cost a third as
@@ -387,13 +385,8 @@ impl Spin {
     #[inline(never)]
     fn snooze_and_look(&mut self, deadline: Deadline) -> Step {
         self.polls += 1;
-        let every = if self.hot && !self.yielding {
-            HOT_CLOCK_EVERY
-        } else {
-            CLOCK_EVERY
-        };
         let mut step = Step::Spin;
-        if self.polls >= every {
+        if self.polls >= HOT_CLOCK_EVERY || self.yielding || !self.hot {
             self.polls = 0;
             let now = Instant::now();
             let spun = now.saturating_duration_since(*self.started.get_or_insert(now));
@@ -569,6 +562,47 @@ mod tests {
         let (result, took) = interrupted_wait(true);
         assert_eq!(result, Err(Error::Interrupted));
         assert!(took < Duration::from_secs(5), "took {took:?}");
+    }
+
+    #[test]
+    fn a_wait_descheduled_in_its_spin_ends_one_round_past_its_deadline() {
+        // A deadline within the spin time, past the hot spin: from then on every round holds
+        // the thread 1 ms, as a yield does where another process takes the core for a time
+        // slice. The wait must look at the clock after every such round and end at the first
+        // past its deadline. (Looking every 8th round, it made 1 to 7 more; it passed by
+        // chance, when its looks fell right, with a chance of 1 in 4 per wait, so 1 in 1024
+        // for the 5 waits.)
+        const HELD_FROM: Duration = Duration::from_micros(100);
+        const LIMIT: Duration = Duration::from_micros(150);
+        assert!(HOT_SPIN < HELD_FROM && LIMIT < SPIN_TIME);
+        let event = EventCount::new();
+        for _ in 0..5 {
+            // Not within a spin time of the last wait, which ran out idle: this one spins.
+            std::thread::sleep(Duration::from_millis(1));
+            let late = Cell::new(0_u32);
+            let begun = Instant::now();
+            let result = wait_until(
+                &event,
+                Timeout::Block.deadline().slice(LIMIT),
+                || None::<()>,
+                || {
+                    let at = begun.elapsed();
+                    if at >= LIMIT {
+                        late.set(late.get() + 1);
+                    }
+                    if at >= HELD_FROM {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    false
+                },
+            );
+            assert_eq!(result, Err(Error::Timeout));
+            assert!(
+                late.get() <= 1,
+                "{} rounds began past the deadline",
+                late.get()
+            );
+        }
     }
 
     #[test]
