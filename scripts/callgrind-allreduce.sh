@@ -20,10 +20,8 @@ cd "$(dirname "$0")/.."
 iters=${CG_ITERS:-2000}
 # shellcheck source=scripts/callgrind-common.sh
 . scripts/callgrind-common.sh
-cg_prepare cg_allreduce
-wrapper="$dir/rank0.sh"
-cg_rank0_wrapper "$wrapper" 'cg_allreduce::engine_call' 'cg_allreduce::runtime_call' \
-    'cg_allreduce::floor_call' 'gaspi_notifications::wait::wait_until*'
+cg_setup cg_allreduce 'cg_allreduce::engine_call' 'cg_allreduce::runtime_call' \
+    'cg_allreduce::floor_call'
 
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)

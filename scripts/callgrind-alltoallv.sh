@@ -18,9 +18,7 @@ cd "$(dirname "$0")/.."
 rounds=${CG_ROUNDS:-400}
 # shellcheck source=scripts/callgrind-common.sh
 . scripts/callgrind-common.sh
-cg_prepare cg_alltoallv
-wrapper="$dir/a2a-rank0.sh"
-cg_rank0_wrapper "$wrapper" 'cg_alltoallv::round_call' 'gaspi_notifications::wait::wait_until*'
+cg_setup cg_alltoallv 'cg_alltoallv::round_call'
 
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(4 8)
