@@ -648,7 +648,8 @@ fn errors_4_shm() {
 /// reach each other directly, so the fabric fallback for memory peers cannot map is what
 /// carried the traffic into the unmapped segment; and that a segment its owner deleted is
 /// no longer mapped by the rank that wrote into it directly, once that rank made a progress
-/// call, and cannot be written any more.
+/// call (a few, within ten seconds, when one of its threads was inside an operation at the
+/// first), and cannot be written any more.
 fn unmapped(ranks: u32, provider: &str) {
     let job = selftest("unmapped", ranks, provider);
     for rank in 0..ranks {
@@ -673,7 +674,9 @@ fn unmapped(ranks: u32, provider: &str) {
         assert_eq!(
             after,
             0,
-            "rank {rank} still maps files of its neighbour's deleted segment\n{}",
+            "rank {rank} still maps files of its neighbour's deleted segment after {} \
+             progress calls\n{}",
+            data.get("released_progress_calls"),
             job.report()
         );
         if direct {

@@ -232,14 +232,48 @@ impl<T: Send + Sync + 'static> Slots<T> {
         // epoch's next collection, about every hundred pins of some thread: a deleted segment
         // kept its memory and its /dev/shm file after `segment_delete` returned, on a rank
         // that went on waiting (seen 200 ms later, until 300 more lookups).
+        self.collect_until(|retired| !retired.values.iter().any(|(other, _)| *other == id));
+        Ok(Some(old))
+    }
+
+    /// Tries to release the values this table unlinked so far ([`replace`](Self::replace) runs
+    /// their release when no other thread is pinned; one that was is released later, inside
+    /// some pin), and returns how many still wait: each is held back by a loan that some
+    /// thread took before it was unlinked (or by a pin of that thread's own). 0 means every
+    /// replaced or removed value has been released by the table, its destructor run unless
+    /// other `Arc`s of it are alive.
+    ///
+    /// Costs a few pins of this thread's own when something waits, one lock otherwise; call it
+    /// outside any loan of this thread, whose pin would hold the values back itself.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gaspi_segments::Slots;
+    ///
+    /// let slots = Slots::new(1);
+    /// slots.try_insert(0, Arc::new(1u32)).unwrap();
+    /// let loan = slots.get(0).expect("present");
+    /// slots.replace(0, None).unwrap();
+    /// // The loan's pin holds the old value back.
+    /// assert_eq!(slots.release_retired(), 1);
+    /// drop(loan);
+    /// assert_eq!(slots.release_retired(), 0);
+    /// ```
+    pub fn release_retired(&self) -> usize {
+        self.collect_until(|retired| retired.values.is_empty());
+        self.lock().values.len()
+    }
+
+    /// Moves the epoch on with a few pins of this thread's own, running the releases that
+    /// became possible, until `done` holds of the retired list or the tries run out.
+    fn collect_until(&self, done: impl Fn(&Retired<T>) -> bool) {
         // A few tries: the epoch's walk over its threads may stall on one that is leaving.
         for _ in 0..RELEASE_TRIES {
-            if !self.lock().values.iter().any(|(other, _)| *other == id) {
+            if done(&self.lock()) {
                 break;
             }
             crossbeam_epoch::pin().flush();
         }
-        Ok(Some(old))
     }
 
     /// Puts `value` in slot `index` if it is empty; else hands `value` back.
@@ -358,6 +392,43 @@ mod tests {
         drop(loan);
         drop(slots);
         assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_value_held_back_by_another_threads_loan_is_released_once_it_ends() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let slots = Slots::new(1);
+        slots
+            .try_insert(0, Arc::new(Counted(Arc::clone(&drops), 1)))
+            .unwrap();
+        let (lent, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let loan = slots.get(0).expect("present");
+                lent.wait();
+                release.wait();
+                drop(loan);
+                lent.wait();
+            });
+            lent.wait();
+            drop(slots.replace(0, None));
+            assert_eq!(
+                slots.release_retired(),
+                1,
+                "held back by the other thread's loan"
+            );
+            assert_eq!(drops.load(Ordering::SeqCst), 0);
+            release.wait();
+            lent.wait();
+            // Other tests of this process pin the same (global) epoch meanwhile and may hold
+            // the release back for a moment of their own.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while slots.release_retired() != 0 {
+                assert!(std::time::Instant::now() < deadline, "never released");
+                std::thread::yield_now();
+            }
+            assert_eq!(drops.load(Ordering::SeqCst), 1, "released by the calls");
+        });
     }
 
     #[test]

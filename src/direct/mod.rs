@@ -29,7 +29,8 @@
 //! completion-queue read and each waiting call) drops its mappings whose entries changed. So
 //! the memory of a deleted segment is released on every rank of the host at its next progress,
 //! not only when it touches that segment again or finalizes (a 256 MiB segment stayed in a
-//! writer's `Shmem` until then).
+//! writer's `Shmem` until then); a mapping that another thread of the rank is inside then goes
+//! at the first progress after (see [`Direct::sweep`]).
 //!
 //! # Ordering
 //! A direct write copies the data, then stores the notification with Release
@@ -45,11 +46,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use gaspi_notifications::{EventCount, NotificationTable};
+use gaspi_notifications::{EventCount, NotificationTable, Timeout};
 use gaspi_segments::{Loan, SegmentMemory, SharedWords, Slots};
 
 use crate::engine::lookup::{DescKey, Descriptor};
 use crate::error::{Error, Rank, Result};
+use crate::timed_lock::TimedMutex;
 use crate::wire::Table;
 
 /// `count` zeroed words in a new file named after `name`, which other processes of the host
@@ -118,6 +120,9 @@ const WITHDRAWALS: usize = 2;
 /// Where a directory counts the withdrawals that other ranks told its owner of, so that it
 /// drops its mappings of what they withdrew (see [`Direct::sweep`]).
 const SWEEPS: usize = 3;
+/// How long a thread that finds a sweep under way waits for it to end: a sweep takes
+/// microseconds, a few time slices at most on a busy core.
+const SWEEP_WAIT: Timeout = Timeout::Millis(100);
 /// Words before the first entry.
 const HEADER: usize = 16;
 /// User segments, library segments, the system table, allreduce areas.
@@ -319,10 +324,11 @@ impl Peer {
 
     /// Drops every mapping whose entry in the directory is no longer the one it was mapped
     /// under (withdrawn or replaced): its pages go now, and the next use maps the entry anew.
-    /// A mapping another thread is using stays alive for that use (see `Slots`).
-    fn drop_stale(&self) {
+    /// A mapping another thread is using stays alive for that use (see `Slots`). Returns how
+    /// many dropped mappings (of this call or earlier ones) such uses still hold.
+    fn drop_stale(&self) -> usize {
         let Some(Some(directory)) = self.directory.get() else {
-            return;
+            return 0;
         };
         let words = directory.words.words();
         for index in (0..ENTRIES).filter(|&i| self.segments.is_occupied(i)) {
@@ -335,6 +341,7 @@ impl Peer {
                 self.keep_at(index, None);
             }
         }
+        self.segments.release_retired()
     }
 }
 
@@ -361,8 +368,12 @@ pub(crate) struct Direct {
     peers: Box<[Option<Peer>]>,
     /// Whether any of `peers` is `Some`.
     enabled: bool,
-    /// The count of sweeps in this rank's directory that [`sweep`](Self::sweep) last acted on.
+    /// The count of sweeps in this rank's directory that [`sweep`](Self::sweep) last
+    /// completed: every mapping it dropped was released.
     swept: AtomicU32,
+    /// Held while sweeping, so that a thread that finds a sweep to do while another does it
+    /// waits for that one to end (see [`sweep`](Self::sweep)).
+    sweeping: TimedMutex<()>,
 }
 
 impl Direct {
@@ -377,6 +388,7 @@ impl Direct {
             peers: Box::new([]),
             enabled: false,
             swept: AtomicU32::new(0),
+            sweeping: TimedMutex::new(()),
         })
     }
 
@@ -475,6 +487,11 @@ impl Direct {
     /// peer told of one since the last sweep: one load of this rank's own directory otherwise.
     /// Called at every completion-queue read and every waiting call, never on the path of a
     /// transfer.
+    ///
+    /// When it returns, every withdrawal told before the call has been swept and its mapping
+    /// released, by this thread or another, unless a thread of this rank was inside an
+    /// operation on it (a loan of the mapping, or any epoch pin taken before the drop): that
+    /// mapping goes at the first call after the operation ends.
     #[inline]
     pub(crate) fn sweep(&self) {
         if !self.enabled {
@@ -482,18 +499,31 @@ impl Direct {
         }
         let told = self.own.words()[SWEEPS].load(Ordering::Acquire);
         if told != self.swept.load(Ordering::Relaxed) {
-            self.sweep_told(told);
+            self.sweep_told();
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn sweep_told(&self, told: u32) {
-        // Recorded first: a withdrawal told meanwhile moves the count again and is swept by
-        // the next call; two threads sweeping at once do the same harmless work.
-        self.swept.store(told, Ordering::Relaxed);
-        for peer in self.peers.iter().flatten() {
-            peer.drop_stale();
+    fn sweep_told(&self) {
+        // A second thread waits here for a sweep under way rather than leave with its
+        // mappings still there: `swept` moves only at the end. Only for a while: a sweep runs
+        // releases deferred by any table of the process, and should one of their destructors
+        // wait for something this thread holds, the next call sweeps instead.
+        let Some(_sweeping) = self.sweeping.lock_until(SWEEP_WAIT.deadline()) else {
+            return;
+        };
+        let told = self.own.words()[SWEEPS].load(Ordering::Acquire);
+        if told == self.swept.load(Ordering::Relaxed) {
+            return;
+        }
+        let held: usize = self.peers.iter().flatten().map(Peer::drop_stale).sum();
+        // A withdrawal told after `told` was read moves the count again and is swept by the
+        // next call. One that an operation still holds keeps the count unswept, so that the
+        // next call tries its release again (each call a directory scan and a few pins, until
+        // the operation ends).
+        if held == 0 {
+            self.swept.store(told, Ordering::Relaxed);
         }
     }
 

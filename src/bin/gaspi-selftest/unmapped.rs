@@ -17,6 +17,7 @@
 //! into it is a clear error.
 
 use std::fmt::Display;
+use std::time::{Duration, Instant};
 
 use gaspi::{local, remote, Context, Notification, QueueId, SegmentId, SegmentMemory, Timeout};
 
@@ -306,7 +307,8 @@ fn mappings_of_others(id: SegmentId) -> Outcome<usize> {
 }
 
 /// Every rank writes into its right neighbour's `RELEASED` and then deletes its own: after
-/// the barrier that follows and one progress call, no rank maps another's `RELEASED` any
+/// the barrier that follows and a progress call (or a few, `released_progress_calls`, within
+/// ten seconds), no rank maps another's `RELEASED` any
 /// more (`released_mapped_before`, `released_mapped_after` on the data line; before, a writer
 /// kept the deleted memory mapped until it touched the segment again or finalized), and on
 /// the direct path a write into it fails with `UnknownSegment` (`released_write_after`).
@@ -353,9 +355,22 @@ fn deleted_segment_is_released(
         .doing(|| "segment_delete(RELEASED)")?;
     ctx.barrier(TIMEOUT)
         .doing(|| "barrier after deleting RELEASED")?;
-    // Any call that drives progress would do.
-    ctx.progress();
-    data.put("released_mapped_after", mappings_of_others(RELEASED)?);
+    // Any call that drives progress would do. The first releases the mappings unless a thread
+    // of this rank (the progress thread, preempted on a busy core) was inside an operation
+    // then; a later call releases them once it is out, so a few are allowed (counted).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut calls = 0u32;
+    let after = loop {
+        ctx.progress();
+        calls += 1;
+        let left = mappings_of_others(RELEASED)?;
+        if left == 0 || Instant::now() >= deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    data.put("released_mapped_after", after);
+    data.put("released_progress_calls", calls);
     if ctx.reaches_directly(right) {
         let late = ctx.write_notify(
             local(SRC, 0),
