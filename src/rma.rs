@@ -157,7 +157,8 @@ impl Context {
         if size == 0 {
             return self.notify(remote.rank, remote.segment, notification, queue);
         }
-        let q = self.prepare(remote.rank, queue)?;
+        // Not `prepare`: the rank was checked with the notification.
+        let q = self.inner.queues.get(queue)?;
         if self
             .inner
             .write_directly(q, local, remote, size, Some(wire))?
@@ -187,7 +188,8 @@ impl Context {
         queue: QueueId,
     ) -> Result<()> {
         let wire = self.wire_notification(rank, segment, notification)?;
-        let q = self.prepare(rank, queue)?;
+        // Not `prepare`: the rank was checked with the notification.
+        let q = self.inner.queues.get(queue)?;
         if self.inner.notify_directly(Some(q), rank, wire)? {
             return Ok(());
         }
@@ -356,8 +358,8 @@ impl Context {
         Ok(q)
     }
 
-    /// Checks `n` for segment `segment` of `rank` (this config's table size applies to every
-    /// rank).
+    /// Checks `rank` and `n` for segment `segment` of it (this config's table size applies to
+    /// every rank).
     pub(crate) fn wire_notification(
         &self,
         rank: Rank,
