@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+#[cfg(not(loom))]
+use gaspi_segments::SharedRun;
 use gaspi_segments::SharedWords;
 
 use crate::sync::AtomicU32;
@@ -14,15 +16,12 @@ use crate::sync::AtomicU32;
 /// A run of words, owned or inside [`SharedWords`].
 pub(crate) enum Storage {
     Owned(Box<[AtomicU32]>),
-    /// The concrete mapping rather than a trait object: every set, reset and look at a table
-    /// finds its words through here, and a call through a vtable cost each of them about a
-    /// dozen instructions more than the two loads the mapping's slice is.
+    /// A run that holds its first word's address: every set, reset and look at a table finds
+    /// its words through here, and through the `Arc` of the mapping and a range of its words
+    /// that cost each of them a dependent load and three checks (a trait object, before that,
+    /// a call through a vtable too).
     #[cfg(not(loom))]
-    Shared {
-        words: Arc<SharedWords>,
-        start: usize,
-        len: usize,
-    },
+    Shared(SharedRun),
 }
 
 impl Storage {
@@ -33,14 +32,10 @@ impl Storage {
 
     /// Words `start..start + len` of `words`, or `None` when `words` is shorter.
     pub(crate) fn shared(words: Arc<SharedWords>, start: usize, len: usize) -> Option<Storage> {
-        let end = start.checked_add(len)?;
-        if words.words().len() < end {
-            return None;
-        }
         #[cfg(not(loom))]
-        return Some(Storage::Shared { words, start, len });
+        return SharedRun::new(words, start, len).map(Storage::Shared);
         #[cfg(loom)]
-        return Some(Storage::owned(len));
+        return (start.checked_add(len)? <= words.words().len()).then(|| Storage::owned(len));
     }
 
     // Always: with fat LTO, `#[inline]` still left it a call of 14 instructions at some of
@@ -50,7 +45,7 @@ impl Storage {
         match self {
             Storage::Owned(words) => words,
             #[cfg(not(loom))]
-            Storage::Shared { words, start, len } => &words.words()[*start..*start + *len],
+            Storage::Shared(run) => run.words(),
         }
     }
 

@@ -31,4 +31,4 @@ pub use error::{Error, Result};
 pub use memory::SegmentMemory;
 pub use shm::{pid_namespace, ShmOwner};
 pub use slots::{Loan, Slots};
-pub use words::SharedWords;
+pub use words::{SharedRun, SharedWords};

@@ -4,7 +4,9 @@
 
 use std::fmt;
 use std::path::Path;
+use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 
 use memmap2::MmapRaw;
 
@@ -90,6 +92,58 @@ impl SharedWords {
     }
 }
 
+/// Words `start..start + len` of a [`SharedWords`], kept with the mapping: lent as a slice
+/// with two loads of its own, where [`SharedWords::words`] then a range costs a look through
+/// the `Arc` and three checks. For structures that find their words on every call (a
+/// notification table's sets, resets and looks, a wake-up word's).
+pub struct SharedRun {
+    /// The first word of the run, inside `words`' mapping.
+    first: NonNull<AtomicU32>,
+    len: usize,
+    /// Keeps the mapping `first` points into.
+    words: Arc<SharedWords>,
+}
+
+// SAFETY: a run only hands out `&[AtomicU32]` of a mapping it keeps alive; atomics may be
+// used from any thread (`AtomicU32` is `Send` and `Sync`), and so may `Arc<SharedWords>`.
+unsafe impl Send for SharedRun {}
+// SAFETY: as for `Send`: shared access gives only `&[AtomicU32]`, which is `Sync`.
+unsafe impl Sync for SharedRun {}
+
+impl SharedRun {
+    /// Words `start..start + len` of `words`; `None` when `words` is shorter.
+    pub fn new(words: Arc<SharedWords>, start: usize, len: usize) -> Option<SharedRun> {
+        let run = words.words().get(start..start.checked_add(len)?)?;
+        let first = NonNull::from(run).cast::<AtomicU32>();
+        Some(SharedRun { first, len, words })
+    }
+
+    /// The words of the run.
+    // Always inline: it is two loads, on the path of every notification.
+    #[inline(always)]
+    pub fn words(&self) -> &[AtomicU32] {
+        // SAFETY: `first..first + len` was a subslice of `self.words.words()` when the run was
+        // made (see `new`), and that mapping stays as it is while `self.words`, which this run
+        // keeps, lives: the borrow of `self` bounds it. See `SharedWords::words` for why
+        // shared `&AtomicU32`s into the mapping are sound.
+        unsafe { std::slice::from_raw_parts(self.first.as_ptr(), self.len) }
+    }
+
+    /// The mapping the run is part of.
+    pub fn shared(&self) -> &Arc<SharedWords> {
+        &self.words
+    }
+}
+
+impl fmt::Debug for SharedRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedRun")
+            .field("len", &self.len)
+            .field("words", &self.words)
+            .finish()
+    }
+}
+
 impl fmt::Debug for SharedWords {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedWords")
@@ -123,6 +177,29 @@ mod tests {
         drop(words);
         assert!(!path.exists(), "the creator removes the file");
         other.words()[0].store(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "maps a shared-memory file: miri runs no mmap of files, statvfs or fallocate"
+    )]
+    fn a_run_is_its_range_of_the_words() -> Result<()> {
+        let words = Arc::new(SharedWords::allocate(10, "run-test")?);
+        let run = SharedRun::new(Arc::clone(&words), 3, 4).expect("inside the words");
+        assert_eq!(run.words().len(), 4);
+        run.words()[0].store(5, Ordering::Release);
+        run.words()[3].store(6, Ordering::Release);
+        assert_eq!(words.words()[3].load(Ordering::Acquire), 5);
+        assert_eq!(words.words()[6].load(Ordering::Acquire), 6);
+        assert!(Arc::ptr_eq(run.shared(), &words));
+        assert!(SharedRun::new(Arc::clone(&words), 0, 10).is_some());
+        assert!(SharedRun::new(Arc::clone(&words), 7, 4).is_none());
+        assert!(SharedRun::new(Arc::clone(&words), usize::MAX, 2).is_none());
+        // The run keeps the mapping: its words stay usable once the other handle is gone.
+        drop(words);
+        assert_eq!(run.words()[3].load(Ordering::Acquire), 6);
         Ok(())
     }
 
