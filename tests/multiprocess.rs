@@ -710,6 +710,55 @@ fn unmapped_3_shm() {
     unmapped(3, "shm");
 }
 
+/// `stale-files`: every rank started over files named after its pid (pid namespace and pid),
+/// of every kind the runtime makes, as a job killed with its launcher leaves them to the next
+/// process of that pid, and two of live processes (its pid in another pid namespace, its
+/// launcher's pid). It joined, created a segment and exchanged a `write_notify` (checked by
+/// the ranks); here, that none of its planted files is left and both of the live processes'
+/// are. The files must be gone while the rank runs: gaspirun removes the rest at its exit.
+/// Before, over shm the first endpoint was refused (`fi_enable`, `EBUSY` naming the stale
+/// region), and over tcp the files stayed (and the system segment, whose 16 names were taken,
+/// went to the temporary directory).
+fn stale_files(ranks: u32, provider: &str) {
+    let job = selftest("stale-files", ranks, provider);
+    for rank in 0..ranks {
+        let data = job.data("stale-files", rank);
+        let planted: usize = data.parse("planted_own");
+        let left: usize = data.parse("own_left");
+        assert!(planted > 0, "rank {rank} planted nothing\n{}", job.report());
+        assert_eq!(
+            left,
+            0,
+            "rank {rank}: {left} of its {planted} stale files are left, e.g. {}\n{}",
+            data.get("first_own_left"),
+            job.report()
+        );
+        let live: usize = data.parse("planted_live");
+        let kept: usize = data.parse("live_kept");
+        assert_eq!(
+            (live, kept),
+            (2, 2),
+            "rank {rank}: files of live processes removed\n{}",
+            job.report()
+        );
+    }
+}
+
+#[test]
+fn stale_files_2_tcp() {
+    stale_files(2, "tcp");
+}
+
+#[test]
+fn stale_files_2_shm() {
+    stale_files(2, "shm");
+}
+
+#[test]
+fn stale_files_3_shm() {
+    stale_files(3, "shm");
+}
+
 /// `unmapped` without a progress thread: nothing reads a peer's news of a deletion before the
 /// direct synchronisation of the re-binding ends, so a target kept across it must find the new
 /// segment without that news.

@@ -246,7 +246,8 @@ impl<T> Endpoint<T> {
     /// (`EBUSY`, naming the files) when the first shm endpoint of this process finds
     /// `/dev/shm` files of its pid and pid namespace that libfabric would take for its own
     /// region (`gaspi-ep-<pidns>-<pid>-<n>`: an shm endpoint is named so, see the `stale`
-    /// module).
+    /// module) and cannot remove them (another user's): those a dead process of this pid
+    /// left, it removes ([`gaspi_segments::remove_stale_files`]).
     pub fn open(
         provider: &str,
         require_unordered: bool,

@@ -14,9 +14,11 @@
 //! killed together with its launcher, or started without gaspirun, once pid numbers wrap at
 //! `pid_max`). Measured: over a full stale region `fi_enable` failed with a bare `EBUSY`, and
 //! over an empty one the process died of `SIGBUS` inside libfabric. Before its first shm
-//! endpoint a process owns no such file, so every one found then is foreign: the endpoint is
-//! refused with an error naming the files. They are not removed: the launcher that saw their
-//! process die does that.
+//! endpoint a process owns no such file, so every one found then is a dead process's: the
+//! first endpoint removes them, with every other file named after this process that was there
+//! before its first ([`gaspi_segments::remove_stale_files`]). One that could not be removed
+//! (another user's, in the sticky `/dev/shm`) refuses the endpoint with an error naming it.
+//! Files of other pids or pid namespaces are never touched: they may be a live process's.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,13 +49,15 @@ pub(crate) fn next_shm_address() -> CString {
     CString::new(address).expect("a name of ASCII letters, digits and separators has no NUL")
 }
 
-/// Refuses the first shm endpoint of this process while `/dev/shm` holds files of its region
-/// names; notes the endpoint's opening otherwise.
+/// Removes, before the first shm endpoint of this process, the files named after this process
+/// that dead processes left, and refuses the endpoint while `/dev/shm` still holds files of
+/// its region names; notes the endpoint's opening otherwise.
 pub(crate) fn check_first_shm_endpoint() -> Result<()> {
     let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
     if *opened {
         return Ok(());
     }
+    gaspi_segments::remove_stale_files();
     let prefix = region_prefix();
     let mut found: Vec<String> = std::fs::read_dir("/dev/shm")
         .map(|dir| {
@@ -74,7 +78,8 @@ pub(crate) fn check_first_shm_endpoint() -> Result<()> {
         code: libc::EBUSY,
         message: format!(
             "{} ({}): libfabric shm would take this for the region of this process; it is \
-             left by a dead process of the same pid in this pid namespace: remove it",
+             left by a dead process of the same pid in this pid namespace, and this process \
+             could not remove it",
             strerror(libc::EBUSY),
             found.join(", "),
         ),

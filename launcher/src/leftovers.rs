@@ -35,31 +35,14 @@ use nix::unistd::Pid;
 /// Where both kinds of files live.
 const SHM_DIR: &str = "/dev/shm";
 
-/// Whether `name` is a shared-memory file of process `pid` of pid namespace `namespace`.
-fn belongs_to(name: &str, pid: u32, namespace: u64) -> bool {
-    ShmOwner::of(name)
-        == Some(ShmOwner {
-            pid_namespace: namespace,
-            pid,
-        })
-}
-
-/// Removes the files of dead process `pid` from `dir`; best effort, as leftovers are a
-/// nuisance and a hazard but not an error of the job.
+/// Removes the files of dead process `pid` (of gaspirun's pid namespace) from `dir`; best
+/// effort, as leftovers are a nuisance and a hazard but not an error of the job.
 fn remove_from(dir: &Path, pid: u32) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let namespace = pid_namespace();
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| belongs_to(n, pid, namespace))
-        {
-            let _ = std::fs::remove_file(entry.path());
-        }
+    ShmOwner {
+        pid_namespace: pid_namespace(),
+        pid,
     }
+    .remove_files_in(dir);
 }
 
 /// Removes the shared-memory files of rank process `pid`, which has exited: in `/dev/shm`,
@@ -110,6 +93,15 @@ fn zombie(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `name` is a shared-memory file of process `pid` of pid namespace `namespace`.
+    fn belongs_to(name: &str, pid: u32, namespace: u64) -> bool {
+        ShmOwner::of(name)
+            == Some(ShmOwner {
+                pid_namespace: namespace,
+                pid,
+            })
+    }
 
     #[test]
     fn recognises_only_the_processes_own_files() {

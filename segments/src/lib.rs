@@ -24,6 +24,7 @@ mod memory;
 mod range;
 mod shm;
 mod slots;
+mod stale;
 mod words;
 
 pub use copy::copy_bytes;
@@ -31,4 +32,5 @@ pub use error::{Error, Result};
 pub use memory::SegmentMemory;
 pub use shm::{pid_namespace, ShmOwner};
 pub use slots::{Loan, Slots};
+pub use stale::remove_stale_files;
 pub use words::{SharedRun, SharedWords};

@@ -115,7 +115,8 @@ impl SegmentMemory {
     /// can map the same memory.
     /// The file's name is removed when the segment is dropped or when
     /// [`unlink_shm`](Self::unlink_shm) is called; a process killed before that leaves the file
-    /// behind.
+    /// behind, and the first file of a new process that gets its pid removes it (see
+    /// [`remove_stale_files`](crate::remove_stale_files)).
     ///
     /// The file's storage is reserved at creation, so that a write into the segment (by this
     /// process or, through the file, another) never meets a full file system: a directory

@@ -42,7 +42,9 @@
 //! launcher or cleanup script can recognise files of dead processes and remove them. Calling
 //! `unlink` as early as possible keeps that window short. A normal exit that skips destructors
 //! (`process::exit`, or a guard kept in a static) still removes the names: an `atexit` handler
-//! removes those this process created and still has.
+//! removes those this process created and still has. Files left by a dead process whose pid a
+//! new process of the same pid namespace gets go when that one creates its first file (see
+//! [`remove_stale_files`]).
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -57,9 +59,10 @@ use std::sync::{Mutex, Once, PoisonError};
 
 use crate::error::{Error, Result};
 use crate::range::to_u64;
+use crate::stale::remove_stale_files;
 
 /// Directory tried first for segment files.
-const SHM_DIR: &str = "/dev/shm";
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 
 /// Longest fragment of the caller's name kept in a file name; keeps names far below `NAME_MAX`.
 const MAX_NAME_FRAGMENT: usize = 64;
@@ -67,7 +70,8 @@ const MAX_NAME_FRAGMENT: usize = 64;
 /// How many names one creation tries before giving up on a directory.
 ///
 /// A name can already be taken only by a file left behind by a dead process that had the same
-/// pid (pid reuse, or another pid namespace sharing `/dev/shm`), so a handful of tries suffices.
+/// pid and that [`remove_stale_files`] could not remove (another user's), so a handful of tries
+/// suffices.
 const NAME_ATTEMPTS: usize = 16;
 
 /// Whether a new file's storage is allocated when it is created (see "Where").
@@ -143,6 +147,29 @@ impl ShmOwner {
         let pid_namespace = fields.next()?.parse().ok()?;
         fields.next()?;
         Some(ShmOwner { pid_namespace, pid })
+    }
+
+    /// Removes this owner's files (those whose name [`of`](Self::of) says are its) from `dir`,
+    /// and says how many went. Best effort: a file that cannot be removed stays, and one that
+    /// another process removed meanwhile counts as gone. Only for an owner known to be dead,
+    /// or this process before it made any file (see [`remove_stale_files`]).
+    pub fn remove_files_in(&self, dir: &Path) -> usize {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|name| ShmOwner::of(name) == Some(*self))
+            })
+            .filter(|entry| match std::fs::remove_file(entry.path()) {
+                Ok(()) => true,
+                Err(err) => err.kind() == io::ErrorKind::NotFound,
+            })
+            .count()
     }
 }
 
@@ -220,6 +247,7 @@ impl ShmFile {
         len: usize,
         space: Space,
     ) -> Result<(ShmFile, File)> {
+        remove_stale_files();
         let fragment = file_name_fragment(name);
         let mut failures = Vec::new();
         let mut last_error = io::Error::from_raw_os_error(libc::ENOENT);

@@ -40,6 +40,7 @@ mod order;
 mod passive;
 mod quiet_death;
 mod serialised;
+mod stale_files;
 mod stopped;
 mod stress;
 mod threads;
@@ -75,6 +76,17 @@ fn main() -> ExitCode {
 
 fn run(scenario: Scenario, opts: &Options) -> ExitCode {
     let name = scenario.name();
+    // Held to the end: removes the files of live processes the scenario planted.
+    let _live_files = match scenario {
+        Scenario::StaleFiles => match stale_files::plant() {
+            Ok(live) => Some(live),
+            Err(failure) => {
+                eprintln!("FAIL {name}: {}", failure.0);
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
     let ctx = match init(scenario) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -105,6 +117,7 @@ fn run(scenario: Scenario, opts: &Options) -> ExitCode {
         Scenario::BlockedDeath => blocked_death::run(&ctx),
         Scenario::QuietDeath => quiet_death::run(&ctx),
         Scenario::Unmapped => unmapped::run(&ctx),
+        Scenario::StaleFiles => stale_files::run(&ctx),
         Scenario::Exit => exit::run(&ctx),
         Scenario::Unwaited => unwaited::run(&ctx),
         Scenario::Linger => Err(linger::run(&ctx)),

@@ -137,6 +137,11 @@ Scenarios:
                cannot map (its file unlinked, then bound) land through the
                fabric, also between ranks on one host; a segment deleted and
                created again larger is mapped anew (needs 2+ ranks)
+  stale-files  every rank plants files named after its own pid (every kind the
+               runtime makes, as a dead process of that pid leaves them) and
+               two of live processes, then joins, creates a segment and
+               write_notifies into its neighbour: its own must be gone, the
+               others kept
   exit         a few barriers, then finalize: ranks that finish it leave the
                job while others may still wait in it, which must not be taken
                for a death (run many times on a loaded machine)
@@ -174,13 +179,14 @@ pub enum Scenario {
     BlockedDeath,
     QuietDeath,
     Unmapped,
+    StaleFiles,
     Exit,
     Unwaited,
     Linger,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 24] = [
+    const ALL: [Scenario; 25] = [
         Scenario::Integrity,
         Scenario::Stress,
         Scenario::Threads,
@@ -202,6 +208,7 @@ impl Scenario {
         Scenario::BlockedDeath,
         Scenario::QuietDeath,
         Scenario::Unmapped,
+        Scenario::StaleFiles,
         Scenario::Exit,
         Scenario::Unwaited,
         Scenario::Linger,
@@ -231,6 +238,7 @@ impl Scenario {
             Scenario::BlockedDeath => "blocked-death",
             Scenario::QuietDeath => "quiet-death",
             Scenario::Unmapped => "unmapped",
+            Scenario::StaleFiles => "stale-files",
             Scenario::Exit => "exit",
             Scenario::Unwaited => "unwaited",
             Scenario::Linger => "linger",
