@@ -486,6 +486,54 @@ impl<'c> Window<'c> {
     /// [`Error::NotMember`]; from the runtime: [`gaspi::Error::Timeout`],
     /// [`gaspi::Error::RankFailed`], [`gaspi::Error::BatchFull`].
     pub fn post(&mut self, origins: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
+        // One origin whose table an earlier epoch looked up, a ping-pong's and a stencil's
+        // steady state: no passes over a list. Anything else takes the general way, which
+        // also makes every error.
+        if let Some((_, member)) = self.alone(self.exposing, origins, assert) {
+            // Its control table is cached, or not needed.
+            if self.peers[member as usize].control.is_some() || assert.contains(Assert::NOCHECK) {
+                return self.post_one(member, assert, timeout);
+            }
+        }
+        self.post_list(origins, assert, timeout)
+    }
+
+    /// The rank of a list of one, and its member index, when an epoch it opens needs no
+    /// check that can fail: no epoch of its kind `open`, `assert` known, the rank a member.
+    #[inline]
+    fn alone(&self, open: bool, ranks: &[Rank], assert: Assert) -> Option<(Rank, u32)> {
+        match *ranks {
+            [rank] if !open && Assert::all().contains(assert) => {
+                Some((rank, crate::index_in(&self.ranks, rank)?))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`post`](Self::post) to `member` alone, as [`alone`](Self::alone) found it, its
+    /// control table cached: the general way's steps for a list of one.
+    fn post_one(&mut self, member: u32, assert: Assert, timeout: Timeout) -> Result<()> {
+        self.posts[member as usize] += 1;
+        let tag = crate::tag(self.posts[member as usize]);
+        self.origins.clear();
+        self.origins.push(Origin {
+            member,
+            tag,
+            completed: false,
+        });
+        self.exposing = true;
+        if assert.contains(Assert::NOCHECK) {
+            return Ok(());
+        }
+        let id = self.post_id(self.me);
+        self.notify(
+            member,
+            Notification { id, value: tag },
+            &mut Due::new(timeout),
+        )
+    }
+
+    fn post_list(&mut self, origins: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
         assert.known()?;
         if self.exposing {
             return Err(Error::EpochOpen {
@@ -575,6 +623,48 @@ impl<'c> Window<'c> {
     /// [`gaspi::Error::RankFailed`] naming a target found dead, once the others posted (the
     /// epoch is open with them).
     pub fn start(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
+        // One target resolved by an earlier epoch and still current, the steady state of a
+        // ping-pong or a stencil: no passes over a list. Anything else takes the general
+        // way, which also makes every error.
+        if let Some((target, member)) = self.alone(self.accessing, targets, assert) {
+            // Its window segment (and so its control table) resolved by an earlier start,
+            // and current: nothing to look up.
+            let window = &self.peers[member as usize].window;
+            if window
+                .as_ref()
+                .is_some_and(|w| self.ctx.target_is_current(w))
+            {
+                return self.start_at_once(member, target, assert, timeout);
+            }
+        }
+        self.start_list(targets, assert, timeout)
+    }
+
+    /// [`start`](Self::start) of `target` (member `member`) alone, as [`alone`](Self::alone)
+    /// found it, resolved: the general way's steps for a list of one, its post taken at once
+    /// when it is there.
+    fn start_at_once(
+        &mut self,
+        member: u32,
+        target: Rank,
+        assert: Assert,
+        timeout: Timeout,
+    ) -> Result<()> {
+        // No access epoch is open, so `access` is empty.
+        self.access.push(Access::new(member, target));
+        self.open(0, assert);
+        self.accessing = true;
+        let a = self.access[0];
+        if a.stage == Stage::Pending {
+            if !self.take(self.post_id(member), target, a.tag)? {
+                return self.posts_arrived(None, &mut Due::new(timeout));
+            }
+            self.access[0].stage = Stage::Ready;
+        }
+        reported(&mut self.access_lost)
+    }
+
+    fn start_list(&mut self, targets: &[Rank], assert: Assert, timeout: Timeout) -> Result<()> {
         assert.known()?;
         let mut due = Due::new(timeout);
         if self.accessing {
@@ -833,6 +923,14 @@ impl<'c> Window<'c> {
             });
         }
         let mut due = Due::new(timeout);
+        // One target, posted, nothing held for it (a target reached directly): telling it is
+        // one notification, without the general way's passes.
+        if let [a] = self.access[..] {
+            if a.stage == Stage::Ready && a.held.is_none() {
+                self.tell(0, &mut due)?;
+                return self.settle(|_| true, None, &[], &mut due);
+            }
+        }
         self.await_posts(None, &mut due)?;
         self.finish(None, &mut due)
     }
@@ -893,18 +991,61 @@ impl<'c> Window<'c> {
                             Err(e) => Err(e),
                         }
                     }
-                    _ => self
-                        .release_held(i)
-                        .and_then(|()| self.notify(a.member, notification, due)),
+                    _ => {
+                        match self.release_held(i) {
+                            Ok(()) => self.tell(i, due)?,
+                            Err(e) => self.target_lost(i, e)?,
+                        }
+                        continue;
+                    }
                 };
                 match told {
                     Ok(()) => self.access[i].stage = Stage::Told,
-                    // A target that died is told nothing more; the others still are.
-                    Err(e) if dead_rank(&e) == Some(a.rank) => self.lose_target(i, e),
-                    Err(e) => return Err(e),
+                    Err(e) => self.target_lost(i, e)?,
                 }
             }
         }
+        self.settle(chosen, refused, &carried, due)
+    }
+
+    /// Tells access target `i` (posted, nothing held for it) that this rank is done. A
+    /// target that died leaves the epoch ([`target_lost`](Self::target_lost)).
+    fn tell(&mut self, i: usize, due: &mut Due) -> Result<()> {
+        let a = self.access[i];
+        let notification = Notification {
+            id: self.done_id(self.me),
+            value: a.tag,
+        };
+        match self.notify(a.member, notification, due) {
+            Ok(()) => {
+                self.access[i].stage = Stage::Told;
+                Ok(())
+            }
+            Err(e) => self.target_lost(i, e),
+        }
+    }
+
+    /// Takes `e`, the failure to tell access target `i`, when it names the target dead: it
+    /// is told nothing more, and the others still are. Any other error is returned.
+    #[cold]
+    fn target_lost(&mut self, i: usize, e: Error) -> Result<()> {
+        if dead_rank(&e) != Some(self.access[i].rank) {
+            return Err(e);
+        }
+        self.lose_target(i, e);
+        Ok(())
+    }
+
+    /// Waits for the local completion of the epoch's writes once the `chosen` targets were
+    /// told (the `done`s in `carried` riding on held writes), and removes those targets
+    /// from the epoch.
+    fn settle(
+        &mut self,
+        chosen: impl Fn(&Access) -> bool,
+        refused: Option<Error>,
+        carried: &[(u32, Rank, Notification)],
+        due: &mut Due,
+    ) -> Result<()> {
         // Writes that went directly, and injected ones, completed when posted: with nothing
         // in flight there is no deadline to take, and the wait only reports a failure.
         let timeout = if self.batch.outstanding() == 0 {
