@@ -592,6 +592,18 @@ impl<'c> Window<'c> {
     /// (the epoch is closed then; see "Waiting, errors and faults" on [`Window`]);
     /// [`Error::OutOfStep`] when an origin completed another epoch than this one.
     pub fn wait(&mut self, timeout: Timeout) -> Result<()> {
+        // One origin, its `done` there, the steady state of a ping-pong or a halo of one
+        // neighbour: one take, without the general way's passes.
+        if let [o] = self.origins[..] {
+            if self.exposing && !o.completed {
+                let rank = self.ranks[o.member as usize];
+                if self.take(self.done_id(o.member), rank, o.tag)? {
+                    self.origins[0].completed = true;
+                    self.exposing = false;
+                    return reported(&mut self.exposure_lost);
+                }
+            }
+        }
         self.await_completions(&mut Due::new(timeout))
     }
 
@@ -863,7 +875,9 @@ impl<'c> Window<'c> {
         size: u64,
         notification: Option<Notification>,
     ) -> Result<()> {
-        let i = self.ready(target)?;
+        let Some(i) = self.ready_at(target) else {
+            return Err(self.not_ready(target));
+        };
         self.fit(i, dst_offset, size)?;
         let src = self.ctx.segment(src)?;
         self.release_held(i)?;
@@ -1341,10 +1355,30 @@ impl<'c> Window<'c> {
     /// its window segment is there.
     #[inline]
     fn ready(&self, target: Rank) -> Result<usize> {
+        match self.ready_at(target) {
+            Some(i) => Ok(i),
+            None => Err(self.not_ready(target)),
+        }
+    }
+
+    /// [`ready`](Self::ready)'s answer when it is `Ok`: an index, where building the
+    /// error-sized `Result` on every write cost the caller its moves.
+    #[inline]
+    fn ready_at(&self, target: Rank) -> Option<usize> {
+        let i = self.access.iter().position(|a| a.rank == target)?;
+        let a = &self.access[i];
+        let peer = &self.peers[a.member as usize];
+        (a.stage == Stage::Ready && peer.window.is_some() && !peer.gone).then_some(i)
+    }
+
+    /// Why `target` is not [`ready`](Self::ready) for a write.
+    #[cold]
+    #[inline(never)]
+    fn not_ready(&self, target: Rank) -> Error {
         let i = match self.access.iter().position(|a| a.rank == target) {
             Some(i) if self.access[i].stage == Stage::Ready => i,
             Some(i) if self.access[i].stage == Stage::Pending => {
-                return Err(Error::NotPosted { rank: target })
+                return Error::NotPosted { rank: target };
             }
             Some(i) if self.access[i].stage == Stage::Dead => {
                 let dead = self
@@ -1354,20 +1388,18 @@ impl<'c> Window<'c> {
                         rank: target,
                         reason: "found dead in this access epoch".into(),
                     });
-                return Err(dead.into());
+                return dead.into();
             }
-            _ => return Err(Error::NotStarted { rank: target }),
+            _ => return Error::NotStarted { rank: target },
         };
         // Resolved by the start that added it.
-        let peer = &self.peers[self.access[i].member as usize];
-        match peer.window {
-            Some(_) if !peer.gone => Ok(i),
-            Some(_) => Err(gaspi::Error::UnknownSegment {
+        match self.peers[self.access[i].member as usize].window {
+            Some(_) => gaspi::Error::UnknownSegment {
                 rank: target,
                 segment: self.segment,
             }
-            .into()),
-            None => Err(Error::NotStarted { rank: target }),
+            .into(),
+            None => Error::NotStarted { rank: target },
         }
     }
 
@@ -1537,8 +1569,32 @@ impl<'c> Window<'c> {
     }
 
     /// Sets `notification` in member `member`'s control table, after this window's writes
-    /// to it.
+    /// to it. Every epoch but a member's first finds its table cached and the batch with
+    /// room: only that way is inline, and the rest ([`notify_anew`](Self::notify_anew))
+    /// also takes a full batch.
+    #[inline]
     fn notify(&mut self, member: u32, notification: Notification, due: &mut Due) -> Result<()> {
+        if let Some(table) = &self.peers[member as usize].control {
+            if !self.reaps() {
+                match self.batch.notify(table, notification) {
+                    Ok(()) => return Ok(()),
+                    Err(gaspi::Error::BatchFull { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        self.notify_anew(member, notification, due)
+    }
+
+    /// [`notify`](Self::notify) by way of reaping the batch, looking the table up, and
+    /// waiting for room.
+    #[inline(never)]
+    fn notify_anew(
+        &mut self,
+        member: u32,
+        notification: Notification,
+        due: &mut Due,
+    ) -> Result<()> {
         self.reap()?;
         let (batch, table) = self.batch_to(member, due)?;
         with_room(batch, due, || batch.notify(table, notification))
@@ -1547,10 +1603,16 @@ impl<'c> Window<'c> {
     /// Reaps the batch's completed operations when many are counted: notifications (and
     /// injected writes) complete at once, and reaping them keeps the batch from filling up.
     fn reap(&self) -> Result<()> {
-        if self.batch.outstanding() > self.ranks.len() as u32 {
+        if self.reaps() {
             self.batch.test()?;
         }
         Ok(())
+    }
+
+    /// Whether [`reap`](Self::reap) reaps.
+    #[inline]
+    fn reaps(&self) -> bool {
+        self.batch.outstanding() > self.ranks.len() as u32
     }
 
     /// `post(t)`: set by target member `t` when it posts to this member.
