@@ -602,6 +602,12 @@ impl<'c> Window<'c> {
                     self.exposing = false;
                     return reported(&mut self.exposure_lost);
                 }
+                // Not there (through the fabric, mostly: it lands as the wait drives the
+                // provider): sleep first, as the general way would after the same take,
+                // rather than take it again.
+                let mut due = Due::new(timeout);
+                self.sleep_for_completions(&mut due)?;
+                return self.await_completions(&mut due);
             }
         }
         self.await_completions(&mut Due::new(timeout))
@@ -1203,13 +1209,20 @@ impl<'c> Window<'c> {
             });
         }
         while self.take_completions()? {
-            let missing = |ranks| Error::CompletionsMissing { ranks };
-            if let Err(e) = self.sleep_or(self.uncompleted(), missing, due) {
-                self.origin_fell(e)?;
-            }
+            self.sleep_for_completions(due)?;
         }
         self.exposing = false;
         reported(&mut self.exposure_lost)
+    }
+
+    /// Sleeps until a `done` the exposure epoch waits for is set, or an origin is found
+    /// dead (it leaves the epoch), within `due`.
+    fn sleep_for_completions(&mut self, due: &mut Due) -> Result<()> {
+        let missing = |ranks| Error::CompletionsMissing { ranks };
+        if let Err(e) = self.sleep_or(self.uncompleted(), missing, due) {
+            self.origin_fell(e)?;
+        }
+        Ok(())
     }
 
     /// Takes `e`, when it names an origin the exposure epoch still waits for as dead: the
