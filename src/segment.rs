@@ -66,17 +66,14 @@ impl LocalSegment {
     }
 
     /// The bytes `offset..offset + len`, for an operation of this rank `me`.
+    // Inline, as the region's slice is: on the path of every operation through the fabric.
+    #[inline]
     pub(crate) fn slice(&self, me: Rank, offset: u64, len: u64) -> Result<Slice<'_>> {
-        let out = || Error::OutOfBounds {
-            rank: me,
-            segment: self.id(),
-            offset,
-            size: len,
-            segment_size: self.len(),
-        };
         match &self.region {
-            Some(region) => region.slice(offset, len).map_err(|_| out()),
-            None => Err(out()),
+            Some(region) => region
+                .slice(offset, len)
+                .map_err(|_| self.out_of_bounds(me, offset, len)),
+            None => Err(self.out_of_bounds(me, offset, len)),
         }
     }
 

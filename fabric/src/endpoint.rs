@@ -1202,14 +1202,23 @@ impl<T> Endpoint<T> {
     }
 }
 
+// Inline, with the error built apart: called, the check of every inject's return cost 20
+// instructions, a tenth of what an 8 B write_notify adds to libfabric's inject.
+#[inline]
 fn posted(call: &'static str, ret: isize) -> Result<Posted> {
     if ret == 0 {
         Ok(Posted::Yes)
     } else if ret == -(sys::FI_EAGAIN as isize) {
         Ok(Posted::Again)
     } else {
-        Err(fabric_error(call, ret as i64))
+        Err(refused(call, ret))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn refused(call: &'static str, ret: isize) -> Error {
+    fabric_error(call, ret as i64)
 }
 
 impl<T> Drop for Endpoint<T> {
