@@ -4,8 +4,8 @@
 # public calls (the example's `floor`: recursive doubling on them with no engine around it),
 # counted by callgrind on rank 0 (the other ranks run natively), so that they repeat whatever
 # the machine's load: `scripts/callgrind-allreduce.sh [RANKS...]` (default 2 4), over shm with
-# GASPI_INTRANODE as set (direct by default), on the ci profile's build of
-# `coll/examples/cg_allreduce`.
+# GASPI_INTRANODE as set (direct by default), on the build of `coll/examples/cg_allreduce` in
+# profile $CG_PROFILE (default ci; `CG_PROFILE=release` counts what the bench runs).
 #
 # Three cases per rank count: `late` (the partners come late: rank 0 initiates and waits),
 # `there` (rank 0 comes late: its partners' data is there when it initiates) and `step` (nobody
@@ -37,8 +37,8 @@ for n in "${ranks[@]}"; do
         fi
         for lib in $libs; do
             out="$dir/cg.$lib.$case.$n"
-            CG_OUT=$out target/ci/gaspirun -n "$n" --provider shm --timeout 600 \
-                "$wrapper" target/ci/examples/cg_allreduce "$lib" "$case" "$iters" >&2
+            CG_OUT=$out "$bin/gaspirun" -n "$n" --provider shm --timeout 600 \
+                "$wrapper" "$bin/examples/cg_allreduce" "$lib" "$case" "$iters" >&2
             count[$lib]=$(cg_per_call "$out" "$iters")
             line="$line $lib=${count[$lib]}"
         done

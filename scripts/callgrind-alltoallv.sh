@@ -2,8 +2,8 @@
 # Instructions per round of the sparse alltoallv with 8 B blocks (dense: every rank sends to
 # every other), counted by callgrind on rank 0 (the other ranks run natively), so that they
 # repeat whatever the machine's load: `scripts/callgrind-alltoallv.sh [RANKS...]` (default
-# 4 8), over shm with GASPI_INTRANODE as set (direct by default), on the ci profile's build of
-# `coll/examples/cg_alltoallv`.
+# 4 8), over shm with GASPI_INTRANODE as set (direct by default), on the build of
+# `coll/examples/cg_alltoallv` in profile $CG_PROFILE (default ci).
 #
 # Two cases per rank count: `late` (rank 0's sources come late: it waits for their blocks)
 # and `there` (rank 0 comes late: its sources' blocks are there when it begins). A round is
@@ -25,8 +25,8 @@ ranks=("$@")
 for n in "${ranks[@]}"; do
     for case in late there; do
         out="$dir/cg.alltoallv.$case.$n"
-        CG_OUT=$out target/ci/gaspirun -n "$n" --provider shm --timeout 900 \
-            "$wrapper" target/ci/examples/cg_alltoallv "$case" "$rounds" >&2
+        CG_OUT=$out "$bin/gaspirun" -n "$n" --provider shm --timeout 900 \
+            "$wrapper" "$bin/examples/cg_alltoallv" "$case" "$rounds" >&2
         echo "ranks=$n case=$case per_round=$(cg_per_call "$out" "$rounds")"
     done
 done

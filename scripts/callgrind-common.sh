@@ -1,12 +1,20 @@
 # What the callgrind harnesses (`scripts/callgrind-*.sh`) share, sourced by them: the wrapper
 # that runs rank 0 under callgrind inside gaspirun, and the count per call of a profile.
 
-# Builds example `$1` of gaspi-coll and gaspirun (ci profile), and makes the directory of the
-# profiles, $CG_DIR (default target/callgrind), into `dir`.
+# Builds example `$1` of gaspi-coll and gaspirun in profile $CG_PROFILE (default ci; `release`,
+# fat LTO, is what the bench runs, and the ci profile overstates call overhead), sets `bin` to
+# the directory of that profile's binaries, and makes the directory of the profiles, $CG_DIR
+# (default target/callgrind), into `dir`.
 cg_prepare() {
+    local profile=${CG_PROFILE:-ci}
     dir=${CG_DIR:-target/callgrind}
     mkdir -p "$dir"
-    cargo build --profile ci -p gaspi-coll --example "$1" -p gaspi-launcher --bin gaspirun >&2
+    cargo build --profile "$profile" -p gaspi-coll --example "$1" -p gaspi-launcher \
+        --bin gaspirun >&2
+    case $profile in
+        dev) bin=target/debug ;;
+        *) bin=target/$profile ;;
+    esac
 }
 
 # Writes the wrapper script `$1`: rank 0 runs under callgrind into "$CG_OUT", collecting only

@@ -4,12 +4,12 @@
 # ping-pong it is held against (`epoch_over_write_notify`), counted by callgrind on rank 0 (rank
 # 1 runs natively):
 # `scripts/callgrind-pscw.sh [PROVIDER...]` (default shm), with GASPI_INTRANODE as set (direct
-# by default), on the ci profile's build of `coll/examples/cg_pscw`. The counts leave out the
-# waiting loop (`gaspi_notifications::wait::wait_until` and what it calls), whose instructions
-# grow with the time waited. Two ways per case: `there`, where rank 0 sleeps 1 ms before each
-# wait so that it finds what it waits for and the counts repeat whatever the machine's load,
-# and `step`, where nobody sleeps, as in the bench, so that a wait's way to its sleep is counted
-# too (as often as the load makes it wait). One line per provider, case and way:
+# by default), on the build of `coll/examples/cg_pscw` in profile $CG_PROFILE (default ci). The
+# counts leave out the waiting loop (`gaspi_notifications::wait::wait_until` and what it
+# calls), whose instructions grow with the time waited. Two ways per case: `there`, where
+# rank 0 sleeps 1 ms before each wait so that it finds what it waits for and the counts repeat
+# whatever the machine's load, and `step`, where nobody sleeps, as in the bench, so that a
+# wait's way to its sleep is counted too (as often as the load makes it wait). One line per provider, case and way:
 #   provider=shm mode=direct case=epoch way=there round_trip=2539 start=417 write=660 ...
 # The callgrind files stay in $CG_DIR (default target/callgrind) for callgrind_annotate.
 set -euo pipefail
@@ -35,8 +35,8 @@ for provider in "${providers[@]}"; do
     for way in there step; do
         for case in epoch pingpong; do
             out="$dir/cg.pscw.$case.$way.$provider.$mode"
-            CG_OUT=$out target/ci/gaspirun -n 2 --provider "$provider" --timeout 600 \
-                "$wrapper" target/ci/examples/cg_pscw "$case" "$iters" "$way" >&2
+            CG_OUT=$out "$bin/gaspirun" -n 2 --provider "$provider" --timeout 600 \
+                "$wrapper" "$bin/examples/cg_pscw" "$case" "$iters" "$way" >&2
             line="provider=$provider mode=$mode case=$case way=$way"
             line="$line round_trip=$(cg_per_call "$out" "$iters")"
             if [ "$case" = epoch ]; then
