@@ -325,6 +325,32 @@ pub fn compare(what: impl Display, got: &[u8], want: &[u8]) -> Outcome {
     }
 }
 
+/// Waits (up to `timeout`) for notification 0 of `segment`, resets it, and checks `what`:
+/// that it carried `value` and that the bytes at `offset` are `want`.
+pub fn take_arrival(
+    ctx: &gaspi::Context,
+    timeout: gaspi::Timeout,
+    segment: gaspi::SegmentId,
+    (value, offset): (u32, u64),
+    want: &[u8],
+    what: impl Display,
+) -> Outcome {
+    let id = ctx
+        .notify_waitsome(segment, 0, 1, timeout)
+        .doing(|| format!("waiting for {what}"))?;
+    let got_value = ctx
+        .notify_reset(segment, id)
+        .doing(|| format!("resetting the notification of {what}"))?;
+    ensure!(
+        got_value == value,
+        "{what}: notification {id} carried {got_value}, want {value}"
+    );
+    let mut got = vec![0; want.len()];
+    ctx.segment_read(segment, offset, &mut got)
+        .doing(|| format!("reading {what}"))?;
+    compare(&what, &got, want)
+}
+
 /// `n` bytes in a human unit, for summaries.
 pub fn human(n: u64) -> String {
     match n {

@@ -21,7 +21,9 @@ use std::sync::OnceLock;
 use gaspi::{local, remote, Context, Notification, QueueId, SegmentId, Timeout};
 use gaspi_segments::{pid_namespace, ShmOwner};
 
-use crate::check::{compare, ensure, fill_pattern, seed, Data, Doing, Failure, Outcome, Report};
+use crate::check::{
+    ensure, fill_pattern, seed, take_arrival, Data, Doing, Failure, Outcome, Report,
+};
 
 /// The kinds of file the runtime makes (a segment's name reduced to a file name's characters).
 const KINDS: [&str; 9] = [
@@ -136,21 +138,14 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
         QUEUE,
     )
     .doing(|| "write_notify into the right neighbour")?;
-    let id = ctx
-        .notify_waitsome(SEGMENT, 0, 1, TIMEOUT)
-        .doing(|| "waiting for the left neighbour's write")?;
-    let value = ctx
-        .notify_reset(SEGMENT, id)
-        .doing(|| "resetting the left neighbour's notification")?;
-    ensure!(
-        value == left + 1,
-        "the left neighbour's notification carried {value}, want {}",
-        left + 1
-    );
-    let mut got = vec![0; LEN as usize];
-    ctx.segment_read(SEGMENT, LEN, &mut got)
-        .doing(|| "reading the left neighbour's write")?;
-    compare("the left neighbour's write", &got, &pattern(left))?;
+    take_arrival(
+        ctx,
+        TIMEOUT,
+        SEGMENT,
+        (left + 1, LEN),
+        &pattern(left),
+        "the left neighbour's write",
+    )?;
     ctx.wait(QUEUE, TIMEOUT)
         .doing(|| "completing the write_notify")?;
 

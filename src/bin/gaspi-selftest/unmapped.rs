@@ -16,12 +16,13 @@
 //! neighbour's next progress, its process no longer maps that segment's files, and a write
 //! into it is a clear error.
 
-use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 use gaspi::{local, remote, Context, Notification, QueueId, SegmentId, SegmentMemory, Timeout};
 
-use crate::check::{compare, ensure, fill_pattern, seed, Data, Doing, Failure, Outcome, Report};
+use crate::check::{
+    compare, ensure, fill_pattern, seed, take_arrival, Data, Doing, Failure, Outcome, Report,
+};
 
 /// This rank's outgoing data.
 const SRC: SegmentId = 1;
@@ -108,6 +109,7 @@ fn write_notify_into_unmapped(ctx: &Context, me: u32, left: u32, right: u32) -> 
         .doing(|| "write_notify into the right neighbour's unmapped segment")?;
     take_arrival(
         ctx,
+        TIMEOUT,
         UNMAPPED,
         (left + 1, 0),
         &pattern(left, LEN),
@@ -201,6 +203,7 @@ fn renewed_segment_is_mapped_anew(ctx: &Context, me: u32, left: u32, right: u32)
     .doing(|| "write_notify beyond the old size of the right neighbour's RENEWED")?;
     take_arrival(
         ctx,
+        TIMEOUT,
         RENEWED,
         (7, LATE_AT),
         &pattern(left + 1000, 64),
@@ -208,31 +211,6 @@ fn renewed_segment_is_mapped_anew(ctx: &Context, me: u32, left: u32, right: u32)
     )?;
     ctx.wait(QUEUE, TIMEOUT)
         .doing(|| "completing the late write")
-}
-
-/// Waits for notification 0 of `segment`, resets it, and checks `what`: that it carried
-/// `value` and that the bytes at `offset` are `want`.
-fn take_arrival(
-    ctx: &Context,
-    segment: SegmentId,
-    (value, offset): (u32, u64),
-    want: &[u8],
-    what: impl Display,
-) -> Outcome {
-    let id = ctx
-        .notify_waitsome(segment, 0, 1, TIMEOUT)
-        .doing(|| format!("waiting for {what}"))?;
-    let got_value = ctx
-        .notify_reset(segment, id)
-        .doing(|| format!("resetting the notification of {what}"))?;
-    ensure!(
-        got_value == value,
-        "{what}: notification {id} carried {got_value}, want {value}"
-    );
-    let mut got = vec![0; want.len()];
-    ctx.segment_read(segment, offset, &mut got)
-        .doing(|| format!("reading {what}"))?;
-    compare(&what, &got, want)
 }
 
 /// Binds `len` bytes of fresh memory that no other process can map as segment `id`.
@@ -276,6 +254,7 @@ fn kept_target_reaches_rebound_segment(ctx: &Context, me: u32, left: u32, right:
             .doing(|| format!("round {round}: write_notify through the kept target"))?;
         take_arrival(
             ctx,
+            TIMEOUT,
             REBOUND,
             (left + 1, 0),
             &pattern(left + 2000 + round, LEN),
@@ -337,6 +316,7 @@ fn deleted_segment_is_released(
     .doing(|| "write_notify into the right neighbour's RELEASED")?;
     take_arrival(
         ctx,
+        TIMEOUT,
         RELEASED,
         (left + 1, 0),
         &pattern(left + 3000, 8),
