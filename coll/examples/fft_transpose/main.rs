@@ -83,6 +83,9 @@ const REPS: usize = 5;
 const THREADS: usize = 4;
 /// How far a result may be from the reference, relative to the size of the values.
 const TOLERANCE: f64 = 1e-9;
+/// Bytes of a value in a segment: blocks go in and out of segments as the values' memory
+/// (`bytemuck`), with no conversion; every rank of a job runs on one architecture.
+const VALUE: usize = size_of::<Complex64>();
 
 fn main() -> ExitCode {
     support::main_of("fft_transpose", run)
@@ -100,7 +103,7 @@ fn run(args: &[String]) -> Outcome<()> {
         return Err(format!("{n}: not a positive multiple of the {ranks} ranks").into());
     }
     let tf = Transform::new(n, ranks as usize, me as usize, threads);
-    let block_bytes = 16 * (tf.b * tf.b) as u64;
+    let block_bytes = (VALUE * tf.b * tf.b) as u64;
     ctx.segment_create(SOURCE, block_bytes * u64::from(ranks), TIMEOUT)?;
     ctx.segment_create(RECEIVE, block_bytes * u64::from(ranks), TIMEOUT)?;
     let coll = Collectives::new(&ctx)?;
@@ -119,8 +122,8 @@ fn run(args: &[String]) -> Outcome<()> {
 
     let columns: Vec<usize> = (0..tf.b).map(|k| tf.me + tf.ranks * k).collect();
     let reference = signal::reference(n, &columns);
-    let outgoing: Vec<Vec<u8>> = (0..tf.ranks)
-        .map(|dest| complex_bytes(&tf.outgoing(dest, 0..tf.b)))
+    let outgoing: Vec<Vec<Complex64>> = (0..tf.ranks)
+        .map(|dest| tf.outgoing(dest, 0..tf.b))
         .collect();
     let mut times: [Vec<f64>; 4] = Default::default();
     let mut worst = 0.0f64;
@@ -432,9 +435,10 @@ struct Landed {
 impl Exchange<'_> {
     /// Communication alone: sends `outgoing` (a block per destination), copies every block
     /// that arrives out and resets its source; returns the blocks by source.
-    fn communication(&self, outgoing: &[Vec<u8>]) -> Outcome<Vec<Vec<u8>>> {
+    fn communication(&self, outgoing: &[Vec<Complex64>]) -> Outcome<Vec<Vec<Complex64>>> {
         for (block, &offset) in outgoing.iter().zip(&self.offsets) {
-            self.ctx.segment_write(SOURCE, offset, block)?;
+            self.ctx
+                .segment_write(SOURCE, offset, bytemuck::cast_slice(block))?;
         }
         let round = self.a2a.round(self.plan, SOURCE)?;
         round.send_all(&self.offsets)?;
@@ -449,16 +453,15 @@ impl Exchange<'_> {
 
     /// Computation alone: every chunk of every outgoing block, then the result from
     /// `incoming` (by source).
-    fn computation(&self, incoming: &[Vec<u8>]) -> Outcome<Output> {
+    fn computation(&self, incoming: &[Vec<Complex64>]) -> Outcome<Output> {
         let tf = self.tf;
         let jobs = tf.ranks * tf.chunks;
         self.in_parallel(jobs, |job| {
             let dest = job / tf.chunks;
-            black_box(complex_bytes(&tf.outgoing(dest, tf.span(job % tf.chunks))));
+            black_box(tf.outgoing(dest, tf.span(job % tf.chunks)));
             Ok(())
         })?;
-        let blocks: Vec<Vec<Complex64>> = incoming.iter().map(|block| complexes(block)).collect();
-        self.add_all(&blocks)
+        self.add_all(incoming)
     }
 
     /// Wait-for-all: every block computed, then all sent, the round finished, and only then
@@ -471,7 +474,7 @@ impl Exchange<'_> {
         round.finish(TIMEOUT)?;
         let mut blocks = Vec::with_capacity(tf.ranks);
         for source in 0..tf.ranks as Rank {
-            blocks.push(complexes(&self.receive(source)?));
+            blocks.push(self.receive(source)?);
             self.a2a.alltoallv_reset(&[source])?;
         }
         self.add_all(&blocks)
@@ -494,9 +497,10 @@ impl Exchange<'_> {
         let tf = self.tf;
         let dest = (tf.me + 1 + job / tf.chunks) % tf.ranks;
         let rows = tf.span(job % tf.chunks);
-        let offset = self.offsets[dest] + (16 * rows.start * tf.b) as u64;
-        let values = complex_bytes(&tf.outgoing(dest, rows));
-        self.ctx.segment_write(SOURCE, offset, &values)?;
+        let offset = self.offsets[dest] + (VALUE * rows.start * tf.b) as u64;
+        let values = tf.outgoing(dest, rows);
+        self.ctx
+            .segment_write(SOURCE, offset, bytemuck::cast_slice(&values))?;
         Ok(dest)
     }
 
@@ -601,7 +605,7 @@ impl Exchange<'_> {
     /// Takes `source`'s block in a pipelined round: copies it out, resets the source and
     /// queues the block's stripes.
     fn take(&self, p: &Pipeline<'_>, source: Rank) -> Outcome<()> {
-        let block = Arc::new(complexes(&self.receive(source)?));
+        let block = Arc::new(self.receive(source)?);
         p.round.reset(source)?;
         let mut landed = p.landed.lock().map_err(poisoned)?;
         let source = source as usize;
@@ -613,13 +617,20 @@ impl Exchange<'_> {
     }
 
     /// A copy of `source`'s block out of the receive segment.
-    fn receive(&self, source: Rank) -> Outcome<Vec<u8>> {
+    fn receive(&self, source: Rank) -> Outcome<Vec<Complex64>> {
         let area = self
             .plan
             .source(source)
             .ok_or_else(|| format!("rank {source} arrived but is no source"))?;
-        let mut block = vec![0u8; usize::try_from(area.bytes)?];
-        self.ctx.segment_read(RECEIVE, area.offset, &mut block)?;
+        let bytes = usize::try_from(area.bytes)?;
+        if !bytes.is_multiple_of(VALUE) {
+            return Err(
+                format!("rank {source}'s block of {bytes} B is no whole number of values").into(),
+            );
+        }
+        let mut block = vec![Complex64::default(); bytes / VALUE];
+        self.ctx
+            .segment_read(RECEIVE, area.offset, bytemuck::cast_slice_mut(&mut block))?;
         Ok(block)
     }
 
@@ -651,26 +662,4 @@ fn poisoned<T>(_: PoisonError<T>) -> &'static str {
 fn next_job(counter: &AtomicUsize, count: usize) -> Option<usize> {
     let job = counter.fetch_add(1, Ordering::Relaxed);
     (job < count).then_some(job)
-}
-
-/// `values` as the bytes of a block: real and imaginary parts in turn, little-endian.
-fn complex_bytes(values: &[Complex64]) -> Vec<u8> {
-    values
-        .iter()
-        .flat_map(|v| [v.re.to_le_bytes(), v.im.to_le_bytes()])
-        .flatten()
-        .collect()
-}
-
-/// The values of a block, as [`complex_bytes`] wrote them.
-fn complexes(bytes: &[u8]) -> Vec<Complex64> {
-    let part = |bytes: &[u8]| {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(bytes);
-        f64::from_le_bytes(word)
-    };
-    bytes
-        .chunks_exact(16)
-        .map(|value| Complex64::new(part(&value[..8]), part(&value[8..])))
-        .collect()
 }
