@@ -24,10 +24,13 @@
 //! The work is cut into jobs small enough for blocks to leave one after the other: a block's
 //! rows come in chunks, and the columns in as many stripes, `2 x threads` of each. The threads
 //! of a rank share one [`Round`] and, in this order of preference, take a block that has
-//! arrived (copy it out, reset its source, queue its stripes), compute the next chunk of rows
-//! (destinations from the next rank on, this rank's own block last; the thread that completes
-//! a block sends it), add a queued stripe of an arrived block into the result (under the
-//! stripe's lock), or wait for the next arrival.
+//! arrived (queue its stripes), compute the next chunk of rows (destinations from the next
+//! rank on, this rank's own block last; the thread that completes a block sends it), add a
+//! queued stripe of an arrived block into the result (read straight out of the receive
+//! segment, row by row, and added under the stripe's lock; the thread that adds a block's last
+//! stripe resets its source), or wait for the next arrival. Rows are computed in the thread's
+//! own memory, as the FFT needs them, and written into the source segment; arrived blocks are
+//! never copied out whole.
 //!
 //! Every rank checks every result against a plain rustfft 2-D FFT of the same input (see
 //! `signal.rs`) and exits non-zero when one differs by more than 1e-9 relative to the size
@@ -70,7 +73,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gaspi::{Context, Rank, ReduceOp, Timeout, GROUP_ALL};
+use gaspi::{Context, Rank, ReduceOp, Segment, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Round};
 use rustfft::num_complex::Complex64;
 use rustfft::{Fft, FftPlanner};
@@ -328,13 +331,23 @@ impl Transform {
     fn incoming(
         &self,
         source: usize,
-        block: &[Complex64],
+        block: &Block<'_>,
         columns: Range<usize>,
-    ) -> Vec<Complex64> {
+    ) -> Outcome<Vec<Complex64>> {
         let b = self.b;
         let mut share = vec![Complex64::default(); columns.len() * b];
-        for (m, row) in block.chunks_exact(b).enumerate() {
-            for (k, &value) in row[columns.clone()].iter().enumerate() {
+        let mut landed = Vec::new();
+        for m in 0..b {
+            let row = match *block {
+                Block::Copied(values) => &values[m * b..][columns.clone()],
+                Block::Landed { segment, offset } => {
+                    landed.resize(columns.len(), Complex64::default());
+                    let at = offset + (VALUE * (m * b + columns.start)) as u64;
+                    segment.read(at, bytemuck::cast_slice_mut(&mut landed))?;
+                    &landed[..]
+                }
+            };
+            for (k, &value) in row.iter().enumerate() {
                 share[k * b + m] = value;
             }
         }
@@ -344,8 +357,21 @@ impl Transform {
                 *value *= self.w(source * t);
             }
         }
-        share
+        Ok(share)
     }
+}
+
+/// Where the values of an arrived block are read from.
+#[derive(Clone, Copy)]
+enum Block<'a> {
+    /// A copy in this rank's memory, row after row.
+    Copied(&'a [Complex64]),
+    /// Where it landed in the receive segment, at `offset`: each stripe is read out of the
+    /// segment as it is added, and the block's source is reset only after the last one.
+    Landed {
+        segment: &'a Segment<'a>,
+        offset: u64,
+    },
 }
 
 /// The columns a rank holds of the result, in stripes ([`Transform::span`]) with a lock each.
@@ -364,15 +390,9 @@ impl Output {
     }
 
     /// Adds stripe `stripe` of `source`'s block.
-    fn add(
-        &self,
-        tf: &Transform,
-        source: usize,
-        block: &[Complex64],
-        stripe: usize,
-    ) -> Outcome<()> {
+    fn add(&self, tf: &Transform, source: usize, block: &Block<'_>, stripe: usize) -> Outcome<()> {
         let b = tf.b;
-        let share = tf.incoming(source, block, tf.span(stripe));
+        let share = tf.incoming(source, block, tf.span(stripe))?;
         let mut columns = self.stripes[stripe].lock().map_err(poisoned)?;
         for (column, part) in columns.chunks_exact_mut(tf.n).zip(share.chunks_exact(b)) {
             for (s, target) in column.chunks_exact_mut(b).enumerate() {
@@ -414,6 +434,11 @@ struct Pipeline<'a> {
     chunks_begun: AtomicUsize,
     /// Per destination, chunks of rows not yet written.
     chunks_left: Vec<AtomicUsize>,
+    /// Per source, stripes of its block not yet added.
+    stripes_of: Vec<AtomicUsize>,
+    /// [`RECEIVE`], whose arrived blocks are read where they landed (a handle, so that the
+    /// many reads of rows look the segment up once).
+    receive: Segment<'a>,
     landed: Mutex<Landed>,
     /// Signalled when a stripe is queued, the last block taken, or the last stripe added.
     changed: Condvar,
@@ -421,8 +446,8 @@ struct Pipeline<'a> {
 
 /// The arrived blocks' work of a pipelined round.
 struct Landed {
-    /// Stripes of arrived blocks not yet handed out: source, block, stripe.
-    queue: Vec<(usize, Arc<Vec<Complex64>>, usize)>,
+    /// Stripes of arrived blocks not yet handed out: source, where its block is, stripe.
+    queue: Vec<(Rank, u64, usize)>,
     /// Stripes not yet added, of blocks arrived or not.
     stripes_left: usize,
     /// Whether every block of the round was handed out.
@@ -485,7 +510,7 @@ impl Exchange<'_> {
         let (tf, out) = (self.tf, Output::new(self.tf));
         self.in_parallel(tf.ranks * tf.chunks, |job| {
             let source = job / tf.chunks;
-            out.add(tf, source, &blocks[source], job % tf.chunks)
+            out.add(tf, source, &Block::Copied(&blocks[source]), job % tf.chunks)
         })?;
         Ok(out)
     }
@@ -514,6 +539,8 @@ impl Exchange<'_> {
             out: Output::new(tf),
             chunks_begun: AtomicUsize::new(0),
             chunks_left: (0..tf.ranks).map(|_| AtomicUsize::new(tf.chunks)).collect(),
+            stripes_of: (0..tf.ranks).map(|_| AtomicUsize::new(tf.chunks)).collect(),
+            receive: self.ctx.segment(RECEIVE)?,
             landed: Mutex::new(Landed {
                 queue: Vec::new(),
                 stripes_left: tf.ranks * tf.chunks,
@@ -557,9 +584,17 @@ impl Exchange<'_> {
                 continue;
             }
             let mut landed = p.landed.lock().map_err(poisoned)?;
-            if let Some((source, block, stripe)) = landed.queue.pop() {
+            if let Some((source, offset, stripe)) = landed.queue.pop() {
                 drop(landed);
-                p.out.add(tf, source, &block, stripe)?;
+                let block = Block::Landed {
+                    segment: &p.receive,
+                    offset,
+                };
+                p.out.add(tf, source as usize, &block, stripe)?;
+                // The block's last stripe is read: its source may write it again.
+                if p.stripes_of[source as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    p.round.reset(source)?;
+                }
                 let mut landed = p.landed.lock().map_err(poisoned)?;
                 landed.stripes_left -= 1;
                 if landed.stripes_left == 0 {
@@ -571,7 +606,7 @@ impl Exchange<'_> {
                 return Ok(taken);
             }
             if landed.all_taken || landed.watching {
-                // Another thread waits for the next block, or copies one out, or adds a
+                // Another thread waits for the next block, or queues one's stripes, or adds a
                 // stripe: it wakes this one when there is work.
                 let (landed, waited) = p
                     .changed
@@ -602,35 +637,37 @@ impl Exchange<'_> {
         }
     }
 
-    /// Takes `source`'s block in a pipelined round: copies it out, resets the source and
-    /// queues the block's stripes.
+    /// Takes `source`'s block in a pipelined round: queues its stripes, to be read where
+    /// the block landed.
     fn take(&self, p: &Pipeline<'_>, source: Rank) -> Outcome<()> {
-        let block = Arc::new(self.receive(source)?);
-        p.round.reset(source)?;
+        let offset = self.landed(source)?;
         let mut landed = p.landed.lock().map_err(poisoned)?;
-        let source = source as usize;
         landed
             .queue
-            .extend((0..self.tf.chunks).map(|stripe| (source, Arc::clone(&block), stripe)));
+            .extend((0..self.tf.chunks).map(|stripe| (source, offset, stripe)));
         p.changed.notify_all();
         Ok(())
     }
 
-    /// A copy of `source`'s block out of the receive segment.
-    fn receive(&self, source: Rank) -> Outcome<Vec<Complex64>> {
+    /// Where `source`'s block landed in the receive segment, once its size is checked.
+    fn landed(&self, source: Rank) -> Outcome<u64> {
         let area = self
             .plan
             .source(source)
             .ok_or_else(|| format!("rank {source} arrived but is no source"))?;
-        let bytes = usize::try_from(area.bytes)?;
-        if !bytes.is_multiple_of(VALUE) {
-            return Err(
-                format!("rank {source}'s block of {bytes} B is no whole number of values").into(),
-            );
+        let (bytes, expected) = (area.bytes, (VALUE * self.tf.b * self.tf.b) as u64);
+        if bytes != expected {
+            return Err(format!("rank {source}'s block is {bytes} B, not {expected}").into());
         }
-        let mut block = vec![Complex64::default(); bytes / VALUE];
+        Ok(area.offset)
+    }
+
+    /// A copy of `source`'s block out of the receive segment.
+    fn receive(&self, source: Rank) -> Outcome<Vec<Complex64>> {
+        let offset = self.landed(source)?;
+        let mut block = vec![Complex64::default(); self.tf.b * self.tf.b];
         self.ctx
-            .segment_read(RECEIVE, area.offset, bytemuck::cast_slice_mut(&mut block))?;
+            .segment_read(RECEIVE, offset, bytemuck::cast_slice_mut(&mut block))?;
         Ok(block)
     }
 
