@@ -37,21 +37,35 @@ SH
     chmod +x "$wrapper"
 }
 
-# The instructions of callgrind profile `$1` divided by `$2`, the calls it collected.
+# The instructions collected inside the counted calls (the patterns given to cg_setup) of
+# callgrind profile `$1`, divided by `$2`, the calls it collected. Not the profile's total: a
+# toggle that leaves out the waiting loop inside a counted call turns collection on in a
+# waiting loop entered outside one (a warm-up's or a barrier's wait), which the total would
+# count.
 cg_per_call() {
-    local total
-    total=$(callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo $(($total / $2))
+    local total=0 cost name pattern
+    while read -r cost name; do
+        for pattern in "${cg_counted[@]}"; do
+            # shellcheck disable=SC2053 # the pattern is a glob, as callgrind takes it
+            if [[ $name == $pattern ]]; then
+                total=$((total + cost))
+                break
+            fi
+        done
+    done < <(callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+        sed -nE 's/^ *([0-9,]+) \( *[0-9.]+%\) +[^ :]*:([^ ]+) \[.*$/\1 \2/p' | tr -d ,)
+    echo $((total / $2))
 }
 
 # cg_prepare `$1`, then writes the wrapper "$dir/$1-rank0.sh" (its path into `wrapper`) that
 # collects inside the functions named by the rest of the arguments and leaves out the waiting
 # loop (`gaspi_notifications::wait::wait_until` and what it calls), whose instructions grow with
-# the time waited.
+# the time waited. The counted patterns stay in `cg_counted` for cg_per_call.
 cg_setup() {
     local example=$1
     shift
     cg_prepare "$example"
+    cg_counted=("$@")
     wrapper="$dir/$example-rank0.sh"
     cg_rank0_wrapper "$wrapper" "$@" 'gaspi_notifications::wait::wait_until*'
 }

@@ -23,7 +23,7 @@ iters=${CG_ITERS:-3000}
 # The inclusive instructions of function `cg_pscw::$2` in profile `$1`, per counted round.
 per_call() {
     local total
-    total=$(callgrind_annotate --inclusive=yes "$1" 2>/dev/null |
+    total=$(callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
         awk -v f="cg_pscw::$2 [" 'index($0, f) {gsub(",", "", $1); print $1; exit}')
     echo $((${total:-0} / iters))
 }
