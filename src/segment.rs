@@ -39,6 +39,8 @@ pub(crate) struct LocalSegment {
     pub(crate) synced: AtomicBool,
     /// Which of this rank's segments it is (see [`Descriptor::incarnation`]).
     pub(crate) incarnation: u32,
+    /// Taken out of the registry (deleted): what [`Segment::is_current`] reads.
+    removed: AtomicBool,
 }
 
 impl LocalSegment {
@@ -402,6 +404,7 @@ impl Segments {
         }
         let removed = self.slots.replace(at, None).map_err(|_| missing())?;
         let removed = removed.map(|e| Arc::clone(&e.local)).ok_or_else(missing)?;
+        removed.removed.store(true, Ordering::Release);
         withdraw()?;
         Ok(removed)
     }
@@ -420,6 +423,7 @@ impl Segments {
     ) -> Option<Arc<LocalSegment>> {
         let _changes = self.changes();
         let removed = self.slots.replace(index(table)?, None).ok()??;
+        removed.local.removed.store(true, Ordering::Release);
         withdraw();
         Some(Arc::clone(&removed.local))
     }
@@ -456,6 +460,7 @@ impl Inner {
             table_words: shared.words,
             synced: AtomicBool::new(false),
             incarnation: self.segments.next_incarnation(),
+            removed: AtomicBool::new(false),
         })
     }
 
@@ -725,6 +730,20 @@ impl<'a> Segment<'a> {
     /// Length in bytes (0 for a library's notification table without memory).
     pub fn len(&self) -> u64 {
         self.shared.local.len()
+    }
+
+    /// Whether this handle's segment is still this rank's segment under its id: `false` once
+    /// it was deleted ([`Context::segment_delete`]), also after a segment was made with the
+    /// same id since (that is another segment, which [`Context::segment`] returns).
+    ///
+    /// One atomic load: a caller that keeps a handle across calls checks it instead of
+    /// looking the segment up by id each time. Another thread may delete the segment right
+    /// after the check; the handle keeps allocated memory mapped meanwhile, and a handle of
+    /// bound memory makes that deletion fail with [`Error::SegmentHandled`], so keeping one
+    /// of bound memory holds back the user's deletion.
+    #[inline]
+    pub fn is_current(&self) -> bool {
+        !self.shared.local.removed.load(Ordering::Acquire)
     }
 
     /// Whether the segment has no memory (a library's notification table).
