@@ -326,6 +326,9 @@ pub struct Window<'c> {
     /// The death of a target that the open access epoch goes on without, reported by the
     /// `start` that waited for it, or else by the call that ends the epoch.
     access_lost: Option<Error>,
+    /// The segment the last write came from, kept across epochs while it is current so that
+    /// a write does not look its source up by id (see [`source`](Self::source)).
+    source: Option<Segment<'c>>,
 }
 
 /// A member's tables, as far as they were resolved.
@@ -463,6 +466,7 @@ impl<'c> Window<'c> {
             matched: None,
             exposure_lost: None,
             access_lost: None,
+            source: None,
         })
     }
 
@@ -819,6 +823,11 @@ impl<'c> Window<'c> {
     /// it was deleted and made again (in another size) since the last start, and a write
     /// beyond the size the window knew looks again before it is refused. While a member's
     /// window segment is gone, writes to it fail at the call.
+    /// The source is named by id too: the window keeps a handle on the last source segment
+    /// between calls and checks that it is still current ([`gaspi::Segment::is_current`])
+    /// instead of looking it up again, so that a source deleted since is found gone (or made
+    /// anew) as by id. After such a deletion the kept handle holds the old segment's memory
+    /// until the window's next write or its drop; no handle of bound memory is kept.
     ///
     /// # Errors
     /// [`Error::NotStarted`] when `target` is not in the access epoch; [`Error::NotPosted`]
@@ -885,7 +894,7 @@ impl<'c> Window<'c> {
             return Err(self.not_ready(target));
         };
         self.fit(i, dst_offset, size)?;
-        let src = self.ctx.segment(src)?;
+        let src = self.source(src)?;
         self.release_held(i)?;
         self.access[i].sent = true;
         let dst = self.window(i)?;
@@ -895,7 +904,30 @@ impl<'c> Window<'c> {
                 .batch
                 .write_notify(&src, src_offset, dst, dst_offset, size, n)?,
         }
+        self.keep_source(src);
         Ok(())
+    }
+
+    /// This rank's segment `id`, a write's source: the kept handle when it is that segment
+    /// and still current ([`Segment::is_current`], one load), else looked up by id. Hand it
+    /// back with [`keep_source`](Self::keep_source).
+    #[inline]
+    fn source(&mut self, id: SegmentId) -> Result<Segment<'c>> {
+        match self.source.take() {
+            Some(kept) if kept.id() == Some(id) && kept.is_current() => Ok(kept),
+            _ => Ok(self.ctx.segment(id)?),
+        }
+    }
+
+    /// Keeps `src` for the next write, unless its memory is the user's
+    /// ([`Context::segment_bind`](gaspi::Context::segment_bind)): a live handle of bound
+    /// memory makes the user's deletion of the segment fail, and the window must not hold
+    /// one between calls.
+    #[inline]
+    fn keep_source(&mut self, src: Segment<'c>) {
+        if !src.memory().is_some_and(|m| m.is_bound()) {
+            self.source = Some(src);
+        }
     }
 
     /// Writes each `(src_offset, dst_offset, size)` of `blocks` from segment `src` to
@@ -1493,7 +1525,7 @@ impl<'c> Window<'c> {
         let dst = self.peers[member as usize]
             .window
             .ok_or(Error::NotStarted { rank })?;
-        let src = self.ctx.segment(held.src)?;
+        let src = self.source(held.src)?;
         let Held {
             src_offset,
             dst_offset,
@@ -1510,6 +1542,7 @@ impl<'c> Window<'c> {
                 })?;
             }
         }
+        self.keep_source(src);
         Ok(())
     }
 
