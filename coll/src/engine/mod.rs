@@ -1299,16 +1299,16 @@ impl<'c> Engine<'c> {
         }
         let seq = owner.seqs.start;
         let mut state = self.state();
-        // The call that initiated the collective walked it as far as it went: its signal was
-        // not there, and the wait looks first anyway. After a step, the next may be there.
-        let mut look = false;
+        // A look at the signal before telling the senders and waiting: it may have come
+        // since the initiating call's walk looked (in lock step, mostly), and after a step
+        // the next may be there.
         loop {
             let Some(signal) = self.lone_walk(&state, &owner.seqs) else {
                 self.tell(state)?;
                 return Ok(None);
             };
             let id = self.layout.id(seq, signal);
-            if !std::mem::take(&mut look) || self.seg.notify_peek(id)? == 0 {
+            if self.seg.notify_peek(id)? == 0 {
                 let deadline = *deadline.get_or_insert_with(|| timeout.deadline());
                 let explicit = state.trusting.is_some_and(Deadline::expired);
                 match self.publish(&mut state, Some(deadline), explicit)? {
@@ -1383,7 +1383,6 @@ impl<'c> Engine<'c> {
                 state.trusting = None;
                 state.changed = false;
             }
-            look = true;
         }
     }
 
@@ -1542,7 +1541,31 @@ impl<'c> Engine<'c> {
     /// A publication goes out only once the one before it completed, so that a later value
     /// is never overtaken by an earlier one; with `now`, it waits for that within
     /// `deadline` (a timeout leaves it for the next call).
+    ///
+    /// Inlined for the looks that find nothing to tell at a few comparisons, which every
+    /// pass and every wait makes: periodically, when `freed` stayed in the round of the last
+    /// publication; with `now`, when every member was told `freed` already.
+    #[inline]
     fn publish(
+        &self,
+        state: &mut State<'c>,
+        now: Option<Deadline>,
+        explicit: bool,
+    ) -> std::result::Result<bool, Failure> {
+        let nothing = match now {
+            None => self.layout.round(state.freed) <= self.layout.round(state.published),
+            Some(_) => (state.told.iter().enumerate())
+                .all(|(index, &told)| index == self.me as usize || state.freed <= told),
+        };
+        if nothing {
+            return Ok(false);
+        }
+        self.publish_due(state, now, explicit)
+    }
+
+    /// [`publish`](Self::publish) past its quick looks.
+    #[inline(never)]
+    fn publish_due(
         &self,
         state: &mut State<'c>,
         now: Option<Deadline>,
@@ -1593,31 +1616,37 @@ impl<'c> Engine<'c> {
                 if !any {
                     return Ok(false);
                 }
-                // Behind by what it was told, before counting the counts carried.
-                let behind = |index: usize| {
-                    index != self.me as usize
-                        && state.freed > state.told[index]
-                        && state.told[index] < wanted
-                };
-                // Where carried counts cover every member behind, nothing is due whoever
-                // sends: the senders need not be worked out (in lock step, on every wait).
-                if (0..targets.len()).all(|index| !behind(index) || known(state, index) >= wanted) {
-                    return Ok(true);
-                }
+                // Only a sender can be due (see `due` below), and only a sender's count is
+                // relied on: the others are not looked at further (a member of a doubling
+                // allreduce at 4 ranks that this one never hears from cost every wait the
+                // full look, the senders worked out from every step of the schedule).
                 let mut senders = std::mem::take(&mut state.senders);
                 senders.fill(false);
                 for run in state.holders().filter(live) {
                     run.senders(&mut senders);
                 }
                 state.senders = senders;
+                // A sender behind by what it was told, before counting the counts carried.
+                let behind = |index: usize| {
+                    index != self.me as usize
+                        && state.senders[index]
+                        && state.freed > state.told[index]
+                        && state.told[index] < wanted
+                };
+                if !(0..targets.len()).any(behind) {
+                    return Ok(false);
+                }
+                // Where carried counts cover every sender behind, nothing is due (in lock
+                // step, on every wait).
+                if (0..targets.len()).all(|index| !behind(index) || known(state, index) >= wanted) {
+                    return Ok(true);
+                }
                 // A sender behind by what it was told, whom carried counts spare telling
                 // (they cover what it needs, or all there is), knows them only once it took
                 // the signals that carried them: relied on.
                 relied = (0..targets.len()).any(|index| {
                     let known = known(state, index);
-                    behind(index)
-                        && state.senders[index]
-                        && (known >= wanted || known >= state.freed)
+                    behind(index) && (known >= wanted || known >= state.freed)
                 });
                 (false, wanted)
             }

@@ -162,6 +162,9 @@ pub(crate) struct Plan {
     resumable: [Vec<bool>; 2],
     /// Per step, the step as a [plain](Run::plain) walk takes it (see [`Compiled`]).
     compiled: Vec<Compiled>,
+    /// The waits, each with the member it waits for, in schedule order: every wait of the
+    /// engine looks for the senders of the runs it holds (see [`Run::senders`]).
+    waits: Vec<(StepId, u32)>,
 }
 
 /// A step resolved once per plan for a [plain](Run::plain) run: what [`Run::take`] works out
@@ -328,10 +331,17 @@ impl Plan {
             elided: Vec::new(),
             resumable: [Vec::new(), Vec::new()],
             compiled: Vec::new(),
+            waits: Vec::new(),
         };
         plan.delivers = delivering(&plan.schedule);
         plan.compiled = (0..plan.schedule.steps.len() as StepId)
             .map(|id| Compiled::of(&plan.schedule, &plan.elision, &plan.delivers, id))
+            .collect();
+        plan.waits = (0..plan.schedule.steps.len() as StepId)
+            .filter_map(|id| match plan.schedule.steps[id as usize].task {
+                Task::Wait { from, .. } => Some((id, from)),
+                _ => None,
+            })
             .collect();
         plan.skipped = plan.skipped_credits();
         plan.skips = plan.skipped.iter().filter(|&&s| s).count();
@@ -431,6 +441,10 @@ pub(crate) struct Run<'c> {
     booked: bool,
     /// The steps before this one are done, for a run not booked.
     walked: StepId,
+    /// The signal of the wait step `walked` where the last walk stopped, if it stopped at
+    /// one (see [`walk_signal`](Self::walk_signal)): worked out as the walk stops, so that
+    /// every look of a waiting sync costs a load, not a search of the walk's steps.
+    stalled: Option<u32>,
     /// Its plan's skipped credits count as done (see [`skip`](Self::skip)).
     skipping: bool,
     /// Steps not done.
@@ -512,6 +526,7 @@ impl<'c> Run<'c> {
             ready: Vec::new(),
             booked: false,
             walked: 0,
+            stalled: None,
             skipping: false,
             left: 0,
             plan: Arc::clone(&plan),
@@ -567,6 +582,7 @@ impl<'c> Run<'c> {
             ready,
             booked,
             walked,
+            stalled,
             skipping,
             left,
             started,
@@ -603,6 +619,7 @@ impl<'c> Run<'c> {
         }
         *booked = !walk;
         *walked = 0;
+        *stalled = None;
         *skipping = false;
         *left = plan.schedule.steps.len();
         *reads_left = plan.reads;
@@ -669,6 +686,7 @@ impl<'c> Run<'c> {
         let order = usize::from(self.skipping);
         let walk = &self.plan.walks[order];
         let mut at = walk.partition_point(|&id| id < self.walked);
+        self.stalled = None;
         let plain = self.plain(owner.as_deref());
         // The run's notification block: a signal's id is the block's plus its number.
         let block = net.id(self.seq, 0);
@@ -685,6 +703,9 @@ impl<'c> Run<'c> {
                 // run takes it.
                 if !self.plan.resumable[order][id as usize] {
                     self.book();
+                }
+                if let Task::Wait { signal, .. } = self.plan.schedule.steps[id as usize].task {
+                    self.stalled = Some(signal);
                 }
                 return Ok(());
             }
@@ -810,16 +831,7 @@ impl<'c> Run<'c> {
     /// The signal a [walking](Self::walking) run waits for, if the step it waits at is a
     /// wait: until that signal comes nothing else of the run can go (see [`walk`](Self::walk)).
     pub(crate) fn walk_signal(&self) -> Option<u32> {
-        if !self.walking() {
-            return None;
-        }
-        match *self.walking_at() {
-            [id] => match self.plan.schedule.steps[id as usize].task {
-                Task::Wait { signal, .. } => Some(signal),
-                _ => None,
-            },
-            _ => None,
-        }
+        self.stalled.filter(|_| self.walking())
     }
 
     /// The step a run not booked waits at, if any (see [`walk`](Self::walk)).
@@ -1300,13 +1312,10 @@ impl<'c> Run<'c> {
 
     /// Marks in `senders` the members this run still waits for a signal of.
     pub(crate) fn senders(&self, senders: &mut [bool]) {
-        let steps = &self.plan.schedule.steps;
-        for (id, step) in steps.iter().enumerate() {
-            if let Task::Wait { from, .. } = step.task {
-                if self.pending(id as StepId) {
-                    if let Some(sender) = senders.get_mut(from as usize) {
-                        *sender = true;
-                    }
+        for &(id, from) in &self.plan.waits {
+            if self.pending(id) {
+                if let Some(sender) = senders.get_mut(from as usize) {
+                    *sender = true;
                 }
             }
         }
@@ -1805,6 +1814,21 @@ mod tests {
             }
             // The first level's put and fold read the source; the later ones the stage.
             assert_eq!((stores, folds), (1, 1), "{at}");
+            // Every wait is listed with its sender, once and in schedule order: at a power
+            // of two, the partners of the levels (a credit's and the data's, each).
+            let waits: Vec<(StepId, u32)> = (plan.schedule.steps.iter().enumerate())
+                .filter_map(|(id, step)| match step.task {
+                    Task::Wait { from, .. } => Some((id as StepId, from)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(plan.waits, waits, "{at}");
+            if n.is_power_of_two() {
+                let partners: Vec<u32> = (0..n.trailing_zeros()).map(|k| me ^ (1 << k)).collect();
+                let mut froms: Vec<u32> = plan.waits.iter().map(|&(_, from)| from).collect();
+                froms.dedup();
+                assert_eq!(froms, partners, "{at}");
+            }
         }
     }
 
