@@ -325,12 +325,24 @@ impl<'c> Alltoallv<'c> {
 
     /// `rank`'s control segment, resolved within `deadline` the first time.
     fn control_target(&self, rank: Rank, deadline: Deadline) -> Result<Target> {
-        let slot = crate::index_in(&self.ranks, rank).map(|member| &self.targets[member as usize]);
-        if let Some(&target) = slot.and_then(OnceLock::get) {
+        match crate::index_in(&self.ranks, rank) {
+            Some(member) => self.member_target(member, deadline),
+            None => Ok(self.control.target(rank, deadline.left())?),
+        }
+    }
+
+    /// The control segment of member `member` (an index into `ranks`), resolved within
+    /// `deadline` the first time: the per-round callers know the member already, and skip
+    /// the search for it.
+    fn member_target(&self, member: u32, deadline: Deadline) -> Result<Target> {
+        let slot = &self.targets[member as usize];
+        if let Some(&target) = slot.get() {
             return Ok(target);
         }
-        let target = self.control.target(rank, deadline.left())?;
-        Ok(slot.map_or(target, |slot| *slot.get_or_init(|| target)))
+        let target = self
+            .control
+            .target(self.ranks[member as usize], deadline.left())?;
+        Ok(*slot.get_or_init(|| target))
     }
 }
 

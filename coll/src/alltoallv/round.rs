@@ -973,7 +973,7 @@ impl Alltoallv<'_> {
             self.changes.notify_all();
         }
         if listeners.watcher {
-            let me = self.control_target(self.ctx.rank(), Timeout::Test.deadline())?;
+            let me = self.member_target(self.me, Timeout::Test.deadline())?;
             let wake = Notification {
                 id: self.layout.wake(),
                 value: 1,
@@ -1006,14 +1006,23 @@ impl Alltoallv<'_> {
     }
 
     pub(super) fn reset(&self, sources: &[Rank]) -> Result<()> {
-        let (credits, listeners) = {
+        // Each source's member index and the tag of the block its credit is for, read under
+        // the lock: once a source is marked reset, another thread may hand out its next block,
+        // whose tag replaces this one.
+        let mut credits: SmallVec<[(u32, u32); 4]> = SmallVec::new();
+        let listeners = {
             let mut ex = self.exchange();
             for (n, &rank) in sources.iter().enumerate() {
-                match self.arrival(&ex.arrivals, rank) {
-                    Some((_, false)) if !sources[..n].contains(&rank) => {}
+                let arrival = crate::index_in(&self.ranks, rank).and_then(|member| {
+                    let arrival = ex.arrivals.get(member as usize).copied().flatten()?;
+                    Some((member, arrival))
+                });
+                let again = sources[..n].contains(&rank);
+                match arrival {
+                    Some((member, (value, false))) if !again => credits.push((member, value)),
                     // Reset after its last arrival, and a source of the round running that
                     // has not arrived in it yet: its next block is what is missing.
-                    Some((_, true)) if !sources[..n].contains(&rank) && ex.awaits(rank) => {
+                    Some((_, (_, true))) if !again && ex.awaits(rank) => {
                         return Err(Error::NotArrived { rank })
                     }
                     Some(_) => return Err(Error::AlreadyReset { rank }),
@@ -1021,43 +1030,35 @@ impl Alltoallv<'_> {
                     None => return Err(Error::UnknownSource { rank }),
                 }
             }
-            let credits: SmallVec<[(Rank, u32); 8]> = sources
-                .iter()
-                .filter_map(|&rank| {
-                    let member = crate::index_in(&self.ranks, rank)?;
-                    let arrival = ex.arrivals.get_mut(member as usize)?.as_mut()?;
+            for &(member, _) in &credits {
+                // Every member in `credits` has an arrival (checked above).
+                if let Some(Some(arrival)) = ex.arrivals.get_mut(member as usize) {
                     arrival.1 = true;
-                    Some((rank, arrival.0))
-                })
-                .collect();
+                }
+            }
             // The running round's next block of a source may be here already, held until
             // now: whoever waits for it must look again.
             let held = sources.iter().any(|&rank| ex.awaits(rank));
-            (credits, held.then(|| ex.listeners()))
+            held.then(|| ex.listeners())
         };
         if let Some(listeners) = listeners {
             self.changed(listeners)?;
         }
-        for (rank, value) in credits {
-            match self.credit(rank, value) {
+        for (member, value) in credits {
+            match self.credit(member, value) {
                 // The source dropped its alltoallv (its control segment went with it) once it
                 // had what it needed: a credit would be of no use to it.
-                Err(Error::Gaspi(gaspi::Error::UnknownSegment { rank: r, .. })) if r == rank => {}
+                Err(Error::Gaspi(gaspi::Error::UnknownSegment { rank, .. }))
+                    if self.ranks.get(member as usize) == Some(&rank) => {}
                 other => other?,
             }
         }
         Ok(())
     }
 
-    /// `rank`'s latest block, if it is a member that sent one.
-    fn arrival(&self, arrivals: &[Option<(u32, bool)>], rank: Rank) -> Option<(u32, bool)> {
-        let member = crate::index_in(&self.ranks, rank)?;
-        arrivals.get(member as usize).copied().flatten()
-    }
-
-    /// Hands `source` its credit for its block tagged `value`.
-    fn credit(&self, source: Rank, value: u32) -> Result<()> {
-        let target = self.control_target(source, Timeout::Test.deadline())?;
+    /// Hands member `source` its credit for its block tagged `value`.
+    fn credit(&self, source: u32, value: u32) -> Result<()> {
+        let target = self.member_target(source, Timeout::Test.deadline())?;
         // Credits complete at once; reaping them keeps the batch from filling up.
         if self.credits.outstanding() > self.layout.members() {
             self.credits.test()?;
