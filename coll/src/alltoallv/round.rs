@@ -365,7 +365,7 @@ impl Alltoallv<'_> {
     ) -> Result<u64> {
         let (number, begun) = self.begin_with(plan, source, Some(source_offsets))?;
         if let Some((cleared, listeners)) = begun {
-            let posted = self.post(cleared);
+            let posted = cleared.map_or(Ok(()), |cleared| self.post(cleared));
             self.changed(listeners)?;
             posted?;
         }
@@ -380,7 +380,7 @@ impl Alltoallv<'_> {
         plan: &Plan,
         source: SegmentId,
         offsets: Option<&[u64]>,
-    ) -> Result<(u64, Option<(Cleared, Listeners)>)> {
+    ) -> Result<(u64, Option<Begun>)> {
         let data = &plan.data;
         if data.owner != self.id {
             return Err(Error::ForeignPlan);
@@ -521,7 +521,7 @@ impl Alltoallv<'_> {
                 ex.listeners(),
             )
         };
-        let posted = self.post(cleared);
+        let posted = cleared.map_or(Ok(()), |cleared| self.post(cleared));
         // A block left waiting for its credit (or its target) adds to what the round waits
         // for: the thread asleep on the round's notifications must watch that credit too.
         self.changed(listeners)?;
@@ -537,11 +537,26 @@ impl Alltoallv<'_> {
     /// `post` to report once the others are posted: failing at once would drop blocks
     /// already marked posted, whose credits were taken, and their destinations would wait
     /// for them for ever.
-    fn cleared(&self, owed: &mut [[u32; 2]], posting: &mut u32, run: &mut Running) -> Cleared {
-        if run.waiting == 0 {
-            return Cleared::default();
-        }
-        let mut posts = Vec::new();
+    ///
+    /// `None` when no block waits: most decisions, which then move and post nothing.
+    #[inline]
+    fn cleared(
+        &self,
+        owed: &mut [[u32; 2]],
+        posting: &mut u32,
+        run: &mut Running,
+    ) -> Option<Cleared> {
+        (run.waiting > 0).then(|| self.clear_waiting(owed, posting, run))
+    }
+
+    /// [`cleared`](Self::cleared) for a round with waiting blocks.
+    fn clear_waiting(
+        &self,
+        owed: &mut [[u32; 2]],
+        posting: &mut u32,
+        run: &mut Running,
+    ) -> Cleared {
+        let mut posts = Vec::with_capacity(run.waiting);
         let mut looking = false;
         let mut failed = None;
         for index in 0..run.sends.len() {
@@ -691,7 +706,7 @@ impl Alltoallv<'_> {
     }
 
     pub(super) fn next_arrival(&self, number: u64, budget: &Budget) -> Result<Option<Rank>> {
-        self.drive(budget, |a2a, ex| {
+        self.drive(number, budget, |a2a, ex| {
             let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
                 return Ok((None, Next::Done(None)));
             };
@@ -704,16 +719,15 @@ impl Alltoallv<'_> {
             if let Some(rank) = early {
                 // The arrival taken is handed out: a block that failed to clear stays
                 // waiting, and the next call that clears it reports it.
-                cleared.failed = None;
-                return Ok((Some(cleared), Next::Done(Some(rank))));
+                if let Some(cleared) = &mut cleared {
+                    cleared.failed = None;
+                }
+                return Ok((cleared, Next::Done(Some(rank))));
             }
             if run.pending.is_empty() {
-                return Ok((Some(cleared), Next::Done(None)));
+                return Ok((cleared, Next::Done(None)));
             }
-            Ok((
-                Some(cleared),
-                Next::Wait(a2a.awaited(run, &ex.owed, &ex.arrivals)),
-            ))
+            Ok((cleared, Next::Wait))
         })
     }
 
@@ -858,9 +872,11 @@ impl Alltoallv<'_> {
     /// on the condition variable). A single watcher is what makes this safe: a thread that
     /// takes what another waits for (an arrival, a credit) cannot leave it asleep, because
     /// either the sleeper is woken through the condition variable, or it is the watcher and
-    /// is woken through the `wake` notification.
+    /// is woken through the `wake` notification. What it waits for are the notifications
+    /// [`awaited`](Self::awaited) by round `number`, gathered only when it has to wait.
     fn drive<T>(
         &self,
+        number: u64,
         budget: &Budget,
         mut decide: impl FnMut(&Self, &mut Exchange) -> Result<(Option<Cleared>, Next<T>)>,
     ) -> Result<T> {
@@ -872,19 +888,16 @@ impl Alltoallv<'_> {
                 .as_ref()
                 .is_some_and(|c| c.posts.is_some() || c.failed.is_some());
             let looking = cleared.as_ref().is_some_and(|c| c.looking);
-            let ids = match next {
-                Next::Done(value) => {
-                    let listeners = guard.listeners();
-                    drop(guard);
-                    let told = self.changed(listeners);
-                    if let Some(cleared) = cleared {
-                        self.post(cleared)?;
-                    }
-                    told?;
-                    return Ok(value);
+            if let Next::Done(value) = next {
+                let listeners = guard.listeners();
+                drop(guard);
+                let told = self.changed(listeners);
+                if let Some(cleared) = cleared {
+                    self.post(cleared)?;
                 }
-                Next::Wait(ids) => ids,
-            };
+                told?;
+                return Ok(value);
+            }
             if posted {
                 let listeners = guard.listeners();
                 drop(guard);
@@ -909,6 +922,10 @@ impl Alltoallv<'_> {
             // `finish` waiting for other threads' posts) it is over.
             let watching = !budget.is_test();
             let deadline = budget.deadline();
+            let ids = match guard.running.as_ref().filter(|run| run.number == number) {
+                Some(run) => self.awaited(run, &guard.owed, &guard.arrivals),
+                None => Awaited::new(),
+            };
             if !watching && ids.is_empty() {
                 return Err(gaspi::Error::Timeout.into());
             }
@@ -968,21 +985,30 @@ impl Alltoallv<'_> {
 
     /// Tells the others that the exchange changed: the threads on the condition variable,
     /// and the watcher (when there is one) through its wake-up notification.
+    /// Inline: most changes have nobody to tell, and a call to find that out cost more than
+    /// the look.
+    #[inline]
     fn changed(&self, listeners: Listeners) -> Result<()> {
         if listeners.sleepers {
             self.changes.notify_all();
         }
         if listeners.watcher {
-            let me = self.member_target(self.me, Timeout::Test.deadline())?;
-            let wake = Notification {
-                id: self.layout.wake(),
-                value: 1,
-            };
-            if self.credits.outstanding() > self.layout.members() {
-                self.credits.test()?;
-            }
-            self.credits.notify(&me, wake)?;
+            self.wake_watcher()?;
         }
+        Ok(())
+    }
+
+    /// Sets the watcher's wake-up notification.
+    fn wake_watcher(&self) -> Result<()> {
+        let me = self.member_target(self.me, Timeout::Test.deadline())?;
+        let wake = Notification {
+            id: self.layout.wake(),
+            value: 1,
+        };
+        if self.credits.outstanding() > self.layout.members() {
+            self.credits.test()?;
+        }
+        self.credits.notify(&me, wake)?;
         Ok(())
     }
 
@@ -1080,7 +1106,7 @@ impl Alltoallv<'_> {
                 });
             }
         }
-        let running = self.drive(budget, |a2a, ex| {
+        let running = self.drive(number, budget, |a2a, ex| {
             let Some(run) = ex.running.as_mut().filter(|run| run.number == number) else {
                 return Ok((None, Next::Done(false)));
             };
@@ -1096,14 +1122,14 @@ impl Alltoallv<'_> {
             let awaits = !run.pending.is_empty() || run.waiting > 0;
             // Blocks other threads cleared may not be in the batch yet (this call's own are
             // posted before `drive` returns): the wait for the batch must come after theirs.
-            let own = u32::from(cleared.posts.is_some());
+            let own = u32::from(cleared.as_ref().is_some_and(|c| c.posts.is_some()));
             let others = ex.posting > own;
             ex.finishing |= others;
             let next = match awaits || others {
-                true => Next::Wait(a2a.awaited(run, &ex.owed, &ex.arrivals)),
+                true => Next::Wait,
                 false => Next::Done(true),
             };
-            Ok((Some(cleared), next))
+            Ok((cleared, next))
         })?;
         if !running {
             return Ok(());
@@ -1134,7 +1160,6 @@ impl Exchange {
 }
 
 /// What a decision cleared: blocks for posting, if any, and why others stay waiting.
-#[derive(Default)]
 struct Cleared {
     posts: Option<Posts>,
     /// A waiting block's target is being looked up, which no notification of the control
@@ -1155,11 +1180,15 @@ struct Posts {
     source: SegmentId,
 }
 
+/// A round begun with its blocks: what they cleared, to post, and who must be told.
+type Begun = (Option<Cleared>, Listeners);
+
 /// A decision of [`Alltoallv::drive`]'s caller.
 enum Next<T> {
     Done(T),
-    /// Wait for one of these notifications, from these ranks.
-    Wait(Awaited),
+    /// Wait for something to change: one of the notifications the round awaits (gathered by
+    /// `drive` only when it has to wait), or another thread's progress.
+    Wait,
 }
 
 /// Whether a block of member `member` may be handed out: its previous block, if any, was reset, so
