@@ -216,11 +216,11 @@ enum Send {
     Posted,
 }
 
-/// A block cleared for posting.
+/// A block cleared for posting: destination `index` of the plan, from `offset`. Its target
+/// is the plan's (`PlanData::targets`), resolved before the block was cleared.
 struct Post {
     index: usize,
     offset: u64,
-    target: Target,
 }
 
 /// One round of a plan, shared by any number of threads (the handle is `Sync`): see
@@ -564,8 +564,8 @@ impl Alltoallv<'_> {
                 continue;
             };
             // Before the credit is taken: a block whose target is not known yet keeps it.
-            let target = match self.destination_target(&run.plan, index) {
-                Ok(Some(target)) => target,
+            match self.destination_target(&run.plan, index) {
+                Ok(Some(_)) => {}
                 Ok(None) => {
                     looking = true;
                     continue;
@@ -574,7 +574,7 @@ impl Alltoallv<'_> {
                     failed.get_or_insert(e);
                     continue;
                 }
-            };
+            }
             let d = &run.plan.destinations[index];
             let member = run.plan.destination_members[index];
             // Every destination is a member (the plan's destination_members).
@@ -590,11 +590,7 @@ impl Alltoallv<'_> {
             owed[run.parity as usize] = run.tag;
             run.sends[index] = Send::Posted;
             run.waiting -= 1;
-            posts.push(Post {
-                index,
-                offset,
-                target,
-            });
+            posts.push(Post { index, offset });
         }
         let posts = (!posts.is_empty()).then(|| {
             *posting += 1;
@@ -690,7 +686,10 @@ impl Alltoallv<'_> {
                 self.batch
                     .write_notify(&src, post.offset, table, slot, d.bytes, notification)?;
             } else {
-                let data = &post.target;
+                // Set before the block was cleared, and a `OnceLock` stays set.
+                let data = posts.plan.targets[post.index].get().ok_or_else(|| {
+                    gaspi::Error::Protocol(format!("no target for rank {}", d.rank))
+                })?;
                 self.batch.write_notify_to(
                     &src,
                     post.offset,
