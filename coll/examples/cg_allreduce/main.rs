@@ -122,12 +122,8 @@ fn main() -> ExitCode {
             "all" => &[Lib::Engine, Lib::Runtime, Lib::Floor],
             _ => return Err(usage.into()),
         };
-        // Whether the partners of rank 0 come late, or rank 0 does; neither in lock step.
-        let late = match mode.as_str() {
-            "late" => Some(true),
-            "there" => Some(false),
-            "step" => None,
-            _ => return Err(usage.into()),
+        let Some(late) = support::late_case(mode) else {
+            return Err(usage.into());
         };
         let iters: usize = iters.parse().map_err(|_| usage.to_string())?;
         run(libs, late, iters)

@@ -136,3 +136,15 @@ pub fn from_bytes(bytes: &[u8]) -> Vec<f64> {
         })
         .collect()
 }
+
+/// The case of a callgrind harness's program (`cg_allreduce`, `cg_gasnet`): whether every rank
+/// but 0 comes late (`late`: `Some(true)`), rank 0 does (`there`: `Some(false)`), or nobody, the
+/// ranks calling in lock step (`step`: `None`); `None` outside for another word.
+pub fn late_case(mode: &str) -> Option<Option<bool>> {
+    match mode {
+        "late" => Some(Some(true)),
+        "there" => Some(Some(false)),
+        "step" => Some(None),
+        _ => None,
+    }
+}
