@@ -83,14 +83,24 @@ impl Choices {
 /// The blocks an operation moves, for cutting it into pieces: the block sizes of the
 /// caller's source and destination (packed in order), the largest block of any member (the
 /// same on every member, so that members cut alike), a bound on any member's staging of the
-/// whole operation (its algorithm's, the same on every member), and the alignment of cuts.
+/// whole operation (its algorithm's, the same on every member), whether that bound is at most
+/// [`SMALL_STAGING`], and the alignment of cuts.
 pub(crate) struct Shape<'s> {
     src: Sizes<'s>,
     dst: Sizes<'s>,
     largest: u64,
     bound: u64,
+    small: bool,
     align: u64,
 }
+
+/// A data operation whose staging is bounded by this many bytes on every member stages in half
+/// lanes (where half a lane holds it), so that eager runs of it go `2 · lanes` deep instead of
+/// `lanes`: a root runs twice as far ahead of its slowest receiver before it waits for that
+/// receiver's count. Larger ones stay in whole lanes, where the deeper staging cost more in
+/// cache than it saved in waiting (a 1 MiB broadcast at 2 ranks: 105 µs in whole lanes,
+/// 130–160 µs in halves).
+const SMALL_STAGING: u64 = 4 << 10;
 
 /// The sizes of a buffer's blocks, packed in order: described rather than listed, so that
 /// an operation that is not cut allocates nothing for them.
@@ -127,17 +137,31 @@ impl<'s> Shape<'s> {
             dst,
             largest,
             bound,
+            small: bound <= SMALL_STAGING,
             align: 1,
         }
     }
 
-    /// An operation that is never cut: one piece whatever its size.
+    /// `self` for a v form, which stays in whole lanes whatever its size: a member whose
+    /// edges all carry nothing (a zero count) lists no credits, and so would stage whole where
+    /// the others stage in halves (the engine makes compact only runs that list credits),
+    /// which timed out an eager scatterv of 100 B at 4 ranks whose member 0 had none.
+    fn uneven(self) -> Shape<'s> {
+        Shape {
+            small: false,
+            ..self
+        }
+    }
+
+    /// An operation that is never cut: one piece whatever its size (its staging unbounded
+    /// here, and so never small).
     fn whole() -> Shape<'s> {
         Shape {
             src: Sizes::Each(&[]),
             dst: Sizes::Each(&[]),
             largest: 0,
             bound: 0,
+            small: false,
             align: 1,
         }
     }
@@ -150,6 +174,7 @@ impl<'s> Shape<'s> {
             dst: Sizes::Same(1, len),
             largest: len,
             bound,
+            small: bound <= SMALL_STAGING,
             align: align.max(1),
         }
     }
@@ -306,13 +331,11 @@ impl<'c> Team<'c> {
         let heaviest = |cut: Cut| (0..n).map(|m| build(m, cut).stage).max().unwrap_or(0);
         if shape.bound <= lane || heaviest(whole) <= lane {
             // Built (and the half lane decided) only when the engine has no plan for the key.
-            // Only folding operations use half lanes: half lanes let eager runs go twice as
-            // deep, which for large data operations cost more in cache than it saved in
-            // waiting (a 1 MiB broadcast at 2 ranks: 105 µs in whole lanes, 130–160 µs in
-            // halves).
-            let folds = reducer.is_some();
+            // Folding operations and small data operations use half lanes (see
+            // `SMALL_STAGING`).
+            let deep = reducer.is_some() || shape.small;
             let schedule = || {
-                let half = folds && (shape.bound <= lane / 2 || heaviest(whole) <= lane / 2);
+                let half = deep && (shape.bound <= lane / 2 || heaviest(whole) <= lane / 2);
                 Ok((self.synchronised(build(me, whole), flags)?, half))
             };
             let prepared = Prepared::Keyed {
@@ -606,7 +629,8 @@ impl<'c> Team<'c> {
             Sizes::Each(counts),
             Sizes::Same(1, counts[me as usize]),
             stage_bound(total),
-        );
+        )
+        .uneven();
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
@@ -727,7 +751,8 @@ impl<'c> Team<'c> {
             Sizes::Same(1, counts[me as usize]),
             Sizes::Each(counts),
             stage_bound(total),
-        );
+        )
+        .uneven();
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
@@ -855,7 +880,8 @@ impl<'c> Team<'c> {
             Sizes::Same(1, counts[me as usize]),
             Sizes::Each(counts),
             stage_bound(total),
-        );
+        )
+        .uneven();
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.move_data(
             &[7, signature(counts)],
