@@ -35,7 +35,20 @@ const RELEASE_TRIES: usize = 4;
 struct Retired<T> {
     /// Numbered in retirement order, so a deferred release finds its own.
     values: Vec<(u64, Arc<T>)>,
+    /// Values a deferred release took off `values` and is dropping (without the lock): still
+    /// counted by [`Slots::release_retired`], whose 0 promises that their drops have ended.
+    dropping: usize,
     next: u64,
+}
+
+/// A deferred release's value being dropped, counted in [`Retired::dropping`] until the drop
+/// has ended (also when the value's destructor panics).
+struct Dropping<'a, T>(&'a Mutex<Retired<T>>);
+
+impl<T> Drop for Dropping<'_, T> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).dropping -= 1;
+    }
 }
 
 /// A fixed number of slots, each empty or holding an `Arc<T>`, read without locks.
@@ -130,6 +143,7 @@ impl<T: Send + Sync + 'static> Slots<T> {
                 .collect(),
             retired: Arc::new(Mutex::new(Retired {
                 values: Vec::new(),
+                dropping: 0,
                 next: 0,
             })),
         }
@@ -216,10 +230,16 @@ impl<T: Send + Sync + 'static> Slots<T> {
             if let Some(list) = list.upgrade() {
                 let mut retired = list.lock().unwrap_or_else(|e| e.into_inner());
                 let at = retired.values.iter().position(|(other, _)| *other == id);
-                let value = at.map(|at| retired.values.swap_remove(at));
+                let Some((_, value)) = at.map(|at| retired.values.swap_remove(at)) else {
+                    return;
+                };
+                retired.dropping += 1;
                 drop(retired);
-                // The value's destructor (if this was its last count) runs without the lock.
+                // The value's destructor (if this was its last count) runs without the lock,
+                // counted until it ends.
+                let dropping = Dropping(&list);
                 drop(value);
+                drop(dropping);
             }
         });
         // Hand the release to the epoch's collection now rather than when this thread's bag
@@ -239,9 +259,10 @@ impl<T: Send + Sync + 'static> Slots<T> {
     /// Tries to release the values this table unlinked so far ([`replace`](Self::replace) runs
     /// their release when no other thread is pinned; one that was is released later, inside
     /// some pin), and returns how many still wait: each is held back by a loan that some
-    /// thread took before it was unlinked (or by a pin of that thread's own). 0 means every
-    /// replaced or removed value has been released by the table, its destructor run unless
-    /// other `Arc`s of it are alive.
+    /// thread took before it was unlinked (or by a pin of that thread's own), or is being
+    /// dropped by the thread that released it. 0 means every replaced or removed value has
+    /// been released by the table and that drop has ended, its destructor run unless other
+    /// `Arc`s of it are alive.
     ///
     /// Costs a few pins of this thread's own when something waits, one lock otherwise; call it
     /// outside any loan of this thread, whose pin would hold the values back itself.
@@ -261,7 +282,8 @@ impl<T: Send + Sync + 'static> Slots<T> {
     /// ```
     pub fn release_retired(&self) -> usize {
         self.collect_until(|retired| retired.values.is_empty());
-        self.lock().values.len()
+        let retired = self.lock();
+        retired.values.len() + retired.dropping
     }
 
     /// Moves the epoch on with a few pins of this thread's own, running the releases that
@@ -428,6 +450,68 @@ mod tests {
                 std::thread::yield_now();
             }
             assert_eq!(drops.load(Ordering::SeqCst), 1, "released by the calls");
+        });
+    }
+
+    /// Tells `started` when its drop begins, then waits for `go` (10 s at most, so that a
+    /// failed test ends) before it counts the drop.
+    struct Gated {
+        started: std::sync::mpsc::Sender<()>,
+        go: Mutex<std::sync::mpsc::Receiver<()>>,
+        drops: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Gated {
+        fn drop(&mut self) {
+            let _ = self.started.send(());
+            let go = self.go.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = go.recv_timeout(std::time::Duration::from_secs(10));
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_value_counts_as_waiting_until_its_drop_has_ended() {
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let slots = Slots::new(1);
+        let gated = Gated {
+            started: started_tx,
+            go: Mutex::new(go_rx),
+            drops: Arc::clone(&drops),
+        };
+        slots
+            .try_insert(0, Arc::new(gated))
+            .map_err(|_| "inserted")
+            .unwrap();
+        let (lent, ended) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let loan = slots.get(0).expect("present");
+                lent.wait();
+                ended.wait();
+                drop(loan);
+                // Runs the release here (or a pin of another thread does): its drop waits.
+                slots.release_retired();
+            });
+            lent.wait();
+            drop(slots.replace(0, None));
+            ended.wait();
+            let began = started.recv_timeout(std::time::Duration::from_secs(10));
+            began.expect("the release began");
+            assert_eq!(slots.release_retired(), 1, "counted while its drop runs");
+            go.send(()).expect("the drop waits");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while slots.release_retired() != 0 {
+                assert!(std::time::Instant::now() < deadline, "never released");
+                std::thread::yield_now();
+            }
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                1,
+                "dropped once it no longer counts"
+            );
         });
     }
 
