@@ -442,15 +442,20 @@ mod tests {
             assert_eq!(drops.load(Ordering::SeqCst), 0);
             release.wait();
             lent.wait();
-            // Other tests of this process pin the same (global) epoch meanwhile and may hold
-            // the release back for a moment of their own.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while slots.release_retired() != 0 {
-                assert!(std::time::Instant::now() < deadline, "never released");
-                std::thread::yield_now();
-            }
+            released_within_10_s(&slots);
             assert_eq!(drops.load(Ordering::SeqCst), 1, "released by the calls");
         });
+    }
+
+    /// Calls `release_retired` until it counts nothing, failing after 10 s: other tests of this
+    /// process pin the same (global) epoch meanwhile and may hold a release back for a moment
+    /// of their own.
+    fn released_within_10_s<T: Send + Sync + 'static>(slots: &Slots<T>) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while slots.release_retired() != 0 {
+            assert!(std::time::Instant::now() < deadline, "never released");
+            std::thread::yield_now();
+        }
     }
 
     /// Tells `started` when its drop begins, then waits for `go` (10 s at most, so that a
@@ -481,10 +486,7 @@ mod tests {
             go: Mutex::new(go_rx),
             drops: Arc::clone(&drops),
         };
-        slots
-            .try_insert(0, Arc::new(gated))
-            .map_err(|_| "inserted")
-            .unwrap();
+        assert!(slots.try_insert(0, Arc::new(gated)).is_ok(), "inserted");
         let (lent, ended) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -502,11 +504,7 @@ mod tests {
             began.expect("the release began");
             assert_eq!(slots.release_retired(), 1, "counted while its drop runs");
             go.send(()).expect("the drop waits");
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while slots.release_retired() != 0 {
-                assert!(std::time::Instant::now() < deadline, "never released");
-                std::thread::yield_now();
-            }
+            released_within_10_s(&slots);
             assert_eq!(
                 drops.load(Ordering::SeqCst),
                 1,
