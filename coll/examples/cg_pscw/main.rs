@@ -11,9 +11,21 @@
 //! After 20 rounds of warm-up (tables looked up, segments resolved), each of the `ITERS`
 //! counted rounds calls the window (or the runtime) through one function per call
 //! (`start_call`, `write_call`, ... `take_call`), which the script's callgrind collects alone.
-//! * `there` (the default): before its wait (or take) in a counted round rank 0 sleeps 1 ms,
-//!   so that what it waits for is there, whatever the load: every call it makes takes the same
-//!   path in every round, and the counts repeat.
+//! * `there` (the default): before its wait (or take) in a counted round rank 0 waits, outside
+//!   the counted functions, until what that call waits for is there, and then sleeps 1 ms:
+//!   every call it makes takes the same path in every round, and the counts repeat whatever
+//!   the load. For the take, it waits for the block's notification without resetting it
+//!   (`notify_waitsome`). The window's `done` is in the window's own table, which the
+//!   example cannot see, so rank 1 tells rank 0 that its `complete` returned with a
+//!   notification of its own ([`THERE`], in the window segment's table), which rank 0 waits
+//!   for and takes first. Towards a rank reached directly, `done` is set before `complete`
+//!   returns, so that notification never comes before it. Through the fabric (with
+//!   `GASPI_INTRANODE=fabric`) the two go on different queues and `done` may still be on its
+//!   way; the wait then sleeps, and that round's wait counts its way to the sleep.
+//!   The sleep is what the `there` way did alone before (too short for the native rank at a
+//!   load of 10 and more): rank 1, waiting meanwhile, goes to sleep, so that rank 0's next
+//!   notifications count waking it, as they did then. Without the sleep they mostly find
+//!   it still spinning and count no wake (about 15 instructions less per notification).
 //! * `step`: nobody sleeps, as in the bench's loop; a wait that finds nothing set goes to
 //!   sleep, and its way there is counted (the waiting loop itself is left out by the script),
 //!   so the counts move with how often that happens.
@@ -37,8 +49,12 @@ use support::Outcome;
 const TIMEOUT: Timeout = Timeout::Millis(60_000);
 /// Rounds before those counted.
 const WARMUP: u64 = 20;
-/// How long rank 0 sleeps before its wait in a counted round.
+/// How long rank 0 sleeps before its wait in a counted round of the `there` way, once what it
+/// waits for is there.
 const LATE: std::time::Duration = std::time::Duration::from_millis(1);
+/// The notification of the window segment's table by which rank 1 tells rank 0, in the
+/// counted rounds of the `there` way, that its access epoch completed.
+const THERE: gaspi::NotificationId = 1;
 /// The window's segment (the ping-pong's destination), and the segment blocks are written
 /// from.
 const WINDOW: gaspi::SegmentId = 0;
@@ -99,17 +115,26 @@ fn access(win: &mut Window<'_>, peer: Rank, counted: bool) -> gaspi_coll::Result
 }
 
 /// One exposure epoch for `peer`'s 8 bytes; through the counted functions when `counted`,
-/// after sleeping [`LATE`] when `late`.
-fn expose(win: &mut Window<'_>, peer: Rank, counted: bool, late: bool) -> gaspi_coll::Result<()> {
+/// waiting (uncounted) for the peer's [`THERE`], then sleeping [`LATE`], before the wait when
+/// `late`.
+fn expose(
+    ctx: &Context,
+    win: &mut Window<'_>,
+    peer: Rank,
+    counted: bool,
+    late: bool,
+) -> Outcome<()> {
     if counted {
         post_call(win, peer)?;
         if late {
+            ctx.notify_waitsome(WINDOW, THERE, 1, TIMEOUT)?;
+            ctx.notify_reset(WINDOW, THERE)?;
             std::thread::sleep(LATE);
         }
-        wait_call(win)
+        Ok(wait_call(win)?)
     } else {
         win.post(&[peer], Assert::NONE, TIMEOUT)?;
-        win.wait(TIMEOUT)
+        Ok(win.wait(TIMEOUT)?)
     }
 }
 
@@ -131,11 +156,12 @@ fn send(ctx: &Context, peer: Rank, round: u32, counted: bool) -> gaspi::Result<(
     )
 }
 
-/// Takes the peer's block; through the counted function when `counted`, after sleeping
-/// [`LATE`] when `late`.
+/// Takes the peer's block; through the counted function when `counted`, after waiting
+/// (uncounted, without taking it) until it is there, then sleeping [`LATE`], when `late`.
 fn take(ctx: &Context, counted: bool, late: bool) -> gaspi::Result<u32> {
     if counted {
         if late {
+            ctx.notify_waitsome(WINDOW, 0, 1, TIMEOUT)?;
             std::thread::sleep(LATE);
         }
         return take_call(ctx);
@@ -163,7 +189,7 @@ fn main() -> ExitCode {
     })
 }
 
-/// The ping-pongs; rank 0 sleeps before its waits when `late`.
+/// The ping-pongs; rank 0 waits until what its counted waits wait for is there when `late`.
 fn run(epochs: bool, iters: u64, late: bool) -> Outcome<()> {
     let ctx = Context::init()?;
     if ctx.size() != 2 {
@@ -194,14 +220,21 @@ fn run(epochs: bool, iters: u64, late: bool) -> Outcome<()> {
             (true, true) => {
                 fill()?;
                 access(&mut win, peer, counted)?;
-                expose(&mut win, peer, counted, late)?;
+                expose(&ctx, &mut win, peer, counted, late)?;
                 check()?;
             }
             (true, false) => {
-                expose(&mut win, peer, counted, false)?;
+                expose(&ctx, &mut win, peer, counted, false)?;
                 check()?;
                 fill()?;
                 access(&mut win, peer, counted)?;
+                if counted && late {
+                    let n = Notification {
+                        id: THERE,
+                        value: 1,
+                    };
+                    ctx.notify(peer, WINDOW, n, 0)?;
+                }
             }
             (false, true) => {
                 fill()?;
