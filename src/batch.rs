@@ -363,7 +363,7 @@ impl Batch<'_> {
     /// [`Error::UnknownSegment`] for an operation accepted through a target whose segment,
     /// as its lookup then found, its rank had deleted (see [`write`](Self::write)).
     pub fn wait(&self, timeout: Timeout) -> Result<()> {
-        self.ctx.inner.wait_queue(&self.queue, timeout.deadline())
+        self.ctx.inner.wait_queue_within(&self.queue, timeout)
     }
 
     /// Whether every operation completed; drives progress once when not, never blocks.
