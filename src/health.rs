@@ -374,10 +374,20 @@ impl Health {
     }
 
     /// Of `ranks` marked dead, the one marked first (see [`first_failed`](Self::first_failed)).
+    ///
+    /// Inlined, as [`known`](Self::known), for every watched wait's look before it starts:
+    /// called, the look cost ~20 instructions while no rank has failed.
+    #[inline]
     pub(crate) fn first_known(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
+        self.first_known_marked(ranks)
+    }
+
+    /// [`first_known`](Self::first_known) once some rank has been marked.
+    #[cold]
+    fn first_known_marked(&self, ranks: impl Iterator<Item = Rank>) -> Option<Error> {
         let first = ranks
             .filter(|&r| self.known(r).is_some())
             .min_by_key(|&r| self.marked_order(r))?;

@@ -1559,7 +1559,7 @@ fn killed_target_4_shm() {
 const BLOCKED_DETECTION_BOUND_US: u64 = 300_000;
 
 /// `blocked-death`: the last rank kills itself while the others sleep in a `notify_wait_any`
-/// naming it and in a barrier, with 20 s timeouts. Each wait must fail naming it within
+/// and a `notify_wait_range` naming it and in a barrier, with 20 s timeouts. Each wait must fail naming it within
 /// [`BLOCKED_DETECTION_BOUND_US`] of the victim's last clock reading (each survivor's latency
 /// is printed on stderr, shown with `--nocapture`); the survivors' group goes on, and finalize
 /// names the dead rank.
@@ -1572,7 +1572,7 @@ fn blocked_death(provider: &str) {
     let mode = common::intranode_mode();
     for rank in 0..dead {
         let data = job.data(SCENARIO, rank);
-        for wait in ["wait_any", "barrier"] {
+        for wait in ["wait_any", "wait_range", "barrier"] {
             assert_eq!(
                 data.get(wait),
                 failed,

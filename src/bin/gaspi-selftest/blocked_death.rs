@@ -3,8 +3,8 @@
 //!
 //! Every survivor tells the victim that it is about to block, then one of its threads waits
 //! in `notify_wait_any` for a notification that only the victim would set (naming the victim
-//! as its sender), and another in a barrier that the victim never enters, both with a 20 s
-//! timeout. Once every survivor has told it, the victim lets them fall asleep in those waits,
+//! as its sender), another likewise in `notify_wait_range` for a range of them, and a third in
+//! a barrier that the victim never enters, all with a 20 s timeout. Once every survivor has told it, the victim lets them fall asleep in those waits,
 //! reads the host's monotonic clock, reports the reading and its pid on its data line and
 //! kills itself. Each wait must fail with `RankFailed` naming the victim; each survivor
 //! reports when each failed, on the same clock, so that the tests can bound how long after
@@ -47,29 +47,38 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     ctx.wait(QUEUE, TIMEOUT)
         .doing(|| "waiting for the notification to the victim")?;
     let segment = ctx.segment(SEG).doing(|| "the segment's handle")?;
-    let (waiting, (barrier, barrier_at)) = std::thread::scope(|s| {
+    let (waiting, ranging, (barrier, barrier_at)) = std::thread::scope(|s| {
         let waiter = s.spawn(|| {
             let got = ctx.notify_wait_any(&[segment.range(NEVER, 1)], &[victim], BLOCKED);
             (got, monotonic_us())
         });
+        let ranger = s.spawn(|| {
+            let got = ctx.notify_wait_range(segment.range(NEVER + 1, 2), &[victim], BLOCKED);
+            (got, monotonic_us())
+        });
         let barrier = ctx.barrier(BLOCKED);
         let barrier_at = monotonic_us();
-        (waiter.join(), (barrier, barrier_at))
+        (waiter.join(), ranger.join(), (barrier, barrier_at))
     });
     let (waited, waited_at) =
         waiting.map_err(|_| Failure("the thread in notify_wait_any panicked".into()))?;
+    let (ranged, ranged_at) =
+        ranging.map_err(|_| Failure("the thread in notify_wait_range panicked".into()))?;
     let mut data = Data::default();
     data.outcome("wait_any", &waited);
     data.put("wait_any_at_us", waited_at);
+    data.outcome("wait_range", &ranged);
+    data.put("wait_range_at_us", ranged_at);
     data.outcome("barrier", &barrier);
     data.put("barrier_at_us", barrier_at);
     expect_failed("notify_wait_any naming the victim", waited, victim)?;
+    expect_failed("notify_wait_range naming the victim", ranged, victim)?;
     expect_failed("the barrier the victim never entered", barrier, victim)?;
     survivors_group(ctx, victim, &mut data)?;
     Ok(Report {
         summary: format!(
-            "rank {victim} was killed while this rank waited for it in notify_wait_any and a \
-             barrier: both failed naming it, and the survivors' group went on without it"
+            "rank {victim} was killed while this rank waited for it in notify_wait_any, \
+             notify_wait_range and a barrier: all failed naming it, and the survivors' group went on without it"
         ),
         data,
     })

@@ -123,8 +123,9 @@ Scenarios:
                barrier and an allreduce (needs 3+ ranks and
                `gaspirun --keep-going`)
   blocked-death  the last rank kills itself (SIGKILL) while every other rank
-               sleeps in a notify_wait_any naming it and in a barrier, with
-               20 s timeouts: both fail with RankFailed naming it (each
+               sleeps in a notify_wait_any and a notify_wait_range naming it
+               and in a barrier, with 20 s timeouts: all fail with RankFailed
+               naming it (each
                reports when, on the host's monotonic clock, beside the
                victim's last reading), and a group of the survivors goes on
                (needs 3+ ranks and `gaspirun --keep-going`)
