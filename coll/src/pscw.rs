@@ -1357,10 +1357,11 @@ impl<'c> Window<'c> {
     ) -> Result<()> {
         let deadline = due.deadline();
         match (waiting.next(), waiting.next()) {
-            // One peer, the usual case: nothing to allocate before the wait starts polling.
+            // One peer, the usual case: nothing to allocate or gather before the wait starts
+            // polling.
             (Some((id, rank)), None) => {
                 let range = self.control.range(id, 1);
-                self.ctx.notify_wait_any(&[range], &[rank], deadline)?;
+                self.ctx.notify_wait_range(range, &[rank], deadline)?;
             }
             // A halo's few neighbours fit on the stack: a wait allocates nothing.
             (first, second) => {
