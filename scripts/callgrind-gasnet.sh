@@ -4,8 +4,8 @@
 # rank 0 (the other ranks run natively), so that they repeat whatever the machine's load:
 # `scripts/callgrind-gasnet.sh [RANKS...]` (default 4), over shm with GASPI_INTRANODE as set
 # (direct by default), on the build of `coll/examples/cg_gasnet` in profile $CG_PROFILE (default
-# ci; `CG_PROFILE=release` counts what the bench runs). $CG_OPS narrows the operations (default
-# "broadcast scatter gather").
+# ci; `CG_PROFILE=release` counts what the bench runs). $CG_OPS chooses the operations (default
+# "broadcast scatter gather"; `scatterv` and `gatherv`, every count 8 B, may be named too).
 #
 # Three cases per role: `late` (the others come late: rank 0 initiates first, and waits where
 # it receives), `there` (rank 0 comes late: what it receives is there, and its credits back)

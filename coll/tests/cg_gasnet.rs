@@ -1,8 +1,8 @@
 //! The callgrind harness's program (`cg_gasnet`, see `scripts/callgrind-gasnet.sh`) as real
 //! jobs of four processes under `gaspirun`, over `tcp` and `shm`, with `GASPI_INTRANODE` set
-//! either way: a few calls of each rooted 8 B collective with rank 0 as root and as leaf, every
-//! block checked by the program itself, which fails the job on a mismatch; here, that every
-//! rank ran the case through.
+//! either way: a few calls of each rooted 8 B collective (and of the v forms) with rank 0 as
+//! root and as leaf, every block checked by the program itself, which fails the job on a
+//! mismatch; here, that every rank ran the case through.
 
 #![forbid(unsafe_code)]
 
@@ -37,4 +37,6 @@ jobs! {
     scatter_leaf_direct_shm: check("shm", "direct", "scatter", "leaf");
     gather_root_fabric_tcp: check("tcp", "fabric", "gather", "root");
     gather_leaf_fabric_shm: check("shm", "fabric", "gather", "leaf");
+    scatterv_root_direct_shm: check("shm", "direct", "scatterv", "root");
+    gatherv_leaf_fabric_tcp: check("tcp", "fabric", "gatherv", "leaf");
 }

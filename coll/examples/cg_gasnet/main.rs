@@ -1,10 +1,10 @@
 //! An 8 B rooted collective of GASNet's set repeated, for instruction counts under callgrind
 //! (`scripts/callgrind-gasnet.sh` runs it), and checked: `cg_gasnet
-//! broadcast|scatter|gather root|leaf late|there|step ITERS`.
+//! broadcast|scatter|gather|scatterv|gatherv root|leaf late|there|step ITERS`.
 //!
 //! Every rank calls the operation `ITERS` times on a team of all ranks, after 20 calls of
 //! warm-up, with blocks of 8 bytes and `Flags::EAGER`, as `bench.sh gasnet` does (blocking
-//! calls, no barrier between them). Rank 0, the one callgrind counts, is the root (`root`) or
+//! calls, no barrier between them; the v forms with every count 8). Rank 0, the one callgrind counts, is the root (`root`) or
 //! a leaf of the tree (`leaf`: the root is rank 1, so that rank 0 is the last member of the
 //! tree relative to it, which no tree gives children). The counted calls go through
 //! [`counted`], which the script's callgrind collects alone (the warm-up goes around it).
@@ -55,21 +55,34 @@ enum Op {
     Broadcast,
     Scatter,
     Gather,
+    Scatterv,
+    Gatherv,
 }
 
-/// One call of `op`; not inlined, so that callgrind can collect it alone.
+/// A call's operation, root and the counts of the v forms (made once, outside the counted
+/// calls).
+struct Call<'a> {
+    op: Op,
+    root: Rank,
+    counts: &'a [u64],
+}
+
+/// One call; not inlined, so that callgrind can collect it alone.
 #[inline(never)]
-fn counted(team: &Team<'_>, op: Op, root: Rank, src: &[u8], dst: &mut [u8]) -> Outcome<()> {
-    call(team, op, root, src, dst)
+fn counted(team: &Team<'_>, c: &Call<'_>, src: &[u8], dst: &mut [u8]) -> Outcome<()> {
+    call(team, c, src, dst)
 }
 
-/// One blocking call of `op` with the bench's flags.
-fn call(team: &Team<'_>, op: Op, root: Rank, src: &[u8], dst: &mut [u8]) -> Outcome<()> {
+/// One blocking call with the bench's flags.
+fn call(team: &Team<'_>, c: &Call<'_>, src: &[u8], dst: &mut [u8]) -> Outcome<()> {
+    let (root, counts) = (c.root, c.counts);
     let flags = Flags::EAGER;
-    match op {
+    match c.op {
         Op::Broadcast => team.broadcast(dst, root, src, flags, TIMEOUT)?,
         Op::Scatter => team.scatter(dst, root, src, flags, TIMEOUT)?,
         Op::Gather => team.gather(root, dst, src, flags, TIMEOUT)?,
+        Op::Scatterv => team.scatterv(dst, root, src, counts, flags, TIMEOUT)?,
+        Op::Gatherv => team.gatherv(root, dst, src, counts, flags, TIMEOUT)?,
     }
     Ok(())
 }
@@ -81,7 +94,8 @@ fn stamp(call: usize, from: Rank, to: Rank) -> [u8; BYTES] {
 
 fn main() -> ExitCode {
     support::main_of("cg_gasnet", |args| {
-        let usage = "usage: cg_gasnet broadcast|scatter|gather root|leaf late|there|step ITERS";
+        let usage = "usage: cg_gasnet broadcast|scatter|gather|scatterv|gatherv root|leaf \
+                     late|there|step ITERS";
         let [op, role, mode, iters] = args else {
             return Err(usage.into());
         };
@@ -89,6 +103,8 @@ fn main() -> ExitCode {
             "broadcast" => Op::Broadcast,
             "scatter" => Op::Scatter,
             "gather" => Op::Gather,
+            "scatterv" => Op::Scatterv,
+            "gatherv" => Op::Gatherv,
             _ => return Err(usage.into()),
         };
         let root = match role.as_str() {
@@ -128,6 +144,12 @@ fn run(op: Op, root: Rank, late: Option<bool>, iters: usize) -> Outcome<()> {
     let mut src = vec![0u8; nb];
     let mut dst = vec![0u8; nb];
     let mut times = Vec::with_capacity(iters);
+    let counts = vec![BYTES as u64; n as usize];
+    let c = Call {
+        op,
+        root,
+        counts: &counts,
+    };
     ctx.barrier(TIMEOUT)?;
     for i in 0..WARMUP + iters {
         if sleeps && i >= WARMUP {
@@ -136,26 +158,26 @@ fn run(op: Op, root: Rank, late: Option<bool>, iters: usize) -> Outcome<()> {
         // What this rank sends, and the blocks it receives: (range, sender, receiver).
         let (src_len, dst_len, got): (usize, usize, Vec<(usize, Rank, Rank)>) = match op {
             Op::Broadcast => (BYTES, BYTES, vec![(0, root, root)]),
-            Op::Scatter => (nb, BYTES, vec![(0, root, me)]),
-            Op::Gather if me == root => (
+            Op::Scatter | Op::Scatterv => (nb, BYTES, vec![(0, root, me)]),
+            Op::Gather | Op::Gatherv if me == root => (
                 BYTES,
                 nb,
                 (0..n).map(|j| (j as usize * BYTES, j, root)).collect(),
             ),
-            Op::Gather => (BYTES, 0, Vec::new()),
+            Op::Gather | Op::Gatherv => (BYTES, 0, Vec::new()),
         };
         match op {
             Op::Broadcast => src[..BYTES].copy_from_slice(&stamp(i, root, root)),
-            Op::Scatter => {
+            Op::Scatter | Op::Scatterv => {
                 for j in 0..n {
                     let at = j as usize * BYTES;
                     src[at..at + BYTES].copy_from_slice(&stamp(i, root, j));
                 }
             }
-            Op::Gather => src[..BYTES].copy_from_slice(&stamp(i, me, root)),
+            Op::Gather | Op::Gatherv => src[..BYTES].copy_from_slice(&stamp(i, me, root)),
         }
         // Only the root reads its source in the rooted ones but gather.
-        let src_len = if matches!(op, Op::Gather) || me == root {
+        let src_len = if matches!(op, Op::Gather | Op::Gatherv) || me == root {
             src_len
         } else {
             0
@@ -163,10 +185,10 @@ fn run(op: Op, root: Rank, late: Option<bool>, iters: usize) -> Outcome<()> {
         dst[..dst_len].fill(0);
         let (s, d) = (&src[..src_len], &mut dst[..dst_len]);
         if i < WARMUP {
-            call(&team, op, root, s, d)?;
+            call(&team, &c, s, d)?;
         } else {
             let start = Instant::now();
-            counted(&team, op, root, s, d)?;
+            counted(&team, &c, s, d)?;
             times.push(start.elapsed());
         }
         for (at, from, to) in got {
