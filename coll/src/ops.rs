@@ -142,17 +142,6 @@ impl<'s> Shape<'s> {
         }
     }
 
-    /// `self` for a v form, which stays in whole lanes whatever its size: a member whose
-    /// edges all carry nothing (a zero count) lists no credits, and so would stage whole where
-    /// the others stage in halves (the engine makes compact only runs that list credits),
-    /// which timed out an eager scatterv of 100 B at 4 ranks whose member 0 had none.
-    fn uneven(self) -> Shape<'s> {
-        Shape {
-            small: false,
-            ..self
-        }
-    }
-
     /// An operation that is never cut: one piece whatever its size (its staging unbounded
     /// here, and so never small).
     fn whole() -> Shape<'s> {
@@ -629,8 +618,7 @@ impl<'c> Team<'c> {
             Sizes::Each(counts),
             Sizes::Same(1, counts[me as usize]),
             stage_bound(total),
-        )
-        .uneven();
+        );
         let build = |m: u32, cut: Cut| scatter::scatterv(n, m, r, &cut_all(counts, cut), algo);
         let words = [3, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
@@ -751,8 +739,7 @@ impl<'c> Team<'c> {
             Sizes::Same(1, counts[me as usize]),
             Sizes::Each(counts),
             stage_bound(total),
-        )
-        .uneven();
+        );
         let build = |m: u32, cut: Cut| gather::gatherv(n, m, r, &cut_all(counts, cut), algo);
         let words = [5, u64::from(r), signature(counts), tree_word(algo)];
         self.move_data(&words, &[counts], flags, name, shape, build, lend, src, dst)
@@ -880,8 +867,7 @@ impl<'c> Team<'c> {
             Sizes::Same(1, counts[me as usize]),
             Sizes::Each(counts),
             stage_bound(total),
-        )
-        .uneven();
+        );
         let build = |m: u32, cut: Cut| all::gather_allv(n, m, &cut_all(counts, cut), algo);
         self.move_data(
             &[7, signature(counts)],

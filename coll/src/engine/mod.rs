@@ -22,12 +22,12 @@
 //! members that had nothing to send in some made the next collective fail with `Mismatch`).
 //!
 //! # Skipped credits
-//! A run of a schedule that lists its credits (see the [schedule](crate::schedule)) and
-//! needs at most half a lane on *every* member (the caller says so: members' stagings
-//! differ, and each must decide alike) is *compact*: it stages in the half of its lane given by the
-//! parity of `seq / lanes`, as its notifications. A compact run of a gathering schedule
-//! skips its credits when the run before it on its lane was compact and gathering (or there
-//! was none); a schedule that is not gathering keeps them, since a credit also carries its
+//! A run of a schedule that needs at most half a lane on *every* member (the caller says so:
+//! members' stagings differ, and each must decide alike, so nothing of a member's own
+//! schedule, not even whether it lists credits, takes part) is *compact*: it stages in the
+//! half of its lane given by the parity of `seq / lanes`, as its notifications. A compact
+//! run of a gathering schedule skips its credits when the run before it on its lane was
+//! compact and gathering (or there was none); a schedule that is not gathering keeps them, since a credit also carries its
 //! receiver's arguments, and a receiver whose senders disagree among themselves (two members
 //! each taking itself for the root) could not tell otherwise. That is safe:
 //! a member that runs `seq` has completed `seq − lanes`, which, gathering, every member had
@@ -1179,8 +1179,11 @@ impl<'c> Engine<'c> {
 
     /// `schedule` checked against a lane, placed in its half of the lane if it is compact,
     /// and planned.
-    /// The run is compact only if `half` says every member's staging fits half a lane:
-    /// members must agree, and their stagings differ.
+    /// The run is compact exactly when `half` says every member's staging fits half a lane:
+    /// members must agree, and nothing of this member's own schedule may decide it, since
+    /// their schedules differ (a member of a v form whose edges all carry nothing lists no
+    /// credits, and staged whole while the others staged in halves when its credits counted:
+    /// an eager scatterv of 100 B at 4 ranks whose member 0 had none timed out).
     fn prepare(&self, mut schedule: Schedule, parity: u32, half: bool) -> Result<Arc<Plan>> {
         if schedule.stage > self.layout.lane_bytes {
             return Err(Error::TooLarge {
@@ -1190,7 +1193,15 @@ impl<'c> Engine<'c> {
             });
         }
         let lane_half = self.layout.lane_bytes / 2;
-        let compact = half && !schedule.credits.is_empty() && schedule.stage <= lane_half;
+        // The caller's word for every member: staging more, this member would write the half
+        // of the lane's other run.
+        if half && schedule.stage > lane_half {
+            return Err(Error::Runtime(format!(
+                "a run staging {} bytes said to fit half a lane of {}",
+                schedule.stage, self.layout.lane_bytes
+            )));
+        }
+        let compact = half;
         if compact && parity == 1 {
             schedule.shift_stage(lane_half);
         }
