@@ -47,12 +47,23 @@ pub(crate) struct Views {
 }
 
 /// A put: `len` bytes of this member's stage from `from` to member `to`'s at `into`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Transfer {
     pub(crate) to: u32,
     pub(crate) from: u64,
     pub(crate) into: u64,
     pub(crate) len: u64,
+}
+
+impl Transfer {
+    fn new(to: u32, from: u64, into: u64, len: u64) -> Transfer {
+        Transfer {
+            to,
+            from,
+            into,
+            len,
+        }
+    }
 }
 
 /// What a run needs from the engine to take a step.
@@ -176,9 +187,15 @@ pub(crate) struct Plan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Compiled {
     /// Taken by [`Run::take`]: a step kind or case without a compiled form (a signal, a copy
-    /// the elision keeps, a put from the stage or of several pieces, a fold of two staged
-    /// operands or of more than one piece).
+    /// the elision keeps, a put of several pieces of the source, a fold of more than one
+    /// piece or of none).
     General,
+    /// A put out of the stage, `put`, raising `signal` at its receiver with `check`.
+    Put {
+        put: Transfer,
+        signal: Signal,
+        check: Check,
+    },
     /// A put of `src`, one part of the caller's source, straight into member `to`'s stage
     /// at `into`, raising `signal` there with `check` (see the `elide` module).
     Store {
@@ -204,6 +221,14 @@ enum Compiled {
         into: Span,
         deliver: Option<(StepId, Span)>,
     },
+    /// A fold of one piece of two staged operands, `left` and `right`, into `into` or,
+    /// with `deliver`, into the destination (as [`Compiled::Fold`]).
+    FoldStaged {
+        left: Span,
+        right: Span,
+        into: Span,
+        deliver: Option<(StepId, Span)>,
+    },
 }
 
 impl Compiled {
@@ -217,11 +242,17 @@ impl Compiled {
         match schedule.steps[id as usize].task {
             Task::Put {
                 to,
+                from,
                 into,
+                len,
                 signal,
                 check,
-                ..
             } => match elision.pieces(id) {
+                [] => Compiled::Put {
+                    put: Transfer::new(to, from, into, len),
+                    signal,
+                    check,
+                },
                 [piece] => Compiled::Store {
                     to,
                     src: piece.span,
@@ -255,6 +286,14 @@ impl Compiled {
                         stage: left,
                         src,
                         src_left: false,
+                        into,
+                        deliver: delivers[id as usize],
+                    },
+                    // Not of nothing: `take` calls no operator for an empty fold (a user's,
+                    // written for whole blocks, may panic on none).
+                    [None, None] if into.len > 0 => Compiled::FoldStaged {
+                        left,
+                        right,
                         into,
                         deliver: delivers[id as usize],
                     },
@@ -778,6 +817,16 @@ impl<'c> Run<'c> {
                     Stored::Refused => self.take(net, id, owner),
                 }
             }
+            Compiled::Put { put, signal, check } => {
+                if self.held_back(net, put.to)? {
+                    return Ok(false);
+                }
+                let n = Notification {
+                    id: block + signal,
+                    value: checked(self.value, check),
+                };
+                net.put(&self.batch, seq, put, n)
+            }
             Compiled::Wait {
                 from,
                 signal,
@@ -810,17 +859,49 @@ impl<'c> Run<'c> {
                     false => guarded(|| reducer.fold(acc.bytes_mut(), operand)),
                 };
                 settled(folded, &mut self.panic)?;
-                match (deliver, owner.map(|o| &mut o.dst)) {
-                    (Some((copy, span)), Some(Output::Memory(out))) => {
-                        let at = range(out.len(), span)?;
-                        copy_bytes(&mut out[at], self.acc.bytes());
-                        self.delivered_by_fold = Some(copy);
-                    }
-                    _ => net.write(seq, into.at, self.acc.bytes())?,
-                }
-                Ok(true)
+                self.fold_out(net, into, deliver, owner)
+            }
+            Compiled::FoldStaged {
+                left,
+                right,
+                into,
+                deliver,
+            } => {
+                let Some(reducer) = self.reducer.as_deref() else {
+                    return self.take(net, id, owner);
+                };
+                let (acc, other) = (&mut self.acc, &mut self.other);
+                acc.resize(into.len as usize);
+                other.resize(into.len as usize);
+                net.read(seq, left.at, acc.bytes_mut())?;
+                net.read(seq, right.at, other.bytes_mut())?;
+                // A user operator may panic: see `take`.
+                let folded = guarded(|| reducer.fold(acc.bytes_mut(), other.bytes()));
+                settled(folded, &mut self.panic)?;
+                self.fold_out(net, into, deliver, owner)
             }
         }
+    }
+
+    /// Puts the result of a compiled fold, in the run's accumulator, where it goes: into
+    /// the destination that `owner` lends with `deliver` (see [`delivering`]), else into
+    /// the stage at `into`.
+    fn fold_out(
+        &mut self,
+        net: &impl Transport,
+        into: Span,
+        deliver: Option<(StepId, Span)>,
+        owner: Option<&mut Owner<'_>>,
+    ) -> Result<bool, Failure> {
+        match (deliver, owner.map(|o| &mut o.dst)) {
+            (Some((copy, span)), Some(Output::Memory(out))) => {
+                let at = range(out.len(), span)?;
+                copy_bytes(&mut out[at], self.acc.bytes());
+                self.delivered_by_fold = Some(copy);
+            }
+            _ => net.write(self.seq, into.at, self.acc.bytes())?,
+        }
+        Ok(true)
     }
 
     /// Whether the run is a walk that waits (not booked, not over): see [`walk`](Self::walk).
@@ -967,13 +1048,7 @@ impl<'c> Run<'c> {
                         Stored::Refused => {}
                     }
                 }
-                let put = Transfer {
-                    to,
-                    from,
-                    into,
-                    len,
-                };
-                if !net.put(&self.batch, seq, put, n)? {
+                if !net.put(&self.batch, seq, Transfer::new(to, from, into, len), n)? {
                     return Ok(false);
                 }
             }
@@ -1757,7 +1832,7 @@ mod tests {
     fn a_doubling_plan_compiles_its_waits_and_what_reads_the_source() {
         for (n, me, plan) in doubling_plans() {
             let at = format!("n = {n}, member {me}");
-            let (mut stores, mut folds) = (0, 0);
+            let (mut stores, mut folds, mut staged_puts, mut staged_folds) = (0, 0, 0, 0);
             for (id, step) in plan.schedule.steps.iter().enumerate() {
                 let compiled = plan.compiled[id];
                 match step.task {
@@ -1809,11 +1884,39 @@ mod tests {
                         assert_eq!(deliver.is_some(), n == 2, "{at}");
                         folds += 1;
                     }
+                    Task::Put {
+                        to, from, signal, ..
+                    } => {
+                        let Compiled::Put {
+                            put, signal: sent, ..
+                        } = compiled
+                        else {
+                            panic!("{at}: put {id} compiled as {compiled:?}");
+                        };
+                        assert_eq!((put.to, put.from, sent), (to, from, signal), "{at}");
+                        staged_puts += 1;
+                    }
+                    Task::Fold { left, right, into } => {
+                        let deliver = plan.delivers[id];
+                        let staged = Compiled::FoldStaged {
+                            left,
+                            right,
+                            into,
+                            deliver,
+                        };
+                        assert_eq!(compiled, staged, "{at}");
+                        staged_folds += 1;
+                    }
                     _ => assert_eq!(compiled, Compiled::General, "{at}, step {id}"),
                 }
             }
-            // The first level's put and fold read the source; the later ones the stage.
+            // The first level's put and fold read the source; the later ones the stage,
+            // compiled too.
             assert_eq!((stores, folds), (1, 1), "{at}");
+            if n.is_power_of_two() {
+                let later = n.trailing_zeros() - 1;
+                assert_eq!((staged_puts, staged_folds), (later, later), "{at}");
+            }
             // Every wait is listed with its sender, once and in schedule order: at a power
             // of two, the partners of the levels (a credit's and the data's, each).
             let waits: Vec<(StepId, u32)> = (plan.schedule.steps.iter().enumerate())
