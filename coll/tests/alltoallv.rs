@@ -310,7 +310,8 @@ fn late(provider: &str) {
 /// `errors` on 3 ranks: every misuse returns its own variant, naming what was wrong, and the
 /// rounds after them deliver every block; a small block whose receive segment was deleted
 /// before its hand-out is named at every call until the segment is back, then handed out; a
-/// source out of step is named at every call of the round.
+/// source out of step is named at every call of the round; a source segment deleted between
+/// rounds is named, and once made again its new bytes are sent.
 fn errors(provider: &str) {
     const RANKS: u32 = 3;
     /// A segment no rank creates, and the receive segment of `too_small` (see `errors.rs`).
@@ -424,6 +425,13 @@ fn errors(provider: &str) {
                     }
                     _ => format!("Arrived({})/None/Ok", rank - 1),
                 },
+            ),
+            (
+                "source_again",
+                format!(
+                    "Arrived({prev})/UnknownSegment({rank}/17)/Arrived({prev})",
+                    prev = (rank + RANKS - 1) % RANKS
+                ),
             ),
             (
                 "unknown_destination_b",

@@ -40,8 +40,9 @@
 //! ranks, one of which has not made its receive segment yet (see [`half_missing`]); then
 //! `gone_receive` on a fifth: a receive segment deleted while a small block waits to be
 //! handed out, and made again (see [`gone_receive`]); then `out_of_step` on a sixth: a round
-//! whose members disagree on the plan (see [`out_of_step`]). `digest`: every block of the five
-//! rounds.
+//! whose members disagree on the plan (see [`out_of_step`]); then `source_again` on a seventh:
+//! a source segment deleted between rounds, and made again (see [`source_again`]). `digest`:
+//! every block of the five rounds.
 
 use gaspi::{Context, Rank, SegmentId, Timeout, GROUP_ALL};
 use gaspi_coll::{Alltoallv, Collectives, Plan, Round, Status};
@@ -221,6 +222,10 @@ pub fn run(ctx: &Context) -> Outcome {
     // A round whose members disagree on the plan.
     let f = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
     report.put("out_of_step", out_of_step(ctx, f)?);
+
+    // A source segment deleted between rounds, and made again.
+    let g = Alltoallv::new(&coll, GROUP_ALL, TIMEOUT)?;
+    report.put("source_again", source_again(ctx, g)?);
 
     report.put("digest", digest.hex());
     report.print("errors", me);
@@ -416,6 +421,42 @@ fn out_of_step(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
     ctx.barrier(TIMEOUT)?;
     Ok(format!("{first}/{second}/{finished}"))
 }
+
+/// Each rank sends [`GONE_BYTES`] to the next, into [`AGAIN_RECEIVE`], from its segment
+/// [`AGAIN`], which the alltoallv keeps a handle on between rounds: a round from `AGAIN` filled
+/// with the rank plus 0x60; then `AGAIN` is deleted, and a round from it must be refused,
+/// naming it; then it is made again, filled with the rank plus 0x70, and a round must send
+/// the new bytes (a handle kept without looking whether its segment is still current sent
+/// from the deleted one, and began the refused round). Outcome: `<first>/<missing>/<second>`,
+/// each round `Arrived(<rank>)` when the previous rank's block came as its source held it.
+fn source_again(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
+    let (me, n) = (ctx.rank(), ctx.size());
+    ctx.segment_create(AGAIN_RECEIVE, GONE_BYTES, TIMEOUT)?;
+    let sends = [((me + 1) % n, GONE_BYTES)];
+    let plan = a2a.get_remote_offsets(AGAIN_RECEIVE, 0, &sends, TIMEOUT)?;
+    let mut told = Vec::new();
+    for fill in [0x60, 0x70] {
+        ctx.segment_create(AGAIN, GONE_BYTES, TIMEOUT)?;
+        ctx.segment_write(AGAIN, 0, &[me as u8 + fill; GONE_BYTES as usize])?;
+        let round = a2a.round(&plan, AGAIN)?;
+        round.send_all(&[0])?;
+        let arrival = round.next_arrival(TIMEOUT);
+        told.push(hand_out(ctx, &round, arrival, AGAIN_RECEIVE, fill)?);
+        round.finish(TIMEOUT)?;
+        // Every own block completed: the source may go.
+        ctx.segment_delete(AGAIN)?;
+        if told.len() == 1 {
+            told.push(outcome(&a2a.round(&plan, AGAIN)));
+        }
+    }
+    // An alltoallv is dropped only once its rounds are over on every member.
+    ctx.barrier(TIMEOUT)?;
+    Ok(told.join("/"))
+}
+
+/// The source and receive segments of [`source_again`].
+const AGAIN: SegmentId = 17;
+const AGAIN_RECEIVE: SegmentId = 18;
 
 /// The receive segments of the two plans of [`out_of_step`].
 const STEP_FIRST: SegmentId = 15;

@@ -17,7 +17,7 @@
 use rustc_hash::FxHashSet as HashSet;
 use smallvec::SmallVec;
 
-use gaspi::{Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
+use gaspi::{Context, Deadline, Notification, NotificationId, Rank, SegmentId, Target, Timeout};
 
 use super::layout::{is_small, parity, round_tag, tag_parity};
 use super::pending::Pending;
@@ -94,6 +94,10 @@ pub(super) struct Exchange {
     /// Rounds begun so far.
     rounds: u64,
     pub(super) running: Option<Running>,
+    /// The last round's source segment and the receive segment of the last plan run, whose
+    /// sizes every round checks: most rounds name the same segments.
+    source: KeptSize,
+    receive: KeptSize,
     /// Per destination, by member index, and round parity, the tag of this rank's last block
     /// there whose credit has not been taken (0: none owed). An array, not a map by rank:
     /// every decision that clears blocks asks it for each waiting one.
@@ -133,6 +137,35 @@ impl Exchange {
         Listeners {
             watcher: self.watcher,
             sleepers: self.sleepers > 0,
+        }
+    }
+}
+
+/// The size of one of this rank's user segments, kept between rounds as a [`Target`] of it,
+/// so that a round finds it with the loads of [`Context::target_is_current`] instead of a
+/// lookup by id (about 75 instructions, and a round made two). The segment is still named
+/// by id: one deleted, or deleted and made again, since is looked up again, as the target
+/// stops being current with any deletion of this rank's segments. A target holds neither
+/// memory nor a handle: the user's deletion of the segment goes on as without it.
+#[derive(Default)]
+struct KeptSize(Option<(SegmentId, Target)>);
+
+impl KeptSize {
+    /// The size of this rank's segment `id`, looked up unless the kept target is of `id`
+    /// and current.
+    fn size(&mut self, ctx: &Context, id: SegmentId) -> Result<u64> {
+        match &self.0 {
+            Some((kept, target)) if *kept == id && ctx.target_is_current(target) => {
+                Ok(target.len())
+            }
+            _ => {
+                // What was kept is not segment `id` as it is now: forget it even when the
+                // lookup fails. This rank's own segments resolve here, without waiting.
+                self.0 = None;
+                let target = ctx.target(ctx.rank(), id, Timeout::Test)?;
+                self.0 = Some((id, target));
+                Ok(target.len())
+            }
         }
     }
 }
@@ -392,8 +425,8 @@ impl Alltoallv<'_> {
             }
             return Err(Error::AlltoallvInProgress { group: self.group });
         }
-        self.check_receive_area(data)?;
-        let size = self.ctx.segment_size(source)?;
+        self.check_receive_area(&mut ex.receive, data)?;
+        let size = ex.source.size(self.ctx, source)?;
         if let Some(offsets) = offsets {
             check_offsets(data, offsets)?;
             for (d, &offset) in data.destinations.iter().zip(offsets) {
@@ -433,8 +466,8 @@ impl Alltoallv<'_> {
     /// This rank's receive segment exists and holds the plan's area: checked by the
     /// discovery where the segment existed then, and at every round (it may have been made
     /// after the discovery, or made again).
-    fn check_receive_area(&self, plan: &PlanData) -> Result<()> {
-        let size = self.ctx.segment_size(plan.segment)?;
+    fn check_receive_area(&self, receive: &mut KeptSize, plan: &PlanData) -> Result<()> {
+        let size = receive.size(self.ctx, plan.segment)?;
         if plan.first_offset > size {
             let me = self.ctx.rank();
             return Err(area_outside(
@@ -504,7 +537,7 @@ impl Alltoallv<'_> {
             let ex = &mut *guard;
             let run = running_mut(&mut ex.running, number)?;
             let blocks = blocks(&run.plan)?;
-            let size = self.ctx.segment_size(run.source)?;
+            let size = ex.source.size(self.ctx, run.source)?;
             for (n, &(index, offset)) in blocks.iter().enumerate() {
                 let d = &run.plan.destinations[index];
                 if run.sends[index] != Send::NotSent || blocks[..n].iter().any(|b| b.0 == index) {
