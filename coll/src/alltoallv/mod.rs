@@ -326,23 +326,23 @@ impl<'c> Alltoallv<'c> {
     /// `rank`'s control segment, resolved within `deadline` the first time.
     fn control_target(&self, rank: Rank, deadline: Deadline) -> Result<Target> {
         match crate::index_in(&self.ranks, rank) {
-            Some(member) => self.member_target(member, deadline),
+            Some(member) => self.member_target(member, deadline).copied(),
             None => Ok(self.control.target(rank, deadline.left())?),
         }
     }
 
     /// The control segment of member `member` (an index into `ranks`), resolved within
     /// `deadline` the first time: the per-round callers know the member already, and skip
-    /// the search for it.
-    fn member_target(&self, member: u32, deadline: Deadline) -> Result<Target> {
+    /// the search for it. Lent, not copied: a credit's notify needs only a reference.
+    fn member_target(&self, member: u32, deadline: Deadline) -> Result<&Target> {
         let slot = &self.targets[member as usize];
-        if let Some(&target) = slot.get() {
+        if let Some(target) = slot.get() {
             return Ok(target);
         }
         let target = self
             .control
             .target(self.ranks[member as usize], deadline.left())?;
-        Ok(*slot.get_or_init(|| target))
+        Ok(slot.get_or_init(|| target))
     }
 }
 

@@ -1040,7 +1040,7 @@ impl Alltoallv<'_> {
         if self.credits.outstanding() > self.layout.members() {
             self.credits.test()?;
         }
-        self.credits.notify(&me, wake)?;
+        self.credits.notify(me, wake)?;
         Ok(())
     }
 
@@ -1122,7 +1122,7 @@ impl Alltoallv<'_> {
             self.credits.test()?;
         }
         let id = self.layout.credit(self.me, tag_parity(value));
-        self.credits.notify(&target, Notification { id, value })?;
+        self.credits.notify(target, Notification { id, value })?;
         Ok(())
     }
 
