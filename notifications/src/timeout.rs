@@ -113,6 +113,20 @@ impl Deadline {
         }
     }
 
+    /// The earlier of this deadline and `other`, without reading the clock: a test deadline
+    /// comes before every other, one that never comes after every other. For a call that
+    /// waits until the first of two deadlines (its own, and one of its machinery's) and
+    /// would otherwise read the clock to compare the time left of one with the other.
+    #[must_use]
+    pub fn earlier(self, other: Deadline) -> Deadline {
+        let kind = match (self.kind, other.kind) {
+            (Kind::Test, _) | (_, Kind::Test) => Kind::Test,
+            (Kind::Never, kind) | (kind, Kind::Never) => kind,
+            (Kind::At(a), Kind::At(b)) => Kind::At(a.min(b)),
+        };
+        Deadline { kind }
+    }
+
     /// Whether this deadline comes from [`Timeout::Test`] (or `Millis(0)`): check once, never
     /// block.
     #[must_use]
@@ -187,6 +201,20 @@ mod tests {
         let left = Deadline::from(near.slice(max)).remaining().expect("finite");
         assert!(left <= Duration::from_millis(5));
         assert!(Deadline::from(Timeout::Test.deadline().slice(max)).is_test());
+    }
+
+    #[test]
+    fn the_earlier_deadline_is_picked_without_the_clock() {
+        let (never, test) = (Timeout::Block.deadline(), Timeout::Test.deadline());
+        let near = Timeout::Millis(5).deadline();
+        let far = Timeout::Millis(60_000).deadline();
+        assert_eq!(near.earlier(far), near);
+        assert_eq!(far.earlier(near), near);
+        assert_eq!(never.earlier(far), far);
+        assert_eq!(far.earlier(never), far);
+        assert_eq!(never.earlier(never), never);
+        assert!(test.earlier(never).is_test());
+        assert!(far.earlier(test).is_test());
     }
 
     #[test]

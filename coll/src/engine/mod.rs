@@ -1326,12 +1326,10 @@ impl<'c> Engine<'c> {
                     true => _ = state.trusting.get_or_insert_with(|| TRUST.deadline()),
                     false => state.trusting = None,
                 }
-                let until = match state.trusting {
-                    Some(trust) if deadline.remaining().is_none_or(|left| left > TRUST_SPAN) => {
-                        trust
-                    }
-                    _ => deadline,
-                };
+                // Compared without reading the clock again.
+                let until = state
+                    .trusting
+                    .map_or(deadline, |trust| trust.earlier(deadline));
                 state.watcher = true;
                 drop(state);
                 let ranges = [self.seg.range(id, 1), self.seg.range(self.layout.wake(), 1)];
@@ -1916,10 +1914,9 @@ impl<'c> Engine<'c> {
             }
             // Back in time to tell them outright if it comes to that, unless the call's own
             // deadline comes first.
-            let until = match state.trusting {
-                Some(trust) if left.is_none_or(|left| left > TRUST_SPAN) => trust,
-                _ => deadline,
-            };
+            let until = state
+                .trusting
+                .map_or(deadline, |trust| trust.earlier(deadline));
             // Back soon, too, while another team's runs are under way that nobody else moves
             // on (see "Other teams").
             let until = match self.engines.move_others(self) {
@@ -2182,9 +2179,6 @@ impl Transport for Engine<'_> {
 /// How long a wait trusts that its senders took the counts its signals carried before it
 /// tells them its `freed` outright (see [`Engine::drive`]).
 const TRUST: Timeout = Timeout::Millis(1);
-
-/// [`TRUST`] as a span.
-const TRUST_SPAN: Duration = Duration::from_millis(1);
 
 /// Every this many periodic publications, a member tells every other member, not only
 /// those it heard from (see [`Engine::publish`]): a member that sends to it only now and
