@@ -1322,7 +1322,14 @@ impl<'c> Engine<'c> {
             if self.seg.notify_peek(id)? == 0 {
                 let deadline = *deadline.get_or_insert_with(|| timeout.deadline());
                 let explicit = state.trusting.is_some_and(Deadline::expired);
-                match self.publish(&mut state, Some(deadline), explicit)? {
+                // The lone run is the only live one holding a lane (see `only_walk`): what
+                // `publish` would gather of the runs, its senders and what they need, is its
+                // own, and where each of them was told that, it finds nothing to tell.
+                let relied = match self.told_senders(&state, seq) {
+                    true => false,
+                    false => self.publish(&mut state, Some(deadline), explicit)?,
+                };
+                match relied {
                     true => _ = state.trusting.get_or_insert_with(|| TRUST.deadline()),
                     false => state.trusting = None,
                 }
@@ -1570,6 +1577,23 @@ impl<'c> Engine<'c> {
             return Ok(false);
         }
         self.publish_due(state, now, explicit)
+    }
+
+    /// Whether every member that run `seq` still waits for a signal of was told this
+    /// member's `freed`, or what the run needs of it: when `seq` is the only live run holding
+    /// a lane, a [`publish`](Self::publish) with `now` then finds nothing to tell, since only
+    /// a sender of a live run is ever due there, and only for what those runs need.
+    /// Where it is not so, the look is `publish`'s to make (it also counts the counts that
+    /// signals carried, which this look leaves alone).
+    fn told_senders(&self, state: &State<'c>, seq: u64) -> bool {
+        let Some(run) = state.runs.get(seq) else {
+            return false;
+        };
+        let wanted = run.signal_needs;
+        run.pending_senders().all(|from| {
+            let told = state.told.get(from as usize).copied().unwrap_or(u64::MAX);
+            from == self.me || state.freed <= told || told >= wanted
+        })
     }
 
     /// [`publish`](Self::publish) past its quick looks.

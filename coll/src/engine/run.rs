@@ -1387,13 +1387,19 @@ impl<'c> Run<'c> {
 
     /// Marks in `senders` the members this run still waits for a signal of.
     pub(crate) fn senders(&self, senders: &mut [bool]) {
-        for &(id, from) in &self.plan.waits {
-            if self.pending(id) {
-                if let Some(sender) = senders.get_mut(from as usize) {
-                    *sender = true;
-                }
+        for from in self.pending_senders() {
+            if let Some(sender) = senders.get_mut(from as usize) {
+                *sender = true;
             }
         }
+    }
+
+    /// The members this run still waits for a signal of, once per wait (a member may come
+    /// more than once).
+    pub(crate) fn pending_senders(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.plan.waits.iter())
+            .filter(|&&(id, _)| self.pending(id))
+            .map(|&(_, from)| from)
     }
 
     /// Stages the bytes of the puts and folds out of the source that are still to go, as
