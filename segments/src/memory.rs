@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
-use crate::range::checked_range;
+use crate::range::{in_range, out_of_bounds};
 use crate::shm::{ShmFile, Space};
 
 /// The memory of one segment: either allocated by this crate in a shared-memory file, or bound
@@ -299,10 +299,19 @@ impl SegmentMemory {
     // apart without LTO) the check cost as much again.
     #[inline]
     pub(crate) fn range_ptr(&self, offset: u64, size: u64) -> Result<(*mut u8, usize)> {
-        let (start, count) = checked_range(offset, size, self.len)?;
+        self.in_range_ptr(offset, size)
+            .ok_or_else(|| out_of_bounds(offset, size, self.len))
+    }
+
+    /// [`range_ptr`](Self::range_ptr) without the error: `None` when the range is not within
+    /// the segment. For the accesses whose callers work out the error themselves, so that the
+    /// fast path neither builds nor drops one.
+    #[inline]
+    pub(crate) fn in_range_ptr(&self, offset: u64, size: u64) -> Option<(*mut u8, usize)> {
+        let (start, count) = in_range(offset, size, self.len)?;
         // SAFETY: `start + count <= len` (checked above), and `ptr` is valid for `len` bytes of
         // one allocation, so the result is in bounds or one past the end of that allocation.
-        Ok((unsafe { self.ptr.as_ptr().add(start) }, count))
+        Some((unsafe { self.ptr.as_ptr().add(start) }, count))
     }
 }
 

@@ -13,25 +13,28 @@ pub(crate) fn to_u64(n: usize) -> u64 {
     n as u64
 }
 
-/// Returns `offset` and `size` as `usize`s if `offset..offset + size` lies within `0..len`.
+/// Returns `offset` and `size` as `usize`s if `offset..offset + size` lies within `0..len`,
+/// else `None` ([`out_of_bounds`] is the error for it).
 ///
 /// An empty range is in bounds anywhere up to and including `len`.
 #[inline]
-pub(crate) fn checked_range(offset: u64, size: u64, len: usize) -> Result<(usize, usize)> {
-    let out_of_bounds = || Error::OutOfBounds {
+pub(crate) fn in_range(offset: u64, size: u64, len: usize) -> Option<(usize, usize)> {
+    let end = offset.checked_add(size)?;
+    if end > to_u64(len) {
+        return None;
+    }
+    // Neither conversion can fail, as offset and size are at most end <= len, a usize; checked
+    // rather than unwrapped so that this function stays panic-free by construction.
+    Some((usize::try_from(offset).ok()?, usize::try_from(size).ok()?))
+}
+
+/// The error for `offset..offset + size`, which [`in_range`] found outside `0..len`.
+pub(crate) fn out_of_bounds(offset: u64, size: u64, len: usize) -> Error {
+    Error::OutOfBounds {
         offset,
         size,
         len: to_u64(len),
-    };
-    let end = offset.checked_add(size).ok_or_else(out_of_bounds)?;
-    if end > to_u64(len) {
-        return Err(out_of_bounds());
     }
-    // Neither conversion can fail, as offset and size are at most end <= len, a usize; mapped
-    // rather than unwrapped so that this function stays panic-free by construction.
-    let start = usize::try_from(offset).map_err(|_| out_of_bounds())?;
-    let count = usize::try_from(size).map_err(|_| out_of_bounds())?;
-    Ok((start, count))
 }
 
 /// Checks that both `offset` and the address `addr` it designates are multiples of `align`.
@@ -57,15 +60,16 @@ mod tests {
 
     #[test]
     fn ranges_inside_are_accepted() {
-        assert_eq!(checked_range(0, 16, 16).ok(), Some((0, 16)));
-        assert_eq!(checked_range(15, 1, 16).ok(), Some((15, 1)));
-        assert_eq!(checked_range(16, 0, 16).ok(), Some((16, 0)));
+        assert_eq!(in_range(0, 16, 16), Some((0, 16)));
+        assert_eq!(in_range(15, 1, 16), Some((15, 1)));
+        assert_eq!(in_range(16, 0, 16), Some((16, 0)));
     }
 
     #[test]
     fn ranges_outside_are_rejected_with_their_coordinates() {
         for (offset, size) in [(16, 1), (17, 0), (0, 17), (u64::MAX, 2), (1, u64::MAX)] {
-            let err = checked_range(offset, size, 16);
+            assert_eq!(in_range(offset, size, 16), None, "({offset}, {size})");
+            let err = Err::<(), _>(out_of_bounds(offset, size, 16));
             assert!(
                 matches!(err, Err(Error::OutOfBounds { offset: o, size: s, len: 16 })
                     if o == offset && s == size),

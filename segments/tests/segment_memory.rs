@@ -514,6 +514,49 @@ fn a_copy_between_two_mappings_of_one_file_moves_overlapping_bytes_as_memmove() 
 }
 
 #[test]
+fn a_copy_out_of_bounds_copies_nothing_and_names_the_range() {
+    let from = memory(64, "copy-from");
+    let to = memory(32, "copy-to");
+    from.write(0, &pattern(64, 3)).expect("write");
+    to.write(0, &pattern(32, 9)).expect("write");
+    let before = pattern(32, 9);
+    // (source offset, destination offset, size, the length of the segment refused, or none)
+    let cases = [
+        (60, 0, 8, Some(64)),
+        (0, 28, 8, Some(32)),
+        (u64::MAX, 0, 2, Some(64)),
+        (0, u64::MAX, 2, Some(32)),
+        (56, 24, 8, None),
+        (64, 32, 0, None),
+    ];
+    for (src, dst, size, refused) in cases {
+        to.write(0, &before).expect("write");
+        let copied = from.try_copy_to(src, &to, dst, size);
+        assert_eq!(
+            copied,
+            refused.is_none(),
+            "try_copy_to({src}, {dst}, {size})"
+        );
+        let mut got = vec![0; 32];
+        to.read(0, &mut got).expect("read");
+        let mut expected = before.clone();
+        if copied && size > 0 {
+            let (s, d, n) = (src as usize, dst as usize, size as usize);
+            expected[d..d + n].copy_from_slice(&pattern(64, 3)[s..s + n]);
+        }
+        assert_eq!(got, expected, "try_copy_to({src}, {dst}, {size})");
+        to.write(0, &before).expect("write");
+        match (from.copy_to(src, &to, dst, size), refused) {
+            (Ok(()), None) => {}
+            (Err(Error::OutOfBounds { len, .. }), Some(refused)) => assert_eq!(len, refused),
+            (other, _) => panic!("copy_to({src}, {dst}, {size}): {other:?}"),
+        }
+        to.read(0, &mut got).expect("read");
+        assert_eq!(got, expected, "copy_to({src}, {dst}, {size})");
+    }
+}
+
+#[test]
 fn static_memory_binds_safely() {
     let memory: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
     let at = memory.as_ptr();

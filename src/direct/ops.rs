@@ -426,14 +426,13 @@ impl Inner {
         // write_notify took 531 instructions instead of 440 (callgrind). Which range is wrong
         // is worked out only when the copy refuses, or for an empty write, which copies
         // nothing but is checked all the same.
-        // This rank's own segment mapped again as a peer's is the same file: `copy_to` copies
+        // This rank's own segment mapped again as a peer's is the same file: `try_copy_to` copies
         // overlapping ranges within one mapping then.
         if let (Some(source), Some(memory)) = (&src.region, &peer.memory) {
             if size > 0
                 && source
                     .memory()
-                    .copy_to(src_offset, memory, dst_offset, size)
-                    .is_ok()
+                    .try_copy_to(src_offset, memory, dst_offset, size)
             {
                 return Ok(());
             }
