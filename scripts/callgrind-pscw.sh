@@ -9,9 +9,9 @@
 # calls), whose instructions grow with the time waited. Two ways per case: `there`, where
 # rank 0 waits (uncounted) before each counted wait until what it waits for is there, then
 # sleeps 1 ms, so that the counts repeat whatever the machine's load (through the fabric, an
-# epoch's `done` may still be on its way then: see the example's docs), and `step`, where nobody sleeps, as in
-# the bench, so that a wait's way to its sleep is counted too (as often as the load makes it
-# wait). One line per provider, case and way:
+# epoch's `done` may still be on its way then: see the example's docs), and `step`, where
+# nobody sleeps, as in the bench, so that a wait's way to its sleep is counted too (as often
+# as the load makes it wait). One line per provider, case and way:
 #   provider=shm mode=direct case=epoch way=there round_trip=2539 start=417 write=660 ...
 # The callgrind files stay in $CG_DIR (default target/callgrind) for callgrind_annotate.
 set -euo pipefail

@@ -1559,10 +1559,10 @@ fn killed_target_4_shm() {
 const BLOCKED_DETECTION_BOUND_US: u64 = 300_000;
 
 /// `blocked-death`: the last rank kills itself while the others sleep in a `notify_wait_any`
-/// and a `notify_wait_range` naming it and in a barrier, with 20 s timeouts. Each wait must fail naming it within
-/// [`BLOCKED_DETECTION_BOUND_US`] of the victim's last clock reading (each survivor's latency
-/// is printed on stderr, shown with `--nocapture`); the survivors' group goes on, and finalize
-/// names the dead rank.
+/// and a `notify_wait_range` naming it and in a barrier, with 20 s timeouts. Each wait must
+/// fail naming it within [`BLOCKED_DETECTION_BOUND_US`] of the victim's last clock reading
+/// (each survivor's latency is printed on stderr, shown with `--nocapture`); the survivors'
+/// group goes on, and finalize names the dead rank.
 fn blocked_death(provider: &str) {
     const SCENARIO: &str = "blocked-death";
     let ranks = 3;

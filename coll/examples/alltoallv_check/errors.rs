@@ -423,11 +423,11 @@ fn out_of_step(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
 }
 
 /// Each rank sends [`GONE_BYTES`] to the next, into [`AGAIN_RECEIVE`], from its segment
-/// [`AGAIN`], which the alltoallv keeps a handle on between rounds: a round from `AGAIN` filled
-/// with the rank plus 0x60; then `AGAIN` is deleted, and a round from it must be refused,
-/// naming it; then it is made again, filled with the rank plus 0x70, and a round must send
-/// the new bytes (a handle kept without looking whether its segment is still current sent
-/// from the deleted one, and began the refused round). Outcome: `<first>/<missing>/<second>`,
+/// [`AGAIN`], which the alltoallv keeps (as a target) between rounds: a round from `AGAIN`
+/// filled with the rank plus 0x60; then `AGAIN` is deleted, and a round from it must be
+/// refused, naming it; then it is made again, filled with the rank plus 0x70, and a round must
+/// send the new bytes (a target kept without looking whether its segment is still current
+/// began the refused round). Outcome: `<first>/<missing>/<second>`,
 /// each round `Arrived(<rank>)` when the previous rank's block came as its source held it.
 fn source_again(ctx: &Context, mut a2a: Alltoallv<'_>) -> Outcome<String> {
     let (me, n) = (ctx.rank(), ctx.size());

@@ -4,9 +4,10 @@
 //!
 //! Every rank calls the operation `ITERS` times on a team of all ranks, after 20 calls of
 //! warm-up, with blocks of 8 bytes and `Flags::EAGER`, as `bench.sh gasnet` does (blocking
-//! calls, no barrier between them; the v forms with every count 8). Rank 0, the one callgrind counts, is the root (`root`) or
-//! a leaf of the tree (`leaf`: the root is rank 1, so that rank 0 is the last member of the
-//! tree relative to it, which no tree gives children). The counted calls go through
+//! calls, no barrier between them; the v forms with every count 8). Rank 0, the one
+//! callgrind counts, is the root (`root`) or a leaf of the tree (`leaf`: the root is rank 1,
+//! so that rank 0 is the last member of the tree relative to it, which no tree gives
+//! children). The counted calls go through
 //! [`counted`], which the script's callgrind collects alone (the warm-up goes around it).
 //!
 //! Every block carries a stamp naming its call, sender and receiver, checked after the call:

@@ -27,9 +27,10 @@
 //! schedule, not even whether it lists credits, takes part) is *compact*: it stages in the
 //! half of its lane given by the parity of `seq / lanes`, as its notifications. A compact
 //! run of a gathering schedule skips its credits when the run before it on its lane was
-//! compact and gathering (or there was none); a schedule that is not gathering keeps them, since a credit also carries its
-//! receiver's arguments, and a receiver whose senders disagree among themselves (two members
-//! each taking itself for the root) could not tell otherwise. That is safe:
+//! compact and gathering (or there was none); a schedule that is not gathering keeps them,
+//! since a credit also carries its receiver's arguments, and a receiver whose senders
+//! disagree among themselves (two members each taking itself for the root) could not tell
+//! otherwise. That is safe:
 //! a member that runs `seq` has completed `seq − lanes`, which, gathering, every member had
 //! started, so every member has given up `seq − 2·lanes`, the last run that used this half
 //! of the lane, and no member uses it but for `seq`. Every member decides alike, since runs

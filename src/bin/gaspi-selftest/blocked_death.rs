@@ -4,9 +4,9 @@
 //! Every survivor tells the victim that it is about to block, then one of its threads waits
 //! in `notify_wait_any` for a notification that only the victim would set (naming the victim
 //! as its sender), another likewise in `notify_wait_range` for a range of them, and a third in
-//! a barrier that the victim never enters, all with a 20 s timeout. Once every survivor has told it, the victim lets them fall asleep in those waits,
-//! reads the host's monotonic clock, reports the reading and its pid on its data line and
-//! kills itself. Each wait must fail with `RankFailed` naming the victim; each survivor
+//! a barrier that the victim never enters, all with a 20 s timeout. Once every survivor has
+//! told it, the victim lets them fall asleep in those waits, reads the host's monotonic
+//! clock, reports the reading and its pid on its data line and kills itself. Each wait must fail with `RankFailed` naming the victim; each survivor
 //! reports when each failed, on the same clock, so that the tests can bound how long after
 //! the death a sleeping waiter was told. Then the survivors' group goes on without the victim,
 //! and `finalize` is recorded as [`crate::dead_read::finalize_names_the_dead_rank`] does. Run
@@ -78,7 +78,8 @@ pub fn run(ctx: &Context) -> Outcome<Report> {
     Ok(Report {
         summary: format!(
             "rank {victim} was killed while this rank waited for it in notify_wait_any, \
-             notify_wait_range and a barrier: all failed naming it, and the survivors' group went on without it"
+             notify_wait_range and a barrier: all failed naming it, and the survivors' group \
+             went on without it"
         ),
         data,
     })
